@@ -1,0 +1,161 @@
+"""The array-backend protocol: where the damped normal equations are assembled and solved.
+
+One Levenberg-Marquardt step (Marquardt 1963; Nielsen 1999; Gavin's LM notes) solves, for a
+residual vector r (N rows) with Jacobian J (N × P),
+
+* over-determined (N ≥ P):   (JᵀJ/N + λD) δ = Jᵀr/N,
+* under-determined (N < P):  (JJᵀ/N + λI) u = r/N,   δ = Jᵀu,
+
+where D is I ("identity" scaling) or diag(JᵀJ)/N clamped away from zero ("marquardt"
+scaling, Moré 1978). The parameters then move by −learning_rate·δ.
+
+A backend turns the Jacobian package's output (``NormalProducts`` for strategy "accumulate",
+``JacobianSlice`` for strategy "explicit") into a :class:`LinearSystem` of backend-native
+arrays, once per step, and then solves it for as many damping values as the step needs: a
+rejected attempt reuses the assembled system and only redoes the damped solve. The
+factorisation is a Cholesky factorisation in float64 whatever the assembly dtype, because
+at P × P it is cheap and float32 Cholesky of JᵀJ fails often on ill-conditioned networks.
+
+The quadratic model behind the gain ratio (Nielsen 1999) is, in mean-squared-residual
+units, for a step s = lr·δ:
+
+    L(p) − L(p − s) ≈ (2 sᵀJᵀr − sᵀJᵀJ s)/N = 2·lr·δᵀg − lr²·δᵀAδ,   g = Jᵀr/N, A = JᵀJ/N,
+
+so a :class:`Solution` carries the two scalars δᵀg and δᵀAδ (= ‖Jδ‖²/N) and the caller
+applies its learning rate.
+
+Implementations: ``numpy_backend.NumpyBackend`` (the CPU reference), ``torch_backend.
+TorchBackend`` (everything on the model device), ``cupynumeric_backend`` (Legate; imports
+cuPyNumeric lazily).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from marquardt.jacobian import JacobianSlice, NormalProducts
+
+__all__ = ["SCALINGS", "ArrayBackend", "LinearSystem", "Solution", "host_vector"]
+
+#: The scaling names a backend's ``solve`` accepts.
+SCALINGS: tuple[str, ...] = ("identity", "marquardt")
+
+
+@dataclass
+class LinearSystem:
+    """The assembled, undamped system of one step, in backend-native arrays.
+
+    Over-determined (``underdetermined`` False): ``a`` = JᵀJ/N (P × P), ``g`` = Jᵀr/N (P,).
+    Under-determined (``underdetermined`` True): ``a`` = JJᵀ/N (N × N), ``g`` = r/N (N,), and
+    ``jacobian`` holds J (N × P) so that δ = Jᵀu.
+
+    ``diag`` is diag(JᵀJ)/N (P,) in both cases: the squared column norms of J over N, used
+    by Marquardt scaling and by the MINPACK gtol test. ``gradient`` is Jᵀr/N (P,) in both
+    cases; when it is not given for an over-determined system it is ``g`` itself (an
+    under-determined system must supply it). ``rss`` is the sum of squared residuals ‖r‖²
+    (so the mean squared residual at the current parameters is ``rss / rows``). ``rows`` is
+    N, the number of residual rows; ``params`` is P.
+
+    Arrays may be in the assembly dtype (float32 for a float32 model); ``solve`` factorises
+    in float64.
+    """
+
+    a: Any
+    g: Any
+    diag: Any
+    rows: int
+    params: int
+    underdetermined: bool
+    rss: float
+    jacobian: Any | None = None
+    gradient: Any | None = None
+
+    def __post_init__(self) -> None:
+        if self.gradient is None and not self.underdetermined:
+            self.gradient = self.g
+        if self.underdetermined and (self.jacobian is None or self.gradient is None):
+            raise ValueError(
+                "an under-determined LinearSystem needs `jacobian` (J, N×P) for δ = Jᵀu and "
+                "`gradient` (Jᵀr/N); one of them is None. HINT: the backend must pass both."
+            )
+
+
+@dataclass(frozen=True)
+class Solution:
+    """One damped solve: δ and the terms of the quadratic model's predicted reduction.
+
+    ``delta`` is δ as a float64 CPU torch tensor of shape (P,); the parameters move by
+    −learning_rate·δ. ``gradient_dot`` is δᵀg with g = Jᵀr/N, ``curvature`` is δᵀ(JᵀJ/N)δ
+    = ‖Jδ‖²/N. ``damping`` is the λ it was solved with.
+    """
+
+    delta: torch.Tensor
+    gradient_dot: float
+    curvature: float
+    damping: float
+
+    def predicted_reduction(self, learning_rate: float = 1.0) -> float:
+        """The mean-squared-residual reduction the linear model predicts for a step lr·δ.
+
+        (‖r‖² − ‖r − lr·Jδ‖²)/N = 2·lr·δᵀg − lr²·δᵀAδ (Nielsen 1999, eq. 2.3 in MSE units).
+        """
+        lr = float(learning_rate)
+        return 2.0 * lr * self.gradient_dot - lr * lr * self.curvature
+
+
+@runtime_checkable
+class ArrayBackend(Protocol):
+    """Where the LM linear algebra runs: assembly of the normal equations and damped solves.
+
+    Contract:
+
+    * ``system_from_products`` takes the accumulated JᵀJ, Jᵀr (torch tensors on a model
+      device) and returns the over-determined system A = JᵀJ/N, g = Jᵀr/N.
+    * ``system_from_slices`` takes the row slices of J and r (every row 0..rows exactly
+      once, any order) and returns the over-determined system when rows ≥ params, else the
+      under-determined one (JJᵀ/N, r/N, with J kept for δ = Jᵀu). The slices' buffers are
+      never reused by their producer, so a backend may attach them without copying.
+    * ``solve`` factorises (A + λD) — D per ``scaling`` ("identity": I; "marquardt":
+      diag clamped away from 0, see ``marquardt.solver._scaling``; the under-determined
+      system always uses I) — in float64 by Cholesky and returns the :class:`Solution`, or
+      ``None`` when the factorisation fails or δ is not finite. It never raises for a
+      numerically bad system: a ``None`` is a rejected attempt and the caller raises λ.
+    * ``synchronize`` blocks until the backend's queued work is done (for honest timing).
+    """
+
+    name: str
+
+    def system_from_products(self, products: NormalProducts) -> LinearSystem:
+        """The over-determined system from accumulated normal products."""
+        ...
+
+    def system_from_slices(
+        self, slices: Iterable[JacobianSlice], rows: int, params: int
+    ) -> LinearSystem:
+        """The system (over- or under-determined by rows vs params) from Jacobian slices."""
+        ...
+
+    def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
+        """δ for damping λ, or ``None`` when the Cholesky factorisation fails or δ is not finite."""
+        ...
+
+    def synchronize(self) -> None:
+        """Block until all queued work of this backend is finished."""
+        ...
+
+
+def host_vector(array: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """A backend-native vector as a float64 NumPy array on the host (a copy when needed).
+
+    Works for torch tensors (any device), NumPy arrays and any array exposing
+    ``__array__`` (cuPyNumeric). Used for small (P,) vectors only, e.g. the gtol test.
+    """
+    if isinstance(array, torch.Tensor):
+        return array.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(array, dtype=np.float64)
