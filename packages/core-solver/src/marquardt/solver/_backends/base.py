@@ -26,7 +26,13 @@ applies its learning rate.
 
 Implementations: ``numpy_backend.NumpyBackend`` (the CPU reference), ``torch_backend.
 TorchBackend`` (everything on the model device), ``cupynumeric_backend`` (Legate; imports
-cuPyNumeric lazily).
+cuPyNumeric lazily). Each backend module exposes a factory
+
+    create_backend(device: torch.device) -> ArrayBackend
+
+(``device`` is the model's device, where the Jacobian products arrive), which is what
+``LMA(backend=<name>)`` calls; ``LMA(backend=<instance>)`` takes any object satisfying
+:class:`ArrayBackend` as it is.
 """
 
 from __future__ import annotations
@@ -41,10 +47,9 @@ import torch
 if TYPE_CHECKING:
     from marquardt.jacobian import JacobianSlice, NormalProducts
 
-__all__ = ["SCALINGS", "ArrayBackend", "LinearSystem", "Solution", "host_vector"]
+from .._scaling import SCALINGS
 
-#: The scaling names a backend's ``solve`` accepts.
-SCALINGS: tuple[str, ...] = ("identity", "marquardt")
+__all__ = ["SCALINGS", "ArrayBackend", "BackendFactory", "LinearSystem", "Solution", "host_vector"]
 
 
 @dataclass
@@ -148,6 +153,12 @@ class ArrayBackend(Protocol):
     def synchronize(self) -> None:
         """Block until all queued work of this backend is finished."""
         ...
+
+
+class BackendFactory(Protocol):
+    """The ``create_backend(device)`` function every backend module exposes."""
+
+    def __call__(self, device: torch.device) -> ArrayBackend: ...
 
 
 def host_vector(array: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
