@@ -1,0 +1,31 @@
+"""Which GPUs this process has, which Legate holds, which are left for the model.
+
+Discovery goes through NVML only, so importing this package or calling its functions never
+creates a CUDA context (forked workers stay safe); PyTorch and Legate are not imported here.
+"""
+
+from __future__ import annotations
+
+from ._discovery import GpuInfo, GpuProcess, discover_gpus
+from ._errors import DeviceError, LegateConfigError, NvmlError
+from ._legate import LegateShare, legate_gpu_count, legate_share
+from ._planner import Plan, plan
+from ._split import Split, check_model_devices, current_split, get_available_gpus
+
+__all__ = [
+    "DeviceError",
+    "GpuInfo",
+    "GpuProcess",
+    "LegateConfigError",
+    "LegateShare",
+    "NvmlError",
+    "Plan",
+    "Split",
+    "check_model_devices",
+    "current_split",
+    "discover_gpus",
+    "get_available_gpus",
+    "legate_gpu_count",
+    "legate_share",
+    "plan",
+]

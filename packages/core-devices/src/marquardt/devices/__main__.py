@@ -1,0 +1,10 @@
+"""``python -m marquardt.devices``: the same as the ``marquardt-devices`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from ._cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

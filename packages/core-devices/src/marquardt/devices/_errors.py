@@ -1,0 +1,18 @@
+"""Errors of ``marquardt.devices``.
+
+Each message says what was asked, what was found and how to fix it (after ``HINT:``).
+"""
+
+from __future__ import annotations
+
+
+class DeviceError(ValueError):
+    """A device request that this machine, or Legate's share of it, cannot satisfy."""
+
+
+class LegateConfigError(ValueError):
+    """``LEGATE_CONFIG`` cannot be read, or asks for GPUs that are not visible."""
+
+
+class NvmlError(RuntimeError):
+    """NVML is installed and a driver is present, but NVML fails to answer."""

@@ -1,0 +1,349 @@
+"""How many GPUs the solver needs, how big a Jacobian slice each model device can take.
+
+One Levenberg-Marquardt step (Marquardt 1963; Gavin's LM notes, §4) solves
+``(JᵀJ + λD) δ = Jᵀr`` with ``J`` the ``R × P`` Jacobian of the ``R = N·m`` residuals
+(``N`` samples, ``m`` residuals each) with respect to the ``P`` parameters. The solver
+holds either
+
+* ``J`` itself (strategy ``explicit``): ``R·P·b`` bytes at ``b`` bytes per element, plus
+  the float64 matrix it factorises, ``P × P`` (or ``R × R`` when ``R < P``, the
+  under-determined form ``δ = Jᵀ(JJᵀ + λI)⁻¹r``); or
+* only ``JᵀJ`` and ``Jᵀr`` summed slice by slice on the model devices (``accumulate``):
+  ``P·P·8`` bytes, whatever ``N``.
+
+``accumulate`` is chosen when ``R ≥ P`` (then ``JᵀJ`` is no larger than ``J``),
+``explicit`` otherwise. Factorisation always runs in float64, and a copy of the matrix is
+kept so a rejected step can be re-damped: the solver needs ``2·8·S²`` bytes for an
+``S × S`` system. Legate gets the fewest GPUs whose usable memory (free memory less the
+headroom) holds the solver's arrays; a model device takes slices of ``s`` samples whose
+Jacobian ``s·m·P·b`` bytes, times 3 for the slice, its copy on the way to the solver and
+autograd's work, fits its usable memory, and at most ``N // D`` samples over ``D`` model
+devices so that every device has work (data parallelism).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._discovery import GpuInfo, survey
+from ._memory import HostMemory, host_memory
+
+Strategy = Literal["explicit", "accumulate"]
+Backend = Literal["cupynumeric", "torch", "numpy"]
+
+MiB = 1 << 20
+#: Bytes per element of the dtypes a Jacobian may be computed in.
+ITEMSIZE: dict[str, int] = {
+    "float64": 8,
+    "double": 8,
+    "float32": 4,
+    "float": 4,
+    "float16": 2,
+    "half": 2,
+    "bfloat16": 2,
+}
+#: Model-side memory per slice, in multiples of the slice's Jacobian (see the module doc).
+SLICE_FACTOR = 3
+#: The least --fbmem / --sysmem worth passing to Legate, in MiB.
+LEGATE_MIN_MIB = 256
+
+
+def _fmt(nbytes: float) -> str:
+    """Bytes in binary units: ``9.04 MiB``."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", 1 << 10)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A recommendation: Legate's GPU count, the model devices, the slice size and strategy.
+
+    All sizes are bytes. ``fits`` is false when even the best split leaves too little
+    memory; ``explain()`` then says what does not fit and what to change.
+    """
+
+    params: int
+    batch: int
+    outputs: int
+    dtype: str
+    rows: int
+    strategy: Strategy
+    backend: Backend
+    legate_gpus: int
+    model_devices: tuple[str, ...]
+    slice_size: int
+    jacobian_bytes: int
+    normal_bytes: int
+    solver_bytes: int
+    slice_bytes: int
+    fits: bool
+    fbmem_mib: int | None
+    sysmem_mib: int | None
+    lines: tuple[str, ...] = field(default=(), repr=False)
+
+    def command(self, script: str = "script.py") -> str:
+        """The command line that runs ``script`` with this split."""
+        if self.legate_gpus == 0:
+            return f"python {script} --slice-size {self.slice_size}"
+        return (
+            f"legate --gpus {self.legate_gpus} --fbmem {self.fbmem_mib} "
+            f"--sysmem {self.sysmem_mib} {script} --slice-size {self.slice_size}"
+        )
+
+    def explain(self) -> str:
+        """The arithmetic behind the recommendation, one plain line per step."""
+        return "\n".join(self.lines)
+
+
+def _itemsize(dtype: Any) -> tuple[str, int]:
+    if isinstance(dtype, str):
+        name = dtype.strip().lower().removeprefix("torch.")
+        if name in ITEMSIZE:
+            return name, ITEMSIZE[name]
+    else:
+        size = getattr(dtype, "itemsize", None)
+        if isinstance(size, int) and size > 0:
+            return str(dtype).removeprefix("torch."), size
+    raise ValueError(
+        f"dtype={dtype!r} was given; the planner knows {', '.join(sorted(ITEMSIZE))} "
+        "(or a torch.dtype). HINT: pass dtype='float32' or 'float64'"
+    )
+
+
+def _positive(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"{name}={value!r} was given; it must be a whole number >= 1. "
+            f"HINT: pass the model's {name} as an int"
+        )
+    return value
+
+
+def _solver_bytes(strategy: Strategy, rows: int, params: int, item: int) -> tuple[int, str]:
+    """Bytes the solver holds, and the formula in words."""
+    if strategy == "accumulate":
+        return 2 * params * params * 8 + 3 * params * 8, (
+            f"2 x {params}^2 x 8 (JtJ and its damped copy, float64) + 3 x {params} x 8 (vectors)"
+        )
+    side = min(rows, params)
+    return rows * params * item + 2 * side * side * 8 + (rows + params) * 8, (
+        f"{rows} x {params} x {item} (J) + 2 x {side}^2 x 8 (normal matrix and copy, float64)"
+        f" + ({rows} + {params}) x 8 (vectors)"
+    )
+
+
+def plan(
+    params: int,
+    batch: int,
+    outputs: int = 1,
+    dtype: Any = "float32",
+    gpus: Sequence[GpuInfo] | None = None,
+    *,
+    legate_gpus: int | None = None,
+    strategy: Literal["auto", "explicit", "accumulate"] = "auto",
+    headroom: float = 0.2,
+    host: HostMemory | None = None,
+) -> Plan:
+    """Plan one LM step of ``params`` parameters over ``batch`` samples of ``outputs`` residuals.
+
+    ``gpus`` defaults to the visible GPUs (NVML); pass ``[]`` to plan for the CPU. ``headroom``
+    is the fraction of each device's free memory left untouched. ``legate_gpus`` forces K.
+    Every argument is checked before any arithmetic.
+    """
+    params, batch, outputs = (
+        _positive("params", params),
+        _positive("batch", batch),
+        _positive("outputs", outputs),
+    )
+    name, item = _itemsize(dtype)
+    if not 0.0 <= headroom < 1.0:
+        raise ValueError(
+            f"headroom={headroom!r} was given; it is the fraction of free memory kept "
+            "unused, in [0, 1). HINT: 0.2 keeps a fifth free"
+        )
+    if strategy not in ("auto", "explicit", "accumulate"):
+        raise ValueError(
+            f"strategy={strategy!r} was given; expected 'auto', 'explicit' or 'accumulate'. "
+            "HINT: leave it 'auto' to choose by the shape of J"
+        )
+    visible = list(survey().gpus if gpus is None else gpus)
+    if legate_gpus is not None and not 0 <= legate_gpus < max(len(visible), 1):
+        raise ValueError(
+            f"legate_gpus={legate_gpus!r} was given but {len(visible)} GPU(s) are visible and "
+            "the model needs at least one. HINT: pass legate_gpus between 0 and "
+            f"{max(len(visible) - 1, 0)}, or leave it None to let the planner choose"
+        )
+    rows = batch * outputs
+    chosen: Strategy = (
+        ("accumulate" if rows >= params else "explicit") if strategy == "auto" else strategy
+    )
+    jacobian = rows * params * item
+    normal = params * params * 8
+    solver, formula = _solver_bytes(chosen, rows, params, item)
+    keep = 1.0 - headroom
+    lines = [
+        f"J has R = N x m = {batch} x {outputs} = {rows} rows and P = {params} columns "
+        f"of {name} ({item} B).",
+        f"J whole: R x P x {item} = {_fmt(jacobian)}; JtJ: P x P x 8 = {_fmt(normal)}.",
+        f"strategy {chosen}: "
+        + (
+            "R >= P, so JtJ and Jtr are summed slice by slice and J is never whole."
+            if chosen == "accumulate" and strategy == "auto"
+            else "R < P, so the solver holds J and solves the R x R system."
+            if strategy == "auto"
+            else "forced."
+        ),
+        f"solver memory: {formula} = {_fmt(solver)}.",
+    ]
+    common = dict(
+        params=params, batch=batch, outputs=outputs, dtype=name, rows=rows, strategy=chosen,
+        jacobian_bytes=jacobian, normal_bytes=normal, solver_bytes=solver,
+    )  # fmt: skip
+    per_sample = SLICE_FACTOR * outputs * params * item
+    partial = normal if chosen == "accumulate" else 0
+    if not visible:
+        return _plan_cpu(host or host_memory(), keep, per_sample, partial, lines, common)
+    return _plan_gpus(visible, legate_gpus, keep, per_sample, partial, lines, common)
+
+
+def _slice(budget: float, per_sample: int, batch: int, devices: int) -> tuple[int, int]:
+    """Largest slice that fits ``budget`` and leaves every device work: (slice, memory cap)."""
+    by_memory = int(budget // per_sample) if budget > 0 else 0
+    return max(1, min(by_memory, max(1, batch // devices))), by_memory
+
+
+def _slice_lines(
+    budget: float, per_sample: int, batch: int, devices: int, reserved: str, lines: list[str]
+) -> tuple[int, bool]:
+    size, by_memory = _slice(budget, per_sample, batch, devices)
+    extra = f" after {reserved}" if reserved else ""
+    lines.append(
+        f"slice memory: {SLICE_FACTOR} x m x P x b = {_fmt(per_sample)} per sample; "
+        f"{_fmt(max(budget, 0))} usable per model device{extra} -> at most {by_memory} samples."
+    )
+    lines.append(
+        f"slice_size = min({by_memory}, N // D = {batch} // {devices} = {batch // devices})"
+        f" = {size}."
+    )
+    return size, by_memory >= 1
+
+
+def _reserved(solver: int, partial: int) -> str:
+    """What a model device keeps besides its slices, in words."""
+    parts = [f"{_fmt(solver)} for the solver"] if solver else []
+    parts += [f"{_fmt(partial)} for the local JtJ sum"] if partial else []
+    return " and ".join(parts)
+
+
+def _plan_cpu(
+    host: HostMemory,
+    keep: float,
+    per_sample: int,
+    partial: int,
+    lines: list[str],
+    common: dict[str, Any],
+) -> Plan:
+    usable = host.available * keep
+    solver = int(common["solver_bytes"])
+    lines.append(
+        f"no GPU: the model runs on the CPU and the solver in NumPy, in RAM: "
+        f"{_fmt(host.available)} available ({host.source}), {_fmt(usable)} usable."
+    )
+    reserved = _reserved(solver, partial)
+    size, slice_fits = _slice_lines(
+        usable - solver - partial, per_sample, common["batch"], 1, reserved, lines
+    )
+    fits = slice_fits and solver <= usable
+    lines.append(_verdict(fits, "RAM", solver + partial + size * per_sample, usable))
+    return Plan(
+        **common, backend="numpy", legate_gpus=0, model_devices=("cpu",), slice_size=size,
+        slice_bytes=size * per_sample, fits=fits, fbmem_mib=None, sysmem_mib=None,
+        lines=tuple(lines),
+    )  # fmt: skip
+
+
+def _verdict(fits: bool, where: str, need: float, have: float) -> str:
+    if fits:
+        return f"fits: {_fmt(need)} needed of {_fmt(have)} usable {where}."
+    return (
+        f"does NOT fit: {_fmt(need)} needed but {_fmt(have)} usable {where}. HINT: use a "
+        "smaller batch, float32, or more GPUs for Legate"
+    )
+
+
+def _plan_gpus(
+    visible: list[GpuInfo],
+    forced: int | None,
+    keep: float,
+    per_sample: int,
+    partial: int,
+    lines: list[str],
+    common: dict[str, Any],
+) -> Plan:
+    solver = int(common["solver_bytes"])
+    usable = [gpu.memory_free * keep for gpu in visible]
+    lines.append(
+        f"{len(visible)} GPU(s) visible; usable memory (free x {keep:.2f}): "
+        + ", ".join(f"cuda:{g.ordinal} {_fmt(u)}" for g, u in zip(visible, usable, strict=True))
+        + "."
+    )
+    if len(visible) == 1 and forced is None:
+        forced = 0
+        lines.append("one GPU: Legate takes none; the solver shares cuda:0 with the model (torch).")
+    if forced is None:
+        # Legate takes the first K ordinals: the smallest K whose usable memory holds the
+        # solver, leaving at least one GPU to the model.
+        k = next((k for k in range(1, len(visible)) if sum(usable[:k]) >= solver), len(visible) - 1)
+        lines.append(
+            f"Legate takes the first K GPUs: K = {k}, the fewest whose usable memory "
+            f"({_fmt(sum(usable[:k]))}) holds {_fmt(solver)}, keeping one for the model."
+        )
+    else:
+        k = forced
+        if len(visible) > 1:
+            lines.append(f"Legate takes the first K = {k} GPU(s), as asked.")
+    model = visible[k:]
+    model_usable = min(usable[k:])
+    if k == 0:
+        # The solver's arrays sit on the first model device (torch backend).
+        budget = model_usable - solver - partial
+        solver_fits = solver <= model_usable
+        reserved = _reserved(solver, partial)
+    else:
+        budget = model_usable - partial
+        solver_fits = sum(usable[:k]) >= solver
+        reserved = _reserved(0, partial)
+    size, slice_fits = _slice_lines(
+        budget, per_sample, common["batch"], len(model), reserved, lines
+    )
+    fits = solver_fits and slice_fits
+    if k == 0:
+        lines.append(
+            _verdict(fits, "on cuda:0", solver + partial + size * per_sample, model_usable)
+        )
+        fbmem = sysmem = None
+    else:
+        lines.append(_verdict(solver_fits, f"on Legate's {k} GPU(s)", solver, sum(usable[:k])))
+        fbmem = max(LEGATE_MIN_MIB, int(min(usable[:k]) // MiB))
+        staged = 2 * len(model) * (size * per_sample // SLICE_FACTOR + partial)
+        sysmem = max(LEGATE_MIN_MIB, math.ceil(staged / MiB))
+        lines.append(
+            f"--fbmem {fbmem}: the usable memory of Legate's smallest GPU, in MiB, so its "
+            "temporaries have room."
+        )
+        lines.append(
+            f"--sysmem {sysmem}: host staging for 2 slices in flight per model device "
+            f"(2 x {len(model)} x (slice J + JtJ part) = {_fmt(staged)}), at least "
+            f"{LEGATE_MIN_MIB} MiB."
+        )
+    return Plan(
+        **common, backend="torch" if k == 0 else "cupynumeric", legate_gpus=k,
+        model_devices=tuple(f"cuda:{g.ordinal}" for g in model), slice_size=size,
+        slice_bytes=size * per_sample, fits=fits, fbmem_mib=fbmem, sysmem_mib=sysmem,
+        lines=tuple(lines),
+    )  # fmt: skip

@@ -1,0 +1,104 @@
+"""Every environment variable that ``marquardt.devices`` reads, with its meaning.
+
+Nothing else in the package calls ``os.environ``: each variable is read here, when asked,
+never at import, so a value changed by a launcher before the first call is honoured.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+#: name -> meaning, for documentation and for ``marquardt-devices --env``.
+ENVIRONMENT: dict[str, str] = {
+    "CUDA_VISIBLE_DEVICES": (
+        "which GPUs CUDA (and so PyTorch) may use, and in which order: indices, GPU-UUIDs or "
+        "unique prefixes of them, MIG- ids; empty or -1 hides every GPU; the first invalid "
+        "entry ends the list"
+    ),
+    "CUDA_DEVICE_ORDER": (
+        "FASTEST_FIRST (CUDA's default) or PCI_BUS_ID; NVML always enumerates in PCI bus "
+        "order, so indices agree with CUDA's only under PCI_BUS_ID or on a machine of one "
+        "GPU model"
+    ),
+    "LEGATE_CONFIG": (
+        "flags for the Legate runtime, read once when it starts; its --gpus K says how many "
+        "of the visible GPUs Legate takes (the first K)"
+    ),
+    "LEGATE_AUTO_CONFIG": (
+        "0 turns off Legate's automatic configuration, which otherwise reserves every GPU "
+        "when LEGATE_CONFIG names no --gpus"
+    ),
+    "LOCAL_RANK": "rank of this process on its node (torchrun, Lightning); shown by the CLI",
+    "RANK": "global rank of this process (torchrun); shown by the CLI",
+    "WORLD_SIZE": "number of processes in the job (torchrun); shown by the CLI",
+    "SLURM_LOCALID": "rank of this task on its node under srun; LOCAL_RANK when that is unset",
+    "SLURM_PROCID": "global rank of this task under srun; RANK when that is unset",
+    "SLURM_NTASKS": "number of tasks in the Slurm step; WORLD_SIZE when that is unset",
+    "SLURM_JOB_GPUS": (
+        "GPU indices Slurm allocated to the job (Slurm also sets CUDA_VISIBLE_DEVICES); "
+        "shown by the CLI to explain the visible set"
+    ),
+}
+
+
+def _get(name: str) -> str | None:
+    # A single accessor keeps the list above honest: tests assert every name read is listed.
+    if name not in ENVIRONMENT:
+        raise KeyError(f"{name} is not a documented setting of marquardt.devices")
+    return os.environ.get(name)
+
+
+def cuda_visible_devices() -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` as set, or ``None`` when unset (every GPU visible)."""
+    return _get("CUDA_VISIBLE_DEVICES")
+
+
+def cuda_device_order() -> str:
+    """``CUDA_DEVICE_ORDER``, upper-cased; ``FASTEST_FIRST`` when unset, as CUDA assumes."""
+    return (_get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST").strip().upper()
+
+
+def legate_config() -> str:
+    """``LEGATE_CONFIG``, or ``""`` when unset."""
+    return _get("LEGATE_CONFIG") or ""
+
+
+def legate_auto_config() -> bool:
+    """Whether Legate's automatic configuration is on (``LEGATE_AUTO_CONFIG`` is not 0)."""
+    value = (_get("LEGATE_AUTO_CONFIG") or "1").strip().lower()
+    return value not in {"0", "false", "no", "off"}
+
+
+def _int_or_none(*names: str) -> int | None:
+    for name in names:
+        value = _get(name)
+        if value is not None and value.strip().lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class ProcessPlace:
+    """Where this process sits in a launched job (``None`` where the launcher said nothing)."""
+
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    slurm_job_gpus: str | None
+
+
+def process_place() -> ProcessPlace:
+    """Rank, local rank and world size from torchrun's variables, else from Slurm's."""
+    return ProcessPlace(
+        rank=_int_or_none("RANK", "SLURM_PROCID"),
+        local_rank=_int_or_none("LOCAL_RANK", "SLURM_LOCALID"),
+        world_size=_int_or_none("WORLD_SIZE", "SLURM_NTASKS"),
+        slurm_job_gpus=_get("SLURM_JOB_GPUS"),
+    )
+
+
+def describe_visible() -> str:
+    """``CUDA_VISIBLE_DEVICES=...`` as it reads in messages (``unset`` when absent)."""
+    value = cuda_visible_devices()
+    return "CUDA_VISIBLE_DEVICES unset" if value is None else f"CUDA_VISIBLE_DEVICES={value}"
