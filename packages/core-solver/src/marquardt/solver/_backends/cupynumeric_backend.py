@@ -1,0 +1,247 @@
+"""The cuPyNumeric backend: the LM system assembled and solved in Legate, over its processors.
+
+Assembly (see ``base``; Marquardt 1963, Nielsen 1999): over-determined A = JᵀJ/N,
+g = Jᵀr/N; under-determined B = JJᵀ/N, g = r/N with δ = Jᵀu. Strategy "explicit" copies
+each Jacobian slice J_s into one Legate array J (N × P), which Legate partitions over its
+GPUs (or CPU processors), and forms the products there; strategy "accumulate" hands over
+the P × P products the model devices already summed. A and g are kept in float64. Each
+damped solve, (A + λD)δ = g, is ``cupynumeric.linalg.cholesky`` followed by two triangular
+solves (``cho_solve``), in float64; a failed factorisation (cuPyNumeric raises
+``LinAlgError``) or a non-finite δ returns ``None``, a rejected attempt. δ comes back as a
+float64 CPU torch tensor, to be broadcast to the model replicas.
+
+How slices reach Legate (facts of the 26.x wheels):
+
+* A CPU slice is attached zero-copy with ``cupynumeric.from_dlpack``. Legate reads attached
+  buffers asynchronously, which is safe only because the Jacobian engine hands out fresh
+  tensors and never writes them again.
+* Legate can attach a CUDA tensor only if it sits on a GPU that Legate itself owns, and the
+  model side runs on the other GPUs; so a CUDA slice is copied into a fresh pinned host
+  buffer (one per slice, never reused) and that buffer is attached.
+* ``A.T @ A`` for a tall A splits A's rows across processors only when
+  (m+n)·k·itemsize < ``CUPYNUMERIC_MATMUL_CACHE_SIZE`` × processors (128 MiB by default),
+  otherwise it batches over k on a few processors. Before its first product the backend
+  raises that setting to :data:`MATMUL_CACHE_SIZE` unless the user has set it.
+* Factorisation: ``cholesky`` is tiled across processors only above n = 8192, so for the
+  usual P it runs on one processor; P × P is small next to J.
+
+cuPyNumeric is imported when a backend is created, never when this module is imported:
+importing it starts the Legate runtime, which changes process state.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._errors import BackendUnavailableError
+from .._scaling import SCALINGS, marquardt_floor
+from .base import ArrayBackend, LinearSystem, Solution
+
+if TYPE_CHECKING:
+    from marquardt.jacobian import JacobianSlice, NormalProducts
+
+__all__ = ["MATMUL_CACHE_SIZE", "CupynumericBackend", "create_backend"]
+
+#: Value given to ``CUPYNUMERIC_MATMUL_CACHE_SIZE`` when unset (bytes per processor), so
+#: that JᵀJ of a tall J is split by rows over all of Legate's processors.
+MATMUL_CACHE_SIZE = 1 << 33
+
+_CACHE_VARIABLE = "CUPYNUMERIC_MATMUL_CACHE_SIZE"
+
+#: Torch dtypes cuPyNumeric's linear algebra does not take; they are widened to float32.
+_NARROW = (torch.float16, torch.bfloat16)
+
+
+def _import_cupynumeric() -> Any:
+    """``cupynumeric`` (starting Legate if it is not running), or a house-style error."""
+    # cuPyNumeric reads this on its first matrix product, so it must be set beforehand.
+    os.environ.setdefault(_CACHE_VARIABLE, str(MATMUL_CACHE_SIZE))
+    try:
+        return importlib.import_module("cupynumeric")
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"backend='cupynumeric' was asked for, but cuPyNumeric cannot be imported ({exc}). "
+            "HINT: pip install 'marquardt-solver[legate]'; the PyPI wheels need an NVIDIA "
+            "driver (libcuda.so.1), or use backend='torch' or 'numpy'"
+        ) from exc
+
+
+class CupynumericBackend:
+    """Assemble and solve in cuPyNumeric on Legate's processors. See the module docstring."""
+
+    name = "cupynumeric"
+
+    def __init__(self) -> None:
+        self._cn: Any = _import_cupynumeric()
+        self._linalg: Any = importlib.import_module("cupynumeric.linalg")
+        runtime: Any = importlib.import_module("legate.core").get_legate_runtime()
+        self._runtime = runtime
+
+    # -- moving torch tensors into Legate ------------------------------------------------
+
+    def _attach(self, tensor: torch.Tensor) -> Any:
+        """A Legate array reading ``tensor``'s values (zero-copy for CPU tensors).
+
+        The buffer attached is either the caller's fresh tensor (never written again) or a
+        fresh host copy made here, so Legate's asynchronous reads are safe.
+        """
+        t = tensor.detach()
+        if t.dtype in _NARROW:
+            t = t.float()
+        if t.device.type == "cuda":
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            with torch.cuda.device(t.device):
+                stream = torch.cuda.current_stream()
+                host.copy_(t, non_blocking=True)
+                # The pinned copy must be complete before Legate starts reading it.
+                stream.synchronize()
+            t = host
+        elif t.device.type != "cpu":
+            t = t.to("cpu")
+        return self._cn.from_dlpack(t.contiguous())
+
+    def _fresh_float64(self, tensor: torch.Tensor) -> Any:
+        """A Legate float64 array holding a private copy of ``tensor`` (small arrays only)."""
+        host = tensor.detach().to("cpu", torch.float64, copy=True).contiguous()
+        return self._cn.from_dlpack(host)
+
+    # -- assembly -------------------------------------------------------------------------
+
+    def system_from_products(self, products: NormalProducts) -> LinearSystem:
+        n = int(products.rows)
+        a = self._fresh_float64(products.jtj) / n
+        g = self._fresh_float64(products.jtr.reshape(-1)) / n
+        return LinearSystem(
+            a=a,
+            g=g,
+            diag=self._cn.diagonal(a).copy(),
+            rows=n,
+            params=int(a.shape[0]),
+            underdetermined=False,
+            rss=float(products.rss),
+        )
+
+    def system_from_slices(
+        self, slices: Iterable[JacobianSlice], rows: int, params: int
+    ) -> LinearSystem:
+        cn = self._cn
+        jac: Any = None
+        res: Any = None
+        for piece in slices:
+            j = self._attach(piece.jacobian)
+            r = self._attach(piece.residuals.reshape(-1))
+            if jac is None:
+                jac = cn.empty((rows, params), dtype=j.dtype)
+                res = cn.empty(rows, dtype=r.dtype)
+            # A copy task inside Legate: J is one array that Legate partitions by rows.
+            jac[piece.start : piece.stop] = j
+            res[piece.start : piece.stop] = r
+        if jac is None:
+            raise ValueError(
+                f"system_from_slices got no slices for {rows} rows. "
+                "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
+            )
+        return self.system_from_matrix(jac, res)
+
+    def system_from_matrix(self, jac: Any, res: Any) -> LinearSystem:
+        """The system for an explicit J (N × P) and r (N,) already in Legate."""
+        cn = self._cn
+        n, p = int(jac.shape[0]), int(jac.shape[1])
+        r64 = res.astype(cn.float64)
+        rss = float(cn.dot(r64, r64))
+        col = (jac * jac).sum(axis=0, dtype=cn.float64) / n
+        if n >= p:
+            a = (jac.T @ jac).astype(cn.float64) / n
+            g = (jac.T @ res).astype(cn.float64) / n
+            return LinearSystem(
+                a=a, g=g, diag=col, rows=n, params=p, underdetermined=False, rss=rss
+            )
+        b = (jac @ jac.T).astype(cn.float64) / n
+        gradient = (jac.T @ res).astype(cn.float64) / n
+        return LinearSystem(
+            a=b,
+            g=r64 / n,
+            diag=col,
+            rows=n,
+            params=p,
+            underdetermined=True,
+            rss=rss,
+            jacobian=jac,
+            gradient=gradient,
+        )
+
+    # -- damped solves --------------------------------------------------------------------
+
+    def _scaling(self, diag: Any, scaling: str) -> Any:
+        """D of (A + λD): ones, or diag clamped from below (``marquardt_floor``)."""
+        cn = self._cn
+        if scaling == "identity":
+            return cn.ones_like(diag)
+        if scaling == "marquardt":
+            finite = cn.isfinite(diag)
+            top = float(cn.max(cn.where(finite, diag, -np.inf))) if bool(finite.any()) else 0.0
+            floor = marquardt_floor(top)
+            return cn.maximum(cn.where(finite, diag, floor), floor)
+        raise ValueError(
+            f"scaling must be one of {SCALINGS}, got {scaling!r}. "
+            "HINT: pass 'identity' or 'marquardt' to LMA(scaling=...)."
+        )
+
+    def _cholesky_solve(self, matrix: Any, rhs: Any) -> Any | None:
+        """x with matrix·x = rhs by float64 Cholesky, or ``None`` when it is not positive
+        definite (NaN in the factor shows up later as a non-finite δ)."""
+        try:
+            lower = self._linalg.cholesky(matrix)
+            return self._linalg.cho_solve((lower, True), rhs, check_finite=False)
+        except (np.linalg.LinAlgError, self._linalg.LinAlgError):
+            return None
+
+    def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
+        cn = self._cn
+        a: Any = system.a
+        g: Any = system.g
+        if system.underdetermined:
+            u = self._cholesky_solve(a + damping * cn.eye(a.shape[0], dtype=cn.float64), g)
+            if u is None:
+                return None
+            jac: Any = system.jacobian
+            delta = (jac.T @ u.astype(jac.dtype)).astype(cn.float64)
+            # Jδ = JJᵀu = N·Bu, so δᵀJᵀr/N = N·(Bu)ᵀg and ‖Jδ‖²/N = N·‖Bu‖².
+            bu = a @ u
+            n = system.rows
+            gradient_dot = n * cn.dot(bu, g)
+            curvature = n * cn.dot(bu, bu)
+        else:
+            d = self._scaling(system.diag, scaling)
+            solved = self._cholesky_solve(a + cn.diag(float(damping) * d), g)
+            if solved is None:
+                return None
+            delta = solved
+            gradient_dot = cn.dot(delta, g)
+            curvature = cn.dot(delta, a @ delta)
+        # A private host copy: the Legate array may be freed or reused once we return.
+        host = np.array(delta, dtype=np.float64, copy=True)
+        if not np.all(np.isfinite(host)):
+            return None
+        return Solution(
+            delta=torch.from_numpy(host),
+            gradient_dot=float(gradient_dot),
+            curvature=float(curvature),
+            damping=float(damping),
+        )
+
+    def synchronize(self) -> None:
+        """Block until every Legate operation issued so far has finished."""
+        self._runtime.issue_execution_fence(block=True)
+
+
+def create_backend(device: torch.device) -> ArrayBackend:
+    """The cuPyNumeric backend (``device``, the model's, is where slices come from; Legate
+    holds its own processors). Starts Legate if it is not running yet."""
+    return CupynumericBackend()
