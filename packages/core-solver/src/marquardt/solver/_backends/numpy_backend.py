@@ -1,0 +1,179 @@
+"""The NumPy backend: the CPU reference for assembling and solving the LM system.
+
+Assembly (see ``base``): over-determined A = JᵀJ/N, g = Jᵀr/N; under-determined
+B = JJᵀ/N, g = r/N with δ = Jᵀu. J is assembled in the slices' dtype (``J.T @ J`` lets
+NumPy call the BLAS symmetric rank-k update), A and g are then kept in float64. Each
+damped solve factorises A + λD by Cholesky in float64 (``scipy.linalg.cho_factor`` when
+SciPy is installed, else ``numpy.linalg.cholesky`` and two triangular solves); a failed
+factorisation or a non-finite δ returns ``None`` (a rejected attempt, never an exception).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from .._scaling import scaling_diagonal_numpy
+from .base import ArrayBackend, LinearSystem, Solution
+
+if TYPE_CHECKING:
+    from marquardt.jacobian import JacobianSlice, NormalProducts
+
+__all__ = ["NumpyBackend", "cholesky_solve_numpy", "create_backend"]
+
+F64 = np.ndarray[Any, np.dtype[np.float64]]
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray[Any, np.dtype[Any]]:
+    """A torch tensor as a NumPy array on the host (zero-copy for CPU tensors)."""
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.float()
+    return t.numpy()
+
+
+def cholesky_solve_numpy(matrix: F64, rhs: F64) -> F64 | None:
+    """x with matrix·x = rhs by Cholesky in float64, or ``None`` when the matrix is not
+    (numerically) positive definite or x is not finite."""
+    try:
+        from scipy.linalg import cho_factor, cho_solve
+    except ImportError:  # SciPy is optional: plain NumPy below
+        cho_factor = None
+    try:
+        if cho_factor is not None:
+            factor = cho_factor(matrix, lower=True, check_finite=False)
+            x = cho_solve(factor, rhs, check_finite=False)
+        else:
+            lower = np.linalg.cholesky(matrix)
+            y = _forward_substitution(lower, rhs)
+            x = _forward_substitution(lower.T[::-1, ::-1], y[::-1])[::-1]
+    except (np.linalg.LinAlgError, ValueError):
+        return None
+    x = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(x)):
+        return None
+    return x
+
+
+def _forward_substitution(lower: F64, rhs: F64) -> F64:
+    """Solve L y = b for lower-triangular L (the NumPy-only fallback path)."""
+    n = rhs.shape[0]
+    y = np.empty(n, dtype=np.float64)
+    for i in range(n):
+        y[i] = (rhs[i] - lower[i, :i] @ y[:i]) / lower[i, i]
+    return y
+
+
+class NumpyBackend:
+    """Assemble and solve in NumPy on the host. See the module docstring."""
+
+    name = "numpy"
+
+    def system_from_products(self, products: NormalProducts) -> LinearSystem:
+        n = int(products.rows)
+        a = _to_numpy(products.jtj).astype(np.float64) / n
+        g = _to_numpy(products.jtr).astype(np.float64).reshape(-1) / n
+        return LinearSystem(
+            a=a,
+            g=g,
+            diag=np.diagonal(a).copy(),
+            rows=n,
+            params=a.shape[0],
+            underdetermined=False,
+            rss=float(products.rss),
+        )
+
+    def system_from_slices(
+        self, slices: Iterable[JacobianSlice], rows: int, params: int
+    ) -> LinearSystem:
+        jac: np.ndarray[Any, np.dtype[Any]] | None = None
+        res: np.ndarray[Any, np.dtype[Any]] | None = None
+        for piece in slices:
+            j = _to_numpy(piece.jacobian)
+            r = _to_numpy(piece.residuals).reshape(-1)
+            if jac is None or res is None:
+                jac = np.empty((rows, params), dtype=j.dtype)
+                res = np.empty(rows, dtype=r.dtype)
+            jac[piece.start : piece.stop] = j
+            res[piece.start : piece.stop] = r
+        if jac is None or res is None:
+            raise ValueError(
+                f"system_from_slices got no slices for {rows} rows. "
+                "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
+            )
+        return system_from_matrix(jac, res)
+
+    def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
+        a: F64 = system.a
+        g: F64 = system.g
+        if system.underdetermined:
+            m = a + damping * np.eye(a.shape[0])
+            u = cholesky_solve_numpy(m, g)
+            if u is None:
+                return None
+            jac = system.jacobian
+            assert jac is not None
+            delta = np.asarray(jac.T @ u.astype(jac.dtype), dtype=np.float64)
+            if not np.all(np.isfinite(delta)):
+                return None
+            # Jδ = JJᵀu = N·Bu, so δᵀJᵀr/N = N·(Bu)ᵀg and ‖Jδ‖²/N = N·‖Bu‖².
+            bu = a @ u
+            n = system.rows
+            gradient_dot = float(n * (bu @ g))
+            curvature = float(n * (bu @ bu))
+        else:
+            d = scaling_diagonal_numpy(system.diag, scaling)
+            m = a.copy()
+            m[np.diag_indices_from(m)] += damping * d
+            delta_or_none = cholesky_solve_numpy(m, g)
+            if delta_or_none is None:
+                return None
+            delta = delta_or_none
+            gradient_dot = float(delta @ g)
+            curvature = float(delta @ (a @ delta))
+        return Solution(
+            delta=torch.from_numpy(delta),
+            gradient_dot=gradient_dot,
+            curvature=curvature,
+            damping=float(damping),
+        )
+
+    def synchronize(self) -> None:
+        """NumPy is synchronous: nothing to wait for."""
+
+
+def system_from_matrix(
+    jac: np.ndarray[Any, np.dtype[Any]], res: np.ndarray[Any, np.dtype[Any]]
+) -> LinearSystem:
+    """The system for an explicit J (N × P) and r (N,), over- or under-determined."""
+    n, p = jac.shape
+    r64 = res.astype(np.float64)
+    rss = float(r64 @ r64)
+    col = np.einsum("ij,ij->j", jac, jac, dtype=np.float64) / n
+    if n >= p:
+        a = np.asarray(jac.T @ jac, dtype=np.float64) / n
+        g = np.asarray(jac.T @ res, dtype=np.float64) / n
+        return LinearSystem(a=a, g=g, diag=col, rows=n, params=p, underdetermined=False, rss=rss)
+    b = np.asarray(jac @ jac.T, dtype=np.float64) / n
+    gradient = np.asarray(jac.T @ res, dtype=np.float64) / n
+    return LinearSystem(
+        a=b,
+        g=r64 / n,
+        diag=col,
+        rows=n,
+        params=p,
+        underdetermined=True,
+        rss=rss,
+        jacobian=jac,
+        gradient=gradient,
+    )
+
+
+def create_backend(device: torch.device) -> ArrayBackend:
+    """The NumPy backend (``device`` is ignored: NumPy runs on the host)."""
+    return NumpyBackend()

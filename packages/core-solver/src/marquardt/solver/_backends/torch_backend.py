@@ -1,0 +1,165 @@
+"""The torch backend: assemble and solve on the model's own device, no transfer.
+
+Assembly (see ``base``): over-determined A = JᵀJ/N, g = Jᵀr/N; under-determined
+B = JJᵀ/N, g = r/N with δ = Jᵀu. The products arrive from the Jacobian engine on the model
+device and stay there; A, g and D are held in float64 (P × P is small next to J), and each
+damped solve is ``torch.linalg.cholesky_ex`` (which reports failure through ``info``
+instead of raising) followed by ``torch.cholesky_solve``. A failed factorisation or a
+non-finite δ returns ``None``: a rejected attempt. This is the best choice on one GPU, and
+on a CPU machine without Legate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import torch
+
+from .._scaling import marquardt_floor
+from .base import ArrayBackend, LinearSystem, Solution
+
+if TYPE_CHECKING:
+    from marquardt.jacobian import JacobianSlice, NormalProducts
+
+__all__ = ["TorchBackend", "create_backend"]
+
+
+class TorchBackend:
+    """Assemble and solve with torch on ``device``. See the module docstring."""
+
+    name = "torch"
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+
+    def system_from_products(self, products: NormalProducts) -> LinearSystem:
+        n = int(products.rows)
+        a = products.jtj.detach().to(self.device, torch.float64) / n
+        g = products.jtr.detach().to(self.device, torch.float64).reshape(-1) / n
+        return LinearSystem(
+            a=a,
+            g=g,
+            diag=torch.diagonal(a).clone(),
+            rows=n,
+            params=int(a.shape[0]),
+            underdetermined=False,
+            rss=float(products.rss),
+        )
+
+    def system_from_slices(
+        self, slices: Iterable[JacobianSlice], rows: int, params: int
+    ) -> LinearSystem:
+        jac: torch.Tensor | None = None
+        res: torch.Tensor | None = None
+        for piece in slices:
+            j = piece.jacobian.detach()
+            r = piece.residuals.detach().reshape(-1)
+            if jac is None or res is None:
+                jac = torch.empty((rows, params), dtype=j.dtype, device=self.device)
+                res = torch.empty(rows, dtype=r.dtype, device=self.device)
+            jac[piece.start : piece.stop] = j.to(self.device)
+            res[piece.start : piece.stop] = r.to(self.device)
+        if jac is None or res is None:
+            raise ValueError(
+                f"system_from_slices got no slices for {rows} rows. "
+                "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
+            )
+        return self.system_from_matrix(jac, res)
+
+    def system_from_matrix(self, jac: torch.Tensor, res: torch.Tensor) -> LinearSystem:
+        """The system for an explicit J (N × P) and r (N,) on this device."""
+        n, p = int(jac.shape[0]), int(jac.shape[1])
+        r64 = res.to(torch.float64)
+        rss = float(r64 @ r64)
+        col = (jac * jac).sum(dim=0, dtype=torch.float64) / n
+        if n >= p:
+            a = (jac.T @ jac).to(torch.float64) / n
+            g = (jac.T @ res).to(torch.float64) / n
+            return LinearSystem(
+                a=a, g=g, diag=col, rows=n, params=p, underdetermined=False, rss=rss
+            )
+        b = (jac @ jac.T).to(torch.float64) / n
+        gradient = (jac.T @ res).to(torch.float64) / n
+        return LinearSystem(
+            a=b,
+            g=r64 / n,
+            diag=col,
+            rows=n,
+            params=p,
+            underdetermined=True,
+            rss=rss,
+            jacobian=jac,
+            gradient=gradient,
+        )
+
+    def _scaling(self, diag: torch.Tensor, scaling: str) -> torch.Tensor:
+        if scaling == "identity":
+            return torch.ones_like(diag)
+        if scaling == "marquardt":
+            finite = torch.isfinite(diag)
+            top = float(diag[finite].max()) if bool(finite.any()) else 0.0
+            floor = marquardt_floor(top)
+            return torch.where(finite, diag, torch.full_like(diag, floor)).clamp_min(floor)
+        raise ValueError(
+            f"scaling must be 'identity' or 'marquardt', got {scaling!r}. "
+            "HINT: pass one of those to LMA(scaling=...)."
+        )
+
+    def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
+        a: torch.Tensor = system.a
+        g: torch.Tensor = system.g
+        if system.underdetermined:
+            m = a + damping * torch.eye(a.shape[0], dtype=a.dtype, device=a.device)
+            u = _cholesky_solve(m, g)
+            if u is None:
+                return None
+            jac = system.jacobian
+            assert isinstance(jac, torch.Tensor)
+            delta = (jac.T @ u.to(jac.dtype)).to(torch.float64)
+            if not bool(torch.isfinite(delta).all()):
+                return None
+            # Jδ = JJᵀu = N·Bu, so δᵀJᵀr/N = N·(Bu)ᵀg and ‖Jδ‖²/N = N·‖Bu‖².
+            bu = a @ u
+            n = system.rows
+            gradient_dot = float(n * (bu @ g))
+            curvature = float(n * (bu @ bu))
+        else:
+            m = a.clone()
+            m.diagonal().add_(self._scaling(system.diag, scaling), alpha=float(damping))
+            solved = _cholesky_solve(m, g)
+            if solved is None:
+                return None
+            delta = solved
+            gradient_dot = float(delta @ g)
+            curvature = float(delta @ (a @ delta))
+        return Solution(
+            delta=delta.to("cpu"),
+            gradient_dot=gradient_dot,
+            curvature=curvature,
+            damping=float(damping),
+        )
+
+    def synchronize(self) -> None:
+        """Wait for queued CUDA work on this device (nothing to do on the CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _cholesky_solve(matrix: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor | None:
+    """x with matrix·x = rhs (float64 Cholesky), or ``None`` if not positive definite or
+    x is not finite."""
+    if not bool(torch.isfinite(matrix).all()):
+        return None
+    lower, info = torch.linalg.cholesky_ex(matrix)
+    if int(info) != 0:
+        return None
+    x = torch.cholesky_solve(rhs.reshape(-1, 1), lower).reshape(-1)
+    if not bool(torch.isfinite(x).all()):
+        return None
+    return x
+
+
+def create_backend(device: torch.device) -> ArrayBackend:
+    """The torch backend on ``device`` (the model's device)."""
+    return TorchBackend(device)

@@ -1,0 +1,159 @@
+"""Damping rules: how λ in (A + λD)δ = g moves after each attempt.
+
+Two small, replaceable classes share the :class:`DampingRule` protocol:
+
+* :class:`FixedDamping` (Marquardt 1963): accept an attempt when the loss decreases; λ is
+  multiplied by ``down`` after an acceptance and by ``up`` after a rejection.
+* :class:`NielsenDamping` (Nielsen 1999; Madsen, Nielsen & Tingleff 2004, §3.2): the gain
+  ratio ρ = (actual reduction) / (reduction predicted by the linear model) decides. Accept
+  when ρ > 0; then λ ← λ·max(1/3, 1 − (2ρ − 1)³) and ν ← 2. On rejection λ ← λ·ν and
+  ν ← 2ν, so repeated failures raise λ ever faster.
+
+Both clamp λ to [minimum, maximum]; a rule *at its ceiling* (λ = maximum) means the model
+cannot be improved from here, which ``LMA.step`` reports as termination ("damping_max").
+λ lives in the rule and carries over from step to step, also when the batch changes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol, runtime_checkable
+
+__all__ = ["DampingRule", "FixedDamping", "NielsenDamping", "gain_ratio"]
+
+# ν doubles on every rejection; cap it so a long run of rejections cannot overflow it
+# (λ reaches its ceiling long before).
+_NU_MAX = 2.0**60
+
+
+def gain_ratio(actual: float, predicted: float) -> float:
+    """ρ = actual / predicted reduction; NaN when the prediction is not positive."""
+    if not (predicted > 0.0) or not math.isfinite(predicted) or not math.isfinite(actual):
+        return float("nan")
+    return actual / predicted
+
+
+@runtime_checkable
+class DampingRule(Protocol):
+    """The interface ``LMA`` drives: current λ, the accept test and the two updates."""
+
+    name: str
+    damping: float
+    minimum: float
+    maximum: float
+
+    def accepts(self, actual: float, predicted: float) -> bool:
+        """Whether an attempt with these actual and predicted loss reductions is accepted."""
+        ...
+
+    def on_accept(self, actual: float, predicted: float) -> None:
+        """Update λ after an accepted attempt."""
+        ...
+
+    def on_reject(self) -> None:
+        """Update λ after a rejected attempt (including a failed solve)."""
+        ...
+
+    @property
+    def at_ceiling(self) -> bool:
+        """Whether λ has reached ``maximum``."""
+        ...
+
+    def state_dict(self) -> dict[str, float]:
+        """The rule's mutable state (λ and any internal factor)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Restore what ``state_dict`` returned."""
+        ...
+
+
+class _Clamped:
+    """λ with its bounds; shared by the rules."""
+
+    name = "clamped"
+
+    def __init__(self, start: float, minimum: float, maximum: float) -> None:
+        self.minimum = float(minimum)
+        self.maximum = float(maximum)
+        self.damping = self._clamp(float(start))
+
+    def _clamp(self, value: float) -> float:
+        if math.isnan(value):
+            return self.maximum
+        return min(max(value, self.minimum), self.maximum)
+
+    @property
+    def at_ceiling(self) -> bool:
+        return self.damping >= self.maximum
+
+    def state_dict(self) -> dict[str, float]:
+        return {"damping": self.damping}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.damping = self._clamp(float(state["damping"]))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(damping={self.damping:.3g})"
+
+
+class FixedDamping(_Clamped):
+    """λ ← λ·down on acceptance, λ ← λ·up on rejection, clamped (Marquardt 1963).
+
+    An attempt is accepted when the loss strictly decreases (actual reduction > 0).
+    """
+
+    name = "fixed"
+
+    def __init__(
+        self, start: float, *, up: float, down: float, minimum: float, maximum: float
+    ) -> None:
+        super().__init__(start, minimum, maximum)
+        self.up = float(up)
+        self.down = float(down)
+
+    def accepts(self, actual: float, predicted: float) -> bool:
+        return math.isfinite(actual) and actual > 0.0
+
+    def on_accept(self, actual: float, predicted: float) -> None:
+        self.damping = self._clamp(self.damping * self.down)
+
+    def on_reject(self) -> None:
+        self.damping = self._clamp(self.damping * self.up)
+
+
+class NielsenDamping(_Clamped):
+    """Nielsen's (1999) gain-ratio rule.
+
+    With ρ = actual / predicted reduction (predicted by the linear model, see
+    ``Solution.predicted_reduction``): accept when ρ > 0 (which needs a positive
+    prediction and a loss that decreases); then λ ← λ·max(1/3, 1 − (2ρ − 1)³), ν ← 2.
+    On rejection λ ← λ·ν, ν ← 2ν. λ is clamped to [minimum, maximum].
+    """
+
+    name = "nielsen"
+
+    def __init__(self, start: float, *, minimum: float, maximum: float) -> None:
+        super().__init__(start, minimum, maximum)
+        self.nu = 2.0
+
+    def accepts(self, actual: float, predicted: float) -> bool:
+        rho = gain_ratio(actual, predicted)
+        return math.isfinite(rho) and rho > 0.0
+
+    def on_accept(self, actual: float, predicted: float) -> None:
+        rho = gain_ratio(actual, predicted)
+        factor = max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3) if math.isfinite(rho) else 1.0
+        self.damping = self._clamp(self.damping * factor)
+        self.nu = 2.0
+
+    def on_reject(self) -> None:
+        self.damping = self._clamp(self.damping * self.nu)
+        self.nu = min(2.0 * self.nu, _NU_MAX)
+
+    def state_dict(self) -> dict[str, float]:
+        return {"damping": self.damping, "nu": self.nu}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        super().load_state_dict(state)
+        self.nu = min(max(float(state.get("nu", 2.0)), 2.0), _NU_MAX)

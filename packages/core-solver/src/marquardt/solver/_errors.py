@@ -1,0 +1,26 @@
+"""Errors raised by ``marquardt.solver``.
+
+Every error is raised before any work starts and leaves the model and the solver state
+unchanged. Messages say what was asked, what was found and how to fix it ("HINT:").
+Non-convergence is never an error: it is reported in ``LMA.report``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BackendUnavailableError", "SolverConfigError", "SolverInputError", "SolverStateError"]
+
+
+class SolverConfigError(ValueError):
+    """An ``LMA`` constructor argument is out of range or of the wrong kind."""
+
+
+class SolverInputError(ValueError):
+    """A batch given to ``LMA.step`` cannot be used (shape, dtype, device, NaN, slice size)."""
+
+
+class SolverStateError(ValueError):
+    """A state dict given to ``LMA.load_state_dict`` does not fit this solver."""
+
+
+class BackendUnavailableError(RuntimeError):
+    """The requested array backend cannot run here (package missing, no Legate runtime)."""

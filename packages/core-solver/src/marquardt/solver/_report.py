@@ -1,0 +1,68 @@
+"""What one LM step did: the :class:`StepReport`.
+
+Non-convergence is a result, not an error (house style): a step that could not lower the
+loss, or that stopped on a MINPACK criterion, says so here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["TERMINATION_REASONS", "StepReport"]
+
+#: Why ``terminated`` became true (``StepReport.termination``):
+#: "damping_max": λ reached its ceiling (the model cannot be improved at this point);
+#: "ftol": actual and predicted relative reductions of the loss both ≤ ftol;
+#: "xtol": the step is ≤ xtol relative to the parameters;
+#: "gtol": the residual is orthogonal to every Jacobian column to within gtol.
+TERMINATION_REASONS: tuple[str, ...] = ("damping_max", "ftol", "xtol", "gtol")
+
+
+@dataclass
+class StepReport:
+    """The record of one ``LMA.step``.
+
+    ``damping`` is λ after the step (the value the next step starts from);
+    ``damping_used`` is the λ of the last attempt. ``attempts`` counts damped solves;
+    ``accepted`` says whether the parameters moved. ``loss_before`` / ``loss_after`` are
+    the loss on this batch at the start and at the end of the step (equal when nothing was
+    accepted). ``termination`` is one of ``TERMINATION_REASONS`` or ``None``; ``reason``
+    is a sentence for people. ``rejections`` lists why each rejected attempt was rejected
+    ("cholesky failed", "non-finite step", "non-finite loss", "loss did not decrease").
+    ``gain_ratio`` is ρ = actual / predicted reduction of the last attempt (NaN when no
+    trial point was evaluated). Timings are seconds: ``seconds_jacobian`` (Jacobian or
+    its normal products on the model devices), ``seconds_transfer`` (moving them to the
+    solver), ``seconds_assembly`` (building the linear system), ``seconds_solve`` (all
+    damped factorisations and solves), ``seconds_trial`` (trial forwards),
+    ``seconds_total``. ``strategy`` / ``backend`` say how the step ran; ``rows`` and
+    ``params`` are N and P.
+    """
+
+    damping: float
+    damping_used: float
+    attempts: int
+    accepted: bool
+    loss_before: float
+    loss_after: float
+    terminated: bool = False
+    termination: str | None = None
+    reason: str = ""
+    rejections: list[str] = field(default_factory=list)
+    gain_ratio: float = float("nan")
+    predicted_reduction: float = float("nan")
+    step_norm: float = 0.0
+    seconds_jacobian: float = 0.0
+    seconds_transfer: float = 0.0
+    seconds_assembly: float = 0.0
+    seconds_solve: float = 0.0
+    seconds_trial: float = 0.0
+    seconds_total: float = 0.0
+    strategy: str = ""
+    backend: str = ""
+    rows: int = 0
+    params: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain Python values (for logging)."""
+        return asdict(self)

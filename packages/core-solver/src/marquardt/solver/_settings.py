@@ -1,0 +1,36 @@
+"""Every environment variable ``marquardt.solver`` reads, with its meaning.
+
+``MARQUARDT_SOLVER_BACKEND``
+    Overrides what ``LMA(backend="auto")`` picks: one of ``numpy``, ``torch``,
+    ``cupynumeric``. Unset (the default): cuPyNumeric when Legate holds at least one GPU,
+    else torch on the model's device. An explicit ``backend=`` argument is never overridden.
+
+Nothing else is read here. Which GPUs Legate holds is answered by ``marquardt.devices``
+(see ``marquardt.devices._settings``); Legate's own variables (``LEGATE_CONFIG``,
+``CUPYNUMERIC_*``) are read by Legate. Values are read when asked for, never at import.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["BACKEND_NAMES", "backend_override"]
+
+#: Names accepted for ``MARQUARDT_SOLVER_BACKEND`` and ``LMA(backend=...)`` (plus ``auto``).
+BACKEND_NAMES: tuple[str, ...] = ("numpy", "torch", "cupynumeric")
+
+
+def backend_override() -> str | None:
+    """The backend named by ``MARQUARDT_SOLVER_BACKEND``, or ``None`` when unset or empty.
+
+    Raises ``ValueError`` (house form) for a name that is not a backend.
+    """
+    value = os.environ.get("MARQUARDT_SOLVER_BACKEND", "").strip().lower()
+    if not value:
+        return None
+    if value not in BACKEND_NAMES:
+        raise ValueError(
+            f"MARQUARDT_SOLVER_BACKEND={value!r} is not a backend; expected one of "
+            f"{BACKEND_NAMES}. HINT: unset it to let LMA(backend='auto') choose."
+        )
+    return value

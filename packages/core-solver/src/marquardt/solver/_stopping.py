@@ -1,0 +1,75 @@
+"""MINPACK-style convergence tests (Moré, Garbow & Hillstrom 1980, lmder), off unless set.
+
+With the loss L = ‖r‖²/N at the start of the step, an accepted step s = lr·δ with actual
+reduction a and predicted reduction p (both in loss units), and parameters x:
+
+* ftol: a/L ≤ ftol and p/L ≤ ftol and ρ = a/p ≤ 2 — both the actual and the predicted
+  relative reductions of the sum of squares are at most ftol;
+* xtol: ‖s‖ ≤ xtol·‖x‖ — the relative change of the parameters is at most xtol (MINPACK
+  measures both in the scaled norm ‖D·‖; here in the Euclidean norm);
+* gtol: max_j |J_jᵀ r| / (‖J_j‖·‖r‖) ≤ gtol — the residual is orthogonal to every column
+  of J to within gtol (tested before solving; columns with ‖J_j‖ = 0 are skipped).
+
+Each returns a bool; ``LMA`` reports the first that holds as the termination reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StoppingCriteria"]
+
+
+@dataclass(frozen=True)
+class StoppingCriteria:
+    """ftol / xtol / gtol tolerances; ``None`` switches a test off."""
+
+    ftol: float | None = None
+    xtol: float | None = None
+    gtol: float | None = None
+
+    def ftol_met(self, loss_before: float, actual: float, predicted: float) -> bool:
+        """Relative actual and predicted reductions both ≤ ftol (and ρ ≤ 2)."""
+        if self.ftol is None or not (loss_before > 0.0):
+            return False
+        if not (math.isfinite(actual) and math.isfinite(predicted)):
+            return False
+        rho_ok = predicted > 0.0 and actual <= 2.0 * predicted
+        return (
+            abs(actual) <= self.ftol * loss_before
+            and predicted <= self.ftol * loss_before
+            and rho_ok
+        )
+
+    def xtol_met(self, step_norm: float, param_norm: float) -> bool:
+        """‖s‖ ≤ xtol·‖x‖."""
+        if self.xtol is None:
+            return False
+        return step_norm <= self.xtol * param_norm
+
+    def gtol_met(
+        self,
+        gradient: np.ndarray[Any, np.dtype[np.float64]],
+        diag: np.ndarray[Any, np.dtype[np.float64]],
+        rss: float,
+        rows: int,
+    ) -> bool:
+        """max_j |J_jᵀr| / (‖J_j‖‖r‖) ≤ gtol, from g = Jᵀr/N, diag(JᵀJ)/N and ‖r‖².
+
+        |g_j| / sqrt(diag_j · ‖r‖²/N) is exactly the cosine above. A zero residual
+        satisfies the test (nothing is left to fit).
+        """
+        if self.gtol is None:
+            return False
+        if not (rss > 0.0):
+            return True
+        norms = np.sqrt(np.maximum(diag, 0.0) * (rss / rows))
+        mask = norms > 0.0
+        if not mask.any():
+            return True
+        cosine = float(np.max(np.abs(gradient[mask]) / norms[mask]))
+        return cosine <= self.gtol
