@@ -1,0 +1,51 @@
+"""marquardt.jacobian: model replicas and data-parallel residual Jacobians in PyTorch.
+
+For residuals ``r(θ) ∈ ℝᴿ`` of a model with flat trainable parameters ``θ ∈ ℝᴾ``, this
+package computes ``J = ∂r/∂θ`` slice by slice on every model device, and hands out
+either the slices of ``J`` or the Levenberg-Marquardt normal products ``JᵀJ`` and
+``Jᵀr`` (Marquardt 1963; Nielsen 1999).
+"""
+
+from __future__ import annotations
+
+from ._engine import JacobianEngine
+from ._errors import (
+    BatchLengthError,
+    BatchNormTrainingError,
+    DeviceMismatchError,
+    EmptyBatchError,
+    JacobianError,
+    NoTrainableParametersError,
+    NonFiniteInputError,
+    ParameterDtypeError,
+    ResidualDetachedError,
+    ResidualNotFiniteError,
+    ResidualShapeError,
+    SliceSizeError,
+    UnknownModeError,
+)
+from ._planner import JacobianPlan, plan_jacobian
+from ._products import JacobianSlice, NormalProducts
+from ._replicas import Replicas
+
+__all__ = [
+    "BatchLengthError",
+    "BatchNormTrainingError",
+    "DeviceMismatchError",
+    "EmptyBatchError",
+    "JacobianEngine",
+    "JacobianError",
+    "JacobianPlan",
+    "JacobianSlice",
+    "NoTrainableParametersError",
+    "NonFiniteInputError",
+    "NormalProducts",
+    "ParameterDtypeError",
+    "Replicas",
+    "ResidualDetachedError",
+    "ResidualNotFiniteError",
+    "ResidualShapeError",
+    "SliceSizeError",
+    "UnknownModeError",
+    "plan_jacobian",
+]

@@ -1,0 +1,82 @@
+"""Errors raised by marquardt.jacobian.
+
+Every error is raised before any work starts (or, for faults only a forward pass can
+reveal, before any result is handed out) and changes no parameter. Each message says
+what was asked, what was found, and how to fix it, ending with ``HINT:``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BatchNormTrainingError",
+    "DeviceMismatchError",
+    "EmptyBatchError",
+    "JacobianError",
+    "NoTrainableParametersError",
+    "NonFiniteInputError",
+    "ParameterDtypeError",
+    "ResidualDetachedError",
+    "ResidualNotFiniteError",
+    "ResidualShapeError",
+    "SliceSizeError",
+    "UnknownModeError",
+    "BatchLengthError",
+    "message",
+]
+
+
+def message(asked: str, found: str, hint: str) -> str:
+    """The house form of an error message: what was asked, what was found, how to fix it."""
+    return f"{asked}, but {found}. HINT: {hint}"
+
+
+class JacobianError(ValueError):
+    """Base class of every input error of marquardt.jacobian (a ``ValueError``)."""
+
+
+class BatchLengthError(JacobianError):
+    """Inputs and targets hold a different number of samples."""
+
+
+class EmptyBatchError(JacobianError):
+    """The batch holds no sample."""
+
+
+class SliceSizeError(JacobianError):
+    """``slice_size`` is not in ``1..batch``."""
+
+
+class NonFiniteInputError(JacobianError):
+    """Inputs or targets contain NaN or infinity."""
+
+
+class DeviceMismatchError(JacobianError):
+    """The model lives on a device that is not one of the model devices."""
+
+
+class NoTrainableParametersError(JacobianError):
+    """The model has no parameter with ``requires_grad=True``."""
+
+
+class ParameterDtypeError(JacobianError):
+    """Trainable parameters do not share one floating dtype."""
+
+
+class ResidualShapeError(JacobianError):
+    """``residual_fn`` returned a tensor that does not hold whole rows per sample."""
+
+
+class ResidualNotFiniteError(JacobianError):
+    """``residual_fn`` returned NaN or infinity."""
+
+
+class ResidualDetachedError(JacobianError):
+    """``residual_fn`` returned a tensor that does not depend on the parameters."""
+
+
+class BatchNormTrainingError(JacobianError):
+    """A batch-norm layer is in training mode, which couples the samples of a batch."""
+
+
+class UnknownModeError(JacobianError):
+    """An unknown Jacobian mode or strategy was requested."""

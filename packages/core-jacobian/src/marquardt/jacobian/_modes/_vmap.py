@@ -1,0 +1,46 @@
+"""Per-sample ``vmap(jacrev)``: row block ``i`` is ``∂r_i/∂θ`` of sample ``i`` alone.
+
+``torch.func.functional_call`` evaluates the replica with ``θ`` given as views of one flat
+vector; ``jacrev`` differentiates sample ``i``'s ``m`` residuals in reverse mode (``m``
+vector-Jacobian products) and ``vmap`` batches that over samples, in calls of at most
+``samples_per_call`` samples so the intermediate memory stays within the budget.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.func import functional_call, jacrev, vmap
+
+from .._replicas import Replica
+from ._common import ResidualFn, rows_of
+
+__all__ = ["vmap_jacobian"]
+
+
+def vmap_jacobian(
+    replica: Replica,
+    residual_fn: ResidualFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    samples_per_call: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(J, r)`` for the ``b`` samples of ``x``: ``J`` is ``(b·m) × P``."""
+    module = replica.module
+    batch = x.shape[0]
+
+    def one_sample(flat: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = functional_call(module, replica.param_dict(flat), (xi.unsqueeze(0),))
+        r = rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
+        return r, r
+
+    per_sample = vmap(
+        jacrev(one_sample, has_aux=True),
+        in_dims=(None, 0, 0),
+        randomness="different",
+        chunk_size=max(1, min(samples_per_call, batch)),
+    )
+    with torch.enable_grad():
+        jac, res = per_sample(replica.flat.detach(), x, y)
+    params = replica.flat.numel()
+    return jac.reshape(-1, params), res.reshape(-1).detach()

@@ -1,0 +1,151 @@
+"""Choosing the product strategy and the Jacobian mode, within a memory budget.
+
+Strategy. With ``R = N·m`` residual rows and ``P`` parameters, the LM step solves
+``(JᵀJ + λD)δ = Jᵀr`` when ``R ≥ P`` (Marquardt 1963), which needs only the ``P×P`` and
+``P`` sums ``Σ_s J_sᵀJ_s`` and ``Σ_s J_sᵀr_s`` (``accumulate``: memory ``O(P²)``,
+independent of ``N``); when ``R < P`` the ``R×R`` system ``(JJᵀ + λI)u = r``,
+``δ = Jᵀu`` needs ``J`` itself (``explicit``).
+
+Mode. The costs, for ``b`` samples, ``a`` activations per sample:
+
+* ``layers``: one forward and ``m`` backward passes over the whole chunk, then outer
+  products; extra memory ``≈ b·(m·P + 2a)`` numbers. The fastest when it applies.
+* ``vmap``: per-sample ``jacrev``; memory ``≈ b·(3·m·P + (m+1)·a)`` per call.
+* ``jacfwd``: ``P`` forward-mode passes; memory ``≈ b·c·(2a + m)`` for ``c`` columns
+  per call. Chosen automatically only when ``P < m`` (forward mode wins when there
+  are fewer inputs than outputs); always chunked over columns and samples, because
+  forward mode over a whole large slice is what exhausts time and memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._errors import UnknownModeError, message
+
+__all__ = ["MODES", "STRATEGIES", "JacobianPlan", "plan_jacobian"]
+
+MODES = ("auto", "vmap", "jacfwd", "layers")
+STRATEGIES = ("auto", "explicit", "accumulate")
+
+
+@dataclass(frozen=True)
+class JacobianPlan:
+    """What the planner chose and why.
+
+    ``samples_per_chunk`` samples are differentiated at once (a slice is cut into such
+    chunks); ``param_chunk`` is the number of columns per forward-mode call (``jacfwd``
+    only, else ``P``); ``chunk_bytes`` is the estimated intermediate memory per chunk.
+    """
+
+    strategy: str
+    mode: str
+    reason: str
+    rows: int
+    params: int
+    outputs_per_sample: int
+    samples_per_chunk: int
+    param_chunk: int
+    chunk_bytes: int
+    memory_budget: int
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
+    if value not in allowed:
+        raise UnknownModeError(
+            message(
+                f"the Jacobian {what} {value!r} was requested",
+                f"the known ones are {', '.join(allowed)}",
+                f"pass one of {', '.join(allowed)}",
+            )
+        )
+    return value
+
+
+def plan_jacobian(
+    rows: int,
+    params: int,
+    outputs_per_sample: int,
+    dtype: torch.dtype,
+    memory_budget: int,
+    *,
+    strategy: str = "auto",
+    mode: str = "auto",
+    layers_supported: bool = True,
+    layers_reason: str = "",
+    activations_per_sample: int | None = None,
+    slice_samples: int | None = None,
+) -> JacobianPlan:
+    """Choose ``strategy`` and ``mode`` for ``rows`` residual rows and ``params`` parameters.
+
+    ``slice_samples`` is the largest slice a device will get (default: all samples);
+    chunks never exceed it, and never exceed ``memory_budget`` bytes by the estimates
+    in this module's docstring (at least one sample and one column always run).
+    """
+    _check(strategy, STRATEGIES, "strategy")
+    _check(mode, MODES, "mode")
+    m = max(1, outputs_per_sample)
+    samples = max(1, rows // m)
+    slice_n = max(1, min(slice_samples or samples, samples))
+    item = torch.empty((), dtype=dtype).element_size()
+    act = activations_per_sample if activations_per_sample is not None else params
+    act = max(1, act)
+    budget = max(1, memory_budget)
+    reasons: list[str] = []
+
+    if strategy == "auto":
+        if rows < params:
+            strategy = "explicit"
+            reasons.append(f"explicit: {rows} rows < {params} parameters (J is needed whole)")
+        else:
+            strategy = "accumulate"
+            reasons.append(f"accumulate: {rows} rows >= {params} parameters (JᵀJ is O(P²))")
+    else:
+        reasons.append(f"{strategy}: forced")
+
+    if mode == "auto":
+        if layers_supported:
+            mode = "layers"
+            reasons.append("layers: " + (layers_reason or "every layer has a per-sample rule"))
+        elif params < m:
+            mode = "jacfwd"
+            reasons.append(f"jacfwd: {params} parameters < {m} outputs per sample; " + layers_reason)
+        else:
+            mode = "vmap"
+            reasons.append("vmap: " + (layers_reason or "no per-sample rule applies"))
+    elif mode == "layers" and not layers_supported:
+        mode = "vmap"
+        reasons.append("vmap: layers was requested but " + layers_reason)
+    else:
+        reasons.append(f"{mode}: forced")
+
+    param_chunk = params
+    if mode == "layers":
+        per_sample = item * (m * params + 2 * act * m)
+        chunk = max(1, min(slice_n, budget // per_sample))
+        chunk_bytes = chunk * per_sample
+    elif mode == "vmap":
+        per_sample = item * (3 * m * params + (m + 1) * act)
+        chunk = max(1, min(slice_n, budget // per_sample))
+        chunk_bytes = chunk * per_sample
+    else:
+        # Forward mode: the J block of the chunk plus c tangents through the network.
+        per_column_sample = item * (2 * act + m)
+        chunk = max(1, min(slice_n, budget // max(1, item * m * params + per_column_sample)))
+        param_chunk = max(1, min(params, (budget - chunk * item * m * params) // max(1, chunk * per_column_sample)))
+        chunk_bytes = chunk * (item * m * params + param_chunk * per_column_sample)
+    reasons.append(f"chunks of {chunk} samples" + (f" × {param_chunk} columns" if mode == "jacfwd" else "") + f" (≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget)")
+    return JacobianPlan(
+        strategy=strategy,
+        mode=mode,
+        reason="; ".join(reasons),
+        rows=rows,
+        params=params,
+        outputs_per_sample=m,
+        samples_per_chunk=chunk,
+        param_chunk=param_chunk,
+        chunk_bytes=int(chunk_bytes),
+        memory_budget=budget,
+    )

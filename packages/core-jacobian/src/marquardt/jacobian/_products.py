@@ -1,0 +1,44 @@
+"""What the engine hands out: Jacobian slices and normal-equation products.
+
+For residuals ``r(θ) ∈ ℝᴿ`` (``R = N·m`` rows: ``m`` per sample) with Jacobian
+``J = ∂r/∂θ ∈ ℝᴿˣᴾ``, the Gauss-Newton/Levenberg-Marquardt step (Marquardt 1963;
+Nielsen 1999) needs either ``J`` itself (when ``R < P``: ``δ = Jᵀ(JJᵀ + λI)⁻¹r``) or only
+``JᵀJ`` and ``Jᵀr`` (when ``R ≥ P``: ``(JᵀJ + λD)δ = Jᵀr``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["JacobianSlice", "NormalProducts"]
+
+
+@dataclass
+class JacobianSlice:
+    """Rows ``start:stop`` of the flattened residual vector and of ``J``.
+
+    ``jacobian`` is ``(stop - start) × P`` and ``residuals`` is ``(stop - start,)``; both
+    are fresh tensors that the engine never writes again once handed out.
+    """
+
+    start: int
+    stop: int
+    jacobian: torch.Tensor
+    residuals: torch.Tensor
+
+    @property
+    def rows(self) -> int:
+        """The number of residual rows in this slice."""
+        return self.stop - self.start
+
+
+@dataclass
+class NormalProducts:
+    """``JᵀJ`` (P×P), ``Jᵀr`` (P,), ``rss = rᵀr`` and the number of rows ``R``."""
+
+    jtj: torch.Tensor
+    jtr: torch.Tensor
+    rss: float
+    rows: int

@@ -1,0 +1,64 @@
+"""Every environment variable marquardt.jacobian reads, with its meaning.
+
+``MARQUARDT_JACOBIAN_MODE``
+    Forces the Jacobian mode of every engine built with ``mode="auto"``: one of
+    ``vmap``, ``jacfwd``, ``layers``. Unset: the planner chooses.
+``MARQUARDT_JACOBIAN_MEMORY_BUDGET``
+    Bytes of intermediate memory one device may use for one Jacobian chunk (the
+    default ``memory_budget`` of an engine). Unset: 1 GiB on CPU, half the free memory
+    on a GPU (asked of CUDA only when a GPU is actually used, never at import).
+``MARQUARDT_JACOBIAN_GRAM_KERNEL``
+    The kernel that forms ``J_sᵀJ_s`` on CPU in the accumulate strategy: ``torch``,
+    ``numpy`` or ``auto`` (default: time both on the first slices and keep the faster).
+
+Nothing here is read at import time; each function reads the environment when called.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["ENV_GRAM_KERNEL", "ENV_MEMORY_BUDGET", "ENV_MODE", "gram_kernel", "memory_budget", "mode"]
+
+ENV_MODE = "MARQUARDT_JACOBIAN_MODE"
+ENV_MEMORY_BUDGET = "MARQUARDT_JACOBIAN_MEMORY_BUDGET"
+ENV_GRAM_KERNEL = "MARQUARDT_JACOBIAN_GRAM_KERNEL"
+
+DEFAULT_CPU_BUDGET = 1 << 30
+
+
+def mode() -> str | None:
+    """The forced mode, or ``None`` when the planner chooses."""
+    value = os.environ.get(ENV_MODE, "").strip().lower()
+    return value or None
+
+
+def memory_budget() -> int | None:
+    """The memory budget in bytes from the environment, or ``None`` when unset."""
+    value = os.environ.get(ENV_MEMORY_BUDGET, "").strip()
+    if not value:
+        return None
+    try:
+        budget = int(float(value))
+    except ValueError as exc:
+        raise ValueError(
+            f"{ENV_MEMORY_BUDGET}={value!r} was read as a memory budget, but it is not a "
+            "number. HINT: give bytes, e.g. 2e9, or unset it"
+        ) from exc
+    if budget <= 0:
+        raise ValueError(
+            f"{ENV_MEMORY_BUDGET}={value!r} was read as a memory budget, but it is not "
+            "positive. HINT: give a positive number of bytes, or unset it"
+        )
+    return budget
+
+
+def gram_kernel() -> str:
+    """``torch``, ``numpy`` or ``auto`` (the default)."""
+    value = os.environ.get(ENV_GRAM_KERNEL, "auto").strip().lower() or "auto"
+    if value not in ("auto", "torch", "numpy"):
+        raise ValueError(
+            f"{ENV_GRAM_KERNEL}={value!r} names a JᵀJ kernel, but only auto, torch and "
+            "numpy exist. HINT: set it to one of those, or unset it"
+        )
+    return value
