@@ -36,8 +36,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
-#: A fence opening: up to 3 spaces, ``` or ~~~ (3 or more), the language, optional attributes.
-_FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)[^\n]*$")
+#: A fence opening: any indentation (fences nest in admonitions and lists), ``` or ~~~
+#: (3 or more), the language, optional attributes.
+_FENCE_OPEN = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)[^\n]*$")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs:\s*(?P<kind>[\w-]+)\s*(?P<arg>.*?)\s*-->\s*$")
 _KNOWN_DIRECTIVES = ("skip-run", "argv")
 #: Top-level folders of this repository whose paths a shipped command may name.
@@ -82,7 +83,7 @@ def extract_blocks(page: Path) -> list[Block]:
         body: list[str] = []
         i += 1
         while i < len(lines) and not re.match(
-            rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[i]
+            rf"^ *{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[i]
         ):
             # Content lines keep their indentation beyond that of the fence.
             body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
@@ -232,7 +233,11 @@ def test_python_blocks_of_page_run(page: Path, tmp_path: Path) -> None:
     # Small thread counts: the docs examples are tiny and the test machines are shared.
     env.setdefault("OMP_NUM_THREADS", "2")
     env.setdefault("MPLBACKEND", "Agg")
-    env["MARQUARDT_DOCS_REPO"] = str(ROOT)
+    # The blocks run in a temporary folder: keep relative PYTHONPATH entries meaningful.
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(
+            str(Path(entry).resolve()) for entry in env["PYTHONPATH"].split(os.pathsep) if entry
+        )
     proc = subprocess.run(
         [sys.executable, "-c", _RUNNER, str(spec)],
         cwd=tmp_path,
@@ -307,3 +312,31 @@ def test_referenced_paths_parser() -> None:
 def test_bash_block_paths_exist(block: Block) -> None:
     missing = [p for p in referenced_paths(block.code) if not (ROOT / p).exists()]
     assert not missing, f"{block.where}: names files that do not exist in the repository: {missing}"
+
+
+# --- the troubleshooting page covers every error class ---------------------------------
+
+
+def _error_classes() -> list[tuple[str, str]]:
+    """(package, class name) of every exception class defined in a package's _errors.py."""
+    import ast
+
+    found = []
+    for errors in sorted((ROOT / "packages").glob("*/src/marquardt/*/_errors.py")):
+        tree = ast.parse(errors.read_text(encoding="utf-8"))
+        found += [(errors.parent.name, node.name) for node in tree.body
+                  if isinstance(node, ast.ClassDef)]
+    return found
+
+
+def test_error_classes_found() -> None:
+    assert len(_error_classes()) >= 4, "expected the packages to define their errors in _errors.py"
+
+
+@pytest.mark.parametrize("package,name", _error_classes())
+def test_troubleshooting_explains_error(package: str, name: str) -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    assert f"`{name}`" in page, (
+        f"marquardt.{package} defines {name}, which docs/troubleshooting.md does not explain. "
+        "HINT: add it to the page's error section with its meaning and fix"
+    )
