@@ -194,7 +194,8 @@ def _notes(count: int, gpus: tuple[GpuInfo, ...], visible_note: str) -> tuple[st
         notes.append(f"{count} GPU(s) present but none visible ({_settings.describe_visible()})")
     if visible_note:
         notes.append(f"{_settings.describe_visible()}: {visible_note}")
-    names = {gpu.name for gpu in gpus}
+    # MIG instances carry their profile in the name; only whole GPUs tell the model apart.
+    names = {gpu.name for gpu in gpus if not gpu.is_mig}
     if len(names) > 1 and _settings.cuda_device_order() != "PCI_BUS_ID":
         notes.append(
             "GPUs of different models with CUDA_DEVICE_ORDER unset: CUDA numbers the fastest "

@@ -14,8 +14,9 @@ holds either
 ``accumulate`` is chosen when ``R ≥ P`` (then ``JᵀJ`` is no larger than ``J``),
 ``explicit`` otherwise. Factorisation always runs in float64, and a copy of the matrix is
 kept so a rejected step can be re-damped: the solver needs ``2·8·S²`` bytes for an
-``S × S`` system. Legate gets the fewest GPUs whose usable memory (free memory less the
-headroom) holds the solver's arrays; a model device takes slices of ``s`` samples whose
+``S × S`` system. Legate spreads its arrays evenly over its GPUs, so it gets the fewest K
+whose every GPU holds 1/K of the solver's bytes in its usable memory (free memory less
+the headroom); a model device takes slices of ``s`` samples whose
 Jacobian ``s·m·P·b`` bytes, times 3 for the slice, its copy on the way to the solver and
 autograd's work, fits its usable memory, and at most ``N // D`` samples over ``D`` model
 devices so that every device has work (data parallelism).
@@ -272,7 +273,8 @@ def _verdict(fits: bool, where: str, need: float, have: float) -> str:
         return f"fits: {_fmt(need)} needed of {_fmt(have)} usable {where}."
     return (
         f"does NOT fit: {_fmt(need)} needed but {_fmt(have)} usable {where}. HINT: use a "
-        "smaller batch, float32, or more GPUs for Legate"
+        "smaller batch, float32, more GPUs for Legate, or hide busy GPUs with "
+        "CUDA_VISIBLE_DEVICES"
     )
 
 
@@ -296,12 +298,16 @@ def _plan_gpus(
         forced = 0
         lines.append("one GPU: Legate takes none; the solver shares cuda:0 with the model (torch).")
     if forced is None:
-        # Legate takes the first K ordinals: the smallest K whose usable memory holds the
-        # solver, leaving at least one GPU to the model.
-        k = next((k for k in range(1, len(visible)) if sum(usable[:k]) >= solver), len(visible) - 1)
+        # Legate takes the first K ordinals and spreads its arrays evenly over them: the
+        # smallest K whose every GPU holds 1/K of the solver, leaving one GPU to the model.
+        k = next(
+            (k for k in range(1, len(visible)) if solver / k <= min(usable[:k])),
+            len(visible) - 1,
+        )
         lines.append(
-            f"Legate takes the first K GPUs: K = {k}, the fewest whose usable memory "
-            f"({_fmt(sum(usable[:k]))}) holds {_fmt(solver)}, keeping one for the model."
+            f"Legate takes the first K GPUs: K = {k}, the fewest that each hold 1/K of "
+            f"{_fmt(solver)} ({_fmt(solver / k)} each) in their usable memory, keeping one "
+            "for the model."
         )
     else:
         k = forced
@@ -316,7 +322,7 @@ def _plan_gpus(
         reserved = _reserved(solver, partial)
     else:
         budget = model_usable - partial
-        solver_fits = sum(usable[:k]) >= solver
+        solver_fits = solver / k <= min(usable[:k])
         reserved = _reserved(0, partial)
     size, slice_fits = _slice_lines(
         budget, per_sample, common["batch"], len(model), reserved, lines
@@ -328,7 +334,9 @@ def _plan_gpus(
         )
         fbmem = sysmem = None
     else:
-        lines.append(_verdict(solver_fits, f"on Legate's {k} GPU(s)", solver, sum(usable[:k])))
+        lines.append(
+            _verdict(solver_fits, f"on each of Legate's {k} GPU(s)", solver / k, min(usable[:k]))
+        )
         fbmem = max(LEGATE_MIN_MIB, int(min(usable[:k]) // MiB))
         staged = 2 * len(model) * (size * per_sample // SLICE_FACTOR + partial)
         sysmem = max(LEGATE_MIN_MIB, math.ceil(staged / MiB))

@@ -1,0 +1,146 @@
+"""The planner's arithmetic, checked against values worked out by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from marquardt.devices import GpuInfo, plan
+from marquardt.devices._memory import HostMemory, host_memory
+
+GiB = 1 << 30
+USABLE_16G = 16 * GiB * 0.8  # free x (1 - headroom) = 13743895347.2 bytes
+
+
+def gpu(ordinal: int, free: int = 16 * GiB) -> GpuInfo:
+    return GpuInfo(
+        ordinal=ordinal, index=ordinal, uuid=f"GPU-{ordinal}", name="Test GPU",
+        memory_total=16 * GiB, memory_used=16 * GiB - free, memory_free=free,
+        utilization_gpu=0, utilization_memory=0, mig_mode=None, pci_bus_id="0",
+    )  # fmt: skip
+
+
+def test_sinc_model_on_four_gpus() -> None:
+    # P = 769, N = 100000: R >= P, so accumulate; the solver holds 2 x 769^2 x 8 + 3 x 769 x 8.
+    result = plan(769, 100_000, gpus=[gpu(i) for i in range(4)])
+    assert result.strategy == "accumulate" and result.backend == "cupynumeric"
+    assert result.rows == 100_000
+    assert result.solver_bytes == 9_480_232
+    assert result.jacobian_bytes == 100_000 * 769 * 4
+    assert result.normal_bytes == 769 * 769 * 8
+    assert result.legate_gpus == 1  # 9 MiB fits one GPU
+    assert result.model_devices == ("cuda:1", "cuda:2", "cuda:3")
+    # Memory allows 1488856 samples per slice, N // D = 33333 keeps all three busy.
+    assert result.slice_size == 33_333
+    assert result.fbmem_mib == 13_107  # 12.8 GiB usable in MiB
+    assert result.sysmem_mib == 614  # 2 x 3 x (33333 x 769 x 4 + 769^2 x 8) bytes
+    assert result.fits
+    assert result.command("train.py") == (
+        "legate --gpus 1 --fbmem 13107 --sysmem 614 train.py --slice-size 33333"
+    )
+
+
+def test_wide_model_needs_two_gpus_for_j() -> None:
+    # P = 2e6 > R = 2000: explicit; J is 16 GB, more than one GPU's 12.8 GiB usable.
+    result = plan(2_000_000, 2000, gpus=[gpu(i) for i in range(4)])
+    assert result.strategy == "explicit"
+    assert result.solver_bytes == 2000 * 2_000_000 * 4 + 2 * 2000**2 * 8 + 2_002_000 * 8
+    assert result.solver_bytes > USABLE_16G and result.solver_bytes <= 2 * USABLE_16G
+    assert result.legate_gpus == 2 and result.model_devices == ("cuda:2", "cuda:3")
+    # A sample's slice costs 3 x 2e6 x 4 = 24 MB: 572 fit in 12.8 GiB, below N // D = 1000.
+    assert result.slice_size == 572
+    assert result.sysmem_mib == 17_457
+    assert result.fits
+    text = result.explain()
+    assert "K = 2" in text and "slice_size = min(572, N // D = 2000 // 2 = 1000) = 572" in text
+
+
+def test_busy_first_gpu_limits_every_share() -> None:
+    # Legate splits its 4.02 GB evenly: cuda:0, with 1.6 GiB usable, cannot hold a half.
+    busy = plan(1_000_000, 1000, gpus=[gpu(0, free=2 * GiB), gpu(1), gpu(2)])
+    assert busy.strategy == "explicit" and busy.legate_gpus == 2 and not busy.fits
+    assert "CUDA_VISIBLE_DEVICES" in busy.explain()
+    assert busy.fbmem_mib == 1638  # the smallest Legate GPU's usable memory, in MiB
+    # With a third idle GPU, 4.02 GB / 3 = 1.34 GB fits even on cuda:0.
+    spread = plan(1_000_000, 1000, gpus=[gpu(0, free=2 * GiB), gpu(1), gpu(2), gpu(3)])
+    assert spread.legate_gpus == 3 and spread.fits
+    assert spread.model_devices == ("cuda:3",)
+
+
+def test_too_big_says_so() -> None:
+    result = plan(100_000, 1_000_000, gpus=[gpu(0, free=GiB), gpu(1, free=GiB)])
+    assert result.strategy == "accumulate"
+    assert result.legate_gpus == 1  # as many as can be spared
+    assert not result.fits
+    assert "does NOT fit" in result.explain() and "HINT:" in result.explain()
+
+
+def test_one_gpu_shares_it_with_the_solver() -> None:
+    result = plan(769, 100_000, gpus=[gpu(0)])
+    assert (result.legate_gpus, result.backend) == (0, "torch")
+    assert result.model_devices == ("cuda:0",)
+    assert result.slice_size == 100_000
+    assert result.command() == "python script.py --slice-size 100000"
+    assert result.fbmem_mib is None
+
+
+def test_no_gpu_plans_numpy_in_ram() -> None:
+    host = HostMemory(8 * GiB, "test")
+    result = plan(769, 100_000, gpus=[], host=host)
+    assert (result.backend, result.legate_gpus, result.model_devices) == ("numpy", 0, ("cpu",))
+    assert result.slice_size == 100_000  # memory would allow 743144
+    assert "at most 743144 samples" in result.explain()
+    assert "8.00 GiB available (test), 6.40 GiB usable" in result.explain()
+    assert result.fits
+
+
+def test_no_gpu_too_little_ram() -> None:
+    result = plan(50_000, 10, gpus=[], host=HostMemory(GiB, "test"))
+    # 10 x 50000 x 4 for J + 2 x 10^2 x 8: fits; one sample's slice needs 600 kB: fits.
+    assert result.strategy == "explicit" and result.fits
+    big = plan(200_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"))
+    assert not big.fits  # JtJ alone is 2 x 200000^2 x 8 bytes
+
+
+def test_forced_choices() -> None:
+    gpus = [gpu(i) for i in range(4)]
+    assert plan(769, 100_000, gpus=gpus, legate_gpus=2).model_devices == ("cuda:2", "cuda:3")
+    forced = plan(769, 100_000, gpus=gpus, strategy="explicit")
+    assert forced.strategy == "explicit" and "forced" in forced.explain()
+    assert plan(769, 100_000, outputs=3, dtype="float64", gpus=gpus).rows == 300_000
+
+
+def test_torch_dtype_is_accepted() -> None:
+    import torch
+
+    result = plan(10, 100, dtype=torch.float64, gpus=[], host=HostMemory(GiB, "t"))
+    assert result.dtype == "float64" and result.jacobian_bytes == 100 * 10 * 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"params": 0}, "params=0"),
+        ({"batch": -5}, "batch=-5"),
+        ({"outputs": 1.5}, "outputs=1.5"),
+        ({"dtype": "int8"}, "dtype='int8'"),
+        ({"headroom": 1.0}, "headroom=1.0"),
+        ({"strategy": "magic"}, "strategy='magic'"),
+        ({"legate_gpus": 2}, "legate_gpus=2 was given but 2 GPU"),
+    ],
+)
+def test_bad_input_is_named(kwargs: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {"params": 10, "batch": 10, "gpus": [gpu(0), gpu(1)]}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=r"HINT: ") as info:
+        plan(**args)
+    assert message in str(info.value)
+
+
+def test_host_memory_reads_meminfo(tmp_path: Any) -> None:
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  2048 kB\nMemFree:  1024 kB\nMemAvailable:  1536 kB\n")
+    assert host_memory(str(meminfo)) == HostMemory(1536 * 1024, f"MemAvailable in {meminfo}")
+    fallback = host_memory(str(tmp_path / "missing"))
+    assert fallback.available > 0 and "sysconf" in fallback.source
