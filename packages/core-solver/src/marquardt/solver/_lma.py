@@ -56,6 +56,11 @@ STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate")
 
 _STATE_FORMAT = "marquardt.solver.LMA/1"
 
+#: A trial loss must be lower than the loss at the start of the step by more than this many
+#: units of rounding (machine epsilon of the parameters' dtype, relative to the loss) to
+#: count as a decrease: differences below that are rounding noise of the loss evaluation.
+NOISE_ULPS = 16.0
+
 
 def _fail(asked: str, found: str, hint: str) -> str:
     return f"{asked}, but {found}. HINT: {hint}"
@@ -369,34 +374,21 @@ class LMA:
         return inputs, targets, min(int(slice_size), batch)
 
     # -- the step ------------------------------------------------------------------------
-    def _rows(self, inputs: torch.Tensor, targets: torch.Tensor) -> int:
-        per_sample = int(self._engine.rows_per_sample(inputs, targets))
-        return per_sample * int(inputs.shape[0])
+    def _plan(
+        self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None
+    ) -> tuple[int, str]:
+        """(N rows, strategy) from the Jacobian planner ("auto": accumulate when N ≥ P)."""
+        plan = self._engine.plan(inputs, targets, slice_size, strategy=self._strategy)
+        return int(plan.rows), str(plan.strategy)
 
-    def _choose_strategy(self, rows: int) -> str:
-        if self._strategy != "auto":
-            return self._strategy
-        params = self._replicas.num_params
-        try:
-            from marquardt.jacobian import plan_jacobian
-        except ImportError:
-            return "accumulate" if rows >= params else "explicit"
-        plan = plan_jacobian(
-            rows=rows,
-            params=params,
-            outputs_per_sample=max(1, rows),
-            dtype=self._replicas.dtype,
-            memory_budget=None,
+    def _engine_seconds(self) -> tuple[float, float, float]:
+        """(jacobian, transfer, gram) seconds of the engine's last call."""
+        timings: dict[str, float] = dict(getattr(self._engine, "timings", {}) or {})
+        return (
+            float(timings.get("jacobian", 0.0)),
+            float(timings.get("transfer", 0.0)),
+            float(timings.get("gram", 0.0)),
         )
-        return str(plan.strategy)
-
-    def _engine_seconds(self) -> tuple[float, float]:
-        timings: Any = getattr(self._engine, "timings", None)
-        if timings is None:
-            return 0.0, 0.0
-        if isinstance(timings, dict):
-            return float(timings.get("jacobian", 0.0)), float(timings.get("transfer", 0.0))
-        return float(getattr(timings, "jacobian", 0.0)), float(getattr(timings, "transfer", 0.0))
 
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None) -> float:
         """The loss at the current parameters; NaN when the forward is not finite."""
@@ -425,10 +417,8 @@ class LMA:
         rule = self._rule
         lr = self._learning_rate
         params = self._replicas.num_params
-        rows = self._rows(inputs, targets)
-        strategy = self._choose_strategy(rows)
+        rows, strategy = self._plan(inputs, targets, slice_size)
 
-        jac0, transfer0 = self._engine_seconds()
         t0 = time.perf_counter()
         system: LinearSystem
         if strategy == "accumulate":
@@ -439,10 +429,14 @@ class LMA:
                 self._engine.slices(inputs, targets, slice_size), rows, params
             )
         self._backend.synchronize()
-        jac1, transfer1 = self._engine_seconds()
-        seconds_jacobian = max(0.0, jac1 - jac0)
-        seconds_transfer = max(0.0, transfer1 - transfer0)
-        seconds_assembly = max(0.0, time.perf_counter() - t0 - seconds_jacobian - seconds_transfer)
+        elapsed = time.perf_counter() - t0
+        # The engine reports per call: for "accumulate" its Jacobian time includes the
+        # JᵀJ products ("gram"), which are assembly; for "explicit" the slices are
+        # produced while the backend copies them, so the split is approximate.
+        jacobian_s, transfer_s, gram_s = self._engine_seconds()
+        seconds_jacobian = max(0.0, jacobian_s - gram_s - transfer_s)
+        seconds_transfer = transfer_s
+        seconds_assembly = max(0.0, elapsed - seconds_jacobian - seconds_transfer)
 
         n = system.rows
         mse_before = system.rss / n
@@ -486,6 +480,7 @@ class LMA:
             else 0.0
         )
         self._replicas.backup()
+        noise = NOISE_ULPS * torch.finfo(self._replicas.dtype).eps
         seconds_solve = 0.0
         accepted = False
         loss_after = loss_before
@@ -513,7 +508,10 @@ class LMA:
                 actual = loss_before - trial
                 report.predicted_reduction = predicted
                 report.gain_ratio = gain_ratio(actual, predicted)
-                if math.isfinite(trial) and rule.accepts(actual, predicted):
+                # A reduction below the rounding error of the loss itself is noise, not
+                # progress: counting it would let a converged run wander on forever.
+                significant = actual > noise * abs(loss_before)
+                if math.isfinite(trial) and significant and rule.accepts(actual, predicted):
                     rule.on_accept(actual, predicted)
                     accepted = True
                     loss_after = trial
@@ -527,7 +525,11 @@ class LMA:
                     break
                 self._replicas.restore()
                 report.rejections.append(
-                    "non-finite loss" if not math.isfinite(trial) else "loss did not decrease"
+                    "non-finite loss"
+                    if not math.isfinite(trial)
+                    else "loss did not decrease beyond rounding"
+                    if actual > 0.0
+                    else "loss did not decrease"
                 )
                 rule.on_reject()
             if rule.at_ceiling:
