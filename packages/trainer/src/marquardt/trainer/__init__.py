@@ -1,0 +1,62 @@
+"""marquardt.trainer: ``TrainConfig`` and ``Trainer``, a DDP loop and an LM loop.
+
+The same script runs under ``python`` (one process, or ``nprocs`` spawned ones),
+``torchrun``, Slurm's ``srun`` (one task per process, or one task per node that spawns
+its processes) and ``legate`` (the LM loop)::
+
+    from marquardt.trainer import TrainConfig, Trainer
+    from marquardt.trainer.optimize_step import optimize_step
+
+    config = TrainConfig(backend="gloo", nprocs=2, compute_setup="cpu", max_iter=50)
+    model, optimizer = Trainer(model, optimizer, config, loss_fn="mse").fit(loader)
+"""
+
+from ._callbacks import Callback, EarlyStopping
+from ._config import TrainConfig
+from ._environments import (
+    LaunchEnvironment,
+    LegateEnvironment,
+    PlainEnvironment,
+    ProcessLayout,
+    SlurmTaskPerNode,
+    SlurmTaskPerProcess,
+    SpawnEnvironment,
+    TorchrunEnvironment,
+    detect_environment,
+)
+from ._errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    ConfigError,
+    LaunchError,
+    TrainerError,
+    WorkerFailedError,
+)
+from ._trainer import Trainer, TrainerState
+
+__all__ = [
+    "Callback",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointMismatchError",
+    "CheckpointNotFoundError",
+    "ConfigError",
+    "EarlyStopping",
+    "LaunchEnvironment",
+    "LaunchError",
+    "LegateEnvironment",
+    "PlainEnvironment",
+    "ProcessLayout",
+    "SlurmTaskPerNode",
+    "SlurmTaskPerProcess",
+    "SpawnEnvironment",
+    "TorchrunEnvironment",
+    "TrainConfig",
+    "Trainer",
+    "TrainerError",
+    "TrainerState",
+    "WorkerFailedError",
+    "detect_environment",
+]

@@ -1,0 +1,110 @@
+"""Callbacks: user code run at fixed points of the training loop, and ``EarlyStopping``.
+
+Callbacks run in every training process (so a callback that stops training takes the same
+decision everywhere; the trainer also combines ``should_stop`` across processes each step,
+so one process asking to stop is enough). ``trainer.state`` gives the step, the epoch, the
+rank and the latest metrics; a callback that writes files should check
+``trainer.state.is_global_zero``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._trainer import Trainer
+
+
+class Callback:
+    """Base class: override the hooks you need; each receives the running ``Trainer``.
+
+    Order within a step: ``on_batch_start`` → optimizer or LM step → ``on_batch_end``
+    (with the step's loss and metrics) → validation hooks when due → checkpoint.
+    """
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        """Before the first step (after any resume)."""
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        """After the last step and the final checkpoint."""
+
+    def on_epoch_start(self, trainer: Trainer, epoch: int) -> None:
+        """Before the first batch of ``epoch`` (0-based)."""
+
+    def on_epoch_end(self, trainer: Trainer, epoch: int) -> None:
+        """After the last batch of ``epoch``."""
+
+    def on_batch_start(self, trainer: Trainer, batch: Any) -> None:
+        """Before the step that will consume ``batch``."""
+
+    def on_batch_end(self, trainer: Trainer, loss: float, metrics: dict[str, float]) -> None:
+        """After the step; ``trainer.state.step`` already counts it."""
+
+    def on_validation_start(self, trainer: Trainer) -> None:
+        """Before a validation pass."""
+
+    def on_validation_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        """After a validation pass; ``metrics`` holds ``val_loss`` and the other ``val_*``."""
+
+
+class EarlyStopping(Callback):
+    """Stop when a validation metric has not improved for ``patience`` validations.
+
+    An improvement is a value below ``best - min_delta`` (``mode="min"``) or above
+    ``best + min_delta`` (``mode="max"``). Every process sees the same validation metrics
+    (each validates the whole validation loader), so every process stops at the same step.
+    """
+
+    def __init__(
+        self, monitor: str = "val_loss", patience: int = 3, min_delta: float = 0.0, mode: str = "min"
+    ) -> None:
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(
+                f"EarlyStopping(patience={patience!r}): patience must be a whole number >= 1. "
+                "HINT: the number of validations without improvement to tolerate, e.g. 3"
+            )
+        if mode not in ("min", "max"):
+            raise ValueError(
+                f"EarlyStopping(mode={mode!r}): mode must be 'min' or 'max'. "
+                "HINT: 'min' for losses, 'max' for accuracies"
+            )
+        if not math.isfinite(min_delta) or min_delta < 0:
+            raise ValueError(
+                f"EarlyStopping(min_delta={min_delta!r}): min_delta must be finite and >= 0. "
+                "HINT: the smallest change that counts as an improvement, e.g. 1e-4"
+            )
+        self.monitor = monitor
+        self.patience = patience
+        self.min_delta = float(min_delta)
+        self.mode = mode
+        self.best: float | None = None
+        self.bad_validations = 0
+        self.stopped_at: int | None = None
+
+    def _improved(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        if self.mode == "min":
+            return value < self.best - self.min_delta
+        return value > self.best + self.min_delta
+
+    def on_validation_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        if self.monitor not in metrics:
+            raise KeyError(
+                f"EarlyStopping monitors {self.monitor!r} but validation produced "
+                f"{sorted(metrics)}. HINT: monitor one of those names"
+            )
+        value = float(metrics[self.monitor])
+        if self._improved(value):
+            self.best = value
+            self.bad_validations = 0
+            return
+        self.bad_validations += 1
+        if self.bad_validations >= self.patience:
+            self.stopped_at = trainer.state.step
+            trainer.state.should_stop = True
+            trainer.state.stop_reason = (
+                f"early stopping: {self.monitor} did not improve for {self.patience} validations "
+                f"(best {self.best:.6g})"
+            )

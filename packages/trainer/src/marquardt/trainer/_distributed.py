@@ -1,0 +1,199 @@
+"""The process group: backend and device resolution, rendezvous with a timeout, collectives.
+
+A data-parallel step is only correct if every process joins every collective. Two things
+keep a fault from turning into a hang: the process group has a timeout
+(``TrainConfig.dist_timeout``), after which a collective waiting for a dead peer fails;
+and a failed collective is reported as :class:`WorkerFailedError` naming this rank, so
+the process exits non-zero and the launcher stops the others.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from . import _settings
+from ._config import TrainConfig
+from ._environments import ProcessLayout
+from ._errors import LaunchError, WorkerFailedError
+
+
+def visible_gpu_count() -> int:
+    """GPUs this process may use, counted through NVML (no CUDA context is created)."""
+    try:
+        from marquardt.devices import get_available_gpus
+
+        return sum(1 for d in get_available_gpus(cpu_fallback=True) if d.type == "cuda")
+    except ImportError:  # pragma: no cover - marquardt-devices is a declared dependency
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        # NVML missing or broken: a machine whose GPUs cannot be counted trains on the CPU.
+        return 0
+
+
+@dataclass(frozen=True)
+class Compute:
+    """The resolved ``compute_setup`` / ``backend``, and notices for the user."""
+
+    use_gpu: bool
+    backend: str
+    notices: tuple[str, ...] = field(default=())
+
+    @property
+    def device_type(self) -> str:
+        return "cuda" if self.use_gpu else "cpu"
+
+
+def resolve_compute(config: TrainConfig, gpu_count: int) -> Compute:
+    """Decide CPU or GPU, and the backend, from the configuration and the GPUs present.
+
+    ``gpu`` without GPUs is an error; ``auto`` without GPUs trains on the CPU, and then a
+    requested ``nccl`` (GPU-only) is replaced by ``gloo`` with a notice, so the seeds'
+    defaults (``backend="nccl"``, ``compute_setup="auto"``) run on a laptop.
+    """
+    setup, backend = config.compute_setup, config.backend
+    if setup == "gpu" and gpu_count == 0:
+        raise LaunchError(
+            "TrainConfig(compute_setup='gpu') but no GPU is visible to this process (NVML finds "
+            "none, or CUDA_VISIBLE_DEVICES hides them all). HINT: use compute_setup='auto' or "
+            "'cpu' (with backend='gloo') to train on CPUs, or run on a node with GPUs"
+        )
+    use_gpu = setup == "gpu" or (setup == "auto" and gpu_count > 0)
+    notices: list[str] = []
+    if not use_gpu:
+        if backend == "nccl":
+            notices.append(
+                "no GPU found: compute_setup='auto' trains on the CPU, and the GPU-only backend "
+                "'nccl' is replaced by 'gloo' (pass --backend gloo to silence this notice)"
+            )
+            backend = "gloo"
+        elif backend == "auto":
+            backend = "gloo"
+    elif backend == "auto":
+        backend = "nccl"
+    return Compute(use_gpu=use_gpu, backend=backend, notices=tuple(notices))
+
+
+def check_backend_available(backend: str) -> None:
+    """The chosen backend must be compiled into this torch build."""
+    available = {
+        "gloo": dist.is_gloo_available(),
+        "nccl": dist.is_nccl_available(),
+        "mpi": dist.is_mpi_available(),
+    }
+    if not available.get(backend, False):
+        raise LaunchError(
+            f"backend {backend!r} was asked for but this torch build ({torch.__version__}) does "
+            f"not include it. HINT: use backend='gloo' (always built), or install a torch build "
+            f"with {backend} support"
+        )
+
+
+def timeout_seconds(config: TrainConfig) -> float:
+    """``MARQUARDT_TRAINER_DIST_TIMEOUT`` if set, else ``TrainConfig.dist_timeout``."""
+    return _settings.dist_timeout_override() or float(config.dist_timeout)
+
+
+def init_process_group(layout: ProcessLayout, backend: str, seconds: float, env_init: bool) -> None:
+    """Join the process group of ``layout`` (torchrun: through its store, ``env://``)."""
+    check_backend_available(backend)
+    timeout = datetime.timedelta(seconds=seconds)
+    init_method = "env://" if env_init else f"tcp://{layout.master_addr}:{layout.master_port}"
+    try:
+        dist.init_process_group(
+            backend=backend,
+            init_method=init_method,
+            rank=layout.rank,
+            world_size=layout.world_size,
+            timeout=timeout,
+        )
+    except Exception as exc:
+        raise WorkerFailedError(
+            f"rank {layout.rank}: could not join the process group of {layout.world_size} "
+            f"processes at {init_method} within {seconds:.0f} s ({type(exc).__name__}: {exc}). "
+            "HINT: check that every rank was started, that MASTER_ADDR is reachable from every "
+            "node and MASTER_PORT is free; the other ranks' logs say why they did not join",
+            rank=layout.rank,
+        ) from exc
+
+
+def destroy_process_group() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def broadcast_object(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (identity without a process group)."""
+    if world_size() == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def all_gather_object(value: Any) -> list[Any]:
+    if world_size() == 1:
+        return [value]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def any_true(flag: bool, device: torch.device) -> bool:
+    """True on every rank if ``flag`` is true on any rank."""
+    if world_size() == 1:
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item() > 0)
+
+
+def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
+    """The average of each value over the ranks (keys must agree; sorted for a fixed order)."""
+    if world_size() == 1 or not values:
+        return dict(values)
+    keys = sorted(values)
+    packed = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    if device.type == "cuda":
+        packed = packed.to(torch.float32)  # NCCL reductions of float64 are fine, but keep it light
+    dist.all_reduce(packed)
+    packed = packed / world_size()
+    return {k: float(v) for k, v in zip(keys, packed.tolist(), strict=True)}
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a collective that lost a peer (or timed out)."""
+    if isinstance(exc, dist.DistError):
+        return True
+    text = str(exc)
+    markers = ("Gloo", "gloo", "NCCL", "Connection closed", "Connection reset", "timed out",
+               "Timeout", "ProcessGroup", "c10d")
+    return isinstance(exc, RuntimeError) and any(m in text for m in markers)
+
+
+def report_peer_failure(rank: int, exc: BaseException) -> WorkerFailedError:
+    message = (
+        f"rank {rank}: a collective failed ({type(exc).__name__}: {str(exc).strip()[:300]}); "
+        "another training process most probably died or stopped answering. HINT: the first "
+        "rank that failed says why in its own output (spawn and torchrun name it)"
+    )
+    sys.stderr.write(f"marquardt.trainer: {message}\n")
+    return WorkerFailedError(message, rank=None)
+
+
+def flags_any(flags: list[bool], device: torch.device) -> list[bool]:
+    """For each flag, whether it is true on any rank (one small all-reduce)."""
+    if world_size() == 1:
+        return list(flags)
+    value = torch.tensor([1.0 if f else 0.0 for f in flags], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return [bool(v > 0) for v in value.tolist()]

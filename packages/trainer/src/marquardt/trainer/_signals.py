@@ -1,0 +1,84 @@
+"""SIGTERM: finish the step, write a checkpoint, exit cleanly.
+
+Slurm sends SIGTERM before preemption and at the time limit (then SIGKILL after
+``KillWait`` seconds); torchrun and a spawning parent forward it to their workers. The
+handler only raises a flag: the training loop checks it after each step, agrees with the
+other processes (one process asking is enough, so every rank stops at the same step),
+writes a checkpoint and leaves with exit status 0. A requeued job (``sbatch --requeue``)
+then resumes from that checkpoint. A second SIGTERM while the first is being honoured
+means "now": the process exits at once with status 143.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
+class GracefulStop:
+    """A SIGTERM flag for the training loop (installed only in the main thread)."""
+
+    def __init__(self, who: str = "trainer") -> None:
+        self.who = who
+        self.requested = False
+        self._previous: _Handler = None
+        self._installed = False
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested:
+            sys.stderr.write(f"marquardt.trainer: {self.who}: second SIGTERM, exiting now\n")
+            sys.stderr.flush()
+            os._exit(128 + signum)
+        self.requested = True
+        sys.stderr.write(
+            f"marquardt.trainer: {self.who}: SIGTERM received; finishing the current step, then "
+            "writing a checkpoint and exiting\n"
+        )
+        sys.stderr.flush()
+
+
+class SignalForwarder:
+    """In a spawning parent: pass SIGTERM on to the training processes it started."""
+
+    def __init__(self, pids: Callable[[], list[int]]) -> None:
+        self._pids = pids
+        self._previous: _Handler = None
+        self._installed = False
+        self.received = False
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._installed = True
+
+    def uninstall(self) -> None:
+        if self._installed:
+            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+        for pid in self._pids():
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
