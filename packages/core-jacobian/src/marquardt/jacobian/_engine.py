@@ -220,15 +220,27 @@ class JacobianEngine:
 
     # -- the per-slice work ------------------------------------------------------------
     def _jacobian_chunks(
-        self, index: int, x: torch.Tensor, y: torch.Tensor, plan: JacobianPlan
+        self,
+        index: int,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        plan: JacobianPlan,
+        workspace: torch.Tensor | None = None,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples."""
+        """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples.
+
+        With a ``workspace`` (``samples_per_chunk·m × P``, accumulate only: nothing from
+        it is handed out) the layers mode writes each chunk's ``J`` there, so memory is
+        reused from chunk to chunk instead of being allocated and faulted in anew.
+        """
         replica = self.replicas[index]
         step = plan.samples_per_chunk
+        m = plan.outputs_per_sample
         for lo in range(0, int(x.shape[0]), step):
             xs, ys = x[lo : lo + step], y[lo : lo + step]
             if plan.mode == "layers":
-                jac, res = layers_jacobian(replica, self.residual_fn, xs, ys)
+                out = None if workspace is None else workspace[: int(xs.shape[0]) * m]
+                jac, res = layers_jacobian(replica, self.residual_fn, xs, ys, out=out)
             elif plan.mode == "jacfwd":
                 jac, res = jacfwd_jacobian(
                     replica, self.residual_fn, xs, ys,
@@ -326,6 +338,7 @@ class JacobianEngine:
         plan = self._plan(inputs, targets, batch, size, "accumulate")
         params = self.replicas.num_params
         accumulators: dict[int, GramAccumulator] = {}
+        workspaces: dict[int, torch.Tensor | None] = {}
         start = time.perf_counter()
         gram_seconds = [0.0] * len(self.replicas)
 
@@ -333,10 +346,20 @@ class JacobianEngine:
             replica = self.replicas[dev]
             if dev not in accumulators:
                 accumulators[dev] = GramAccumulator(params, replica.device, acc_dtype)
+                workspaces[dev] = (
+                    torch.empty(
+                        min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample,
+                        params,
+                        dtype=self.replicas.dtype,
+                        device=replica.device,
+                    )
+                    if plan.mode == "layers"
+                    else None
+                )
             acc = accumulators[dev]
             x = to_device(inputs[lo:hi], replica.device)
             y = to_device(targets[lo:hi], replica.device)
-            for jac, res in self._jacobian_chunks(dev, x, y, plan):
+            for jac, res in self._jacobian_chunks(dev, x, y, plan, workspaces[dev]):
                 t0 = time.perf_counter()
                 acc.add(jac, res)
                 gram_seconds[dev] += time.perf_counter() - t0

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
 from torch.func import functional_call, jvp, vmap
 
 from .._replicas import Replica
@@ -61,6 +62,28 @@ def jacfwd_jacobian(
                 block[:, c0:c1] = vmap(tangent, randomness="different")(basis).t()
         jac_parts.append(block)
         res_parts.append(r)
-    if len(jac_parts) == 1:
-        return jac_parts[0], res_parts[0]
-    return torch.cat(jac_parts), torch.cat(res_parts)
+    jac = jac_parts[0] if len(jac_parts) == 1 else torch.cat(jac_parts)
+    _zero_padding_columns(replica, jac)
+    return jac, res_parts[0] if len(res_parts) == 1 else torch.cat(res_parts)
+
+
+def _zero_padding_columns(replica: Replica, jac: torch.Tensor) -> None:
+    """Give embedding padding rows the zero derivative reverse mode gives them.
+
+    ``nn.Embedding(padding_idx=k)`` defines the gradient of row ``k`` as zero (the row
+    is never trained); forward mode differentiates the lookup as written, so the
+    columns of that row are cleared to keep every mode the same function's Jacobian.
+    """
+    offset = 0
+    owners: dict[int, tuple[int, torch.Tensor]] = {}
+    for p, size in zip(replica.params, replica.sizes, strict=True):
+        owners[id(p)] = (offset, p)
+        offset += size
+    for module in replica.module.modules():
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            entry = owners.get(id(module.weight))
+            if entry is not None:
+                start, weight = entry
+                dim = weight.shape[1]
+                lo = start + int(module.padding_idx) * dim
+                jac[:, lo : lo + dim] = 0

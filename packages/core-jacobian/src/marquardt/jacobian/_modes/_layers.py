@@ -136,8 +136,12 @@ def layers_jacobian(
     residual_fn: ResidualFn,
     x: torch.Tensor,
     y: torch.Tensor,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J, r)`` for the ``b`` samples of ``x``: ``J`` is ``(b·m) × P``."""
+    """``(J, r)`` for the ``b`` samples of ``x``: ``J`` is ``(b·m) × P``.
+
+    ``out``, when given, is a contiguous ``(b·m) × P`` tensor that receives ``J``.
+    """
     model = replica.module
     flat = replica.flat
     params = flat.numel()
@@ -159,8 +163,8 @@ def layers_jacobian(
     ]
     try:
         with torch.enable_grad():
-            out = model(x)
-            res = rows_of(residual_fn(out, y), x.shape[0])
+            prediction = model(x)
+            res = rows_of(residual_fn(prediction, y), x.shape[0])
     finally:
         for h in handles:
             h.remove()
@@ -174,7 +178,10 @@ def layers_jacobian(
             )
         )
     batch, m = res.shape
-    jac = torch.empty(batch, m, params, dtype=flat.dtype, device=flat.device)
+    if out is None:
+        jac = torch.empty(batch, m, params, dtype=flat.dtype, device=flat.device)
+    else:
+        jac = out.view(batch, m, params)
     outputs = [rec[2] for rec in records]
     for k in range(m):
         target = jac[:, k, :]
