@@ -1,0 +1,53 @@
+"""The planner: strategy by rows and parameters, mode by rules, chunks within budget."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from marquardt.jacobian import UnknownModeError, plan_jacobian
+
+
+def test_strategy_follows_rows_and_parameters() -> None:
+    assert plan_jacobian(100, 769, 1, torch.float32, 1 << 30).strategy == "explicit"
+    assert plan_jacobian(10000, 769, 1, torch.float32, 1 << 30).strategy == "accumulate"
+    forced = plan_jacobian(10000, 769, 1, torch.float32, 1 << 30, strategy="explicit")
+    assert forced.strategy == "explicit" and "forced" in forced.reason
+
+
+def test_mode_choice() -> None:
+    plan = plan_jacobian(10000, 769, 1, torch.float32, 1 << 30)
+    assert plan.mode == "layers" and plan.samples_per_chunk == 10000
+    no_rules = plan_jacobian(
+        10000, 769, 1, torch.float32, 1 << 30, layers_supported=False, layers_reason="BatchNorm"
+    )
+    assert no_rules.mode == "vmap" and "BatchNorm" in no_rules.reason
+    few_params = plan_jacobian(1000, 5, 100, torch.float32, 1 << 30, layers_supported=False)
+    assert few_params.mode == "jacfwd"
+    fallback = plan_jacobian(100, 10, 1, torch.float32, 1 << 20, mode="layers", layers_supported=False)
+    assert fallback.mode == "vmap"
+
+
+@pytest.mark.parametrize("mode", ["vmap", "jacfwd", "layers"])
+def test_chunks_stay_within_budget(mode: str) -> None:
+    budget = 64 << 20
+    plan = plan_jacobian(
+        1_000_000, 769, 1, torch.float32, budget, mode=mode, activations_per_sample=513,
+        slice_samples=1_000_000,
+    )
+    assert plan.chunk_bytes <= budget
+    assert plan.samples_per_chunk < 1_000_000
+    if mode == "jacfwd":
+        # Never forward mode over all columns of a whole big slice.
+        assert plan.samples_per_chunk * plan.param_chunk < 1_000_000 * 769
+        assert plan.param_chunk < 769
+
+
+def test_chunks_never_exceed_slice() -> None:
+    plan = plan_jacobian(10000, 769, 1, torch.float64, 1 << 34, slice_samples=2500)
+    assert plan.samples_per_chunk == 2500
+
+
+def test_unknown_mode() -> None:
+    with pytest.raises(UnknownModeError, match=r"'jacrevv'.*HINT"):
+        plan_jacobian(10, 10, 1, torch.float32, 1 << 20, mode="jacrevv")
