@@ -82,6 +82,11 @@ class CupynumericBackend:
         self._linalg: Any = importlib.import_module("cupynumeric.linalg")
         runtime: Any = importlib.import_module("legate.core").get_legate_runtime()
         self._runtime = runtime
+        # D as a dense P × P (or I as N × N) matrix for the system being solved: a step
+        # solves one system for several λ, and each Legate operation costs about a
+        # millisecond on CPUs, so D is built once per system and scaling.
+        self._damping_key: tuple[LinearSystem, str] | None = None
+        self._damping_matrix: Any = None
 
     # -- moving torch tensors into Legate ------------------------------------------------
 
@@ -155,13 +160,20 @@ class CupynumericBackend:
         n, p = int(jac.shape[0]), int(jac.shape[1])
         r64 = res.astype(cn.float64)
         rss = float(cn.dot(r64, r64))
-        col = (jac * jac).sum(axis=0, dtype=cn.float64) / n
         if n >= p:
             a = (jac.T @ jac).astype(cn.float64) / n
             g = (jac.T @ res).astype(cn.float64) / n
+            # diag(JᵀJ)/N is the diagonal of A: no second pass over J.
             return LinearSystem(
-                a=a, g=g, diag=col, rows=n, params=p, underdetermined=False, rss=rss
+                a=a,
+                g=g,
+                diag=cn.diagonal(a).copy(),
+                rows=n,
+                params=p,
+                underdetermined=False,
+                rss=rss,
             )
+        col = (jac * jac).sum(axis=0, dtype=cn.float64) / n
         b = (jac @ jac.T).astype(cn.float64) / n
         gradient = (jac.T @ res).astype(cn.float64) / n
         return LinearSystem(
@@ -193,6 +205,17 @@ class CupynumericBackend:
             "HINT: pass 'identity' or 'marquardt' to LMA(scaling=...)."
         )
 
+    def _damping(self, system: LinearSystem, scaling: str) -> Any:
+        """The matrix multiplying λ: diag(D) over-determined, I under-determined (cached)."""
+        key = self._damping_key
+        if key is None or key[0] is not system or key[1] != scaling:
+            if system.underdetermined:
+                matrix = self._cn.eye(system.rows, dtype=self._cn.float64)
+            else:
+                matrix = self._cn.diag(self._scaling(system.diag, scaling))
+            self._damping_key, self._damping_matrix = (system, scaling), matrix
+        return self._damping_matrix
+
     def _cholesky_solve(self, matrix: Any, rhs: Any) -> Any | None:
         """x with matrix·x = rhs by float64 Cholesky, or ``None`` when it is not positive
         definite (NaN in the factor shows up later as a non-finite δ)."""
@@ -207,7 +230,9 @@ class CupynumericBackend:
         a: Any = system.a
         g: Any = system.g
         if system.underdetermined:
-            u = self._cholesky_solve(a + damping * cn.eye(a.shape[0], dtype=cn.float64), g)
+            if scaling not in SCALINGS:
+                self._scaling(system.diag, scaling)  # raises the house error
+            u = self._cholesky_solve(a + float(damping) * self._damping(system, scaling), g)
             if u is None:
                 return None
             jac: Any = system.jacobian
@@ -218,15 +243,14 @@ class CupynumericBackend:
             gradient_dot = n * cn.dot(bu, g)
             curvature = n * cn.dot(bu, bu)
         else:
-            d = self._scaling(system.diag, scaling)
-            solved = self._cholesky_solve(a + cn.diag(float(damping) * d), g)
+            solved = self._cholesky_solve(a + float(damping) * self._damping(system, scaling), g)
             if solved is None:
                 return None
             delta = solved
             gradient_dot = cn.dot(delta, g)
             curvature = cn.dot(delta, a @ delta)
         # A private host copy: the Legate array may be freed or reused once we return.
-        host = np.array(delta, dtype=np.float64, copy=True)
+        host = np.asarray(delta, dtype=np.float64).copy()
         if not np.all(np.isfinite(host)):
             return None
         return Solution(
