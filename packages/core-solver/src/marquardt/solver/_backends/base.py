@@ -52,7 +52,7 @@ from .._scaling import SCALINGS
 __all__ = ["SCALINGS", "ArrayBackend", "BackendFactory", "LinearSystem", "Solution", "host_vector"]
 
 
-@dataclass
+@dataclass(eq=False)
 class LinearSystem:
     """The assembled, undamped system of one step, in backend-native arrays.
 
@@ -68,7 +68,7 @@ class LinearSystem:
     N, the number of residual rows; ``params`` is P.
 
     Arrays may be in the assembly dtype (float32 for a float32 model); ``solve`` factorises
-    in float64.
+    in float64. Systems compare and hash by identity (a backend may cache per system).
     """
 
     a: Any

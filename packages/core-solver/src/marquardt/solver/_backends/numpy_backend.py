@@ -40,6 +40,10 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray[Any, np.dtype[Any]]:
 def cholesky_solve_numpy(matrix: F64, rhs: F64) -> F64 | None:
     """x with matrix·x = rhs by Cholesky in float64, or ``None`` when the matrix is not
     (numerically) positive definite or x is not finite."""
+    # O(n) scan only: a non-finite off-diagonal entry with a finite diagonal makes some
+    # pivot NaN or negative, which the factorisation reports.
+    if not np.all(np.isfinite(np.diagonal(matrix))) or not np.all(np.isfinite(rhs)):
+        return None
     try:
         from scipy.linalg import cho_factor, cho_solve
     except ImportError:  # SciPy is optional: plain NumPy below

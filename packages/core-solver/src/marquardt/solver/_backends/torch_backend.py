@@ -148,8 +148,13 @@ class TorchBackend:
 
 def _cholesky_solve(matrix: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor | None:
     """x with matrix·x = rhs (float64 Cholesky), or ``None`` if not positive definite or
-    x is not finite."""
-    if not bool(torch.isfinite(matrix).all()):
+    x is not finite.
+
+    Only the diagonal and rhs are scanned for inf/NaN (O(n)): LAPACK's potrf stops with
+    info > 0 at the first pivot that is not positive, and a non-finite off-diagonal entry
+    of a matrix with a finite diagonal reaches some pivot as NaN or a negative number.
+    """
+    if not bool(torch.isfinite(matrix.diagonal()).all()) or not bool(torch.isfinite(rhs).all()):
         return None
     lower, info = torch.linalg.cholesky_ex(matrix)
     if int(info) != 0:

@@ -1,0 +1,165 @@
+"""The NumPy and torch backends: assembly, damped solves, failures as ``None``."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from marquardt.jacobian import JacobianSlice, NormalProducts
+from marquardt.solver import ArrayBackend, LinearSystem
+from marquardt.solver._backends.base import host_vector
+from marquardt.solver._backends.numpy_backend import NumpyBackend, cholesky_solve_numpy
+from marquardt.solver._backends.torch_backend import TorchBackend
+
+BACKENDS = [NumpyBackend(), TorchBackend("cpu")]
+IDS = ["numpy", "torch"]
+
+
+def _problem(rows: int, params: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    jac = torch.randn(rows, params, generator=g, dtype=torch.float64)
+    res = torch.randn(rows, generator=g, dtype=torch.float64)
+    return jac, res
+
+
+def _slices(jac: torch.Tensor, res: torch.Tensor, size: int) -> list[JacobianSlice]:
+    out = []
+    for lo in range(0, jac.shape[0], size):
+        hi = min(lo + size, jac.shape[0])
+        out.append(JacobianSlice(lo, hi, jac[lo:hi].clone(), res[lo:hi].clone()))
+    return out[::-1]  # any order must do
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_backends_satisfy_the_protocol(backend: ArrayBackend) -> None:
+    assert isinstance(backend, ArrayBackend)
+
+
+@pytest.mark.parametrize("scaling", ["identity", "marquardt"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_overdetermined_solve_matches_the_formula(backend: ArrayBackend, scaling: str) -> None:
+    jac, res = _problem(40, 5)
+    n = 40
+    lam = 0.3
+    a = jac.T @ jac / n
+    d = torch.diagonal(a) if scaling == "marquardt" else torch.ones(5, dtype=torch.float64)
+    expected = torch.linalg.solve(a + lam * torch.diag(d), jac.T @ res / n)
+    for system in (
+        backend.system_from_slices(_slices(jac, res, 7), 40, 5),
+        backend.system_from_products(
+            NormalProducts(jtj=jac.T @ jac, jtr=jac.T @ res, rss=float(res @ res), rows=n)
+        ),
+    ):
+        assert not system.underdetermined
+        assert system.rss == pytest.approx(float(res @ res))
+        np.testing.assert_allclose(host_vector(system.gradient), (jac.T @ res / n).numpy())
+        solution = backend.solve(system, lam, scaling)
+        assert solution is not None
+        assert solution.delta.dtype == torch.float64 and solution.delta.device.type == "cpu"
+        torch.testing.assert_close(solution.delta, expected, rtol=1e-10, atol=1e-12)
+        # The predicted reduction is exact for the linear model.
+        delta = solution.delta
+        actual = (float(res @ res) - float((res - jac @ delta) @ (res - jac @ delta))) / n
+        assert solution.predicted_reduction(1.0) == pytest.approx(actual, rel=1e-9)
+        half = 0.5 * delta
+        actual_half = (float(res @ res) - float((res - jac @ half) @ (res - jac @ half))) / n
+        assert solution.predicted_reduction(0.5) == pytest.approx(actual_half, rel=1e-9)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_underdetermined_solve_uses_the_dual_form(backend: ArrayBackend) -> None:
+    jac, res = _problem(6, 15, seed=1)
+    n = 6
+    lam = 0.05
+    system = backend.system_from_slices(_slices(jac, res, 4), 6, 15)
+    assert system.underdetermined and system.jacobian is not None
+    u = torch.linalg.solve(jac @ jac.T / n + lam * torch.eye(n, dtype=torch.float64), res / n)
+    solution = backend.solve(system, lam, "marquardt")  # scaling is I in the dual form
+    assert solution is not None
+    torch.testing.assert_close(solution.delta, jac.T @ u, rtol=1e-10, atol=1e-12)
+    # The dual step equals the primal one with D = I (push-through identity).
+    primal = torch.linalg.solve(
+        jac.T @ jac / n + lam * torch.eye(15, dtype=torch.float64), jac.T @ res / n
+    )
+    torch.testing.assert_close(solution.delta, primal, rtol=1e-8, atol=1e-10)
+    delta = solution.delta
+    actual = (float(res @ res) - float((res - jac @ delta) @ (res - jac @ delta))) / n
+    assert solution.predicted_reduction() == pytest.approx(actual, rel=1e-9)
+    np.testing.assert_allclose(host_vector(system.gradient), (jac.T @ res / n).numpy())
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_float32_slices_are_solved_in_float64(backend: ArrayBackend) -> None:
+    jac, res = _problem(50, 4, seed=2)
+    system = backend.system_from_slices(_slices(jac.float(), res.float(), 50), 50, 4)
+    solution = backend.solve(system, 1e-3, "identity")
+    assert solution is not None and solution.delta.dtype == torch.float64
+
+
+def _system(backend: ArrayBackend, a: np.ndarray) -> LinearSystem:
+    p = a.shape[0]
+    products = NormalProducts(
+        jtj=torch.from_numpy(a * 10), jtr=torch.ones(p, dtype=torch.float64), rss=1.0, rows=10
+    )
+    return backend.system_from_products(products)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_indefinite_and_singular_systems_give_none(backend: ArrayBackend) -> None:
+    indefinite = np.diag([1.0, -2.0, 3.0])
+    assert backend.solve(_system(backend, indefinite), 1e-3, "identity") is None
+    # Damping large enough makes it positive definite: a solve, not an error.
+    assert backend.solve(_system(backend, indefinite), 10.0, "identity") is not None
+    singular = np.zeros((3, 3))
+    assert backend.solve(_system(backend, singular), 0.0, "identity") is None
+    # Marquardt scaling keeps a zero column damped (clamped D): solvable for λ > 0.
+    assert backend.solve(_system(backend, singular), 1e-3, "marquardt") is not None
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_non_finite_systems_give_none(backend: ArrayBackend) -> None:
+    for bad in (np.nan, np.inf):
+        a = np.eye(3)
+        a[0, 2] = a[2, 0] = bad
+        assert backend.solve(_system(backend, a), 1e-3, "identity") is None
+        b = np.eye(3)
+        b[1, 1] = bad
+        assert backend.solve(_system(backend, b), 1e-3, "identity") is None
+    # An overflowing step (tiny pivots, huge right-hand side) is not finite either.
+    tiny = np.eye(2) * 1e-300
+    products = NormalProducts(
+        jtj=torch.from_numpy(tiny),
+        jtr=torch.full((2,), 1e300, dtype=torch.float64),
+        rss=1.0,
+        rows=1,
+    )
+    assert backend.solve(backend.system_from_products(products), 0.0, "identity") is None
+
+
+def test_numpy_solve_without_scipy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SciPy is optional: NumPy's Cholesky and triangular solves give the same x."""
+    rng = np.random.default_rng(3)
+    m = rng.normal(size=(6, 6))
+    a = m @ m.T + 6 * np.eye(6)
+    b = rng.normal(size=6)
+    monkeypatch.setitem(sys.modules, "scipy.linalg", None)
+    x = cholesky_solve_numpy(a, b)
+    assert x is not None
+    np.testing.assert_allclose(a @ x, b, rtol=1e-10)
+    assert cholesky_solve_numpy(-a, b) is None
+
+
+def test_under_determined_system_needs_its_jacobian() -> None:
+    with pytest.raises(ValueError, match="HINT"):
+        LinearSystem(
+            a=np.eye(2),
+            g=np.ones(2),
+            diag=np.ones(3),
+            rows=2,
+            params=3,
+            underdetermined=True,
+            rss=1.0,
+        )
