@@ -1,0 +1,92 @@
+"""Shared helpers: subprocess runs with a timeout and guaranteed clean-up, a clean launch env."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+LAUNCH_PREFIXES = ("SLURM_", "TORCHELASTIC_", "LEGATE_", "MARQUARDT_TRAINER_")
+LAUNCH_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "MASTER_ADDR", "MASTER_PORT")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """os.environ without any launcher's variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(LAUNCH_PREFIXES) and k not in LAUNCH_NAMES}
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def _no_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process tests must not see a launcher that started pytest itself."""
+    for key in list(os.environ):
+        if key.startswith(LAUNCH_PREFIXES) or key in LAUNCH_NAMES:
+            monkeypatch.delenv(key, raising=False)
+
+
+class Processes:
+    """Start subprocesses in their own session; kill every one of them at the end."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, args: list[str], cwd: Path, env: dict[str, str] | None = None
+              ) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, *args], cwd=cwd, env=env or clean_env(), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )
+        self.started.append(proc)
+        return proc
+
+    def wait(self, proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str, str]:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(proc)
+            out, err = proc.communicate()
+            pytest.fail(f"timed out after {timeout} s: {proc.args}\n{out}\n{err}")
+        return proc.returncode, out, err
+
+    def run(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
+            timeout: float = 120) -> tuple[int, str, str]:
+        return self.wait(self.start(args, cwd, env), timeout)
+
+    @staticmethod
+    def kill(proc: subprocess.Popen[str]) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def cleanup(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                self.kill(proc)
+                proc.communicate()
+
+
+@pytest.fixture
+def procs() -> Iterator[Processes]:
+    p = Processes()
+    try:
+        yield p
+    finally:
+        p.cleanup()
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())

@@ -1,0 +1,100 @@
+"""A configurable training job for the multi-process tests.
+
+Writes, from the calling process (the spawning parent, or rank 0 of a launcher), a JSON
+file with the final full-data loss and the trained parameters of the model ``fit`` returned.
+Faults are injected by callbacks: rank R SIGKILLs itself at step S, or rank 0 sends SIGTERM
+to the spawning parent (or to itself) at step S.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+import torch
+from torch import nn, optim
+from torch.utils.data import DataLoader, TensorDataset
+
+from marquardt.trainer import Callback, TrainConfig, Trainer
+
+
+class Fault(Callback):
+    """At ``step`` on ``rank``: SIGKILL this process, or SIGTERM the launcher."""
+
+    def __init__(self, kind, step, rank):
+        self.kind, self.step, self.rank = kind, step, rank
+
+    def on_batch_end(self, trainer, loss, metrics):
+        if trainer.state.step != self.step or trainer.state.rank != self.rank:
+            return
+        if self.kind == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.kind == "sigterm-parent":
+            os.kill(os.getppid(), signal.SIGTERM)
+        elif self.kind == "sigterm-self":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def sinc_data(n):
+    x = torch.linspace(-1, 1, n).unsqueeze(1)
+    return x, torch.sinc(3 * x)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--loop", default="ddp", choices=["ddp", "lm"])
+    p.add_argument("--nprocs", type=int, default=1)
+    p.add_argument("--samples", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--shuffle", action="store_true")
+    p.add_argument("--max-iter", type=int, default=20)
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--root", default="runs")
+    p.add_argument("--resume", default=None)
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--fault", default=None, choices=["sigkill", "sigterm-parent", "sigterm-self"])
+    p.add_argument("--fault-step", type=int, default=0)
+    p.add_argument("--fault-rank", type=int, default=0)
+    p.add_argument("--dist-timeout", type=float, default=30.0)
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    x, y = sinc_data(args.samples)
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=args.shuffle)
+    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+    if args.loop == "lm":
+        from marquardt.solver import LMA
+
+        optimizer = LMA(model, [torch.device("cpu")], residual_fn=lambda a, b: a - b)
+    else:
+        optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
+    callbacks = [Fault(args.fault, args.fault_step, args.fault_rank)] if args.fault else []
+    config = TrainConfig(
+        max_iter=args.max_iter,
+        nprocs=args.nprocs,
+        backend="gloo",
+        compute_setup="cpu",
+        root_folder=args.root,
+        resume_from=args.resume,
+        checkpoint_every=args.checkpoint_every,
+        print_every=5,
+        write_every=1,
+        callbacks=callbacks,
+        seed=0,
+        dist_timeout=args.dist_timeout,
+    )
+    trainer = Trainer(model, optimizer, config, loss_fn="mse")
+    model, _ = trainer.fit(loader)
+    if args.out and trainer.state.rank == 0:
+        with torch.no_grad():
+            loss = nn.functional.mse_loss(model(x), y).item()
+        flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).tolist()
+        with open(args.out, "w") as handle:
+            json.dump({"loss": loss, "params": flat, "step": trainer.state.step}, handle)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
