@@ -340,3 +340,47 @@ def test_troubleshooting_explains_error(package: str, name: str) -> None:
         f"marquardt.{package} defines {name}, which docs/troubleshooting.md does not explain. "
         "HINT: add it to the page's error section with its meaning and fix"
     )
+
+
+def _environment_variables() -> list[tuple[str, str]]:
+    """(package, variable) for every environment variable a package's _settings.py names.
+
+    Found as the keys of its ENVIRONMENT table, the values of its ENV_* constants, and any
+    MARQUARDT_* string in the module.
+    """
+    import ast
+
+    found: set[tuple[str, str]] = set()
+    for settings in sorted((ROOT / "packages").glob("*/src/marquardt/*/_settings.py")):
+        package = settings.parent.name
+        tree = ast.parse(settings.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            targets: list[ast.expr] = []
+            value: ast.expr | None = None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign):
+                targets, value = [node.target], node.value
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if "ENVIRONMENT" in names and isinstance(value, ast.Dict):
+                found |= {(package, k.value) for k in value.keys
+                          if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            if any(n.startswith("ENV_") for n in names) and isinstance(value, ast.Constant):
+                found.add((package, str(value.value)))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found |= {(package, m) for m in re.findall(r"\bMARQUARDT_[A-Z_]+\b", node.value)}
+    return sorted(found)
+
+
+def test_environment_variables_found() -> None:
+    assert len(_environment_variables()) >= 5
+
+
+@pytest.mark.parametrize("package,variable", _environment_variables())
+def test_troubleshooting_lists_environment_variable(package: str, variable: str) -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    section = page.split("## Environment variables", 1)[-1]
+    assert f"`{variable}`" in section, (
+        f"marquardt.{package} reads {variable}, which the 'Environment variables' section of "
+        "docs/troubleshooting.md does not list. HINT: add it with its meaning"
+    )
