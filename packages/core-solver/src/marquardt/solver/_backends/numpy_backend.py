@@ -53,7 +53,7 @@ def cholesky_solve_numpy(matrix: F64, rhs: F64) -> F64 | None:
             factor = cho_factor(matrix, lower=True, check_finite=False)
             x = cho_solve(factor, rhs, check_finite=False)
         else:
-            lower = np.linalg.cholesky(matrix)
+            lower: F64 = np.asarray(np.linalg.cholesky(matrix), dtype=np.float64)
             y = _forward_substitution(lower, rhs)
             x = _forward_substitution(lower.T[::-1, ::-1], y[::-1])[::-1]
     except (np.linalg.LinAlgError, ValueError):
