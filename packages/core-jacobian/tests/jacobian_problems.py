@@ -112,15 +112,22 @@ def make_problem(name: str) -> Problem:
         fn = diff
     else:  # pragma: no cover
         raise KeyError(name)
-    return Problem(name, model.double(), x.double() if x.is_floating_point() else x,
-                   y.double() if y.is_floating_point() else y, fn)
+    return Problem(
+        name,
+        model.double(),
+        x.double() if x.is_floating_point() else x,
+        y.double() if y.is_floating_point() else y,
+        fn,
+    )
 
 
 PROBLEMS = ["mlp", "multi_output", "cnn", "batchnorm_eval", "frozen", "cross_entropy", "embedding"]
 MODES = ["vmap", "jacfwd", "layers"]
 
 
-def reference_jacobian(p: Problem, names: list[str], flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_jacobian(
+    p: Problem, names: list[str], flat: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """J and r from torch.autograd.functional.jacobian over the whole batch."""
     shapes = {n: t.shape for n, t in p.model.named_parameters()}
 
@@ -138,7 +145,9 @@ def reference_jacobian(p: Problem, names: list[str], flat: torch.Tensor) -> tupl
     return jac, residuals(flat).detach()
 
 
-def finite_difference_jacobian(p: Problem, names: list[str], flat: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
+def finite_difference_jacobian(
+    p: Problem, names: list[str], flat: torch.Tensor, h: float = 1e-6
+) -> torch.Tensor:
     shapes = {n: t.shape for n, t in p.model.named_parameters()}
 
     def residuals(theta: torch.Tensor) -> torch.Tensor:

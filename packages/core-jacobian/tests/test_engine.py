@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from jacobian_problems import MODES, Problem, finite_difference_jacobian, make_problem, reference_jacobian
+from jacobian_problems import (
+    MODES,
+    Problem,
+    finite_difference_jacobian,
+    make_problem,
+    reference_jacobian,
+)
 
 from marquardt.jacobian import JacobianEngine, Replicas
 
@@ -86,7 +92,7 @@ def test_accumulate_in_float64_from_float32_model() -> None:
     engine = JacobianEngine(Replicas(model, ["cpu"]), problem.residual_fn)
     products = engine.accumulate(problem.x.float(), problem.y.float(), dtype=torch.float64)
     assert products.jtj.dtype == torch.float64
-    jac, res = engine.jacobian(problem.x.float(), problem.y.float())
+    jac, _res = engine.jacobian(problem.x.float(), problem.y.float())
     j64 = jac.double()
     torch.testing.assert_close(products.jtj, j64.T @ j64, rtol=1e-12, atol=1e-12)
     assert engine.accumulate(problem.x.float(), problem.y.float()).jtj.dtype == torch.float32

@@ -24,7 +24,9 @@ def test_mode_choice() -> None:
     assert no_rules.mode == "vmap" and "BatchNorm" in no_rules.reason
     few_params = plan_jacobian(1000, 5, 100, torch.float32, 1 << 30, layers_supported=False)
     assert few_params.mode == "jacfwd"
-    fallback = plan_jacobian(100, 10, 1, torch.float32, 1 << 20, mode="layers", layers_supported=False)
+    fallback = plan_jacobian(
+        100, 10, 1, torch.float32, 1 << 20, mode="layers", layers_supported=False
+    )
     assert fallback.mode == "vmap"
 
 
@@ -32,7 +34,13 @@ def test_mode_choice() -> None:
 def test_chunks_stay_within_budget(mode: str) -> None:
     budget = 64 << 20
     plan = plan_jacobian(
-        1_000_000, 769, 1, torch.float32, budget, mode=mode, activations_per_sample=513,
+        1_000_000,
+        769,
+        1,
+        torch.float32,
+        budget,
+        mode=mode,
+        activations_per_sample=513,
         slice_samples=1_000_000,
     )
     assert plan.chunk_bytes <= budget

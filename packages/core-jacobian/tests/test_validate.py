@@ -24,7 +24,9 @@ from marquardt.jacobian import (
 )
 
 
-def _engine(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> JacobianEngine:
+def _engine(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> JacobianEngine:
     problem = make_problem("mlp")
     return JacobianEngine(Replicas(problem.model, ["cpu", "cpu"]), fn or problem.residual_fn)
 
@@ -32,7 +34,9 @@ def _engine(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = No
 CALLS = ["slices", "accumulate", "loss", "residuals"]
 
 
-def _call(engine: JacobianEngine, name: str, x: torch.Tensor, y: torch.Tensor, size: int | None = None) -> None:
+def _call(
+    engine: JacobianEngine, name: str, x: torch.Tensor, y: torch.Tensor, size: int | None = None
+) -> None:
     if name == "slices":
         list(engine.slices(x, y, size))
     elif name == "accumulate":
@@ -120,7 +124,9 @@ def test_batchnorm_in_training_mode_is_refused() -> None:
     problem = make_problem("batchnorm_eval")
     problem.model.train()
     engine = JacobianEngine(Replicas(problem.model, ["cpu"]), problem.residual_fn)
-    with pytest.raises(BatchNormTrainingError, match=r"'bn' \(BatchNorm1d\).*HINT: call model.eval"):
+    with pytest.raises(
+        BatchNormTrainingError, match=r"'bn' \(BatchNorm1d\).*HINT: call model.eval"
+    ):
         engine.accumulate(problem.x, problem.y)
     running = problem.model.bn.running_mean.clone()
     assert torch.equal(problem.model.bn.running_mean, running)

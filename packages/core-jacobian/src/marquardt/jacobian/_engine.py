@@ -12,7 +12,7 @@ Gavin, "The Levenberg-Marquardt algorithm for nonlinear least squares").
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -104,7 +104,9 @@ class JacobianEngine:
         self.residual_fn = residual_fn
         self.mode = chosen
         self.memory_budget = memory_budget
-        self.output_device = torch.device(output_device) if output_device is not None else replicas.devices[0]
+        self.output_device = (
+            torch.device(output_device) if output_device is not None else replicas.devices[0]
+        )
         self.last_plan: JacobianPlan | None = None
         self.timings: dict[str, float] = {}
         self._workers = DeviceWorkers(replicas.devices)
@@ -113,7 +115,9 @@ class JacobianEngine:
         self._layers_reason = why
 
     # -- checks and planning -----------------------------------------------------------
-    def _prepare(self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None) -> tuple[int, int]:
+    def _prepare(
+        self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None
+    ) -> tuple[int, int]:
         batch = check_batch(inputs, targets)
         size = check_slice_size(slice_size, batch, len(self.replicas))
         check_batchnorm(self.replicas.model)
@@ -226,6 +230,7 @@ class JacobianEngine:
         y: torch.Tensor,
         plan: JacobianPlan,
         workspace: torch.Tensor | None = None,
+        first_sample: int = 0,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples.
 
@@ -243,21 +248,31 @@ class JacobianEngine:
                 jac, res = layers_jacobian(replica, self.residual_fn, xs, ys, out=out)
             elif plan.mode == "jacfwd":
                 jac, res = jacfwd_jacobian(
-                    replica, self.residual_fn, xs, ys,
-                    samples_per_call=step, param_chunk=plan.param_chunk,
+                    replica,
+                    self.residual_fn,
+                    xs,
+                    ys,
+                    samples_per_call=step,
+                    param_chunk=plan.param_chunk,
                 )
             else:
                 jac, res = vmap_jacobian(replica, self.residual_fn, xs, ys, samples_per_call=step)
-            check_finite_residuals(res, plan.outputs_per_sample)
+            check_finite_residuals(res, plan.outputs_per_sample, first_sample + lo)
             yield jac, res
 
     def _slice_jacobian(
-        self, index: int, inputs: torch.Tensor, targets: torch.Tensor, lo: int, hi: int, plan: JacobianPlan
+        self,
+        index: int,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        lo: int,
+        hi: int,
+        plan: JacobianPlan,
     ) -> tuple[torch.Tensor, torch.Tensor, float]:
         device = self.replicas[index].device
         x = to_device(inputs[lo:hi], device)
         y = to_device(targets[lo:hi], device)
-        parts = list(self._jacobian_chunks(index, x, y, plan))
+        parts = list(self._jacobian_chunks(index, x, y, plan, first_sample=lo))
         if len(parts) == 1:
             jac, res = parts[0]
         else:
@@ -291,12 +306,14 @@ class JacobianEngine:
 
     def _yield_slices(
         self,
-        jobs: list[Callable[[int], tuple[torch.Tensor, torch.Tensor, float]]],
+        jobs: Sequence[Callable[[int], tuple[torch.Tensor, torch.Tensor, float]]],
         ranges: list[tuple[int, int]],
         m: int,
     ) -> Iterator[JacobianSlice]:
         start = time.perf_counter()
-        for (lo, hi), (jac, res, transfer) in zip(ranges, self._workers.map_ordered(jobs), strict=True):
+        for (lo, hi), (jac, res, transfer) in zip(
+            ranges, self._workers.map_ordered(jobs), strict=True
+        ):
             self.timings["transfer"] += transfer
             self.timings["jacobian"] = time.perf_counter() - start
             yield JacobianSlice(start=lo * m, stop=hi * m, jacobian=jac, residuals=res)
@@ -359,24 +376,25 @@ class JacobianEngine:
             acc = accumulators[dev]
             x = to_device(inputs[lo:hi], replica.device)
             y = to_device(targets[lo:hi], replica.device)
-            for jac, res in self._jacobian_chunks(dev, x, y, plan, workspaces[dev]):
+            for jac, res in self._jacobian_chunks(dev, x, y, plan, workspaces[dev], lo):
                 t0 = time.perf_counter()
                 acc.add(jac, res)
                 gram_seconds[dev] += time.perf_counter() - t0
 
-        jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)]
+        jobs = [
+            (lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)
+        ]
         self._workers.run_all(jobs)
         t_reduce = time.perf_counter()
         home = self.replicas.devices[0]
         accs = [accumulators[i] for i in sorted(accumulators)]
-        jtj = accs[0].jtj.to(home)
+        jtj = accs[0].finish().to(home)
         jtr = accs[0].jtr.to(home)
         rss = accs[0].rss.to(home)
         for a in accs[1:]:
-            jtj = jtj + a.jtj.to(home)
+            jtj = jtj + a.finish().to(home)
             jtr = jtr + a.jtr.to(home)
             rss = rss + a.rss.to(home)
-        jtj = torch.triu(jtj) + torch.triu(jtj, 1).t()
         rows = sum(a.rows for a in accs)
         end = time.perf_counter()
         self.timings = {
@@ -431,11 +449,17 @@ class JacobianEngine:
             with torch.no_grad():
                 out = replica.module(x)
                 res = rows_of(self.residual_fn(out, y), hi - lo)
-                check_finite_residuals(res, res.shape[1])
+                check_finite_residuals(res, res.shape[1], lo)
                 value = res.pow(2).sum() if loss_fn is None else loss_fn(out, y)
-            return to_host_fresh(res.reshape(-1), self.output_device), value.detach().to(self.output_device), hi - lo
+            return (
+                to_host_fresh(res.reshape(-1), self.output_device),
+                value.detach().to(self.output_device),
+                hi - lo,
+            )
 
-        jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)]
+        jobs = [
+            (lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)
+        ]
         return self._workers.run_all(jobs)
 
     def close(self) -> None:

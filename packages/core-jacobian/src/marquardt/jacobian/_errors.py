@@ -8,6 +8,7 @@ what was asked, what was found, and how to fix it, ending with ``HINT:``.
 from __future__ import annotations
 
 __all__ = [
+    "BatchLengthError",
     "BatchNormTrainingError",
     "DeviceMismatchError",
     "EmptyBatchError",
@@ -20,7 +21,6 @@ __all__ = [
     "ResidualShapeError",
     "SliceSizeError",
     "UnknownModeError",
-    "BatchLengthError",
     "message",
 ]
 

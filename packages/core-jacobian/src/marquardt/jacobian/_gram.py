@@ -11,6 +11,7 @@ the machine, so on CPU the first chunks time both and the faster one is kept
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import threading
 import time
@@ -57,7 +58,9 @@ def choose_kernel(device: torch.device, dtype: torch.dtype, params: int) -> str:
         return min(counts, key=lambda k: statistics.median(counts[k]))
 
 
-def record_time(device: torch.device, dtype: torch.dtype, params: int, kernel: str, seconds_per_row: float) -> None:
+def record_time(
+    device: torch.device, dtype: torch.dtype, params: int, kernel: str, seconds_per_row: float
+) -> None:
     """Remember how long ``kernel`` took per row (only the first few timings are kept)."""
     with _lock:
         times = _measured.setdefault((device.type, dtype, params, kernel), [])
@@ -76,6 +79,7 @@ class GramAccumulator:
         self.jtr = torch.zeros(params, device=device, dtype=dtype)
         self.rss = torch.zeros((), device=device, dtype=dtype)
         self.rows = 0
+        self.upper_only = False  # True once a chunk filled only the upper triangle
 
     def add(self, jacobian: torch.Tensor, residuals: torch.Tensor) -> None:
         """``G += JᵀJ``, ``g += Jᵀr``, ``rss += rᵀr`` for one chunk (rows × P)."""
@@ -96,12 +100,19 @@ class GramAccumulator:
             self.jtj.add_(torch.from_numpy(a.T @ a))
         else:
             self._upper(j)
-        record_time(self.device, self.dtype, self.params, kernel, (time.perf_counter() - start) / max(1, j.shape[0]))
+            self.upper_only = True
+        record_time(
+            self.device,
+            self.dtype,
+            self.params,
+            kernel,
+            (time.perf_counter() - start) / max(1, j.shape[0]),
+        )
 
     def _upper(self, j: torch.Tensor) -> None:
         p = self.params
         edges = [round(i * p / _BLOCKS) for i in range(_BLOCKS + 1)]
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        for lo, hi in itertools.pairwise(edges):
             if hi > lo:
                 self.jtj[lo:hi, lo:].addmm_(j[:, lo:hi].t(), j[:, lo:])
 
@@ -109,9 +120,10 @@ class GramAccumulator:
         """The symmetric ``JᵀJ``, mirrored from the upper triangle.
 
         Every kernel completes the upper triangle (the blocked one only that), so the
-        mirror is right whichever kernels the chunks used.
+        mirror is right whichever kernels the chunks used; when no chunk used the
+        blocked kernel the matrix is already whole and is returned as it is.
         """
-        return _symmetrize(self.jtj)
+        return _symmetrize(self.jtj) if self.upper_only else self.jtj
 
 
 def _symmetrize(upper: torch.Tensor) -> torch.Tensor:

@@ -111,7 +111,9 @@ def plan_jacobian(
             reasons.append("layers: " + (layers_reason or "every layer has a per-sample rule"))
         elif params < m:
             mode = "jacfwd"
-            reasons.append(f"jacfwd: {params} parameters < {m} outputs per sample; " + layers_reason)
+            reasons.append(
+                f"jacfwd: {params} parameters < {m} outputs per sample; " + layers_reason
+            )
         else:
             mode = "vmap"
             reasons.append("vmap: " + (layers_reason or "no per-sample rule applies"))
@@ -134,9 +136,16 @@ def plan_jacobian(
         # Forward mode: the J block of the chunk plus c tangents through the network.
         per_column_sample = item * (2 * act + m)
         chunk = max(1, min(slice_n, budget // max(1, item * m * params + per_column_sample)))
-        param_chunk = max(1, min(params, (budget - chunk * item * m * params) // max(1, chunk * per_column_sample)))
+        param_chunk = max(
+            1,
+            min(params, (budget - chunk * item * m * params) // max(1, chunk * per_column_sample)),
+        )
         chunk_bytes = chunk * (item * m * params + param_chunk * per_column_sample)
-    reasons.append(f"chunks of {chunk} samples" + (f" × {param_chunk} columns" if mode == "jacfwd" else "") + f" (≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget)")
+    reasons.append(
+        f"chunks of {chunk} samples"
+        + (f" × {param_chunk} columns" if mode == "jacfwd" else "")
+        + f" (≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget)"
+    )
     return JacobianPlan(
         strategy=strategy,
         mode=mode,

@@ -119,9 +119,7 @@ class Replicas:
                     "cast the model to one floating dtype, e.g. model.double()",
                 )
             )
-        model_devices = {p.device for p in model.parameters()} | {
-            b.device for b in model.buffers()
-        }
+        model_devices = {p.device for p in model.parameters()} | {b.device for b in model.buffers()}
         if len(model_devices) != 1:
             raise DeviceMismatchError(
                 message(

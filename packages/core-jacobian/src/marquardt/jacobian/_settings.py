@@ -18,7 +18,14 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ENV_GRAM_KERNEL", "ENV_MEMORY_BUDGET", "ENV_MODE", "gram_kernel", "memory_budget", "mode"]
+__all__ = [
+    "ENV_GRAM_KERNEL",
+    "ENV_MEMORY_BUDGET",
+    "ENV_MODE",
+    "gram_kernel",
+    "memory_budget",
+    "mode",
+]
 
 ENV_MODE = "MARQUARDT_JACOBIAN_MODE"
 ENV_MEMORY_BUDGET = "MARQUARDT_JACOBIAN_MEMORY_BUDGET"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import Any, TypeVar
 
 import torch
@@ -82,7 +82,7 @@ class DeviceWorkers:
             return nullcontext()
         # Streams are created on first use in the worker, never at import.
         if index not in self._streams:
-            self._streams[index] = torch.cuda.Stream(device=device)
+            self._streams[index] = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
         return torch.cuda.stream(self._streams[index])
 
     def _run(self, index: int, fn: Callable[[], T]) -> T:
@@ -103,7 +103,9 @@ class DeviceWorkers:
             return fut
         return self._pool(index).submit(self._run, index, fn)
 
-    def map_ordered(self, jobs: Sequence[Callable[[int], T]], window: int | None = None) -> Iterator[T]:
+    def map_ordered(
+        self, jobs: Sequence[Callable[[int], T]], window: int | None = None
+    ) -> Iterator[T]:
         """Results of ``jobs[s](s mod D)`` on worker ``s mod D``, in order ``s``.
 
         At most ``window`` jobs are in flight (default ``2·D``), bounding memory when the
@@ -126,10 +128,8 @@ class DeviceWorkers:
                 fut.cancel()
             for fut in pending:
                 if not fut.cancelled():
-                    try:
+                    with suppress(BaseException):
                         fut.result()
-                    except BaseException:  # noqa: S110 - errors of abandoned work are moot
-                        pass
 
     def run_all(self, jobs: Sequence[Callable[[int], T]]) -> list[T]:
         """All results of ``map_ordered`` as a list (every device busy at once)."""

@@ -126,8 +126,13 @@ def check_batchnorm(model: nn.Module) -> None:
             )
 
 
-def check_finite_residuals(residuals: torch.Tensor, outputs_per_sample: int) -> None:
-    """Raise when a residual is NaN or infinite, naming the first sample concerned."""
+def check_finite_residuals(
+    residuals: torch.Tensor, outputs_per_sample: int, first_sample: int = 0
+) -> None:
+    """Raise when a residual is NaN or infinite, naming the first sample concerned.
+
+    ``first_sample`` is the batch index of the first sample ``residuals`` belong to.
+    """
     finite = torch.isfinite(residuals)
     if not bool(finite.all()):
         first_row = int((~finite).reshape(-1).nonzero()[0, 0])
@@ -135,7 +140,7 @@ def check_finite_residuals(residuals: torch.Tensor, outputs_per_sample: int) -> 
             message(
                 "finite residuals were expected from residual_fn(model(x), y)",
                 f"{int((~finite).sum())} are NaN or infinite (first at sample "
-                f"{first_row // max(1, outputs_per_sample)})",
+                f"{first_sample + first_row // max(1, outputs_per_sample)})",
                 "check the model output and residual_fn (e.g. sqrt of a negative, log(0)); "
                 "add an eps inside sqrt/log",
             )

@@ -43,7 +43,9 @@ def jacfwd_jacobian(
         xs, ys = x[lo : lo + step], y[lo : lo + step]
         b = xs.shape[0]
 
-        def residuals(theta: torch.Tensor, xs: torch.Tensor = xs, ys: torch.Tensor = ys, b: int = b) -> torch.Tensor:
+        def residuals(
+            theta: torch.Tensor, xs: torch.Tensor = xs, ys: torch.Tensor = ys, b: int = b
+        ) -> torch.Tensor:
             out = functional_call(module, replica.param_dict(theta), (xs,))
             return rows_of(residual_fn(out, ys), b).reshape(-1)
 
@@ -55,8 +57,11 @@ def jacfwd_jacobian(
             basis = torch.zeros(c1 - c0, params, dtype=flat.dtype, device=flat.device)
             basis[torch.arange(c1 - c0), torch.arange(c0, c1)] = 1
 
-            def tangent(t: torch.Tensor, fn: Callable[..., torch.Tensor] = residuals) -> torch.Tensor:
-                return jvp(fn, (flat,), (t,))[1]
+            def tangent(
+                t: torch.Tensor, fn: Callable[..., torch.Tensor] = residuals
+            ) -> torch.Tensor:
+                tangent_out: torch.Tensor = jvp(fn, (flat,), (t,))[1]
+                return tangent_out
 
             with torch.no_grad():
                 block[:, c0:c1] = vmap(tangent, randomness="different")(basis).t()

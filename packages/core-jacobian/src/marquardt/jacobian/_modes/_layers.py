@@ -68,15 +68,38 @@ def layers_support(model: nn.Module) -> tuple[bool, str]:
 def _linear(module: nn.Linear, a: torch.Tensor, g: torch.Tensor, put: Put) -> None:
     b = a.shape[0]
     if a.dim() == 2:
-        put(module.weight, lambda out: torch.mul(g.unsqueeze(2), a.unsqueeze(1), out=out) if out is not None else g.unsqueeze(2) * a.unsqueeze(1))
+        put(
+            module.weight,
+            lambda out: (
+                torch.mul(g.unsqueeze(2), a.unsqueeze(1), out=out)
+                if out is not None
+                else g.unsqueeze(2) * a.unsqueeze(1)
+            ),
+        )
         if module.bias is not None:
             put(module.bias, lambda out: out.copy_(g) if out is not None else g)
         return
     a3 = a.reshape(b, -1, a.shape[-1])
     g3 = g.reshape(b, -1, g.shape[-1])
-    put(module.weight, lambda out: torch.bmm(g3.transpose(1, 2), a3, out=out) if out is not None else torch.bmm(g3.transpose(1, 2), a3))
+    put(
+        module.weight,
+        lambda out: (
+            torch.bmm(g3.transpose(1, 2), a3, out=out)
+            if out is not None
+            else torch.bmm(g3.transpose(1, 2), a3)
+        ),
+    )
     if module.bias is not None:
-        put(module.bias, lambda out: torch.sum(g3, dim=1, out=out) if out is not None else g3.sum(1))
+        put(
+            module.bias, lambda out: torch.sum(g3, dim=1, out=out) if out is not None else g3.sum(1)
+        )
+
+
+def _into(out: torch.Tensor, written: torch.Tensor) -> torch.Tensor:
+    """``out`` after a kernel wrote ``written``, a reshaped view of it, in place."""
+    if written.data_ptr() != out.data_ptr():  # pragma: no cover - a view always aliases
+        raise RuntimeError("a per-sample rule wrote outside the Jacobian")
+    return out
 
 
 def _conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, put: Put) -> None:
@@ -97,9 +120,18 @@ def _conv(module: nn.Conv1d | nn.Conv2d, a: torch.Tensor, g: torch.Tensor, put: 
         padding = (int(pad2[0]), int(pad2[1]))
     cols = F.unfold(a4, kernel, dilation=dilation, padding=padding, stride=stride)
     g3 = g.reshape(b, g.shape[1], -1)
-    put(module.weight, lambda out: torch.bmm(g3, cols.transpose(1, 2), out=out) if out is not None else torch.bmm(g3, cols.transpose(1, 2)))
+    put(
+        module.weight,
+        lambda out: (
+            _into(out, torch.bmm(g3, cols.transpose(1, 2), out=out.view(b, g3.shape[1], -1)))
+            if out is not None
+            else torch.bmm(g3, cols.transpose(1, 2))
+        ),
+    )
     if module.bias is not None:
-        put(module.bias, lambda out: torch.sum(g3, dim=2, out=out) if out is not None else g3.sum(2))
+        put(
+            module.bias, lambda out: torch.sum(g3, dim=2, out=out) if out is not None else g3.sum(2)
+        )
 
 
 def _embedding(module: nn.Embedding, ids: torch.Tensor, g: torch.Tensor, put: Put) -> None:
@@ -187,7 +219,12 @@ def layers_jacobian(
         target = jac[:, k, :]
         written: set[int] = set()
 
-        def put(param: torch.Tensor, compute: Callable[[torch.Tensor | None], torch.Tensor], target: torch.Tensor = target, written: set[int] = written) -> None:
+        def put(
+            param: torch.Tensor,
+            compute: Callable[[torch.Tensor | None], torch.Tensor],
+            target: torch.Tensor = target,
+            written: set[int] = written,
+        ) -> None:
             if not param.requires_grad or id(param) not in columns:
                 return
             start, size = columns[id(param)]

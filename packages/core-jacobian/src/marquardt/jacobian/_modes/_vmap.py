@@ -29,7 +29,9 @@ def vmap_jacobian(
     module = replica.module
     batch = x.shape[0]
 
-    def one_sample(flat: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def one_sample(
+        flat: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         out = functional_call(module, replica.param_dict(flat), (xi.unsqueeze(0),))
         r = rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
         return r, r

@@ -1,0 +1,205 @@
+"""Jacobian benchmark on the sinc problem: marquardt.jacobian against torch-levenberg-marquardt.
+
+Problem: ``y = sinc(10 x)`` on ``x ∈ [-1, 1]``, a 1-256-1 tanh MLP (``P = 769``),
+``N = 10000`` samples, float32, ``torch.set_num_threads(2)``. Timed in one run, medians
+over repeats:
+
+* peer ``J``: ``LevenbergMarquardtModule._compute_jacobian`` (per-sample ``vmap(jacrev)``),
+  called as its training step calls it;
+* peer ``J, JᵀJ, Jᵀr``: the same followed by the products its step forms;
+* ours ``explicit``: ``JacobianEngine.jacobian`` (the whole ``J`` and ``r``);
+* ours ``accumulate``: ``JacobianEngine.accumulate`` (``JᵀJ``, ``Jᵀr``, ``rᵀr``);
+* ours ``vmap`` mode, for reference.
+
+Targets: ours ≤ 1.0× the peer. Memory: the peak resident-memory growth of
+``accumulate`` with a fixed slice for ``N = 10k`` and ``N = 100k`` (it should not grow
+with ``N``). Run ``python benchmarks/bench_jacobian.py``; ``main()`` returns the results
+and writes ``benchmarks/results/jacobian.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from marquardt.jacobian import JacobianEngine, Replicas
+
+RESULTS = Path(__file__).resolve().parent / "results" / "jacobian.json"
+N = 10_000
+REPEATS = 9
+WARMUP = 2
+
+
+def sinc_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.linspace(-1, 1, n, dtype=torch.float32).unsqueeze(1)
+    return x, torch.sinc(10 * x)
+
+
+def sinc_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(1, 256), nn.Tanh(), nn.Linear(256, 1))
+
+
+def median_seconds(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def peak_growth_mib(fn: Callable[[], object]) -> float | None:
+    """Peak resident memory growth during ``fn`` (Linux: resets the high-water mark)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    base = _rss_kib("VmRSS")
+    fn()
+    return (_rss_kib("VmHWM") - base) / 1024
+
+
+def main(repeats: int = REPEATS) -> dict[str, Any]:
+    torch.set_num_threads(2)
+    x, y = sinc_data(N)
+    results: dict[str, Any] = {
+        "problem": "sinc, 1-256-1 tanh MLP, P=769, N=10000, float32, 2 threads",
+        "repeats": repeats,
+        "torch": torch.__version__,
+    }
+
+    # The peer, called as its training step calls it.
+    import torch_levenberg_marquardt as tlm
+
+    peer = tlm.training.LevenbergMarquardtModule(copy.deepcopy(sinc_model()))
+
+    def peer_jacobian() -> object:
+        return peer._compute_jacobian(x, y, None)
+
+    def peer_products() -> object:
+        jac, res, _ = peer._compute_jacobian(x, y, None)
+        return jac.t().matmul(jac), jac.t().matmul(res)
+
+    # Ours.
+    model = sinc_model()
+    replicas = Replicas(model, [torch.device("cpu")])
+    engine = JacobianEngine(replicas, lambda a, b: a - b)
+    vmap_engine = JacobianEngine(replicas, lambda a, b: a - b, mode="vmap")
+
+    # Same J from both (checked once, outside the timing).
+    j_peer = peer._compute_jacobian(x, y, None)[0]
+    j_ours = engine.jacobian(x, y)[0]
+    results["max_abs_diff_J_vs_peer"] = float((j_peer - j_ours).abs().max())
+
+    times = {
+        "peer_jacobian": median_seconds(peer_jacobian, repeats),
+        "peer_jacobian_and_products": median_seconds(peer_products, repeats),
+        "ours_explicit": median_seconds(lambda: engine.jacobian(x, y), repeats),
+    }
+    results["explicit_plan"] = engine.last_plan.reason if engine.last_plan else ""
+    times["ours_accumulate"] = median_seconds(lambda: engine.accumulate(x, y), repeats)
+    results["accumulate_plan"] = engine.last_plan.reason if engine.last_plan else ""
+    results["accumulate_timings"] = dict(engine.timings)
+    times["ours_vmap_explicit"] = median_seconds(
+        lambda: vmap_engine.jacobian(x, y), max(3, repeats // 3)
+    )
+    results["seconds"] = times
+    results["ratios"] = {
+        "explicit_vs_peer_jacobian": times["ours_explicit"] / times["peer_jacobian"],
+        "accumulate_vs_peer_jacobian": times["ours_accumulate"] / times["peer_jacobian"],
+        "accumulate_vs_peer_jacobian_and_products": times["ours_accumulate"]
+        / times["peer_jacobian_and_products"],
+        "vmap_mode_vs_peer_jacobian": times["ours_vmap_explicit"] / times["peer_jacobian"],
+    }
+    results["target_ratio"] = 1.0
+
+    # Accumulate memory with a fixed slice: N = 10k and 100k, each in a fresh process so
+    # the peak is not hidden by memory an earlier measurement left to the allocator.
+    memory: dict[str, float | None] = {}
+    for n in (10_000, 100_000):
+        out = (
+            subprocess.run(
+                [sys.executable, __file__, "--memory", str(n)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        memory[f"N={n}"] = None if out == "None" else float(out)
+    results["accumulate_peak_rss_growth_mib_slice_5000"] = memory
+    results["explicit_J_mib"] = N * replicas.num_params * 4 / 2**20
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _print(results: dict[str, Any]) -> None:
+    s = results["seconds"]
+    r = results["ratios"]
+    t = results["target_ratio"]
+    print(results["problem"])
+    print(f"  peer _compute_jacobian (vmap(jacrev))      {s['peer_jacobian'] * 1e3:8.1f} ms")
+    print(
+        f"  peer J + JᵀJ + Jᵀr                          {s['peer_jacobian_and_products'] * 1e3:8.1f} ms"
+    )
+    print(
+        f"  ours explicit (whole J)                     {s['ours_explicit'] * 1e3:8.1f} ms   "
+        f"ratio {r['explicit_vs_peer_jacobian']:.3f}× (target ≤ {t:.1f}×)"
+    )
+    print(
+        f"  ours accumulate (JᵀJ, Jᵀr)                  {s['ours_accumulate'] * 1e3:8.1f} ms   "
+        f"ratio {r['accumulate_vs_peer_jacobian']:.3f}× of peer J (target ≤ {t:.1f}×), "
+        f"{r['accumulate_vs_peer_jacobian_and_products']:.3f}× of peer J+products"
+    )
+    print(
+        f"  ours vmap mode (reference)                  {s['ours_vmap_explicit'] * 1e3:8.1f} ms   "
+        f"ratio {r['vmap_mode_vs_peer_jacobian']:.3f}×"
+    )
+    print(f"  max |J_ours - J_peer| = {results['max_abs_diff_J_vs_peer']:.2e}")
+    mem = results["accumulate_peak_rss_growth_mib_slice_5000"]
+    print(
+        "  accumulate peak RSS growth, slice 5000: "
+        + ", ".join(f"{k}: {v:.1f} MiB" if v is not None else f"{k}: n/a" for k, v in mem.items())
+        + f" (explicit J alone: {results['explicit_J_mib']:.1f} MiB)"
+    )
+    print(f"  plan: {results['accumulate_plan']}")
+    print(f"  written to {RESULTS}")
+
+
+def memory_child(n: int) -> float | None:
+    """Peak RSS growth of one accumulate over ``n`` samples (slice 5000), fresh process."""
+    torch.set_num_threads(2)
+    x, y = sinc_data(n)
+    engine = JacobianEngine(Replicas(sinc_model(), [torch.device("cpu")]), lambda a, b: a - b)
+    engine.rows_per_sample(x, y)  # imports and first-call set-up outside the measurement
+    return peak_growth_mib(lambda: engine.accumulate(x, y, slice_size=5000))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--memory":
+        print(memory_child(int(sys.argv[2])))
+    else:
+        _print(main(int(sys.argv[1]) if len(sys.argv) > 1 else REPEATS))
