@@ -1,0 +1,71 @@
+"""The seeds' ``train.py`` made to converge and to say who ran, for the launcher tests.
+
+Same data (y = sin 2πx on [0, 1]), model and command line as ``train.py`` (``--nprocs``,
+``--compute_setup``, ``--backend``), so every launcher recipe runs it unchanged. It differs
+where a test needs a property that could fail: Adam at a fixed seed for ``--max_iter`` steps
+with each rank's batch the whole of its shard, so the loss falls far; losses averaged over
+the ranks (``all_reduce_metrics``); and every process prints one line
+``fit-rank: rank R local_rank L world_size W host H cuda_visible_devices C`` when training
+starts, so a test can check the layout the launcher produced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+import torch
+from torch import nn, optim
+from torch.utils.data import DataLoader, TensorDataset
+
+from marquardt.trainer import Callback, TrainConfig, Trainer
+from marquardt.trainer.optimize_step import optimize_step
+
+Trainer.set_use_grad(True)
+
+
+class ReportRank(Callback):
+    """Print where this process sits in the run (every process, once)."""
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        state = trainer.state
+        print(
+            f"fit-rank: rank {state.rank} local_rank {state.local_rank} "
+            f"world_size {state.world_size} host {socket.gethostname()} "
+            f"cuda_visible_devices {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nprocs", type=int, default=1, help="Number of processes (GPUs).")
+    parser.add_argument("--compute_setup", default="auto", choices=["cpu", "gpu", "auto"])
+    parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo", "mpi"])
+    parser.add_argument("--max_iter", type=int, default=60, help="Optimizer steps.")
+    parser.add_argument("--lr", type=float, default=0.02, help="Adam's learning rate.")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    x = torch.linspace(0, 1, 100).reshape(-1, 1)
+    y = torch.sin(2 * torch.pi * x)
+    # One batch per rank per epoch: a rank's shard is at most 100 samples.
+    dataloader = DataLoader(TensorDataset(x, y), batch_size=100, shuffle=True)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    optimizer = optim.Adam(model.parameters(), lr=args.lr)
+    config = TrainConfig(
+        backend=args.backend,
+        nprocs=args.nprocs,
+        compute_setup=args.compute_setup,
+        print_every=10,
+        max_iter=args.max_iter,
+        all_reduce_metrics=True,
+        seed=0,
+        callbacks=[ReportRank()],
+    )
+    Trainer(model, optimizer, config, loss_fn="mse", optimize_step=optimize_step).fit(dataloader)
+
+
+if __name__ == "__main__":
+    main()

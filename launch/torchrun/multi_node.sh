@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# DDP on several nodes with torchrun and the c10d rendezvous: run this same command on every
+# node (by hand, pdsh, or srun); the agents meet at HEAD_NODE:RDZV_PORT and agree on ranks.
+#
+#   HEAD_NODE=node001 NNODES=2 GPUS_PER_NODE=4 bash launch/torchrun/multi_node.sh   # on each node
+#
+# Extra arguments are passed to the training script.
+set -euo pipefail
+
+SCRIPT=${SCRIPT:-train.py}            # the training script (TrainConfig/Trainer)
+COMPUTE_SETUP=${COMPUTE_SETUP:-auto}  # cpu | gpu | auto
+BACKEND=${BACKEND:-nccl}              # nccl on GPUs, gloo on CPUs
+NNODES=${NNODES:-2}                   # nodes taking part (a range MIN:MAX makes it elastic)
+GPUS_PER_NODE=${GPUS_PER_NODE:-1}     # workers per node: one per GPU
+HEAD_NODE=${HEAD_NODE:-$(hostname)}   # host (or IP) of the node that holds the rendezvous store
+RDZV_PORT=${RDZV_PORT:-29501}         # a free TCP port on HEAD_NODE
+RDZV_ID=${RDZV_ID:-marquardt}         # the same on every node; unique per job
+
+# The agent on HEAD_NODE hosts the c10d store; the others connect to it. No node rank is
+# given: the rendezvous assigns them.
+exec torchrun --nnodes "$NNODES" --nproc_per_node "$GPUS_PER_NODE" \
+    --rdzv_id "$RDZV_ID" --rdzv_backend c10d --rdzv_endpoint "$HEAD_NODE:$RDZV_PORT" \
+    "$SCRIPT" --compute_setup "$COMPUTE_SETUP" --backend "$BACKEND" "$@"
