@@ -34,6 +34,7 @@ __all__ = [
     "env_for_legate_cpu",
     "legate_launcher",
     "run_json",
+    "run_process",
 ]
 
 #: The C source of the driver stub; self-contained, built by :func:`build_stub`.
@@ -121,18 +122,17 @@ def legate_launcher() -> list[str]:
     return [found]
 
 
-def run_json(
+def run_process(
     command: Sequence[str],
     env: Mapping[str, str],
     *,
     timeout: float,
     cwd: str | os.PathLike[str] | None = None,
-) -> Any:
-    """Run ``command`` in its own process group; return the JSON of its result line.
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in its own process group and return its exit code and output.
 
-    The child is killed (with its whole group) when it outlives ``timeout`` seconds. A
-    non-zero exit, or no line starting with :data:`JSON_MARKER`, raises ``AssertionError``
-    carrying the tail of the child's output, so a failing test shows why.
+    The child is killed (with its whole group) when it outlives ``timeout`` seconds, which
+    raises ``AssertionError`` carrying the tail of its output; so does a non-zero exit.
     """
     process = subprocess.Popen(
         list(command),
@@ -156,12 +156,28 @@ def run_json(
         if process.poll() is None:  # an exception other than the timeout: leave nothing behind
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    lines = [line for line in stdout.splitlines() if line.startswith(JSON_MARKER)]
-    if process.returncode != 0 or not lines:
+    if process.returncode != 0:
         raise AssertionError(
-            f"{' '.join(command)} exited with {process.returncode} "
-            f"({'no' if not lines else 'a'} result line).\n"
+            f"{' '.join(command)} exited with {process.returncode}.\n"
             f"stdout tail:\n{stdout[-3000:]}\nstderr tail:\n{stderr[-3000:]}"
+        )
+    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
+
+
+def run_json(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    timeout: float,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Any:
+    """:func:`run_process`, then the JSON of the child's last :data:`JSON_MARKER` line."""
+    done = run_process(command, env, timeout=timeout, cwd=cwd)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(JSON_MARKER)]
+    if not lines:
+        raise AssertionError(
+            f"{' '.join(command)} printed no result line.\n"
+            f"stdout tail:\n{done.stdout[-3000:]}\nstderr tail:\n{done.stderr[-3000:]}"
         )
     return json.loads(lines[-1][len(JSON_MARKER) :])
 

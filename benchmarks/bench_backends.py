@@ -1,0 +1,224 @@
+"""LM step time on the sinc problem by array backend: NumPy, torch, cuPyNumeric on Legate CPUs.
+
+Problem: ``y = sinc(10 x)`` on ``x ∈ [-1, 1]``, a 1-256-1 tanh MLP (``P = 769``), one
+batch of ``N = 10000`` samples, float32, one model device (the CPU). One LM step
+(``LMA.step``: Jacobian, assembly of (JᵀJ/N + λD)δ = Jᵀr/N, float64 Cholesky solves, trial
+forwards) is timed for each backend and strategy from the same start:
+
+* ``numpy`` and ``torch`` in this process, with 1 and 2 torch threads;
+* ``cupynumeric`` in child processes (Legate starts once per process and changes process
+  state): ``python`` with ``LEGATE_CONFIG="--cpus 1 --gpus 0"`` and 1 torch thread, and
+  ``legate --cpus 2 --gpus 0`` with 1 torch thread. On a machine without an NVIDIA driver
+  the children get the driver stub of ``packages/core-solver/tests/legate_support``.
+
+The point is to state honestly what Legate costs on one CPU node, where it has nothing to
+distribute: every cuPyNumeric operation is a Legate task (about a millisecond of runtime
+overhead each on this machine) and J is copied into a Legate array before JᵀJ is formed.
+Legate pays off when J no longer fits one device; see the design notes.
+
+Figures are medians over the timed steps (``min_step_s`` is kept too: on shared cores
+the minimum is the better estimate); the 1-minute load average before and after is
+recorded beside them. Run ``python benchmarks/bench_backends.py``; ``main()`` returns the results and writes
+``benchmarks/results/backends.json``. Timings use ``marquardt.solver.time`` (Legate's
+``time`` under Legate, which waits for queued Legate work) after ``backend.synchronize()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results" / "backends.json"
+SUPPORT = ROOT / "packages" / "core-solver" / "tests"
+N = 10_000
+STEPS = 5
+WARMUP = 1
+STRATEGIES = ("explicit", "accumulate")
+CHILD_FLAG = "--legate-child"
+CHILD_TIMEOUT = 1800.0
+MARKER = "@@BENCH@@ "
+
+
+def sinc_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.linspace(-1, 1, N, dtype=torch.float32).unsqueeze(1)
+    return x, torch.sinc(10 * x)
+
+
+def sinc_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(1, 256), nn.Tanh(), nn.Linear(256, 1))
+
+
+def time_steps(backend: str, strategy: str, threads: int) -> dict[str, Any]:
+    """Median seconds of one LM step (after ``WARMUP`` steps), with the report's breakdown."""
+    from marquardt.solver import LMA
+    from marquardt.solver import time as clock
+
+    torch.set_num_threads(threads)
+    x, y = sinc_batch()
+    model = sinc_model()
+    lma = LMA(model, [torch.device("cpu")], lambda a, b: a - b, backend=backend, strategy=strategy)
+    for _ in range(WARMUP):
+        lma.step(x, y)
+    totals: list[float] = []
+    parts: dict[str, list[float]] = {
+        k: [] for k in ("jacobian", "transfer", "assembly", "solve", "trial")
+    }
+    attempts: list[int] = []
+    losses: list[float] = []
+    for _ in range(STEPS):
+        start = clock()
+        loss, _ = lma.step(x, y)
+        lma.backend.synchronize()
+        totals.append((clock() - start) / 1e6)
+        report = lma.report
+        for key in parts:
+            parts[key].append(float(getattr(report, f"seconds_{key}")))
+        attempts.append(int(report.attempts))
+        losses.append(float(loss))
+    return {
+        "backend": lma.backend.name,
+        "strategy": report.strategy,
+        "torch_threads": threads,
+        "median_step_s": statistics.median(totals),
+        "min_step_s": min(totals),
+        "median_parts_s": {k: statistics.median(v) for k, v in parts.items()},
+        "attempts": attempts,
+        "losses": losses,
+    }
+
+
+def _child(threads: int) -> None:
+    """Inside a Legate process: the cuPyNumeric runs, printed as one JSON line."""
+    from legate.core import TaskTarget, get_legate_runtime
+
+    runs = [time_steps("cupynumeric", s, threads) for s in STRATEGIES]
+    cpus = int(get_legate_runtime().machine.count(TaskTarget.CPU))
+    for run in runs:
+        run["legate_cpus"] = cpus
+    sys.stdout.write(MARKER + json.dumps(runs) + "\n")
+
+
+def _legate_env(stub_dir: Path | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if stub_dir is not None:
+        sys.path.insert(0, str(SUPPORT))
+        from legate_support import env_for_legate_cpu
+
+        env = env_for_legate_cpu(stub_dir, cpus=1)
+    env["LEGATE_AUTO_CONFIG"] = "0"
+    env.setdefault("LEGATE_CONFIG", "--cpus 1 --gpus 0 --sysmem 4000")
+    return env
+
+
+def _driver_present() -> bool:
+    return any(Path(p).exists() for p in ("/dev/nvidia0", "/dev/nvidiactl"))
+
+
+def _run_child(command: list[str], env: dict[str, str]) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"{' '.join(command)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
+        )
+    runs: list[dict[str, Any]] = json.loads(lines[-1][len(MARKER) :])
+    return runs
+
+
+def legate_runs() -> list[dict[str, Any]]:
+    """cuPyNumeric runs in child processes: python with 1 Legate CPU; legate with 2."""
+    with tempfile.TemporaryDirectory() as scratch:
+        stub_dir: Path | None = None
+        if not _driver_present():
+            sys.path.insert(0, str(SUPPORT))
+            from legate_support import build_stub
+
+            stub_dir = build_stub(scratch).parent
+        env = _legate_env(stub_dir)
+        script = str(Path(__file__).resolve())
+        runs = _run_child([sys.executable, script, CHILD_FLAG, "1"], env)
+        launcher = str(Path(sys.executable).with_name("legate"))
+        if not Path(launcher).exists():
+            launcher = "legate"
+        two = [launcher, "--cpus", "2", "--gpus", "0", "--sysmem", "4000", script, CHILD_FLAG, "1"]
+        runs += _run_child(two, env)
+    return runs
+
+
+def main() -> dict[str, Any]:
+    load_before = os.getloadavg()
+    runs: list[dict[str, Any]] = []
+    for threads in (1, 2):
+        for backend in ("numpy", "torch"):
+            for strategy in STRATEGIES:
+                run = time_steps(backend, strategy, threads)
+                run["legate_cpus"] = 0
+                runs.append(run)
+    runs += legate_runs()
+    best_cpu = {
+        s: min(r["median_step_s"] for r in runs if r["strategy"] == s and r["legate_cpus"] == 0)
+        for s in STRATEGIES
+    }
+    for run in runs:
+        run["ratio_to_best_non_legate"] = run["median_step_s"] / best_cpu[run["strategy"]]
+    import numpy
+
+    try:
+        from importlib.metadata import version
+
+        legate_version = version("legate")
+    except Exception:  # not installed: the Legate rows failed above already
+        legate_version = "absent"
+    result = {
+        "problem": {"name": "sinc(10x), 1-256-1 tanh MLP", "rows": N, "params": 769},
+        "dtype": "float32",
+        "steps_timed": STEPS,
+        "warmup_steps": WARMUP,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "legate": legate_version,
+            "nvidia_driver": _driver_present(),
+            # The cores may be shared: a load above their count inflates every figure.
+            "load_average_1min": [load_before[0], os.getloadavg()[0]],
+        },
+        "runs": runs,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(f"{'backend':12s} {'strategy':10s} {'legate cpus':>11s} {'threads':>7s} "
+          f"{'step s':>8s} {'jac':>6s} {'asm':>6s} {'solve':>6s} {'ratio':>6s}")  # fmt: skip
+    for r in result["runs"]:
+        p = r["median_parts_s"]
+        print(
+            f"{r['backend']:12s} {r['strategy']:10s} {r['legate_cpus']:11d} "
+            f"{r['torch_threads']:7d} {r['median_step_s']:8.3f} {p['jacobian']:6.3f} "
+            f"{p['assembly']:6.3f} {p['solve']:6.3f} {r['ratio_to_best_non_legate']:6.2f}"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == CHILD_FLAG:
+        _child(int(sys.argv[2]))
+    else:
+        _print(main())
