@@ -37,7 +37,7 @@ def test_environment_overrides_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     # An explicit name is never overridden.
     assert isinstance(choice.resolve_backend("torch", torch.device("cpu")), TorchBackend)
     monkeypatch.setenv("MARQUARDT_SOLVER_BACKEND", "fortran")
-    with pytest.raises(ValueError, match="MARQUARDT_SOLVER_BACKEND.*HINT"):
+    with pytest.raises(ValueError, match=r"MARQUARDT_SOLVER_BACKEND.*HINT"):
         choice.resolve_backend("auto", torch.device("cpu"))
 
 

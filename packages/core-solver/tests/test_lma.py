@@ -178,7 +178,7 @@ def test_bad_state_dict_changes_nothing() -> None:
     with pytest.raises(SolverStateError, match="format"):
         lma.load_state_dict({"damping": 1.0})
     nielsen = LMA(prob.make_model(), ["cpu"], residual_fn, damping="nielsen", backend="numpy")
-    with pytest.raises(SolverStateError, match="damping rule 'nielsen'.*HINT"):
+    with pytest.raises(SolverStateError, match=r"damping rule 'nielsen'.*HINT"):
         lma.load_state_dict(nielsen.state_dict())
     broken = dict(before, damping_state={"damping": math.nan})
     with pytest.raises(SolverStateError, match="HINT"):
