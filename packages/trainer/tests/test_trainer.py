@@ -291,3 +291,62 @@ def test_custom_optimize_step_without_grad_clip_is_refused(tmp_path: Path) -> No
                 optimize_step=my_step)
     Trainer(model, torch.optim.SGD(model.parameters()), _config(tmp_path, max_iter=2),
             optimize_step=my_step).fit(_loader())
+
+
+# --------------------------------------------------------------------- the LM loop
+def _lm_setup(**lma_kwargs: Any) -> tuple[nn.Module, Any, DataLoader]:  # type: ignore[type-arg]
+    from marquardt.solver import LMA
+
+    torch.manual_seed(0)
+    x = torch.linspace(-1, 1, 400).unsqueeze(1)
+    loader = DataLoader(TensorDataset(x, torch.sinc(10 * x)), batch_size=200, shuffle=True)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    return model, LMA(model, [torch.device("cpu")], lambda a, b: a - b, **lma_kwargs), loader
+
+
+def test_lm_loop_fits_sinc_and_logs_damping(tmp_path: Path) -> None:
+    model, lma, loader = _lm_setup()
+    trainer = Trainer(model, lma, _config(tmp_path, max_iter=40))
+    out_model, out_lma = trainer.fit(loader)
+    assert out_model is model and out_lma is lma
+    x = torch.linspace(-1, 1, 400).unsqueeze(1)
+    with torch.no_grad():
+        loss = float(nn.functional.mse_loss(model(x), torch.sinc(10 * x)))
+    assert loss < 5e-3
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert len(rows) == 40 and {"damping", "attempts", "accepted"} <= set(rows[0])
+    data = torch.load(tmp_path / "checkpoints" / "ckpt_000000040.pt", weights_only=True)
+    assert data["kind"] == "lm" and data["optimizer"] is None and data["lma"]["steps"] == 40
+
+
+def test_lm_loop_stops_when_lm_terminates(tmp_path: Path) -> None:
+    model, lma, loader = _lm_setup(ftol=0.5)
+    trainer = Trainer(model, lma, _config(tmp_path, max_iter=50))
+    trainer.fit(loader)
+    assert trainer.state.step < 50 and trainer.state.should_stop
+    assert trainer.state.stop_reason.startswith("LM terminated")
+
+
+def test_lm_loop_refuses_several_processes(tmp_path: Path) -> None:
+    model, lma, _ = _lm_setup()
+    with pytest.raises(ConfigError, match=r"nprocs=2\) with an LMA.*HINT: set nprocs=1"):
+        Trainer(model, lma, _config(tmp_path, nprocs=2))
+
+
+def test_lm_loop_with_set_use_grad_false(tmp_path: Path) -> None:
+    Trainer.set_use_grad(False)
+    model, lma, loader = _lm_setup()
+    trainer = Trainer(model, lma, _config(tmp_path, max_iter=2))
+    trainer.fit(loader)
+    assert trainer.is_lm and trainer.state.step == 2
+
+
+def test_lm_checkpoint_does_not_resume_a_gradient_run(tmp_path: Path) -> None:
+    model, lma, loader = _lm_setup()
+    Trainer(model, lma, _config(tmp_path, max_iter=2)).fit(loader)
+    before = _flat(model)
+    with pytest.raises(Exception, match="written by the 'lm' loop but this run uses the 'ddp'"):
+        Trainer(model, torch.optim.SGD(model.parameters()),
+                _config(tmp_path / "x", resume_from=tmp_path / "checkpoints" /
+                        "ckpt_000000002.pt")).fit(loader)
+    assert torch.equal(_flat(model), before)

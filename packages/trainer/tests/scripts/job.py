@@ -41,7 +41,7 @@ def sinc_data(n):
     return x, torch.sinc(3 * x)
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--loop", default="ddp", choices=["ddp", "lm"])
     p.add_argument("--nprocs", type=int, default=1)
@@ -58,7 +58,7 @@ def main():
     p.add_argument("--fault-rank", type=int, default=0)
     p.add_argument("--dist-timeout", type=float, default=30.0)
     p.add_argument("--out", default=None)
-    args = p.parse_args()
+    args = p.parse_args(argv)
 
     torch.manual_seed(0)
     x, y = sinc_data(args.samples)

@@ -606,7 +606,8 @@ class Trainer:
             }, result_path)
 
     def _describe(self, layout: ProcessLayout) -> str:
-        where = self.environment.name if self.environment is not None else "spawn"
+        where = (self.environment.name if self.environment is not None
+                 else getattr(self, "_environment_name", "spawn"))
         loop = "LM loop" if self.is_lm else f"DDP loop ({self.compute.backend})"
         return (f"{loop}, {where}, world size {layout.world_size}, device {self.state.device}, "
                 f"{self.config.max_iter} steps")
@@ -810,6 +811,7 @@ class Trainer:
         self.model.load_state_dict(ckpt.strip_prefixes(data["model"]))
         if self.is_lm:
             self.optimizer.load_state_dict(data["lma"])
+            _sync_lma_replicas(self.optimizer)
         else:
             self.optimizer.load_state_dict(data["optimizer"])
         state.step = int(data["step"])
@@ -823,6 +825,20 @@ class Trainer:
             return
         same_world = len(rngs) == layout.world_size
         ckpt.set_rng_state(rngs[layout.rank] if same_world else rngs[0])
+
+
+def _sync_lma_replicas(lma: Any) -> None:
+    """Copy the (just loaded) source model's parameters to LMA's other replicas.
+
+    ``load_state_dict`` writes into the source model, whose trainable parameters are views
+    of its replica's flat vector; replicas on other devices still hold the old values.
+    """
+    replicas = getattr(lma, "_replicas", None)
+    if replicas is None or len(replicas) < 2:
+        return
+    source = replicas[getattr(replicas, "_source_index", 0)]
+    replicas.set_flat_params(source.flat.detach().clone())
+    replicas.sync_buffers()
 
 
 def _plain(value: Any) -> Any:
@@ -850,6 +866,7 @@ def _spawn_entry(index: int, data: bytes, layouts: list[ProcessLayout]) -> None:
     trainer.compute = pg.Compute(use_gpu=payload.use_gpu, backend=payload.backend)
     trainer.environment = None
     trainer.state = TrainerState()
+    trainer._environment_name = payload.environment_name
     layout = layouts[index]
     try:
         trainer._run_worker(layout, payload.plan, payload.result_path if index == 0 else None,
