@@ -466,8 +466,12 @@ class SlurmCluster:
         env: Mapping[str, str] | None = None,
         timeout: float = 300.0,
         cwd: Path | str | None = None,
+        script_args: Sequence[str] = (),
     ) -> Job:
         """Submit ``script`` with ``sbatch --wait``; return the exit code and its output.
+
+        ``args`` are sbatch options (they override the script's ``#SBATCH`` lines);
+        ``script_args`` follow the script name and reach the script as ``$@``.
 
         The job's output goes to a file in this cluster's folder. On timeout the job is
         cancelled (``scancel``) before the error is raised, so nothing outlives the test.
@@ -486,6 +490,7 @@ class SlurmCluster:
             f"--chdir={cwd or os.getcwd()}",
             *args,
             str(script),
+            *script_args,
         ]
         proc = subprocess.Popen(
             cmd, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 SCRIPT=${SCRIPT:-examples/sinc_lm.py}  # the LM script (LMA with get_available_gpus())
-PARAMS=${PARAMS:-49}                    # model parameters P, for the plan
+PARAMS=${PARAMS:-193}                   # model parameters P, for the plan
 BATCH=${BATCH:-10000}                   # samples per LM step N, for the plan
 SYSMEM=${SYSMEM:-}                      # MiB of host memory for Legate (per rank)
 FBMEM=${FBMEM:-}                        # MiB of memory per Legate GPU
@@ -34,6 +34,9 @@ if ((LEGATE_GPUS > 0)); then
 else
     # No GPU for Legate: cuPyNumeric runs on CPU processors; the model stays on the CPU.
     args+=(--gpus 0 --cpus "$LEGATE_CPUS")
+    # The solver's "auto" backend picks cuPyNumeric only when Legate holds GPUs; under
+    # legate on CPUs, ask for it (MARQUARDT_SOLVER_BACKEND=torch keeps the solve in torch).
+    export MARQUARDT_SOLVER_BACKEND=${MARQUARDT_SOLVER_BACKEND:-cupynumeric}
 fi
 echo "legate ${args[*]} $SCRIPT $*"
 exec legate "${args[@]}" "$SCRIPT" "$@"
