@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import os
 import signal
@@ -15,14 +17,24 @@ import pytest
 
 SCRIPTS = Path(__file__).parent / "scripts"
 LAUNCH_PREFIXES = ("SLURM_", "TORCHELASTIC_", "LEGATE_", "MARQUARDT_TRAINER_")
-LAUNCH_NAMES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                "MASTER_ADDR", "MASTER_PORT")
+LAUNCH_NAMES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
     """os.environ without any launcher's variables, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(LAUNCH_PREFIXES) and k not in LAUNCH_NAMES}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(LAUNCH_PREFIXES) and k not in LAUNCH_NAMES
+    }
     env["OMP_NUM_THREADS"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
@@ -43,11 +55,17 @@ class Processes:
     def __init__(self) -> None:
         self.started: list[subprocess.Popen[str]] = []
 
-    def start(self, args: list[str], cwd: Path, env: dict[str, str] | None = None
-              ) -> subprocess.Popen[str]:
+    def start(
+        self, args: list[str], cwd: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
         proc = subprocess.Popen(
-            [sys.executable, *args], cwd=cwd, env=env or clean_env(), text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            [sys.executable, *args],
+            cwd=cwd,
+            env=env or clean_env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
         self.started.append(proc)
         return proc
@@ -61,16 +79,15 @@ class Processes:
             pytest.fail(f"timed out after {timeout} s: {proc.args}\n{out}\n{err}")
         return proc.returncode, out, err
 
-    def run(self, args: list[str], cwd: Path, env: dict[str, str] | None = None,
-            timeout: float = 120) -> tuple[int, str, str]:
+    def run(
+        self, args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+    ) -> tuple[int, str, str]:
         return self.wait(self.start(args, cwd, env), timeout)
 
     @staticmethod
     def kill(proc: subprocess.Popen[str]) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def cleanup(self) -> None:
         for proc in self.started:
@@ -90,3 +107,8 @@ def procs() -> Iterator[Processes]:
 
 def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))

@@ -49,8 +49,9 @@ def _train(tmp_path: Path, model: nn.Module, **kw: object) -> Trainer:
     return trainer
 
 
-def test_atomic_save_crash_before_rename_keeps_previous(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_atomic_save_crash_before_rename_keeps_previous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / ckpt.checkpoint_name(1)
     ckpt.atomic_save({"w": torch.ones(3)}, target)
 
@@ -64,11 +65,13 @@ def test_atomic_save_crash_before_rename_keeps_previous(tmp_path: Path,
     assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no stray temporary file
 
 
-def test_kill_during_write_leaves_previous_checkpoint_loadable(tmp_path: Path,
-                                                               procs: Processes) -> None:
+def test_kill_during_write_leaves_previous_checkpoint_loadable(
+    tmp_path: Path, procs: Processes
+) -> None:
     marker = tmp_path / "frozen"
-    proc = procs.start([str(SCRIPTS / "write_interrupted.py"), str(tmp_path), str(marker)],
-                       cwd=tmp_path)
+    proc = procs.start(
+        [str(SCRIPTS / "write_interrupted.py"), str(tmp_path), str(marker)], cwd=tmp_path
+    )
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert proc.poll() is None, proc.communicate()
@@ -116,9 +119,11 @@ def test_truncated_checkpoint_is_refused_and_names_an_older_one(tmp_path: Path) 
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
     model = _model()
     before = _snapshot(model)
-    with pytest.raises(CheckpointCorruptError,
-                       match=r"cannot be read: it is truncated.*HINT: resume from an earlier "
-                             r"checkpoint \(ckpt_000000002.pt\)"):
+    with pytest.raises(
+        CheckpointCorruptError,
+        match=r"cannot be read: it is truncated.*HINT: resume from an earlier "
+        r"checkpoint \(ckpt_000000002.pt\)",
+    ):
         _train(tmp_path / "other", model, resume_from=latest)
     assert _unchanged(model, before)
     # "latest" skips the damaged file with a warning and resumes from the one before.
@@ -131,9 +136,11 @@ def test_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
     path = tmp_path / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(4)
     model = _model(hidden=5)
     before = _snapshot(model)
-    with pytest.raises(CheckpointMismatchError,
-                       match=r"written for another model \(different shapes: 0.bias \[8\] vs "
-                             r"\[5\].*HINT"):
+    with pytest.raises(
+        CheckpointMismatchError,
+        match=r"written for another model \(different shapes: 0.bias \[8\] vs "
+        r"\[5\].*HINT",
+    ):
         _train(tmp_path / "b", model, resume_from=path)
     assert _unchanged(model, before)
 
@@ -145,8 +152,9 @@ def test_checkpoint_of_another_optimizer_is_refused(tmp_path: Path) -> None:
     before = _snapshot(model)
     config = TrainConfig(max_iter=8, root_folder=tmp_path / "c", resume_from=path, verbose=False)
     trainer = Trainer(model, torch.optim.Adam(model.parameters()), config)
-    with pytest.raises(CheckpointMismatchError, match="holds the state of a SGD but this run "
-                                                      "uses a Adam"):
+    with pytest.raises(
+        CheckpointMismatchError, match="holds the state of a SGD but this run uses a Adam"
+    ):
         trainer.fit(_loader())
     assert _unchanged(model, before)
 
@@ -154,7 +162,7 @@ def test_checkpoint_of_another_optimizer_is_refused(tmp_path: Path) -> None:
 def test_a_plain_torch_file_is_not_a_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "weights.pt"
     torch.save(_model().state_dict(), path)
-    with pytest.raises(CheckpointCorruptError, match="not a marquardt.trainer checkpoint"):
+    with pytest.raises(CheckpointCorruptError, match=r"not a marquardt\.trainer checkpoint"):
         ckpt.read_checkpoint(path)
 
 

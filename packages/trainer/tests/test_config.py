@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from marquardt.trainer import ConfigError, EarlyStopping, LaunchError, TrainConfig
-from marquardt.trainer import _settings
+from marquardt.trainer import ConfigError, EarlyStopping, LaunchError, TrainConfig, _settings
 from marquardt.trainer._distributed import resolve_compute
 
 
@@ -29,8 +28,11 @@ def test_defaults_are_valid_and_serialisable() -> None:
         ({"accumulate_grad_batches": 0}, r"accumulate_grad_batches must be"),
         ({"backend": "tcp"}, r"backend='tcp'\): backend must be one of auto, nccl, gloo, mpi"),
         ({"compute_setup": "tpu"}, r"compute_setup must be one of cpu, gpu, auto"),
-        ({"backend": "nccl", "compute_setup": "cpu"}, r"NCCL only moves CUDA tensors.*HINT: use "
-                                                      r"backend='gloo'"),
+        (
+            {"backend": "nccl", "compute_setup": "cpu"},
+            r"NCCL only moves CUDA tensors.*HINT: use "
+            r"backend='gloo'",
+        ),
         ({"dtype": torch.int32}, r"dtype must be a floating-point torch.dtype"),
         ({"dtype": "float128"}, r"a dtype name must be one of"),
         ({"tracking_tool": "wandb"}, r"unknown: 'wandb'"),
@@ -52,8 +54,9 @@ def test_bad_values_fail_at_construction(kwargs: dict[str, object], pattern: str
 
 
 def test_good_values_are_normalised() -> None:
-    config = TrainConfig(dtype="float64", tracking_tool=["CSV", "tensorboard"],
-                         callbacks=(EarlyStopping(),))  # type: ignore[arg-type]
+    config = TrainConfig(
+        dtype="float64", tracking_tool=["CSV", "tensorboard"], callbacks=(EarlyStopping(),)
+    )  # type: ignore[arg-type]
     assert config.dtype is torch.float64
     assert config.trackers == ("csv", "tensorboard")
     assert isinstance(config.callbacks, list)

@@ -20,12 +20,26 @@ from marquardt.trainer._environments import (
     port_from_job_id,
 )
 
-TORCHRUN = {"TORCHELASTIC_RUN_ID": "abc", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
-            "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "MASTER_ADDR": "host0",
-            "MASTER_PORT": "29400"}
-SLURM = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "4",
-         "SLURM_NNODES": "2", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
-         "SLURM_JOB_NODELIST": "gpu-node[07-08]", "SLURM_JOB_ID": "123456"}
+TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "abc",
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "host0",
+    "MASTER_PORT": "29400",
+}
+SLURM = {
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_NTASKS": "4",
+    "SLURM_NNODES": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_JOB_NODELIST": "gpu-node[07-08]",
+    "SLURM_JOB_ID": "123456",
+}
 
 
 def test_plain_is_one_process() -> None:
@@ -91,8 +105,13 @@ def test_slurm_task_per_process() -> None:
 
 
 def test_slurm_task_per_node_spawns_with_global_ranks() -> None:
-    env_vars = {**SLURM, "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
-                "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}
+    env_vars = {
+        **SLURM,
+        "SLURM_NTASKS": "2",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    }
     env = detect_environment(env_vars, nprocs=8)
     assert isinstance(env, SlurmTaskPerNode) and env.spawns
     env.validate()
@@ -105,8 +124,13 @@ def test_slurm_task_per_node_spawns_with_global_ranks() -> None:
 
 def test_slurm_single_task_spawning_the_seed_layout() -> None:
     # srun --ntasks 1 python train.py --nprocs 2 (the seeds' single-node Slurm script)
-    env_vars = {"SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NTASKS": "1",
-                "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "77"}
+    env_vars = {
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "1",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_JOB_ID": "77",
+    }
     env = detect_environment(env_vars, nprocs=2)
     assert isinstance(env, SlurmTaskPerNode)
     env.validate()
@@ -121,8 +145,12 @@ def test_slurm_nprocs_not_matching_tasks(nprocs: int) -> None:
 
 
 def test_slurm_step_variables_win_over_job_variables() -> None:
-    env_vars = {**SLURM, "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1",
-                "SLURM_STEP_NODELIST": "other[3-4]"}
+    env_vars = {
+        **SLURM,
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_PROCID": "1",
+        "SLURM_STEP_NODELIST": "other[3-4]",
+    }
     env = detect_environment(env_vars, nprocs=2)
     env.validate()
     assert env.world_size == 2 and env.layouts()[0].master_addr == "other3"
@@ -145,7 +173,9 @@ def test_legate_detected_and_single_process() -> None:
 
 def test_more_local_processes_than_gpus() -> None:
     env = detect_environment({}, nprocs=4, gpu_count=2, use_gpu=True)
-    with pytest.raises(LaunchError, match=r"4 training processes on this node but only 2 GPUs.*HINT"):
+    with pytest.raises(
+        LaunchError, match=r"4 training processes on this node but only 2 GPUs.*HINT"
+    ):
         env.validate()
     detect_environment({}, nprocs=2, gpu_count=2, use_gpu=True).validate()
     detect_environment({}, nprocs=4, gpu_count=0, use_gpu=False).validate()  # CPU: no limit
@@ -198,5 +228,5 @@ def test_bad_slurm_nodelist_is_reported() -> None:
 
 
 def test_malformed_integer_variable() -> None:
-    with pytest.raises(ValueError, match="SLURM_NTASKS='four' is not an integer.*HINT"):
+    with pytest.raises(ValueError, match=r"SLURM_NTASKS='four' is not an integer.*HINT"):
         detect_environment({**SLURM, "SLURM_NTASKS": "four"}, nprocs=4).validate()

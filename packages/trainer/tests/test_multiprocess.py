@@ -74,26 +74,44 @@ def _check_seed_run(cwd: Path, code: int, out: str, err: str, where: str) -> Non
     assert _seed_final_loss(cwd) < _seed_initial_loss()
 
 
-def test_seed_script_spawns_two_processes_and_the_loss_falls(tmp_path: Path,
-                                                             procs: Processes) -> None:
-    code, out, err = procs.run([str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS],
-                               cwd=tmp_path)
+def test_seed_script_spawns_two_processes_and_the_loss_falls(
+    tmp_path: Path, procs: Processes
+) -> None:
+    code, out, err = procs.run(
+        [str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS], cwd=tmp_path
+    )
     _check_seed_run(tmp_path, code, out, err, "spawn")
 
 
 def test_seed_script_under_torchrun(tmp_path: Path, procs: Processes) -> None:
-    args = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-            str(_free_port()), str(SCRIPTS / "seeded.py"), *SEED_ARGS]
+    args = [
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        str(SCRIPTS / "seeded.py"),
+        *SEED_ARGS,
+    ]
     code, out, err = procs.run(args, cwd=tmp_path)
     _check_seed_run(tmp_path, code, out, err, "torchrun")
 
 
 def test_seed_script_under_srun_one_task_spawning(tmp_path: Path, procs: Processes) -> None:
-    env = clean_env(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_NTASKS="1",
-                    SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost",
-                    SLURM_JOB_ID=str(_free_port()), MASTER_PORT=str(_free_port()))
-    code, out, err = procs.run([str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS],
-                               cwd=tmp_path, env=env)
+    env = clean_env(
+        SLURM_PROCID="0",
+        SLURM_LOCALID="0",
+        SLURM_NODEID="0",
+        SLURM_NTASKS="1",
+        SLURM_NNODES="1",
+        SLURM_JOB_NODELIST="localhost",
+        SLURM_JOB_ID=str(_free_port()),
+        MASTER_PORT=str(_free_port()),
+    )
+    code, out, err = procs.run(
+        [str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS], cwd=tmp_path, env=env
+    )
     _check_seed_run(tmp_path, code, out, err, "slurm (one task per node, spawning)")
 
 
@@ -101,20 +119,30 @@ def test_seed_script_under_srun_one_task_per_process(tmp_path: Path, procs: Proc
     port = str(_free_port())
     started = []
     for rank in (0, 1):
-        env = clean_env(SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank), SLURM_NODEID="0",
-                        SLURM_NTASKS="2", SLURM_NNODES="1", SLURM_STEP_TASKS_PER_NODE="2",
-                        SLURM_JOB_NODELIST="localhost", SLURM_JOB_ID="1", MASTER_PORT=port)
-        started.append(procs.start([str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS],
-                                   cwd=tmp_path, env=env))
+        env = clean_env(
+            SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank),
+            SLURM_NODEID="0",
+            SLURM_NTASKS="2",
+            SLURM_NNODES="1",
+            SLURM_STEP_TASKS_PER_NODE="2",
+            SLURM_JOB_NODELIST="localhost",
+            SLURM_JOB_ID="1",
+            MASTER_PORT=port,
+        )
+        started.append(
+            procs.start(
+                [str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS], cwd=tmp_path, env=env
+            )
+        )
     (code0, out0, err0), (code1, out1, err1) = (procs.wait(p) for p in started)
     assert code1 == 0 and out1 == "", err1
     _check_seed_run(tmp_path, code0, out0, err0, "slurm (one task per process)")
 
 
-def test_seed_defaults_on_a_cpu_machine_fall_back_to_gloo(tmp_path: Path,
-                                                          procs: Processes) -> None:
+def test_seed_defaults_on_a_cpu_machine_fall_back_to_gloo(tmp_path: Path, procs: Processes) -> None:
     env = clean_env(CUDA_VISIBLE_DEVICES="")  # no GPU visible, whatever the machine has
-    code, out, err = procs.run([str(SCRIPTS / "train_seed.py")], cwd=tmp_path, env=env)
+    code, _, err = procs.run([str(SCRIPTS / "train_seed.py")], cwd=tmp_path, env=env)
     assert code == 0, err
     assert "'nccl' is replaced by 'gloo'" in err
 
@@ -125,11 +153,36 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     root = tmp_path_factory.mktemp("reference")
     procs = Processes()
     try:
-        one = run_job_here(root, "--nprocs", "1", "--batch-size", "8", "--shuffle",
-                           "--max-iter", "20", "--root", "one")
-        two = procs.start([JOB, "--nprocs", "2", "--batch-size", "4", "--shuffle",
-                           "--max-iter", "20", "--out", "two.json", "--root", "two"], cwd=root)
-        code, out, err = procs.wait(two)
+        one = run_job_here(
+            root,
+            "--nprocs",
+            "1",
+            "--batch-size",
+            "8",
+            "--shuffle",
+            "--max-iter",
+            "20",
+            "--root",
+            "one",
+        )
+        two = procs.start(
+            [
+                JOB,
+                "--nprocs",
+                "2",
+                "--batch-size",
+                "4",
+                "--shuffle",
+                "--max-iter",
+                "20",
+                "--out",
+                "two.json",
+                "--root",
+                "two",
+            ],
+            cwd=root,
+        )
+        code, _, err = procs.wait(two)
         assert code == 0, err
         yield {"one": one, "two": read_json(root / "two.json")}
     finally:
@@ -137,12 +190,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
 
 
 def test_two_processes_match_one_process_on_the_same_global_batch(
-        reference: dict[str, Any]) -> None:
+    reference: dict[str, Any],
+) -> None:
     one = torch.tensor(reference["one"]["params"])
     two = torch.tensor(reference["two"]["params"])  # returned to the spawning parent
     torch.manual_seed(0)
-    initial = torch.cat([p.detach().reshape(-1) for p in
-                         nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1)).parameters()])
+    initial = torch.cat(
+        [
+            p.detach().reshape(-1)
+            for p in nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1)).parameters()
+        ]
+    )
     assert float((two - initial).abs().max()) > 1e-2  # the parent got trained weights back
     difference = float((one - two).abs().max())
     print(f"max |w_1proc - w_2proc| = {difference:.3e}")
@@ -150,11 +208,25 @@ def test_two_processes_match_one_process_on_the_same_global_batch(
 
 
 def test_sigterm_checkpoints_exits_zero_and_resume_reproduces(
-        tmp_path: Path, procs: Processes, reference: dict[str, Any]) -> None:
-    common = [JOB, "--nprocs", "2", "--batch-size", "4", "--shuffle", "--max-iter", "20",
-              "--out", "resumed.json", "--root", "run"]
-    code, out, err = procs.run([*common, "--fault", "sigterm-parent", "--fault-step", "8"],
-                               cwd=tmp_path)
+    tmp_path: Path, procs: Processes, reference: dict[str, Any]
+) -> None:
+    common = [
+        JOB,
+        "--nprocs",
+        "2",
+        "--batch-size",
+        "4",
+        "--shuffle",
+        "--max-iter",
+        "20",
+        "--out",
+        "resumed.json",
+        "--root",
+        "run",
+    ]
+    code, out, err = procs.run(
+        [*common, "--fault", "sigterm-parent", "--fault-step", "8"], cwd=tmp_path
+    )
     assert code == 0, err
     assert "SIGTERM received" in err and "exiting with status 0" in err
     steps = [s for s, _ in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")]
@@ -167,30 +239,61 @@ def test_sigterm_checkpoints_exits_zero_and_resume_reproduces(
     difference = abs(resumed["loss"] - reference["two"]["loss"])
     print(f"DDP SIGTERM+resume: |loss - uninterrupted| = {difference:.3e}")
     assert difference < 1e-6
-    assert torch.allclose(torch.tensor(resumed["params"]),
-                          torch.tensor(reference["two"]["params"]), atol=1e-6)
+    assert torch.allclose(
+        torch.tensor(resumed["params"]), torch.tensor(reference["two"]["params"]), atol=1e-6
+    )
 
 
-def test_a_killed_worker_stops_the_run_with_the_rank_named(tmp_path: Path,
-                                                           procs: Processes) -> None:
+def test_a_killed_worker_stops_the_run_with_the_rank_named(
+    tmp_path: Path, procs: Processes
+) -> None:
     began = time.monotonic()
-    code, out, err = procs.run(
-        [JOB, "--nprocs", "2", "--max-iter", "100000", "--fault", "sigkill", "--fault-rank", "1",
-         "--fault-step", "3", "--dist-timeout", "20"], cwd=tmp_path, timeout=120)
+    code, _, err = procs.run(
+        [
+            JOB,
+            "--nprocs",
+            "2",
+            "--max-iter",
+            "100000",
+            "--fault",
+            "sigkill",
+            "--fault-rank",
+            "1",
+            "--fault-step",
+            "3",
+            "--dist-timeout",
+            "20",
+        ],
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert code != 0
     assert "rank 1 was killed by signal SIGKILL" in err
     assert time.monotonic() - began < 120  # bounded (the wait would have failed otherwise)
 
 
 @pytest.mark.parametrize("loop", ["ddp", "lm"])
-def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path: Path, procs: Processes,
-                                                          loop: str) -> None:
+def test_kill_and_resume_reproduces_the_uninterrupted_run(
+    tmp_path: Path, procs: Processes, loop: str
+) -> None:
     """Train 16 steps straight; train with checkpoints every 5, SIGKILL at step 12 (in a
     subprocess), resume from step 10 and finish: the same final loss."""
-    common = ["--loop", loop, "--nprocs", "1", "--shuffle", "--max-iter", "16",
-              "--batch-size", "16", "--checkpoint-every", "5"]
-    code, _, err = procs.run([JOB, *common, "--root", "killed", "--fault", "sigkill",
-                              "--fault-step", "12"], cwd=tmp_path)
+    common = [
+        "--loop",
+        loop,
+        "--nprocs",
+        "1",
+        "--shuffle",
+        "--max-iter",
+        "16",
+        "--batch-size",
+        "16",
+        "--checkpoint-every",
+        "5",
+    ]
+    code, _, err = procs.run(
+        [JOB, *common, "--root", "killed", "--fault", "sigkill", "--fault-step", "12"], cwd=tmp_path
+    )
     assert code == -9, err
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "killed" / "checkpoints")][-1] == 10
     resumed = run_job_here(tmp_path, *common, "--root", "killed", "--resume", "latest")
@@ -198,5 +301,6 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(tmp_path: Path, procs:
     difference = abs(straight["loss"] - resumed["loss"])
     print(f"{loop} kill+resume: |loss - uninterrupted| = {difference:.3e}")
     assert resumed["step"] == 16 and difference < 1e-6
-    assert torch.allclose(torch.tensor(resumed["params"]), torch.tensor(straight["params"]),
-                          atol=1e-6)
+    assert torch.allclose(
+        torch.tensor(resumed["params"]), torch.tensor(straight["params"]), atol=1e-6
+    )

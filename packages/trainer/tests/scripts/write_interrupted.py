@@ -13,8 +13,13 @@ from marquardt.trainer import _checkpoint as ckpt
 
 
 def payload(step):
-    return {"format": ckpt.FORMAT, "version": ckpt.VERSION, "kind": "ddp", "step": step,
-            "model": {"w": torch.full((1000,), float(step))}}
+    return {
+        "format": ckpt.FORMAT,
+        "version": ckpt.VERSION,
+        "kind": "ddp",
+        "step": step,
+        "model": {"w": torch.full((1000,), float(step))},
+    }
 
 
 def freeze(tmp: Path) -> None:

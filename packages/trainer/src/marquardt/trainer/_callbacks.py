@@ -57,7 +57,11 @@ class EarlyStopping(Callback):
     """
 
     def __init__(
-        self, monitor: str = "val_loss", patience: int = 3, min_delta: float = 0.0, mode: str = "min"
+        self,
+        monitor: str = "val_loss",
+        patience: int = 3,
+        min_delta: float = 0.0,
+        mode: str = "min",
     ) -> None:
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
             raise ValueError(

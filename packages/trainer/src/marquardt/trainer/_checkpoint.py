@@ -71,15 +71,19 @@ def rng_state() -> dict[str, Any]:
     """The RNG states of this process as tensors and plain values."""
     state: dict[str, Any] = {"torch": torch.get_rng_state()}
     version, internal, gauss = random.getstate()
-    state["random"] = {"version": version, "state": torch.tensor(internal, dtype=torch.int64),
-                       "gauss": gauss}
+    state["random"] = {
+        "version": version,
+        "state": torch.tensor(internal, dtype=torch.int64),
+        "gauss": gauss,
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     try:
         import numpy as np
     except ImportError:
         return state
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    legacy: Any = np.random.get_state()
+    name, keys, pos, has_gauss, cached = legacy
     state["numpy"] = {
         "name": str(name),
         "keys": torch.from_numpy(keys.astype("int64")),

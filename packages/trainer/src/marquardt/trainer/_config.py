@@ -236,6 +236,11 @@ class TrainConfig:
             )
 
     @property
+    def torch_dtype(self) -> torch.dtype | None:
+        """``dtype`` as a ``torch.dtype`` (a name given at construction is resolved there)."""
+        return self.dtype if isinstance(self.dtype, torch.dtype) else None
+
+    @property
     def trackers(self) -> tuple[str, ...]:
         """The tracking tools as a tuple of names (``tracking_tool`` normalised)."""
         tool = self.tracking_tool

@@ -29,7 +29,7 @@ from torch.utils.data import (
 from ._errors import ConfigError
 
 
-class ResumableSampler(DistributedSampler):  # type: ignore[type-arg]
+class ResumableSampler(DistributedSampler):
     """A ``DistributedSampler`` whose next pass can start ``skip`` samples in."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -87,7 +87,9 @@ def prepare_loader(
     custom_batches = loader.batch_size is None or type(loader.batch_sampler) is not BatchSampler
     if isinstance(sampler, DistributedSampler):
         shuffle, seed = bool(sampler.shuffle), int(sampler.seed)
-    elif type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None:
+    elif (
+        type(sampler) is RandomSampler and not sampler.replacement and sampler._num_samples is None
+    ):
         shuffle = True
     elif type(sampler) is SequentialSampler:
         shuffle = False
@@ -103,7 +105,7 @@ def prepare_loader(
             )
         return loader, None
     resumable = ResumableSampler(
-        loader.dataset,  # type: ignore[arg-type]
+        loader.dataset,
         num_replicas=world_size,
         rank=rank,
         shuffle=shuffle,

@@ -175,8 +175,17 @@ def is_collective_failure(exc: BaseException) -> bool:
     if isinstance(exc, dist.DistError):
         return True
     text = str(exc)
-    markers = ("Gloo", "gloo", "NCCL", "Connection closed", "Connection reset", "timed out",
-               "Timeout", "ProcessGroup", "c10d")
+    markers = (
+        "Gloo",
+        "gloo",
+        "NCCL",
+        "Connection closed",
+        "Connection reset",
+        "timed out",
+        "Timeout",
+        "ProcessGroup",
+        "c10d",
+    )
     return isinstance(exc, RuntimeError) and any(m in text for m in markers)
 
 

@@ -62,8 +62,9 @@ class _Progress:
     def update(self, step: int, metrics: dict[str, float]) -> None:
         if self._bar is not None:
             self._bar.n = step
-            self._bar.set_postfix({k: f"{v:.4g}" for k, v in list(metrics.items())[:3]},
-                                  refresh=False)
+            self._bar.set_postfix(
+                {k: f"{v:.4g}" for k, v in list(metrics.items())[:3]}, refresh=False
+            )
             self._bar.refresh()
         elif self._rich is not None:
             self._rich.update(self._task, completed=step)
@@ -107,11 +108,17 @@ class RunLogger:
 
                 self._tb = SummaryWriter(log_dir=str(folder / "tensorboard"), purge_step=start_step)
             except ImportError:
-                notice("tracking_tool 'tensorboard' asked for but tensorboard is not installed; "
-                       "metrics go to the CSV only (pip install marquardt-trainer[tensorboard])")
+                notice(
+                    "tracking_tool 'tensorboard' asked for but tensorboard is not installed; "
+                    "metrics go to the CSV only (pip install marquardt-trainer[tensorboard])"
+                )
         with open(folder / "hparams.json", "w") as handle:
-            json.dump({"config": config.to_dict(), "hyperparams": config.hyperparams}, handle,
-                      indent=2, default=str)
+            json.dump(
+                {"config": config.to_dict(), "hyperparams": config.hyperparams},
+                handle,
+                indent=2,
+                default=str,
+            )
         if config.verbose:
             self._progress = _Progress(config.max_iter, start_step)
             self._progress.write(f"marquardt.trainer: {describe}; run folder {folder}")
@@ -123,8 +130,9 @@ class RunLogger:
         with open(self.csv_path, newline="") as handle:
             reader = csv.DictReader(handle)
             columns = list(reader.fieldnames or [])
-            rows = [r for r in reader if r.get("step", "").isdigit()
-                    and int(r["step"]) <= start_step]
+            rows = [
+                r for r in reader if r.get("step", "").isdigit() and int(r["step"]) <= start_step
+            ]
         self._columns = columns
         self._rewrite(rows)
 
@@ -150,11 +158,14 @@ class RunLogger:
         with open(self.csv_path, "a", newline="") as handle:
             csv.DictWriter(handle, fieldnames=self._columns, extrasaction="ignore").writerow(row)
 
-    def print_line(self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train") -> None:
+    def print_line(
+        self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train"
+    ) -> None:
         if not self.enabled or not self.config.verbose or self._progress is None:
             return
-        self._progress.write(f"{phase} step {step}/{self.config.max_iter} | epoch {epoch} | "
-                             f"{_format(metrics)}")
+        self._progress.write(
+            f"{phase} step {step}/{self.config.max_iter} | epoch {epoch} | {_format(metrics)}"
+        )
 
     def progress(self, step: int, metrics: dict[str, float]) -> None:
         if self.enabled and self._progress is not None:

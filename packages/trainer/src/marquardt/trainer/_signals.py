@@ -11,6 +11,7 @@ means "now": the process exits at once with status 143.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -78,7 +79,5 @@ class SignalForwarder:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = True
         for pid in self._pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass

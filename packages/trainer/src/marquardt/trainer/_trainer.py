@@ -65,7 +65,7 @@ def _lma_class() -> type | None:
         from marquardt.solver import LMA
     except ImportError:
         return None
-    return LMA  # type: ignore[no-any-return]
+    return LMA
 
 
 def is_lma(obj: Any) -> bool:
@@ -120,8 +120,10 @@ class _OptimizerSpec:
     def capture(cls, optimizer: torch.optim.Optimizer, model: nn.Module) -> _OptimizerSpec:
         index = {id(p): i for i, p in enumerate(model.parameters())}
         groups = [
-            ([index[id(p)] for p in group["params"]], {k: v for k, v in group.items()
-                                                        if k != "params"})
+            (
+                [index[id(p)] for p in group["params"]],
+                {k: v for k, v in group.items() if k != "params"},
+            )
             for group in optimizer.param_groups
         ]
         return cls(type(optimizer), dict(optimizer.defaults), groups, optimizer.state_dict())
@@ -134,7 +136,7 @@ class _OptimizerSpec:
         except TypeError:
             optimizer = self.cls(groups)
         optimizer.load_state_dict(self.state)
-        return optimizer  # type: ignore[no-any-return]
+        return optimizer
 
 
 @dataclass
@@ -183,8 +185,10 @@ def plan_run(config: TrainConfig) -> RunPlan:
     resume = config.resume_from
     restarts = _settings.get_int("SLURM_RESTART_COUNT") or 0
     if resume is None and restarts > 0:
-        notice(f"Slurm requeued this job ({restarts} restart(s)): resuming from the latest "
-               "checkpoint (resume_from=None means 'latest' in a requeued job)")
+        notice(
+            f"Slurm requeued this job ({restarts} restart(s)): resuming from the latest "
+            "checkpoint (resume_from=None means 'latest' in a requeued job)"
+        )
         resume = "latest"
     path: Path | None = None
     if resume == "latest":
@@ -211,6 +215,8 @@ class Trainer:
     """
 
     use_grad: ClassVar[bool] = True
+    #: The launcher's name in a spawned process (which has no environment object).
+    _environment_name: str = "spawn"
 
     @classmethod
     def set_use_grad(cls, value: bool) -> None:
@@ -229,11 +235,14 @@ class Trainer:
     ) -> None:
         config = TrainConfig() if config is None else config
         if not isinstance(config, TrainConfig):
-            raise ConfigError(f"Trainer(config={config!r}): expected a TrainConfig. "
-                              "HINT: Trainer(model, optimizer, TrainConfig(max_iter=100))")
+            raise ConfigError(
+                f"Trainer(config={config!r}): expected a TrainConfig. "
+                "HINT: Trainer(model, optimizer, TrainConfig(max_iter=100))"
+            )
         if not isinstance(model, nn.Module):
-            raise ConfigError(f"Trainer(model=...): expected a torch.nn.Module, got "
-                              f"{type(model).__name__}")
+            raise ConfigError(
+                f"Trainer(model=...): expected a torch.nn.Module, got {type(model).__name__}"
+            )
         if not any(p.requires_grad for p in model.parameters()):
             raise ConfigError(
                 f"Trainer: the model ({type(model).__name__}) has no trainable parameters. "
@@ -299,16 +308,19 @@ class Trainer:
                 "marquardt-trainer[lm]), or call Trainer.set_use_grad(True)"
             )
         if not isinstance(self.optimizer, torch.optim.Optimizer):
-            hint = ("install the lm extra (pip install marquardt-trainer[lm]) for LMA"
-                    if type(self.optimizer).__name__ == "LMA" else
-                    "e.g. torch.optim.SGD(model.parameters(), lr=0.01)")
+            hint = (
+                "install the lm extra (pip install marquardt-trainer[lm]) for LMA"
+                if type(self.optimizer).__name__ == "LMA"
+                else "e.g. torch.optim.SGD(model.parameters(), lr=0.01)"
+            )
             raise ConfigError(
                 f"Trainer(optimizer=...): expected a torch.optim.Optimizer or a "
                 f"marquardt.solver.LMA, got {type(self.optimizer).__name__}. HINT: {hint}"
             )
         own = {id(p) for p in self.model.parameters()}
-        foreign = sum(1 for g in self.optimizer.param_groups for p in g["params"]
-                      if id(p) not in own)
+        foreign = sum(
+            1 for g in self.optimizer.param_groups for p in g["params"] if id(p) not in own
+        )
         if foreign:
             raise ConfigError(
                 f"the optimizer holds {foreign} parameter(s) that are not the model's. HINT: "
@@ -344,8 +356,10 @@ class Trainer:
         if loader is None:
             return
         if not isinstance(loader, Iterable):
-            raise ConfigError(f"fit({name}=...): expected a DataLoader or an iterable of "
-                              f"batches, got {type(loader).__name__}")
+            raise ConfigError(
+                f"fit({name}=...): expected a DataLoader or an iterable of "
+                f"batches, got {type(loader).__name__}"
+            )
         try:
             size = len(loader)  # type: ignore[arg-type]
         except TypeError:
@@ -357,8 +371,9 @@ class Trainer:
             )
 
     # ----------------------------------------------------------------- fit
-    def fit(self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None
-            ) -> tuple[nn.Module, Any]:
+    def fit(
+        self, train_loader: Iterable[Any], val_loader: Iterable[Any] | None = None
+    ) -> tuple[nn.Module, Any]:
         """Train; return the trained model and optimizer (in this process, also after a spawn).
 
         After SIGTERM the run writes a checkpoint and this call exits the program with
@@ -378,8 +393,14 @@ class Trainer:
         if layout.world_size == 1:
             plan = plan_run(self.config)
             self._precheck_resume(plan)
-        self._run_worker(layout, plan, None, train_loader, val_loader,
-                         env_init=isinstance(env, TorchrunEnvironment))
+        self._run_worker(
+            layout,
+            plan,
+            None,
+            train_loader,
+            val_loader,
+            env_init=isinstance(env, TorchrunEnvironment),
+        )
         if self.state.interrupted:
             raise SystemExit(0)
         return self.model, self.optimizer
@@ -401,8 +422,9 @@ class Trainer:
         return type(self.optimizer).__name__
 
     # ----------------------------------------------------------------- spawn
-    def _fit_spawn(self, env: LaunchEnvironment, train_loader: Any, val_loader: Any
-                   ) -> tuple[nn.Module, Any]:
+    def _fit_spawn(
+        self, env: LaunchEnvironment, train_loader: Any, val_loader: Any
+    ) -> tuple[nn.Module, Any]:
         for text in self.compute.notices:
             notice(text)
         plan = plan_run(self.config)
@@ -450,15 +472,20 @@ class Trainer:
         self.state.stop_reason = str(result.get("stop_reason", ""))
         self.state.interrupted = bool(result["interrupted"])
         if self.state.interrupted:
-            notice(f"{env.name}: training stopped by SIGTERM at step {self.state.step}; the "
-                   "checkpoint is written, exiting with status 0 (resume with "
-                   "resume_from='latest')")
+            notice(
+                f"{env.name}: training stopped by SIGTERM at step {self.state.step}; the "
+                "checkpoint is written, exiting with status 0 (resume with "
+                "resume_from='latest')"
+            )
             raise SystemExit(0)
         return self.model, self.optimizer
 
     def _join_spawned(self, data: bytes, layouts: list[ProcessLayout]) -> None:
         context = mp.start_processes(
-            _spawn_entry, args=(data, layouts), nprocs=len(layouts), join=False,
+            _spawn_entry,
+            args=(data, layouts),
+            nprocs=len(layouts),
+            join=False,
             start_method="spawn",
         )
         forwarder = SignalForwarder(lambda: [p.pid for p in context.processes if p.is_alive()])
@@ -476,8 +503,9 @@ class Trainer:
                     process.join(5)
 
     @staticmethod
-    def _spawn_failure(context: Any, layouts: list[ProcessLayout], exc: Exception
-                       ) -> WorkerFailedError:
+    def _spawn_failure(
+        context: Any, layouts: list[ProcessLayout], exc: Exception
+    ) -> WorkerFailedError:
         codes = {layouts[i].rank: p.exitcode for i, p in enumerate(context.processes)}
         index = getattr(exc, "error_index", 0)
         culprit = layouts[index].rank
@@ -508,8 +536,15 @@ class Trainer:
         )
 
     # ----------------------------------------------------------------- worker
-    def _run_worker(self, layout: ProcessLayout, plan: RunPlan | None, result_path: str | None,
-                    train_loader: Any, val_loader: Any, env_init: bool) -> None:
+    def _run_worker(
+        self,
+        layout: ProcessLayout,
+        plan: RunPlan | None,
+        result_path: str | None,
+        train_loader: Any,
+        val_loader: Any,
+        env_init: bool,
+    ) -> None:
         state = self.state
         state.rank, state.local_rank = layout.rank, layout.local_rank
         state.world_size = layout.world_size
@@ -519,8 +554,11 @@ class Trainer:
             if self.config.seed is not None:
                 _seed_everything(self.config.seed)
             if self.compute.use_gpu and not self.is_lm:
-                index = (self.environment.device_index(layout) if self.environment is not None
-                         else layout.local_rank % max(self.gpu_count, 1))
+                index = (
+                    self.environment.device_index(layout)
+                    if self.environment is not None
+                    else layout.local_rank % max(self.gpu_count, 1)
+                )
                 torch.cuda.set_device(index)
                 state.device = torch.device("cuda", index)
             elif self.is_lm:
@@ -528,8 +566,9 @@ class Trainer:
             else:
                 state.device = torch.device("cpu")
             if layout.world_size > 1:
-                pg.init_process_group(layout, self.compute.backend,
-                                      pg.timeout_seconds(self.config), env_init)
+                pg.init_process_group(
+                    layout, self.compute.backend, pg.timeout_seconds(self.config), env_init
+                )
             try:
                 agreed = self._agree_plan(plan)
                 self._train(layout, agreed, stop, train_loader, val_loader, result_path)
@@ -553,16 +592,23 @@ class Trainer:
         assert outcome is not None
         if outcome[0] == "error":
             raise outcome[1]
-        return outcome[1]  # type: ignore[no-any-return]
+        return outcome[1]
 
-    def _train(self, layout: ProcessLayout, plan: RunPlan, stop: GracefulStop,
-               train_loader: Any, val_loader: Any, result_path: str | None) -> None:
+    def _train(
+        self,
+        layout: ProcessLayout,
+        plan: RunPlan,
+        stop: GracefulStop,
+        train_loader: Any,
+        val_loader: Any,
+        result_path: str | None,
+    ) -> None:
         cfg, state = self.config, self.state
         model = self.model
         if not self.is_lm:
             model.to(device=state.device)
-            if cfg.dtype is not None:
-                model.to(dtype=cfg.dtype)  # type: ignore[arg-type]
+            if cfg.torch_dtype is not None:
+                model.to(dtype=cfg.torch_dtype)
         folder = Path(plan.folder)
         state.log_folder = folder
         data = None
@@ -583,34 +629,43 @@ class Trainer:
         if layout.world_size > 1:
             device_ids = [state.device.index] if state.device.type == "cuda" else None
             net = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-        loader, sampler = prepare_loader(train_loader, layout.rank, layout.world_size,
-                                         sampler_seed)
+        loader, sampler = prepare_loader(train_loader, layout.rank, layout.world_size, sampler_seed)
         if data is not None:
             self._restore_rng(data, layout)
         logger = RunLogger(cfg, folder, layout.rank == 0, state.step, self._describe(layout))
         if data is not None:
-            logger.message(f"resumed from {plan.resume} at step {state.step} (epoch "
-                           f"{state.epoch}, batch {state.batch_in_epoch})")
+            logger.message(
+                f"resumed from {plan.resume} at step {state.step} (epoch "
+                f"{state.epoch}, batch {state.batch_in_epoch})"
+            )
         self._sampler_seed = sampler_seed
         try:
             self._loop(net, loader, sampler, val_loader, logger, stop, folder)
         finally:
             logger.close()
         if result_path is not None:
-            ckpt.atomic_save({
-                "model": ckpt.bare_state_dict(model),
-                "optimizer": self.optimizer.state_dict(),
-                "step": state.step,
-                "interrupted": state.interrupted,
-                "stop_reason": state.stop_reason,
-            }, result_path)
+            ckpt.atomic_save(
+                {
+                    "model": ckpt.bare_state_dict(model),
+                    "optimizer": self.optimizer.state_dict(),
+                    "step": state.step,
+                    "interrupted": state.interrupted,
+                    "stop_reason": state.stop_reason,
+                },
+                result_path,
+            )
 
     def _describe(self, layout: ProcessLayout) -> str:
-        where = (self.environment.name if self.environment is not None
-                 else getattr(self, "_environment_name", "spawn"))
+        where = (
+            self.environment.name
+            if self.environment is not None
+            else getattr(self, "_environment_name", "spawn")
+        )
         loop = "LM loop" if self.is_lm else f"DDP loop ({self.compute.backend})"
-        return (f"{loop}, {where}, world size {layout.world_size}, device {self.state.device}, "
-                f"{self.config.max_iter} steps")
+        return (
+            f"{loop}, {where}, world size {layout.world_size}, device {self.state.device}, "
+            f"{self.config.max_iter} steps"
+        )
 
     # ----------------------------------------------------------------- loop
     def _batches(self, loader: Any, sampler: Any) -> Iterator[Any]:
@@ -675,15 +730,25 @@ class Trainer:
         self._call("on_batch_start", group[0] if count == 1 else group)
         extra = {} if cfg.grad_clip is None else {"grad_clip": cfg.grad_clip}
         if count == 1:
-            loss_t, raw = self.optimize_step(net, self.optimizer, self.loss_fn, group[0],
-                                             state.device, cfg.dtype, **extra)
+            loss_t, raw = self.optimize_step(
+                net, self.optimizer, self.loss_fn, group[0], state.device, cfg.torch_dtype, **extra
+            )
         else:
-            loss_t, raw = _accumulate_step(net, self.optimizer, self.loss_fn, group,
-                                           state.device, cfg.dtype, **extra)
+            loss_t, raw = _accumulate_step(
+                net, self.optimizer, self.loss_fn, group, state.device, cfg.torch_dtype, **extra
+            )
         return float(loss_t), {k: float(v) for k, v in raw.items()}
 
-    def _loop(self, net: nn.Module, loader: Any, sampler: Any, val_loader: Any,
-              logger: RunLogger, stop: GracefulStop, folder: Path) -> None:
+    def _loop(
+        self,
+        net: nn.Module,
+        loader: Any,
+        sampler: Any,
+        val_loader: Any,
+        logger: RunLogger,
+        stop: GracefulStop,
+        folder: Path,
+    ) -> None:
         cfg, state = self.config, self.state
         batches = self._batches(loader, sampler)
         self._call("on_train_start")
@@ -695,12 +760,16 @@ class Trainer:
             state.metrics = {"loss": loss, **metrics}
             self._call("on_batch_end", loss, metrics)
             last = state.step == cfg.max_iter
-            due_print = cfg.verbose and ((cfg.print_every and state.step % cfg.print_every == 0)
-                                         or last)
+            due_print = cfg.verbose and (
+                (cfg.print_every and state.step % cfg.print_every == 0) or last
+            )
             due_write = bool(cfg.write_every and state.step % cfg.write_every == 0) or last
             if due_print or due_write:
-                shown = (pg.mean_over_ranks(state.metrics, state.device)
-                         if cfg.all_reduce_metrics else state.metrics)
+                shown = (
+                    pg.mean_over_ranks(state.metrics, state.device)
+                    if cfg.all_reduce_metrics
+                    else state.metrics
+                )
                 if due_print:
                     logger.print_line(state.step, state.epoch, shown)
                 if due_write:
@@ -708,15 +777,16 @@ class Trainer:
             logger.progress(state.step, state.metrics)
             if val_loader is not None and cfg.val_every and state.step % cfg.val_every == 0:
                 self._validate(val_loader, logger, folder)
-            interrupted, wants_stop = pg.flags_any([stop.requested, state.should_stop],
-                                                   state.device)
+            interrupted, wants_stop = pg.flags_any(
+                [stop.requested, state.should_stop], state.device
+            )
             if interrupted:
                 state.interrupted = True
                 state.stop_reason = state.stop_reason or "SIGTERM"
             if wants_stop and not state.should_stop:
                 state.should_stop = True
                 state.stop_reason = state.stop_reason or "another rank asked to stop"
-            if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0 or interrupted:
+            if (cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0) or interrupted:
                 self._save(folder)
                 saved_at = state.step
             if interrupted or state.should_stop:
@@ -726,9 +796,11 @@ class Trainer:
         if saved_at != state.step:
             self._save(folder)
         if state.interrupted:
-            logger.message(f"SIGTERM: stopped after step {state.step}; checkpoint "
-                           f"{state.last_checkpoint} written. Restart with "
-                           "resume_from='latest' to continue")
+            logger.message(
+                f"SIGTERM: stopped after step {state.step}; checkpoint "
+                f"{state.last_checkpoint} written. Restart with "
+                "resume_from='latest' to continue"
+            )
         elif state.should_stop:
             logger.message(f"stopped at step {state.step}: {state.stop_reason}")
         self._call("on_train_end")
@@ -747,10 +819,15 @@ class Trainer:
             for batch in val_loader:
                 inputs, targets = _split(batch)
                 if not self.is_lm:
-                    inputs = inputs.to(device=device, dtype=self.config.dtype or inputs.dtype)
-                    targets = targets.to(device=device, dtype=(self.config.dtype
-                                         if targets.is_floating_point() and self.config.dtype
-                                         else targets.dtype))
+                    inputs = inputs.to(device=device, dtype=self.config.torch_dtype or inputs.dtype)
+                    targets = targets.to(
+                        device=device,
+                        dtype=(
+                            self.config.torch_dtype
+                            if targets.is_floating_point() and self.config.torch_dtype
+                            else targets.dtype
+                        ),
+                    )
                 else:
                     inputs, targets = inputs.to(device), targets.to(device)
                 output = self.loss_fn(model(inputs), targets)
@@ -769,8 +846,9 @@ class Trainer:
         if state.best_val is None or results["val_loss"] < state.best_val:
             state.best_val = results["val_loss"]
             if state.rank == 0:
-                ckpt.atomic_save(self._payload([ckpt.rng_state()]),
-                                 folder / ckpt.CHECKPOINT_DIR / "best.pt")
+                ckpt.atomic_save(
+                    self._payload([ckpt.rng_state()]), folder / ckpt.CHECKPOINT_DIR / "best.pt"
+                )
         self._call("on_validation_end", results)
 
     # ----------------------------------------------------------------- checkpoints
@@ -801,8 +879,9 @@ class Trainer:
         if self.state.rank != 0:
             return
         directory = folder / ckpt.CHECKPOINT_DIR
-        path = ckpt.atomic_save(self._payload(rngs), directory / ckpt.checkpoint_name(
-            self.state.step))
+        path = ckpt.atomic_save(
+            self._payload(rngs), directory / ckpt.checkpoint_name(self.state.step)
+        )
         ckpt.prune(directory, self.config.keep_checkpoints)
         self.state.last_checkpoint = path
 
@@ -869,8 +948,14 @@ def _spawn_entry(index: int, data: bytes, layouts: list[ProcessLayout]) -> None:
     trainer._environment_name = payload.environment_name
     layout = layouts[index]
     try:
-        trainer._run_worker(layout, payload.plan, payload.result_path if index == 0 else None,
-                            payload.train_loader, payload.val_loader, env_init=False)
+        trainer._run_worker(
+            layout,
+            payload.plan,
+            payload.result_path if index == 0 else None,
+            payload.train_loader,
+            payload.val_loader,
+            env_init=False,
+        )
     except WorkerFailedError as exc:
         if exc.rank is None:  # a peer died: not this process's fault
             raise SystemExit(PEER_FAILED_EXIT) from None

@@ -100,7 +100,7 @@ def optimize_step(
     reevaluates = isinstance(optimizer, torch.optim.LBFGS)
     record: dict[str, Any] = {}
 
-    def closure() -> torch.Tensor:
+    def closure() -> Any:
         optimizer.zero_grad(set_to_none=True)
         loss, metrics = _loss_and_metrics(loss_fn(model(inputs), targets))
         loss.backward()

@@ -45,9 +45,7 @@ class _SlurmBase(LaunchEnvironment):
 
     @classmethod
     def _under_srun(cls, env: Mapping[str, str]) -> bool:
-        return (
-            _settings.get("SLURM_PROCID", env) is not None and cls._ntasks(env) is not None
-        )
+        return _settings.get("SLURM_PROCID", env) is not None and cls._ntasks(env) is not None
 
     @property
     def ntasks(self) -> int:

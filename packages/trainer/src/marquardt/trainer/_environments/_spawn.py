@@ -65,6 +65,4 @@ class SpawnEnvironment(LaunchEnvironment):
 
     def layouts(self) -> list[ProcessLayout]:
         n = self.nprocs
-        return [
-            ProcessLayout(i, i, n, n, 0, self.master_addr, self.master_port) for i in range(n)
-        ]
+        return [ProcessLayout(i, i, n, n, 0, self.master_addr, self.master_port) for i in range(n)]
