@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import weakref
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -85,7 +86,9 @@ class CupynumericBackend:
         # D as a dense P × P (or I as N × N) matrix for the system being solved: a step
         # solves one system for several λ, and each Legate operation costs about a
         # millisecond on CPUs, so D is built once per system and scaling.
-        self._damping_key: tuple[LinearSystem, str] | None = None
+        # The system is held weakly: an under-determined one carries J, which must be freed
+        # when the caller drops it, not when the next system arrives.
+        self._damping_key: tuple[weakref.ref[LinearSystem], str] | None = None
         self._damping_matrix: Any = None
 
     # -- moving torch tensors into Legate ------------------------------------------------
@@ -208,12 +211,12 @@ class CupynumericBackend:
     def _damping(self, system: LinearSystem, scaling: str) -> Any:
         """The matrix multiplying λ: diag(D) over-determined, I under-determined (cached)."""
         key = self._damping_key
-        if key is None or key[0] is not system or key[1] != scaling:
+        if key is None or key[0]() is not system or key[1] != scaling:
             if system.underdetermined:
                 matrix = self._cn.eye(system.rows, dtype=self._cn.float64)
             else:
                 matrix = self._cn.diag(self._scaling(system.diag, scaling))
-            self._damping_key, self._damping_matrix = (system, scaling), matrix
+            self._damping_key, self._damping_matrix = (weakref.ref(system), scaling), matrix
         return self._damping_matrix
 
     def _cholesky_solve(self, matrix: Any, rhs: Any) -> Any | None:
