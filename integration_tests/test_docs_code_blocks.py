@@ -42,8 +42,15 @@ _FENCE_OPEN = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+
 _DIRECTIVE = re.compile(r"^\s*<!--\s*docs:\s*(?P<kind>[\w-]+)\s*(?P<arg>.*?)\s*-->\s*$")
 _KNOWN_DIRECTIVES = ("skip-run", "argv")
 #: Top-level folders of this repository whose paths a shipped command may name.
-_REPO_DIRS = ("examples", "launch", "packages", "constraints", "benchmarks", "docs",
-              "integration_tests")
+_REPO_DIRS = (
+    "examples",
+    "launch",
+    "packages",
+    "constraints",
+    "benchmarks",
+    "docs",
+    "integration_tests",
+)
 _REPO_PATH = re.compile(
     r"(?<![\w/.-])(?:\./)?(?P<path>(?:" + "|".join(_REPO_DIRS) + r")/[\w./-]*[\w/])"
 )
@@ -215,14 +222,13 @@ def _runnable_pages() -> list[Path]:
 
 @pytest.mark.parametrize("page", _runnable_pages(), ids=_page_id)
 def test_python_blocks_of_page_run(page: Path, tmp_path: Path) -> None:
-    blocks = [
-        b for b in extract_blocks(page) if b.lang in PY_LANGS and b.directive != "skip-run"
-    ]
+    blocks = [b for b in extract_blocks(page) if b.lang in PY_LANGS and b.directive != "skip-run"]
     payload = [
         {
             "where": b.where,
             "code": b.code,
-            "argv": [page.stem + ".py", *shlex.split(b.argument)] if b.directive == "argv"
+            "argv": [page.stem + ".py", *shlex.split(b.argument)]
+            if b.directive == "argv"
             else None,
         }
         for b in blocks
@@ -324,8 +330,9 @@ def _error_classes() -> list[tuple[str, str]]:
     found = []
     for errors in sorted((ROOT / "packages").glob("*/src/marquardt/*/_errors.py")):
         tree = ast.parse(errors.read_text(encoding="utf-8"))
-        found += [(errors.parent.name, node.name) for node in tree.body
-                  if isinstance(node, ast.ClassDef)]
+        found += [
+            (errors.parent.name, node.name) for node in tree.body if isinstance(node, ast.ClassDef)
+        ]
     return found
 
 
@@ -363,8 +370,11 @@ def _environment_variables() -> list[tuple[str, str]]:
                 targets, value = [node.target], node.value
             names = [t.id for t in targets if isinstance(t, ast.Name)]
             if "ENVIRONMENT" in names and isinstance(value, ast.Dict):
-                found |= {(package, k.value) for k in value.keys
-                          if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+                found |= {
+                    (package, k.value)
+                    for k in value.keys
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                }
             if any(n.startswith("ENV_") for n in names) and isinstance(value, ast.Constant):
                 found.add((package, str(value.value)))
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
