@@ -394,3 +394,15 @@ def test_troubleshooting_lists_environment_variable(package: str, variable: str)
         f"marquardt.{package} reads {variable}, which the 'Environment variables' section of "
         "docs/troubleshooting.md does not list. HINT: add it with its meaning"
     )
+
+
+def test_getting_started_carries_the_readme_commands() -> None:
+    # The README's quick start is the user's first contact: the docs repeat it verbatim.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    assert commands, "README.md has no bash block"
+    page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    assert commands[0] in page, (
+        "docs/getting-started.md no longer repeats the README's first bash block verbatim. "
+        "HINT: copy the block from README.md"
+    )
