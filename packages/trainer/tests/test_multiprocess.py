@@ -15,7 +15,7 @@ from torch import nn
 
 from marquardt.trainer import _checkpoint as ckpt
 
-from .conftest import SCRIPTS, Processes, clean_env, read_json
+from .conftest import SCRIPTS, Processes, clean_env, read_csv, read_json
 
 pytestmark = pytest.mark.multiprocess
 
@@ -164,6 +164,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
             "20",
             "--root",
             "one",
+            "--all-reduce",
         )
         two = procs.start(
             [
@@ -179,12 +180,18 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
                 "two.json",
                 "--root",
                 "two",
+                "--all-reduce",
             ],
             cwd=root,
         )
         code, _, err = procs.wait(two)
         assert code == 0, err
-        yield {"one": one, "two": read_json(root / "two.json")}
+        yield {
+            "one": one,
+            "two": read_json(root / "two.json"),
+            "one_csv": read_csv(root / "one" / "metrics.csv"),
+            "two_csv": read_csv(root / "two" / "metrics.csv"),
+        }
     finally:
         procs.cleanup()
 
@@ -207,6 +214,52 @@ def test_two_processes_match_one_process_on_the_same_global_batch(
     assert difference < 1e-5
 
 
+def test_metrics_are_reduced_over_ranks_and_written_once(reference: dict[str, Any]) -> None:
+    # With all_reduce_metrics, the logged loss of 2 ranks of batch 4 is the mean of their
+    # batch losses: the loss of the global batch of 8, which one process logs directly.
+    one = [float(r["loss"]) for r in reference["one_csv"]]
+    two = [float(r["loss"]) for r in reference["two_csv"]]
+    assert len(one) == len(two) == 20  # rank 0 alone wrote, once per step
+    assert max(abs(a - b) for a, b in zip(one, two, strict=True)) < 1e-5
+
+
+def test_spawned_processes_do_not_outlive_a_killed_parent(tmp_path: Path, procs: Processes) -> None:
+    proc = procs.start([JOB, "--nprocs", "2", "--max-iter", "1000000", "--root", "run"], tmp_path)
+    deadline = time.monotonic() + 90
+    while not (tmp_path / "run" / "metrics.csv").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "training never started"
+        time.sleep(0.2)
+    children = _children(proc.pid)
+    assert len(children) >= 2
+    proc.kill()  # the parent only, with SIGKILL: it cannot clean up
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in children)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_sigterm_checkpoints_exits_zero_and_resume_reproduces(
     tmp_path: Path, procs: Processes, reference: dict[str, Any]
 ) -> None:
@@ -223,6 +276,7 @@ def test_sigterm_checkpoints_exits_zero_and_resume_reproduces(
         "resumed.json",
         "--root",
         "run",
+        "--all-reduce",
     ]
     code, out, err = procs.run(
         [*common, "--fault", "sigterm-parent", "--fault-step", "8"], cwd=tmp_path

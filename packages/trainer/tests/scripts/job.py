@@ -57,6 +57,7 @@ def main(argv=None):
     p.add_argument("--fault-step", type=int, default=0)
     p.add_argument("--fault-rank", type=int, default=0)
     p.add_argument("--dist-timeout", type=float, default=30.0)
+    p.add_argument("--all-reduce", action="store_true")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -84,6 +85,7 @@ def main(argv=None):
         callbacks=callbacks,
         seed=0,
         dist_timeout=args.dist_timeout,
+        all_reduce_metrics=args.all_reduce,
     )
     trainer = Trainer(model, optimizer, config, loss_fn="mse")
     model, _ = trainer.fit(loader)

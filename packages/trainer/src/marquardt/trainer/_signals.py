@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -81,3 +82,25 @@ class SignalForwarder:
         for pid in self._pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
+
+
+def exit_with_parent(interval: float = 1.0) -> None:
+    """In a spawned training process: exit as soon as the spawning parent is gone.
+
+    A parent killed with SIGKILL cannot stop its children; without this they would train
+    on (or wait in a collective) with nobody to report to. A daemon thread notices the
+    re-parenting and ends the process.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != parent:
+                sys.stderr.write(
+                    f"marquardt.trainer: the spawning process {parent} is gone; exiting\n"
+                )
+                sys.stderr.flush()
+                os._exit(1)
+
+    threading.Thread(target=watch, name="marquardt-parent-watch", daemon=True).start()

@@ -48,7 +48,7 @@ from ._environments import (
 )
 from ._errors import CheckpointMismatchError, ConfigError, WorkerFailedError
 from ._logging import RunLogger, notice
-from ._signals import GracefulStop, SignalForwarder
+from ._signals import GracefulStop, SignalForwarder, exit_with_parent
 from .optimize_step import _accumulate_step, _split, optimize_step
 
 #: Exit status of a spawned process that stopped because a peer died (not the culprit).
@@ -933,6 +933,7 @@ def _plain(value: Any) -> Any:
 
 def _spawn_entry(index: int, data: bytes, layouts: list[ProcessLayout]) -> None:
     """A spawned training process: rebuild the trainer from the payload and train."""
+    exit_with_parent()
     payload: _SpawnPayload = pickle.loads(data)
     trainer = Trainer.__new__(Trainer)
     trainer.config = payload.config
