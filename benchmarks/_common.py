@@ -1,0 +1,266 @@
+"""Shared pieces of the benchmarks: the sinc problem, timing, machine description, output.
+
+The seed problem (the cuPyLMA sinc tutorial): ``y = sinc(10 x)`` on 100000 points of
+``[-1, 1]``, batches of 10000, fitted by a 1-H-1 tanh MLP (H = 64: P = 193; H = 256:
+P = 769). Every benchmark builds its models from the same seed so that all optimizers
+start from the same parameters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+HERE = Path(__file__).resolve().parent
+RESULTS_DIR = HERE / "results"
+THREADS = 2
+SEED = 0
+DATASET_SIZE = 100_000
+BATCH = 10_000
+
+
+def setup_threads() -> None:
+    """Two intra-op threads (the machine has two cores), one inter-op thread."""
+    torch.set_num_threads(THREADS)
+
+
+def sinc_dataset(n: int = DATASET_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """The seed's data: ``x`` evenly spaced on ``[-1, 1]`` (n × 1), ``y = sinc(10 x)``."""
+    x = torch.linspace(-1, 1, n, dtype=torch.float32).unsqueeze(1)
+    return x, torch.sinc(10 * x)
+
+
+def sinc_model(hidden: int = 256, seed: int = SEED) -> nn.Module:
+    """A 1-hidden-1 tanh MLP, initialised from ``seed`` (the same for every optimizer)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(1, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+
+def shuffled_batches(
+    x: torch.Tensor, y: torch.Tensor, batch: int = BATCH, seed: int = SEED
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """An endless shuffled loader: a ``DataLoader`` whose sampler yields whole batches.
+
+    ``BatchSampler(RandomSampler)`` as the sampler with ``batch_size=None`` makes the
+    ``TensorDataset`` index each batch with one gather instead of collating 10000 single
+    samples (which alone costs tens of milliseconds per batch and would dominate Adam's
+    steps). The same seed gives every optimizer the same sequence of batches.
+    """
+    from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+    dataset = TensorDataset(x, y)
+    generator = torch.Generator().manual_seed(seed)
+    sampler = BatchSampler(RandomSampler(dataset, generator=generator), batch, drop_last=False)
+    loader = DataLoader(dataset, sampler=sampler, batch_size=None)
+    while True:
+        yield from loader
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def time_calls(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:
+    """Wall seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def load_average() -> float:
+    """The 1-minute load average (NaN where the OS does not tell)."""
+    try:
+        return float(os.getloadavg()[0])
+    except OSError:
+        return float("nan")
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size so far (Linux: ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _cpu_flags() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    match = re.search(r"^flags\s*:\s*(.*)$", text, re.M)
+    flags = set(match.group(1).split()) if match else set()
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile")
+    return " ".join(f for f in wanted if f in flags)
+
+
+def _numpy_blas() -> str:
+    try:
+        import numpy
+
+        config = numpy.show_config(mode="dicts")
+        blas = config["Build Dependencies"]["blas"]
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception as exc:  # the BLAS description is informative only
+        return f"unknown ({type(exc).__name__})"
+
+
+def _torch_blas() -> str:
+    text = torch.__config__.show()
+    match = re.search(r"BLAS_INFO=(\w+)", text)
+    mkl = "MKL" if torch.backends.mkl.is_available() else ""
+    return (match.group(1) if match else mkl or "unknown") + (
+        ", oneDNN" if torch.backends.mkldnn.is_available() else ""
+    )
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    import numpy
+
+    info: dict[str, Any] = {
+        "cpu": _cpu_model(),
+        "cpu_flags": _cpu_flags(),
+        "cores": os.cpu_count(),
+        "threads_used": THREADS,
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_blas": _torch_blas(),
+        "numpy": numpy.__version__,
+        "numpy_blas": _numpy_blas(),
+        "load_average_1min": load_average(),
+    }
+    try:
+        from importlib.metadata import version
+
+        info["torch_levenberg_marquardt"] = version("torch-levenberg-marquardt")
+    except Exception:
+        info["torch_levenberg_marquardt"] = "not installed"
+    return info
+
+
+def write_json(name: str, data: dict[str, Any]) -> Path:
+    """Write ``results/<name>.json`` and return its path."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, (torch.dtype, torch.device, Path)):
+        return str(value)
+    raise TypeError(f"not serialisable: {type(value).__name__}")
+
+
+def run_child(args: list[str], timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """Run ``python <args>`` in a fresh process; its last stdout line is a JSON object.
+
+    Returns ``(result, error)``: ``result`` is None when the child failed or timed out,
+    with ``error`` saying how (the child's last stderr lines).
+    """
+    try:
+        proc = subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        return None, f"exit code {proc.returncode}: {tail}"
+    try:
+        return json.loads(lines[-1]), ""
+    except json.JSONDecodeError:
+        return None, f"unreadable output: {lines[-1][:200]}"
+
+
+def import_peer() -> Any:
+    """The peer, ``torch_levenberg_marquardt`` (installed by the bench session)."""
+    import torch_levenberg_marquardt
+
+    return torch_levenberg_marquardt
+
+
+def row(
+    what: str,
+    value: float | None,
+    target: float | None,
+    *,
+    op: str = "≤",
+    bound: str = "",
+    detail: str = "",
+) -> dict[str, Any]:
+    """One line of the summary: a ratio, its target and PASS / MISS.
+
+    ``op`` is "≤" (the ratio must not exceed the target) or "≥". ``bound`` is "" for a
+    measured ratio, "<" or ">" when only a bound is known (one side did not reach the
+    goal within its time cap); a bound that does not decide the target gives "open".
+    ``target=None`` marks a figure shown for information ("info").
+    """
+    if value is None or value != value:
+        result = "n/a"
+    elif target is None:
+        result = "info"
+    elif bound == "":
+        result = "PASS" if (value <= target if op == "≤" else value >= target) else "MISS"
+    elif bound == "<":  # the true ratio is below ``value``
+        if op == "≤":
+            result = "PASS" if value <= target else "open"
+        else:
+            result = "MISS" if value <= target else "open"
+    else:  # the true ratio is above ``value``
+        if op == "≤":
+            result = "MISS" if value >= target else "open"
+        else:
+            result = "PASS" if value >= target else "open"
+    shown = "—" if value is None or value != value else f"{bound}{value:.3g}×"
+    return {
+        "what": what,
+        "value": value,
+        "bound": bound,
+        "shown": shown,
+        "target": "—" if target is None else f"{op} {target:g}×",
+        "verdict": result,
+        "detail": detail,
+    }
+
+
+def format_rows(rows: list[dict[str, Any]]) -> str:
+    """The rows as aligned text lines."""
+    out = []
+    for r in rows:
+        out.append(
+            f"  {r['what']:<48s} {r['shown']:>10s}   target {r['target']:<8s} "
+            f"{r['verdict']:<5s} {r['detail']}"
+        )
+    return "\n".join(out)

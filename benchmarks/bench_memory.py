@@ -1,0 +1,227 @@
+"""Peak memory of one LM step: our ``accumulate`` and ``explicit`` strategies, and the peer.
+
+Problem: ``y = sinc(10 x)`` on N = 10k, 100k, 1M points, a 1-256-1 tanh MLP (P = 769),
+float32, 2 threads, one LM step over the whole batch. Each measurement runs in a fresh
+process: data, model and optimizer are created, the process's peak-RSS mark is reset to
+its current RSS (Linux ``/proc/self/clear_refs``; where that is refused, the baseline is
+the peak so far), and after the step the growth of ``ru_maxrss`` over that baseline is
+the step's peak memory.
+
+* ours ``accumulate``: ``LMA(..., strategy="accumulate")``, ``step(x, y, slice_size=10000)``
+  — ``JᵀJ`` and ``Jᵀr`` summed slice by slice, never holding ``J`` (O(P²) memory);
+* ours ``explicit``: ``LMA(..., strategy="explicit")``, the same slices copied into a whole
+  ``J`` (N × P) held by the backend;
+* the peer: ``LevenbergMarquardtModule(model, solve_method="cholesky")`` as its ``fit``
+  uses it (the whole batch's ``J`` at once), and, for reference, with its own slicing
+  option ``max_batch_size=10000``.
+
+Targets: ``accumulate`` flat in N (peak at 1M within 1.25× of the peak at 10k); ours at
+1M ≤ 0.5× the peer's peak. ``python benchmarks/bench_memory.py``; ``main()`` writes
+``results/memory.json`` and ``results/memory.png``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import torch
+
+SIZES = (10_000, 100_000, 1_000_000)
+KINDS = ("ours-accumulate", "ours-explicit", "peer", "peer-sliced")
+SLICE = 10_000
+TARGET_FLAT = 1.25
+TARGET_PEER = 0.5
+TIMEOUT = 400.0
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def child(kind: str, n: int) -> dict[str, Any]:
+    """One LM step of ``kind`` on ``n`` points; the peak RSS growth it caused."""
+    c.setup_threads()
+    x, y = c.sinc_dataset(n)
+    model = c.sinc_model(256)
+    if kind.startswith("ours"):
+        from marquardt.solver import LMA
+
+        lma = LMA(model, [torch.device("cpu")], lambda a, b: a - b, strategy=kind.split("-", 1)[1])
+
+        def step() -> None:
+            lma.step(x, y, SLICE)
+    else:
+        tlm = c.import_peer()
+        module = tlm.training.LevenbergMarquardtModule(
+            model,
+            solve_method="cholesky",
+            max_batch_size=SLICE if kind == "peer-sliced" else None,
+        )
+
+        def step() -> None:
+            module.training_step(x, y)
+
+    gc.collect()
+    reset = _reset_peak()
+    baseline = _rss_mib() if reset else c.peak_rss_mib()
+    start = time.perf_counter()
+    step()
+    seconds = time.perf_counter() - start
+    peak = c.peak_rss_mib()
+    return {
+        "kind": kind,
+        "n": n,
+        "baseline_mib": baseline,
+        "baseline_is": "current RSS after a peak reset" if reset else "peak RSS so far",
+        "peak_mib": peak,
+        "growth_mib": peak - baseline,
+        "step_seconds": seconds,
+    }
+
+
+def main(sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "problem": f"one LM step, sinc(10x), 1-256-1 tanh MLP (P=769), float32, "
+        f"{c.THREADS} threads; ours with slice_size={SLICE}",
+        "sizes": list(sizes),
+        "load_average": {"before": c.load_average()},
+        "runs": {},
+    }
+    for kind in kinds:
+        for n in sizes:
+            out, error = c.run_child([__file__, "--child", kind, str(n)], TIMEOUT)
+            results["runs"][f"{kind} N={n}"] = (
+                out
+                if out is not None
+                else {
+                    "kind": kind,
+                    "n": n,
+                    "error": error,
+                    "growth_mib": None,
+                }
+            )
+    results["J_float32_mib"] = {f"N={n}": n * 769 * 4 / 2**20 for n in sizes}
+    results["load_average"]["after"] = c.load_average()
+    c.write_json("memory", results)
+    _plot(results)
+    return results
+
+
+def _growth(results: dict[str, Any], kind: str, n: int) -> float | None:
+    run = results["runs"].get(f"{kind} N={n}")
+    return None if run is None else run.get("growth_mib")
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ratios with their targets, for the aggregate table."""
+    sizes = results["sizes"]
+    lo, hi = sizes[0], sizes[-1]
+    acc_lo, acc_hi = (
+        _growth(results, "ours-accumulate", lo),
+        _growth(results, "ours-accumulate", hi),
+    )
+    peer_hi = _growth(results, "peer", hi)
+    sliced_hi = _growth(results, "peer-sliced", hi)
+    explicit_hi = _growth(results, "ours-explicit", hi)
+    rows = []
+
+    def mib(v: float | None) -> str:
+        return "failed" if v is None else f"{v:.0f} MiB"
+
+    flat = None if acc_lo is None or acc_hi is None else acc_hi / max(acc_lo, 1.0)
+    rows.append(
+        c.row(
+            f"memory: accumulate N={hi:,} / N={lo:,} (flat)",
+            flat,
+            TARGET_FLAT,
+            detail=f"{mib(acc_lo)} → {mib(acc_hi)}",
+        )
+    )
+    ratio = None if acc_hi is None or peer_hi is None else acc_hi / peer_hi
+    rows.append(
+        c.row(
+            f"memory: accumulate / peer at N={hi:,}",
+            ratio,
+            TARGET_PEER,
+            detail=f"ours {mib(acc_hi)}, peer {mib(peer_hi)}; peer with "
+            f"max_batch_size={SLICE}: {mib(sliced_hi)}; ours explicit "
+            f"{mib(explicit_hi)}",
+        )
+    )
+    return rows
+
+
+def _plot(results: dict[str, Any]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    sizes = results["sizes"]
+    for kind, color in zip(KINDS, ("#4c72b0", "#8172b2", "#dd8452", "#c49a6c"), strict=True):
+        points = [(n, _growth(results, kind, n)) for n in sizes]
+        points = [(n, g) for n, g in points if g is not None]
+        if points:
+            ax.plot(
+                [n for n, _ in points],
+                [max(g, 1.0) for _, g in points],
+                "o-",
+                label=kind,
+                color=color,
+            )
+    ax.plot(
+        sizes,
+        [n * 769 * 4 / 2**20 for n in sizes],
+        ":",
+        color="#999999",
+        label="J alone (N×P float32)",
+    )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("N (samples in the step)")
+    ax.set_ylabel("peak RSS growth of one LM step (MiB)")
+    ax.set_title("1-256-1 tanh MLP (P = 769), float32", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(c.RESULTS_DIR / "memory.png", dpi=120)
+    plt.close(fig)
+
+
+def _print(results: dict[str, Any]) -> None:
+    print(results["problem"])
+    for name, run in results["runs"].items():
+        if run.get("growth_mib") is None:
+            print(f"  {name:28s} failed: {run.get('error')}")
+        else:
+            print(
+                f"  {name:28s} peak growth {run['growth_mib']:8.1f} MiB   step "
+                f"{run['step_seconds']:.2f} s"
+            )
+    print(c.format_rows(summary(results)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == "--child":
+        print(json.dumps(child(sys.argv[2], int(sys.argv[3]))))
+    else:
+        _print(main())
