@@ -326,6 +326,44 @@ def test_a_killed_worker_stops_the_run_with_the_rank_named(
     assert time.monotonic() - began < 120  # bounded (the wait would have failed otherwise)
 
 
+def test_a_survivor_without_launcher_exits_nonzero_when_its_peer_dies(
+    tmp_path: Path, procs: Processes
+) -> None:
+    # srun-style, one task per process: nobody kills rank 0 for us, it must notice itself.
+    port = str(_free_port())
+    started = []
+    for rank in (0, 1):
+        env = clean_env(
+            SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_JOB_NODELIST="localhost",
+            SLURM_JOB_ID="2",
+            MASTER_PORT=port,
+        )
+        args = [
+            JOB,
+            "--nprocs",
+            "2",
+            "--max-iter",
+            "1000000",
+            "--fault",
+            "sigkill",
+            "--fault-rank",
+            "1",
+            "--fault-step",
+            "3",
+            "--dist-timeout",
+            "20",
+        ]
+        started.append(procs.start(args, cwd=tmp_path, env=env))
+    code0, _, err0 = procs.wait(started[0], timeout=120)
+    code1, _, _ = procs.wait(started[1], timeout=120)
+    assert code1 == -9
+    assert code0 != 0
+    assert "rank 0: a collective failed" in err0 and "HINT" in err0
+
+
 @pytest.mark.parametrize("loop", ["ddp", "lm"])
 def test_kill_and_resume_reproduces_the_uninterrupted_run(
     tmp_path: Path, procs: Processes, loop: str
