@@ -26,3 +26,27 @@ def test_microseconds_without_legate(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unknown_units_refused() -> None:
     with pytest.raises(ValueError, match="HINT"):
         time("fortnights")
+
+
+def test_uses_legates_clock_when_legate_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Legate the clock is legate.timing.time, which knows only "us" and "ns"."""
+    import types
+
+    asked: list[str] = []
+
+    def legate_time(units: str = "us") -> int:
+        if units not in ("us", "ns"):
+            raise ValueError("time units must be 'us' or 'ns'")
+        asked.append(units)
+        return 7_000_000_000 if units == "ns" else 7_000_000
+
+    timing_module = types.ModuleType("legate.timing")
+    timing_module.time = legate_time  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "legate", types.ModuleType("legate"))
+    monkeypatch.setitem(sys.modules, "legate.core", types.ModuleType("legate.core"))
+    monkeypatch.setitem(sys.modules, "legate.timing", timing_module)
+    assert legate_running()
+    assert time() == 7_000_000
+    assert time("ms") == 7_000
+    assert time("s") == 7
+    assert asked == ["us", "ns", "ns"]
