@@ -55,8 +55,10 @@ CASES = [
     # NODES=1: the only multi-node layout one machine can run.
     Case("multi_node.sbatch", ("--nodes=1", "--ntasks=1", "--cpus-per-task=2"), (), 2,
          SPAWNING, 2),
-    Case("multi_node_torchrun.sbatch", ("--nodes=1", "--ntasks=1", "--cpus-per-task=2"), (),
-         2, "torchrun", 2),
+    # A CPU partition: no GPU asked for (--gpus-per-task=0), 2 workers by GPUS_PER_NODE.
+    Case("multi_node_torchrun.sbatch",
+         ("--nodes=1", "--ntasks=1", "--cpus-per-task=2", "--gpus-per-task=0"),
+         (("GPUS_PER_NODE", "2"),), 2, "torchrun", 0),
 ]  # fmt: skip
 
 
@@ -108,7 +110,11 @@ def test_recipe_trains_on_cpu(case: Case, slurm: SlurmCluster, tmp_path: Path) -
     assert sorted(r.local_rank for r in ranks) == list(range(case.world_size))
     assert {r.host for r in ranks} == {slurm.node_name}
     # Slurm bound the requested (stand-in) GPUs: each rank sees them, as on a GPU node.
-    assert all(len(r.cuda_visible_devices.split(",")) == case.gpus_per_rank for r in ranks), ranks
+    seen = {r.cuda_visible_devices for r in ranks}
+    if case.gpus_per_rank == 0:
+        assert seen == {"-"}, ranks
+    else:
+        assert {len(c.split(",")) for c in seen} == {case.gpus_per_rank}, ranks
 
 
 def test_seed_script_runs_unchanged_under_multi_gpu(slurm: SlurmCluster, tmp_path: Path) -> None:
