@@ -57,9 +57,13 @@ def _ensure_program(program: str, package: str) -> str:
     return found
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", autouse=True)
 def shellcheck() -> str:
-    """The shellcheck program (installed from Debian if absent)."""
+    """The shellcheck program, installed from Debian if absent.
+
+    Autouse: the recipe tests and the docs' bash-block tests both need it, and a fresh CI
+    machine does not have it.
+    """
     return _ensure_program("shellcheck", "shellcheck")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -51,19 +52,32 @@ def test_single_node_runs_the_seed_script(tmp_path: Path) -> None:
     assert [s for s, _ in losses(done.output)] == list(range(5, 51, 5)), done.output
 
 
+def _head_address() -> str:
+    """This machine's first address as `hostname -I` gives it (as the Slurm recipes do)."""
+    done = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10)
+    words = done.stdout.split()
+    return words[0] if done.returncode == 0 and words else "127.0.0.1"
+
+
 def test_multi_node_two_agents_meet_through_c10d(tmp_path: Path) -> None:
     """Two torchrun agents ("nodes") of one worker each meet at one c10d endpoint.
 
     Both run on this machine, but they are separate agents that find each other only
     through the rendezvous, as on two nodes: world size 2 from NNODES=2 x GPUS_PER_NODE=1.
+    The endpoint is the address of `hostname -I`, which this machine's host name does not
+    resolve to, so the head is named explicitly (RDZV_CONF=is_host=1/0), as the recipe's
+    notes advise.
     """
     port = _free_port()
-    env = base_env({
+    common = {
         **CPU, "SCRIPT": str(FIT), "NNODES": "2", "GPUS_PER_NODE": "1",
-        "HEAD_NODE": "127.0.0.1", "RDZV_PORT": str(port), "RDZV_ID": f"it-{port}",
-    })  # fmt: skip
+        "HEAD_NODE": _head_address(), "RDZV_PORT": str(port), "RDZV_ID": f"it-{port}",
+    }  # fmt: skip
     cmd = ["bash", str(LAUNCH / "torchrun" / "multi_node.sh")]
-    procs = [start(cmd, env=env, cwd=tmp_path) for _ in range(2)]
+    procs = [
+        start(cmd, env=base_env({**common, "RDZV_CONF": f"is_host={head}"}), cwd=tmp_path)
+        for head in (1, 0)
+    ]
     first, second = wait_all(procs, [cmd, cmd], timeout=300)
     assert first.returncode == 0, first.describe()
     assert second.returncode == 0, second.describe()

@@ -15,9 +15,15 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-1}     # workers per node: one per GPU
 HEAD_NODE=${HEAD_NODE:-$(hostname)}   # host (or IP) of the node that holds the rendezvous store
 RDZV_PORT=${RDZV_PORT:-29501}         # a free TCP port on HEAD_NODE
 RDZV_ID=${RDZV_ID:-marquardt}         # the same on every node; unique per job
+# Extra rendezvous options, e.g. RDZV_CONF=is_host=1 on the head node when torchrun cannot
+# tell from names and addresses that it is the head (a host name on 127.0.1.1).
+RDZV_CONF=${RDZV_CONF:-}
+rdzv_conf=()
+if [[ -n $RDZV_CONF ]]; then rdzv_conf=(--rdzv_conf "$RDZV_CONF"); fi
 
 # The agent on HEAD_NODE hosts the c10d store; the others connect to it. No node rank is
 # given: the rendezvous assigns them.
 exec torchrun --nnodes "$NNODES" --nproc_per_node "$GPUS_PER_NODE" \
     --rdzv_id "$RDZV_ID" --rdzv_backend c10d --rdzv_endpoint "$HEAD_NODE:$RDZV_PORT" \
+    "${rdzv_conf[@]}" \
     "$SCRIPT" --compute_setup "$COMPUTE_SETUP" --backend "$BACKEND" "$@"
