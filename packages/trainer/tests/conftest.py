@@ -91,8 +91,9 @@ class Processes:
 
     def cleanup(self) -> None:
         for proc in self.started:
-            if proc.poll() is None:
-                self.kill(proc)
+            # The whole session, even when its leader is gone: children may be left over.
+            self.kill(proc)
+            if proc.returncode is None:
                 proc.communicate()
 
 

@@ -9,10 +9,12 @@ the process exits non-zero and the launcher stops the others.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -187,6 +189,21 @@ def is_collective_failure(exc: BaseException) -> bool:
         "c10d",
     )
     return isinstance(exc, RuntimeError) and any(m in text for m in markers)
+
+
+def abandon_after_peer_failure(rank: int, exc: BaseException, status: int) -> NoReturn:
+    """Report a lost peer and end this process at once, with ``status``.
+
+    A process group that lost a peer cannot be torn down safely: destroying it (or the DDP
+    reducer holding it) joins gloo's worker thread while holding the GIL, and that thread may
+    need the GIL to drop a pending work item — a deadlock, i.e. the hang this module exists
+    to prevent. So the process reports and leaves through ``os._exit`` (no finalisers).
+    """
+    report_peer_failure(rank, exc)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(status)
 
 
 def report_peer_failure(rank: int, exc: BaseException) -> WorkerFailedError:

@@ -88,10 +88,20 @@ def exit_with_parent(interval: float = 1.0) -> None:
     """In a spawned training process: exit as soon as the spawning parent is gone.
 
     A parent killed with SIGKILL cannot stop its children; without this they would train
-    on (or wait in a collective) with nobody to report to. A daemon thread notices the
-    re-parenting and ends the process.
+    on (or wait in a collective) with nobody to report to. On Linux the kernel delivers
+    SIGKILL when the parent dies (``PR_SET_PDEATHSIG``), which works even when the process
+    is stuck in native code holding the GIL; elsewhere, and as a second line, a daemon
+    thread notices the re-parenting and ends the process.
     """
     parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the parent died before the call took effect
+                os._exit(1)
 
     def watch() -> None:
         while True:

@@ -574,7 +574,7 @@ class Trainer:
                 self._train(layout, agreed, stop, train_loader, val_loader, result_path)
             except Exception as exc:
                 if layout.world_size > 1 and pg.is_collective_failure(exc):
-                    raise pg.report_peer_failure(layout.rank, exc) from exc
+                    pg.abandon_after_peer_failure(layout.rank, exc, PEER_FAILED_EXIT)
                 raise
         finally:
             stop.uninstall()
@@ -948,16 +948,13 @@ def _spawn_entry(index: int, data: bytes, layouts: list[ProcessLayout]) -> None:
     trainer.state = TrainerState()
     trainer._environment_name = payload.environment_name
     layout = layouts[index]
-    try:
-        trainer._run_worker(
-            layout,
-            payload.plan,
-            payload.result_path if index == 0 else None,
-            payload.train_loader,
-            payload.val_loader,
-            env_init=False,
-        )
-    except WorkerFailedError as exc:
-        if exc.rank is None:  # a peer died: not this process's fault
-            raise SystemExit(PEER_FAILED_EXIT) from None
-        raise
+    # A lost peer ends this process inside _run_worker with PEER_FAILED_EXIT, which tells
+    # the parent this rank is not the culprit.
+    trainer._run_worker(
+        layout,
+        payload.plan,
+        payload.result_path if index == 0 else None,
+        payload.train_loader,
+        payload.val_loader,
+        env_init=False,
+    )
