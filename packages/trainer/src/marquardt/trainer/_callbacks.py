@@ -112,3 +112,9 @@ class EarlyStopping(Callback):
                 f"early stopping: {self.monitor} did not improve for {self.patience} validations "
                 f"(best {self.best:.6g})"
             )
+
+
+def run_hook(trainer: Trainer, hook: str, *args: Any) -> None:
+    """Call ``hook`` of every callback in ``trainer.config.callbacks``, in order."""
+    for callback in trainer.config.callbacks:
+        getattr(callback, hook)(trainer, *args)

@@ -1,0 +1,38 @@
+"""``TrainerState``: where a run is (step, epoch, rank, device, metrics), for callbacks.
+
+The loop updates it after every step; callbacks read it as ``trainer.state``. Its
+position fields (``step``, ``epoch``, ``batch_in_epoch``) are what a checkpoint stores, so
+a resumed run continues at the same batch of the same epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class TrainerState:
+    """Where the run is; read by callbacks (``trainer.state``)."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    should_stop: bool = False
+    stop_reason: str = ""
+    interrupted: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+    val_metrics: dict[str, float] = field(default_factory=dict)
+    best_val: float | None = None
+    log_folder: Path | None = None
+    last_checkpoint: Path | None = None
+
+    @property
+    def is_global_zero(self) -> bool:
+        return self.rank == 0
