@@ -55,8 +55,14 @@ def _make_test_session(name: str) -> None:
         folder = _folder(name)
         _install_packages(session, *siblings, folder, extras=extras)
         session.run(
-            "pytest", str(ROOT / "packages" / folder / "tests"), "-m", markers,
-            "-p", "no:cacheprovider", "-ra", *session.posargs,
+            "pytest",
+            str(ROOT / "packages" / folder / "tests"),
+            "-m",
+            markers,
+            "-p",
+            "no:cacheprovider",
+            "-ra",
+            *session.posargs,
         )
 
 
@@ -68,8 +74,11 @@ for _name in PACKAGES:
 def tests(session: nox.Session) -> None:
     """Every package's tests, each in its own fresh environment."""
     session.run(
-        sys.executable, "-m", "nox", "--no-error-on-missing-interpreters",
-        "-s", *(f"tests-{name}" for name in PACKAGES),
+        sys.executable,
+        "-m",
+        "nox",
+        "-s",
+        *(f"tests-{name}" for name in PACKAGES),
         *(["--", *session.posargs] if session.posargs else []),
         external=True,
     )
@@ -80,8 +89,9 @@ def integration_tests(session: nox.Session) -> None:
     """Multi-process and multi-component tests: torchrun, a real Slurm, legate, PBS."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric")
-    session.run("pytest", str(ROOT / "integration_tests"), "-p", "no:cacheprovider", "-ra",
-                *session.posargs)
+    session.run(
+        "pytest", str(ROOT / "integration_tests"), "-p", "no:cacheprovider", "-ra", *session.posargs
+    )
 
 
 def _gpu_present() -> bool:
@@ -101,12 +111,23 @@ def _gpu_present() -> bool:
 def gpu_tests(session: nox.Session) -> None:
     """Tests marked ``gpu``. On a machine without a GPU, says so and runs nothing."""
     if not _gpu_present():
-        session.skip("no GPU present on this machine (NVML finds none): 0 gpu tests ran, none counted as passing")
+        session.skip(
+            "no GPU present on this machine (NVML finds none): 0 gpu tests ran, none counted as passing"
+        )
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric")
     paths = [str(ROOT / "packages" / p / "tests") for p in ALL_PACKAGES]
-    session.run("pytest", *paths, str(ROOT / "integration_tests"), "-m", "gpu",
-                "-p", "no:cacheprovider", "-ra", *session.posargs)
+    session.run(
+        "pytest",
+        *paths,
+        str(ROOT / "integration_tests"),
+        "-m",
+        "gpu",
+        "-p",
+        "no:cacheprovider",
+        "-ra",
+        *session.posargs,
+    )
 
 
 @nox.session(python=PYTHON)
@@ -123,11 +144,20 @@ def typecheck(session: nox.Session) -> None:
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     session.install(*TOOL_CONSTRAINTS, "mypy")
     core = [str(ROOT / "packages" / p / "src" / "marquardt") for p in CORE_PACKAGES]
-    session.run("mypy", "--strict", "--namespace-packages", "--explicit-package-bases",
-                *[f"--package=marquardt.{p.split('-')[1]}" for p in CORE_PACKAGES],
-                env={"MYPYPATH": os.pathsep.join(str(Path(c).parent) for c in core)})
-    session.run("mypy", "--package=marquardt.trainer", "--namespace-packages",
-                env={"MYPYPATH": str(ROOT / "packages" / "trainer" / "src")})
+    session.run(
+        "mypy",
+        "--strict",
+        "--namespace-packages",
+        "--explicit-package-bases",
+        *[f"--package=marquardt.{p.split('-')[1]}" for p in CORE_PACKAGES],
+        env={"MYPYPATH": os.pathsep.join(str(Path(c).parent) for c in core)},
+    )
+    session.run(
+        "mypy",
+        "--package=marquardt.trainer",
+        "--namespace-packages",
+        env={"MYPYPATH": str(ROOT / "packages" / "trainer" / "src")},
+    )
 
 
 @nox.session(python=PYTHON)
@@ -137,8 +167,17 @@ def docs(session: nox.Session) -> None:
     session.install("-r", str(ROOT / "docs" / "requirements.txt"), *TEST_CONSTRAINTS)
     # mkdocs-material 9.7+ prints a banner about its end of life on every build; it is
     # not a warning about these docs, and NO_MKDOCS_2_WARNING is its documented switch.
-    session.run("mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d",
-                str(ROOT / "site"), *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "-f",
+        str(ROOT / "mkdocs.yml"),
+        "-d",
+        str(ROOT / "site"),
+        *session.posargs,
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 @nox.session(python=PYTHON)
