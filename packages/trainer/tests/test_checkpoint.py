@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,12 +35,12 @@ def _loader() -> DataLoader:  # type: ignore[type-arg]
     return DataLoader(TensorDataset(x, torch.sin(3 * x)), batch_size=8)
 
 
-def _snapshot(model: nn.Module) -> list[torch.Tensor]:
-    return [p.detach().clone() for p in model.parameters()]
-
-
-def _unchanged(model: nn.Module, before: list[torch.Tensor]) -> bool:
-    return all(torch.equal(a, b) for a, b in zip(model.parameters(), before, strict=True))
+@contextlib.contextmanager
+def _weights_kept(model: nn.Module) -> Iterator[None]:
+    """Assert that ``model``'s parameters are the same after the block as before it."""
+    before = [p.detach().clone() for p in model.parameters()]
+    yield
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before, strict=True))
 
 
 def _train(tmp_path: Path, model: nn.Module, **kw: object) -> Trainer:
@@ -105,10 +107,11 @@ def test_checkpoint_has_no_ddp_prefix_and_loads_weights_only(tmp_path: Path) -> 
 
 def test_missing_checkpoint_fails_before_work(tmp_path: Path) -> None:
     model = _model()
-    before = _snapshot(model)
-    with pytest.raises(CheckpointNotFoundError, match=r"no such checkpoint file\. HINT"):
+    with (
+        _weights_kept(model),
+        pytest.raises(CheckpointNotFoundError, match=r"no such checkpoint file\. HINT"),
+    ):
         _train(tmp_path, model, resume_from=tmp_path / "nope.pt")
-    assert _unchanged(model, before)
     assert not (tmp_path / "metrics.csv").exists()
 
 
@@ -118,14 +121,15 @@ def test_truncated_checkpoint_is_refused_and_names_an_older_one(tmp_path: Path) 
     latest = folder / ckpt.checkpoint_name(4)
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
     model = _model()
-    before = _snapshot(model)
-    with pytest.raises(
-        CheckpointCorruptError,
-        match=r"cannot be read: it is truncated.*HINT: resume from an earlier "
-        r"checkpoint \(ckpt_000000002.pt\)",
+    with (
+        _weights_kept(model),
+        pytest.raises(
+            CheckpointCorruptError,
+            match=r"cannot be read: it is truncated.*HINT: resume from an earlier "
+            r"checkpoint \(ckpt_000000002.pt\)",
+        ),
     ):
         _train(tmp_path / "other", model, resume_from=latest)
-    assert _unchanged(model, before)
     # "latest" skips the damaged file with a warning and resumes from the one before.
     with pytest.warns(RuntimeWarning, match="trying an older checkpoint"):
         assert ckpt.find_latest(tmp_path, tmp_path) == folder / ckpt.checkpoint_name(2)
@@ -135,28 +139,30 @@ def test_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
     _train(tmp_path, _model(hidden=8))
     path = tmp_path / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(4)
     model = _model(hidden=5)
-    before = _snapshot(model)
-    with pytest.raises(
-        CheckpointMismatchError,
-        match=r"written for another model \(different shapes: 0.bias \[8\] vs "
-        r"\[5\].*HINT",
+    with (
+        _weights_kept(model),
+        pytest.raises(
+            CheckpointMismatchError,
+            match=r"written for another model \(different shapes: 0.bias \[8\] vs "
+            r"\[5\].*HINT",
+        ),
     ):
         _train(tmp_path / "b", model, resume_from=path)
-    assert _unchanged(model, before)
 
 
 def test_checkpoint_of_another_optimizer_is_refused(tmp_path: Path) -> None:
     _train(tmp_path, _model())
     path = tmp_path / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(4)
     model = _model()
-    before = _snapshot(model)
-    config = TrainConfig(max_iter=8, root_folder=tmp_path / "c", resume_from=path, verbose=False)
-    trainer = Trainer(model, torch.optim.Adam(model.parameters()), config)
-    with pytest.raises(
-        CheckpointMismatchError, match="holds the state of a SGD but this run uses a Adam"
-    ):
-        trainer.fit(_loader())
-    assert _unchanged(model, before)
+    with _weights_kept(model):
+        config = TrainConfig(
+            max_iter=8, root_folder=tmp_path / "c", resume_from=path, verbose=False
+        )
+        trainer = Trainer(model, torch.optim.Adam(model.parameters()), config)
+        with pytest.raises(
+            CheckpointMismatchError, match="holds the state of a SGD but this run uses a Adam"
+        ):
+            trainer.fit(_loader())
 
 
 def test_a_plain_torch_file_is_not_a_checkpoint(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ environments, DDP against one process, SIGTERM, a killed worker, kill-and-resume
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,15 @@ pytestmark = pytest.mark.multiprocess
 
 SEED_ARGS = ["--backend", "gloo", "--compute_setup", "cpu"]
 JOB = str(SCRIPTS / "job.py")
+#: The reference run: 20 shuffled steps with metrics reduced over ranks (global batch 8).
+REFERENCE = ["--shuffle", "--max-iter", "20", "--all-reduce"]
+#: The reference run in 2 processes of batch 4 (spawned by job.py).
+TWO_PROCESSES = [JOB, "--nprocs", "2", "--batch-size", "4", *REFERENCE]
+#: Rank 1 kills itself (SIGKILL) at step 3; collectives give up on it after 20 s.
+KILL_RANK_1 = [
+    *("--fault", "sigkill", "--fault-rank", "1", "--fault-step", "3"),
+    *("--dist-timeout", "20"),
+]
 
 
 def run_job_here(cwd: Path, *args: str) -> dict[str, Any]:
@@ -65,6 +75,25 @@ def _seed_final_loss(run: Path) -> float:
     model.load_state_dict(data["model"])
     with torch.no_grad():
         return float(nn.functional.mse_loss(model(x), y))
+
+
+def _start_srun_tasks(
+    procs: Processes, args: list[str], cwd: Path, **slurm: str
+) -> list[subprocess.Popen[str]]:
+    """Two tasks of one srun step on this host (one task per process), ranks 0 and 1."""
+    port = str(_free_port())
+    started = []
+    for rank in (0, 1):
+        env = clean_env(
+            SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_JOB_NODELIST="localhost",
+            MASTER_PORT=port,
+            **slurm,
+        )
+        started.append(procs.start(args, cwd=cwd, env=env))
+    return started
 
 
 def _check_seed_run(cwd: Path, code: int, out: str, err: str, where: str) -> None:
@@ -116,25 +145,15 @@ def test_seed_script_under_srun_one_task_spawning(tmp_path: Path, procs: Process
 
 
 def test_seed_script_under_srun_one_task_per_process(tmp_path: Path, procs: Processes) -> None:
-    port = str(_free_port())
-    started = []
-    for rank in (0, 1):
-        env = clean_env(
-            SLURM_PROCID=str(rank),
-            SLURM_LOCALID=str(rank),
-            SLURM_NODEID="0",
-            SLURM_NTASKS="2",
-            SLURM_NNODES="1",
-            SLURM_STEP_TASKS_PER_NODE="2",
-            SLURM_JOB_NODELIST="localhost",
-            SLURM_JOB_ID="1",
-            MASTER_PORT=port,
-        )
-        started.append(
-            procs.start(
-                [str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS], cwd=tmp_path, env=env
-            )
-        )
+    started = _start_srun_tasks(
+        procs,
+        [str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS],
+        tmp_path,
+        SLURM_NODEID="0",
+        SLURM_NNODES="1",
+        SLURM_STEP_TASKS_PER_NODE="2",
+        SLURM_JOB_ID="1",
+    )
     (code0, out0, err0), (code1, out1, err1) = (procs.wait(p) for p in started)
     assert code1 == 0 and out1 == "", err1
     _check_seed_run(tmp_path, code0, out0, err0, "slurm (one task per process)")
@@ -153,37 +172,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     root = tmp_path_factory.mktemp("reference")
     procs = Processes()
     try:
-        one = run_job_here(
-            root,
-            "--nprocs",
-            "1",
-            "--batch-size",
-            "8",
-            "--shuffle",
-            "--max-iter",
-            "20",
-            "--root",
-            "one",
-            "--all-reduce",
-        )
-        two = procs.start(
-            [
-                JOB,
-                "--nprocs",
-                "2",
-                "--batch-size",
-                "4",
-                "--shuffle",
-                "--max-iter",
-                "20",
-                "--out",
-                "two.json",
-                "--root",
-                "two",
-                "--all-reduce",
-            ],
-            cwd=root,
-        )
+        one = run_job_here(root, "--nprocs", "1", "--batch-size", "8", *REFERENCE, "--root", "one")
+        two = procs.start([*TWO_PROCESSES, "--out", "two.json", "--root", "two"], cwd=root)
         code, _, err = procs.wait(two)
         assert code == 0, err
         yield {
@@ -263,21 +253,7 @@ def _alive(pid: int) -> bool:
 def test_sigterm_checkpoints_exits_zero_and_resume_reproduces(
     tmp_path: Path, procs: Processes, reference: dict[str, Any]
 ) -> None:
-    common = [
-        JOB,
-        "--nprocs",
-        "2",
-        "--batch-size",
-        "4",
-        "--shuffle",
-        "--max-iter",
-        "20",
-        "--out",
-        "resumed.json",
-        "--root",
-        "run",
-        "--all-reduce",
-    ]
+    common = [*TWO_PROCESSES, "--out", "resumed.json", "--root", "run"]
     code, out, err = procs.run(
         [*common, "--fault", "sigterm-parent", "--fault-step", "8"], cwd=tmp_path
     )
@@ -303,21 +279,7 @@ def test_a_killed_worker_stops_the_run_with_the_rank_named(
 ) -> None:
     began = time.monotonic()
     code, _, err = procs.run(
-        [
-            JOB,
-            "--nprocs",
-            "2",
-            "--max-iter",
-            "100000",
-            "--fault",
-            "sigkill",
-            "--fault-rank",
-            "1",
-            "--fault-step",
-            "3",
-            "--dist-timeout",
-            "20",
-        ],
+        [JOB, "--nprocs", "2", "--max-iter", "100000", *KILL_RANK_1],
         cwd=tmp_path,
         timeout=120,
     )
@@ -330,33 +292,8 @@ def test_a_survivor_without_launcher_exits_nonzero_when_its_peer_dies(
     tmp_path: Path, procs: Processes
 ) -> None:
     # srun-style, one task per process: nobody kills rank 0 for us, it must notice itself.
-    port = str(_free_port())
-    started = []
-    for rank in (0, 1):
-        env = clean_env(
-            SLURM_PROCID=str(rank),
-            SLURM_LOCALID=str(rank),
-            SLURM_NTASKS="2",
-            SLURM_JOB_NODELIST="localhost",
-            SLURM_JOB_ID="2",
-            MASTER_PORT=port,
-        )
-        args = [
-            JOB,
-            "--nprocs",
-            "2",
-            "--max-iter",
-            "1000000",
-            "--fault",
-            "sigkill",
-            "--fault-rank",
-            "1",
-            "--fault-step",
-            "3",
-            "--dist-timeout",
-            "20",
-        ]
-        started.append(procs.start(args, cwd=tmp_path, env=env))
+    args = [JOB, "--nprocs", "2", "--max-iter", "1000000", *KILL_RANK_1]
+    started = _start_srun_tasks(procs, args, tmp_path, SLURM_JOB_ID="2")
     code0, _, err0 = procs.wait(started[0], timeout=120)
     code1, _, _ = procs.wait(started[1], timeout=120)
     assert code1 == -9

@@ -41,6 +41,17 @@ def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
         raise _fail(name, value, need, hint)
 
 
+def _check_positive(name: str, value: Any, need: str, hint: str) -> None:
+    """A finite real number > 0 (``True`` is not a number here)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise _fail(name, value, need, hint)
+
+
 @dataclass
 class TrainConfig:
     """How to train: loop length, logging, checkpoints, processes, devices.
@@ -140,30 +151,19 @@ class TrainConfig:
         for name in ("create_subfolder_per_run", "all_reduce_metrics", "verbose"):
             if not isinstance(getattr(self, name), bool):
                 raise _fail(name, getattr(self, name), f"{name} must be True or False", "")
-        if self.grad_clip is not None and (
-            isinstance(self.grad_clip, bool)
-            or not isinstance(self.grad_clip, int | float)
-            or not math.isfinite(self.grad_clip)
-            or self.grad_clip <= 0
-        ):
-            raise _fail(
+        if self.grad_clip is not None:
+            _check_positive(
                 "grad_clip",
                 self.grad_clip,
                 "grad_clip must be a finite number > 0 (the largest gradient norm)",
                 "use None to leave gradients unclipped, e.g. grad_clip=1.0",
             )
-        if (
-            isinstance(self.dist_timeout, bool)
-            or not isinstance(self.dist_timeout, int | float)
-            or not math.isfinite(self.dist_timeout)
-            or self.dist_timeout <= 0
-        ):
-            raise _fail(
-                "dist_timeout",
-                self.dist_timeout,
-                "dist_timeout must be a positive number of seconds",
-                "e.g. dist_timeout=300; a dead peer is detected within this time",
-            )
+        _check_positive(
+            "dist_timeout",
+            self.dist_timeout,
+            "dist_timeout must be a positive number of seconds",
+            "e.g. dist_timeout=300; a dead peer is detected within this time",
+        )
         self._check_paths()
         if not isinstance(self.callbacks, list | tuple) or not all(
             isinstance(c, Callback) for c in self.callbacks

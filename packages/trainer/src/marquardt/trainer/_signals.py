@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -24,12 +25,10 @@ from typing import Any
 _Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
-class GracefulStop:
-    """A SIGTERM flag for the training loop (installed only in the main thread)."""
+class _SigtermHandler(ABC):
+    """A SIGTERM handler that can be installed and put back (only from the main thread)."""
 
-    def __init__(self, who: str = "trainer") -> None:
-        self.who = who
-        self.requested = False
+    def __init__(self) -> None:
         self._previous: _Handler = None
         self._installed = False
 
@@ -40,9 +39,23 @@ class GracefulStop:
         self._installed = True
 
     def uninstall(self) -> None:
+        """Put back the handler that was there before :meth:`install`."""
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
             self._installed = False
+
+    @abstractmethod
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        """What SIGTERM does while installed."""
+
+
+class GracefulStop(_SigtermHandler):
+    """A SIGTERM flag for the training loop (installed only in the main thread)."""
+
+    def __init__(self, who: str = "trainer") -> None:
+        super().__init__()
+        self.who = who
+        self.requested = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
@@ -57,25 +70,13 @@ class GracefulStop:
         sys.stderr.flush()
 
 
-class SignalForwarder:
+class SignalForwarder(_SigtermHandler):
     """In a spawning parent: pass SIGTERM on to the training processes it started."""
 
     def __init__(self, pids: Callable[[], list[int]]) -> None:
+        super().__init__()
         self._pids = pids
-        self._previous: _Handler = None
-        self._installed = False
         self.received = False
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
-        self._installed = True
-
-    def uninstall(self) -> None:
-        if self._installed:
-            signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
-            self._installed = False
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self.received = True

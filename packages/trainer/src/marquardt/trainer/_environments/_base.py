@@ -108,3 +108,14 @@ class LaunchEnvironment(ABC):
             "node, expose more GPUs through CUDA_VISIBLE_DEVICES, or train on CPUs with "
             "compute_setup='cpu' and backend='gloo'"
         )
+
+
+class SingleProcess(LaunchEnvironment):
+    """An environment of one training process: rank 0 of 1, no process group."""
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    def layouts(self) -> list[ProcessLayout]:
+        return [ProcessLayout(0, 0, 1, 1, 0, "127.0.0.1", 0)]

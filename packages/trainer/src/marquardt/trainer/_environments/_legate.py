@@ -12,10 +12,10 @@ from collections.abc import Mapping
 
 from .. import _settings
 from .._errors import LaunchError
-from ._base import LaunchEnvironment, ProcessLayout
+from ._base import SingleProcess
 
 
-class LegateEnvironment(LaunchEnvironment):
+class LegateEnvironment(SingleProcess):
     """One training process under the Legate runtime."""
 
     name = "legate"
@@ -32,10 +32,3 @@ class LegateEnvironment(LaunchEnvironment):
                 "nprocs=1 and give Legate the GPUs (legate --gpus K), or run the DDP loop "
                 "without legate (python train.py --nprocs N, or torchrun)"
             )
-
-    @property
-    def world_size(self) -> int:
-        return 1
-
-    def layouts(self) -> list[ProcessLayout]:
-        return [ProcessLayout(0, 0, 1, 1, 0, "127.0.0.1", 0)]

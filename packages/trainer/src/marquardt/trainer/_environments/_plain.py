@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._errors import LaunchError
-from ._base import LaunchEnvironment, ProcessLayout
+from ._base import SingleProcess
 
 
-class PlainEnvironment(LaunchEnvironment):
+class PlainEnvironment(SingleProcess):
     """A single process; no process group is created."""
 
     name = "plain"
@@ -24,10 +24,3 @@ class PlainEnvironment(LaunchEnvironment):
                 "runs. HINT: this should not happen; nprocs > 1 selects the spawn environment"
             )
         self._check_gpus()
-
-    @property
-    def world_size(self) -> int:
-        return 1
-
-    def layouts(self) -> list[ProcessLayout]:
-        return [ProcessLayout(0, 0, 1, 1, 0, "127.0.0.1", 0)]

@@ -38,6 +38,8 @@ def port_from_job_id(job_id: str | None) -> int:
 
 
 class _SlurmBase(LaunchEnvironment):
+    """What both srun layouts read from Slurm: task counts, ranks, the rendezvous address."""
+
     @classmethod
     def _ntasks(cls, env: Mapping[str, str]) -> int | None:
         step = _settings.get_int("SLURM_STEP_NUM_TASKS", env)
@@ -46,6 +48,12 @@ class _SlurmBase(LaunchEnvironment):
     @classmethod
     def _under_srun(cls, env: Mapping[str, str]) -> bool:
         return _settings.get("SLURM_PROCID", env) is not None and cls._ntasks(env) is not None
+
+    @classmethod
+    def _tasks_spawn(cls, env: Mapping[str, str], nprocs: int) -> bool:
+        """``nprocs`` is a multiple (> 1) of the tasks: each task spawns its share."""
+        ntasks = cls._ntasks(env) or 1
+        return nprocs > ntasks and nprocs % ntasks == 0
 
     @property
     def ntasks(self) -> int:
@@ -104,6 +112,21 @@ class _SlurmBase(LaunchEnvironment):
             return explicit
         return port_from_job_id(_settings.get("SLURM_JOB_ID", self.env))
 
+    def _task_layouts(self, k: int) -> list[ProcessLayout]:
+        """The ``k`` processes of this task: global rank ``p·k + i``, local ``l·k + i``."""
+        return [
+            ProcessLayout(
+                rank=self.procid * k + i,
+                local_rank=self.localid * k + i,
+                world_size=self.world_size,
+                local_world_size=self.local_processes,
+                node_rank=self.nodeid,
+                master_addr=self.master_addr,
+                master_port=self.master_port,
+            )
+            for i in range(k)
+        ]
+
     def _check_common(self) -> None:
         ntasks = self.ntasks
         if not 0 <= self.procid < ntasks:
@@ -143,11 +166,8 @@ class SlurmTaskPerProcess(_SlurmBase):
 
     @classmethod
     def detect(cls, env: Mapping[str, str], nprocs: int) -> bool:
-        if not cls._under_srun(env):
-            return False
-        ntasks = cls._ntasks(env) or 1
         # Anything that is not a clean multiple lands here, where validate() explains it.
-        return not (nprocs > ntasks and nprocs % ntasks == 0)
+        return cls._under_srun(env) and not cls._tasks_spawn(env, nprocs)
 
     def validate(self) -> None:
         self._check_common()
@@ -164,17 +184,7 @@ class SlurmTaskPerProcess(_SlurmBase):
         return self.tasks_on_this_node
 
     def layouts(self) -> list[ProcessLayout]:
-        return [
-            ProcessLayout(
-                rank=self.procid,
-                local_rank=self.localid,
-                world_size=self.ntasks,
-                local_world_size=self.tasks_on_this_node,
-                node_rank=self.nodeid,
-                master_addr=self.master_addr,
-                master_port=self.master_port,
-            )
-        ]
+        return self._task_layouts(1)
 
 
 class SlurmTaskPerNode(_SlurmBase):
@@ -185,10 +195,7 @@ class SlurmTaskPerNode(_SlurmBase):
 
     @classmethod
     def detect(cls, env: Mapping[str, str], nprocs: int) -> bool:
-        if not cls._under_srun(env):
-            return False
-        ntasks = cls._ntasks(env) or 1
-        return nprocs > ntasks and nprocs % ntasks == 0
+        return cls._under_srun(env) and cls._tasks_spawn(env, nprocs)
 
     @property
     def per_task(self) -> int:
@@ -209,16 +216,4 @@ class SlurmTaskPerNode(_SlurmBase):
         return self.tasks_on_this_node * self.per_task
 
     def layouts(self) -> list[ProcessLayout]:
-        k = self.per_task
-        return [
-            ProcessLayout(
-                rank=self.procid * k + i,
-                local_rank=self.localid * k + i,
-                world_size=self.nprocs,
-                local_world_size=self.local_processes,
-                node_rank=self.nodeid,
-                master_addr=self.master_addr,
-                master_port=self.master_port,
-            )
-            for i in range(k)
-        ]
+        return self._task_layouts(self.per_task)
