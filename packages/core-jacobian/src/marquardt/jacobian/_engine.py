@@ -110,6 +110,9 @@ class JacobianEngine:
         self.last_plan: JacobianPlan | None = None
         self.timings: dict[str, float] = {}
         self._workers = DeviceWorkers(replicas.devices)
+        # Per-device buffers for the layers-mode J of one accumulate chunk, kept from call
+        # to call: a fresh chunk-sized buffer every step costs its page faults every step.
+        self._workspaces: dict[int, torch.Tensor] = {}
         supported, why = layers_support(replicas.model)
         self._layers_ok: bool | None = None if supported else False
         self._layers_reason = why
@@ -364,11 +367,8 @@ class JacobianEngine:
             if dev not in accumulators:
                 accumulators[dev] = GramAccumulator(params, replica.device, acc_dtype)
                 workspaces[dev] = (
-                    torch.empty(
-                        min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample,
-                        params,
-                        dtype=self.replicas.dtype,
-                        device=replica.device,
+                    self._workspace(
+                        dev, min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample
                     )
                     if plan.mode == "layers"
                     else None
@@ -404,6 +404,17 @@ class JacobianEngine:
             "transfer": 0.0,
         }
         return NormalProducts(jtj=jtj, jtr=jtr, rss=float(rss), rows=rows)
+
+    def _workspace(self, index: int, rows: int) -> torch.Tensor:
+        """A ``rows × P`` buffer on replica ``index``'s device, reused across calls."""
+        params = self.replicas.num_params
+        dtype = self.replicas.dtype
+        device = self.replicas[index].device
+        held = self._workspaces.get(index)
+        if held is None or held.dtype != dtype or held.device != device or held.shape[0] < rows:
+            held = torch.empty(rows, params, dtype=dtype, device=device)
+            self._workspaces[index] = held
+        return held[:rows]
 
     def residuals(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
@@ -463,5 +474,6 @@ class JacobianEngine:
         return self._workers.run_all(jobs)
 
     def close(self) -> None:
-        """Stop the device worker threads (they are also stopped at exit)."""
+        """Stop the device worker threads (they are also stopped at exit); free buffers."""
         self._workers.close()
+        self._workspaces.clear()

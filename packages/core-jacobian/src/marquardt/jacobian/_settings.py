@@ -9,7 +9,7 @@
     on a GPU (asked of CUDA only when a GPU is actually used, never at import).
 ``MARQUARDT_JACOBIAN_GRAM_KERNEL``
     The kernel that forms ``J_sᵀJ_s`` on CPU in the accumulate strategy: ``torch``,
-    ``numpy`` or ``auto`` (default: time both on the first slices and keep the faster).
+    ``numpy`` or ``auto`` (default: the blocked upper-triangle torch kernel on CPU).
 
 Nothing here is read at import time; each function reads the environment when called.
 """
