@@ -6,6 +6,7 @@ NumPy call the BLAS symmetric rank-k update), A and g are then kept in float64. 
 damped solve factorises A + λD by Cholesky in float64 (``scipy.linalg.cho_factor`` when
 SciPy is installed, else ``numpy.linalg.cholesky`` and two triangular solves); a failed
 factorisation or a non-finite δ returns ``None`` (a rejected attempt, never an exception).
+BLAS runs on one thread here (``_blas_threads``): its pool would fight torch's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .._blas_threads import one_blas_thread
 from .._scaling import scaling_diagonal_numpy
 from .base import ArrayBackend, LinearSystem, Solution
 
@@ -110,9 +112,14 @@ class NumpyBackend:
                 f"system_from_slices got no slices for {rows} rows. "
                 "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
             )
-        return system_from_matrix(jac, res)
+        with one_blas_thread():
+            return system_from_matrix(jac, res)
 
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
+        with one_blas_thread():
+            return self._solve(system, damping, scaling)
+
+    def _solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
         a: F64 = system.a
         g: F64 = system.g
         if system.underdetermined:

@@ -35,7 +35,8 @@ class TorchBackend:
 
     def system_from_products(self, products: NormalProducts) -> LinearSystem:
         n = int(products.rows)
-        a = products.jtj.detach().to(self.device, torch.float64) / n
+        # One new float64 copy, divided in place (P × P: cheap next to forming JᵀJ).
+        a = products.jtj.detach().to(self.device, torch.float64, copy=True).div_(n)
         g = products.jtr.detach().to(self.device, torch.float64).reshape(-1) / n
         return LinearSystem(
             a=a,
