@@ -41,6 +41,7 @@ _before_rename: Callable[[Path], None] | None = None
 
 
 def checkpoint_name(step: int) -> str:
+    """The file name of the checkpoint at ``step`` (zero-padded, so names sort by step)."""
     return f"ckpt_{step:09d}.pt"
 
 
@@ -53,6 +54,7 @@ def bare_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def strip_prefixes(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` with the wrappers' ``module.`` and ``_orig_mod.`` key prefixes removed."""
     out: dict[str, Any] = {}
     for key, value in state.items():
         for prefix in ("module.", "_orig_mod."):
@@ -95,6 +97,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore the RNG states :func:`rng_state` captured (those present here)."""
     torch.set_rng_state(state["torch"])
     if "random" in state:
         r = state["random"]

@@ -150,7 +150,9 @@ class TrainConfig:
         self._check_tracking()
         for name in ("create_subfolder_per_run", "all_reduce_metrics", "verbose"):
             if not isinstance(getattr(self, name), bool):
-                raise _fail(name, getattr(self, name), f"{name} must be True or False", "")
+                raise _fail(
+                    name, getattr(self, name), f"{name} must be True or False", f"e.g. {name}=True"
+                )
         if self.grad_clip is not None:
             _check_positive(
                 "grad_clip",

@@ -113,10 +113,3 @@ def prepare_loader(
         drop_last=False,
     )
     return DataLoader(loader.dataset, sampler=resumable, **_loader_kwargs(loader)), resumable
-
-
-def batches_per_epoch(loader: Iterable[Any]) -> int | None:
-    try:
-        return len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        return None

@@ -125,11 +125,13 @@ def init_process_group(layout: ProcessLayout, backend: str, seconds: float, env_
 
 
 def destroy_process_group() -> None:
+    """Leave the process group, if this process joined one."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
 def world_size() -> int:
+    """The processes in the group (1 without a process group)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -143,20 +145,12 @@ def broadcast_object(value: Any) -> Any:
 
 
 def all_gather_object(value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order (``[value]`` without a process group)."""
     if world_size() == 1:
         return [value]
     out: list[Any] = [None] * world_size()
     dist.all_gather_object(out, value)
     return out
-
-
-def any_true(flag: bool, device: torch.device) -> bool:
-    """True on every rank if ``flag`` is true on any rank."""
-    if world_size() == 1:
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item() > 0)
 
 
 def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str, float]:
@@ -207,6 +201,7 @@ def abandon_after_peer_failure(rank: int, exc: BaseException, status: int) -> No
 
 
 def report_peer_failure(rank: int, exc: BaseException) -> WorkerFailedError:
+    """Say on stderr that a collective of ``rank`` lost a peer; the error, for a caller."""
     message = (
         f"rank {rank}: a collective failed ({type(exc).__name__}: {str(exc).strip()[:300]}); "
         "another training process most probably died or stopped answering. HINT: the first "

@@ -30,6 +30,7 @@ def kind(trainer: Trainer) -> str:
 
 
 def optimizer_class(trainer: Trainer) -> str:
+    """The optimizer's class name, which a resumed run must share."""
     return type(trainer.optimizer).__name__
 
 

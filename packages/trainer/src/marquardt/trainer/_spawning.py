@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class _SpawnPayload:
+    """Everything a spawned process needs to rebuild the trainer, pickled once for all."""
+
     model: nn.Module
     optimizer: OptimizerSpec
     config: TrainConfig
@@ -111,6 +113,7 @@ def fit_spawn(
 
 
 def _join_spawned(data: bytes, layouts: list[ProcessLayout]) -> None:
+    """Start one process per layout, forward SIGTERM to them and wait; none outlives this."""
     context = mp.start_processes(
         _spawn_entry,
         args=(data, layouts),
@@ -134,6 +137,7 @@ def _join_spawned(data: bytes, layouts: list[ProcessLayout]) -> None:
 
 
 def _spawn_failure(context: Any, layouts: list[ProcessLayout], exc: Exception) -> WorkerFailedError:
+    """The error naming the rank that failed first, how, and every rank's exit status."""
     codes = {layouts[i].rank: p.exitcode for i, p in enumerate(context.processes)}
     index = getattr(exc, "error_index", 0)
     culprit = layouts[index].rank

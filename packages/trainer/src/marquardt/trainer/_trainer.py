@@ -62,7 +62,10 @@ class Trainer:
     def set_use_grad(cls, value: bool) -> None:
         """``True``: gradient loop with a torch optimizer; ``False``: the LM loop (an LMA)."""
         if not isinstance(value, bool):
-            raise ConfigError(f"Trainer.set_use_grad({value!r}): expected True or False")
+            raise ConfigError(
+                f"Trainer.set_use_grad({value!r}): expected True or False, got a "
+                f"{type(value).__name__}. HINT: Trainer.set_use_grad(False) selects the LM loop"
+            )
         cls.use_grad = value
 
     def __init__(
@@ -81,7 +84,8 @@ class Trainer:
             )
         if not isinstance(model, nn.Module):
             raise ConfigError(
-                f"Trainer(model=...): expected a torch.nn.Module, got {type(model).__name__}"
+                f"Trainer(model=...): expected a torch.nn.Module, got {type(model).__name__}. "
+                "HINT: pass the network itself (a subclass of torch.nn.Module)"
             )
         if not any(p.requires_grad for p in model.parameters()):
             raise ConfigError(
@@ -94,7 +98,11 @@ class Trainer:
         self.is_lm = is_lma(optimizer)
         self.loss_fn = self._resolve_loss(loss_fn)
         if not callable(optimize_step):
-            raise ConfigError("Trainer(optimize_step=...): expected a callable")
+            raise ConfigError(
+                f"Trainer(optimize_step=...): expected a callable, got "
+                f"{type(optimize_step).__name__}. HINT: pass a function (model, optimizer, "
+                "loss_fn, batch, device, dtype) -> (loss, metrics), or leave the default"
+            )
         self.optimize_step = optimize_step
         self._check_optimizer()
         self.gpu_count = pg.visible_gpu_count()
@@ -118,7 +126,10 @@ class Trainer:
                 )
             return _LOSSES[loss_fn]()
         if not callable(loss_fn):
-            raise ConfigError(f"Trainer(loss_fn={loss_fn!r}): expected a name or a callable")
+            raise ConfigError(
+                f"Trainer(loss_fn={loss_fn!r}): expected a name or a callable. HINT: use one "
+                f"of {', '.join(map(repr, _LOSSES))}, or a callable (outputs, targets) -> loss"
+            )
         return loss_fn
 
     def _check_optimizer(self) -> None:
@@ -141,7 +152,8 @@ class Trainer:
         if not isinstance(loader, Iterable):
             raise ConfigError(
                 f"fit({name}=...): expected a DataLoader or an iterable of "
-                f"batches, got {type(loader).__name__}"
+                f"batches, got {type(loader).__name__}. HINT: wrap the data in a DataLoader, "
+                "e.g. DataLoader(TensorDataset(x, y), batch_size=16)"
             )
         try:
             size = len(loader)  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ PEER_FAILED_EXIT = 75
 
 
 def _seed_everything(seed: int) -> None:
+    """Seed Python's, torch's and (if installed) NumPy's global RNGs."""
     random.seed(seed)
     torch.manual_seed(seed)
     try:
@@ -48,6 +49,7 @@ def _seed_everything(seed: int) -> None:
 
 
 def _pick_device(trainer: Trainer, layout: ProcessLayout) -> torch.device:
+    """This process's GPU (DDP on GPUs), the LMA's device (LM loop), or the CPU."""
     if trainer.compute.use_gpu and not trainer.is_lm:
         index = (
             trainer.environment.device_index(layout)
@@ -105,6 +107,7 @@ def _train(
     val_loader: Any,
     result_path: str | None,
 ) -> None:
+    """Resume, wrap, shard, log, run the loop; then hand the result back if asked."""
     cfg, state = trainer.config, trainer.state
     model = trainer.model
     if not trainer.is_lm:

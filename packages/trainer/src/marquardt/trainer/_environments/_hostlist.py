@@ -73,7 +73,10 @@ def expand_tasks_per_node(text: str) -> list[int]:
         item = item.strip()
         match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item)
         if match is None:
-            raise ValueError(f"cannot read {item!r} in tasks-per-node list {text!r}")
+            raise ValueError(
+                f"cannot read {item!r} in tasks-per-node list {text!r} (expected counts like "
+                "2(x3),1). HINT: srun sets SLURM_STEP_TASKS_PER_NODE; do not set it by hand"
+            )
         count, repeat = match.groups()
         counts.extend([int(count)] * int(repeat or 1))
     return counts
