@@ -139,6 +139,30 @@ def _torch_blas() -> str:
     )
 
 
+def _source_revision() -> str:
+    """The commit the packages were installed from, and whether ``packages/`` had edits."""
+    root = HERE.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", "packages"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    edited = [line[3:] for line in dirty if line.strip() and "/src/" in line]
+    if not edited:
+        return f"commit {commit}"
+    return f"commit {commit} with uncommitted edits in {len(edited)} package source files"
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     import numpy
@@ -157,6 +181,7 @@ def machine() -> dict[str, Any]:
         "numpy_blas": _numpy_blas(),
         "load_average_1min": load_average(),
     }
+    info["source"] = _source_revision()
     try:
         from importlib.metadata import version
 

@@ -361,6 +361,7 @@ def write_results_md(summary: dict[str, Any]) -> None:
         f"- CPU: {m['cpu']} ({m['cpu_flags']}), {m['cores']} cores, {m['memory_gib']} GiB; "
         f"{m['threads_used']} torch threads",
         f"- Python {m['python']} on {m['platform']}",
+        f"- Source measured: {m.get('source', 'unknown')}",
         f"- torch {m['torch']} (BLAS: {m['torch_blas']}); NumPy {m['numpy']} "
         f"(BLAS: {m['numpy_blas']}); torch-levenberg-marquardt {m['torch_levenberg_marquardt']}",
         "- Load: the cores are shared. 1-minute load average before → after each benchmark: "
