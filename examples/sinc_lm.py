@@ -4,9 +4,10 @@ This is the sine-cardinal tutorial of the cuPyLMA seed with its import lines cha
 ``get_available_gpus`` comes from ``marquardt.devices``, ``LMA`` from ``marquardt.solver``
 and the Legate-aware microsecond clock ``time`` from ``marquardt.solver.timing`` (it calls
 ``legate.timing.time`` when Legate is running, ``perf_counter`` otherwise). Two further
-differences, each explained where it happens: host memory is pinned only when CUDA is
-present, and the LMA call names its damping rule and scaling (``--damping fixed
---scaling identity`` gives the seed's exact call).
+difference, explained where it happens: host memory is pinned only when CUDA is present.
+The LMA call is the seed's, ``LMA(model, devices, residual_fn)``, with LMA's defaults
+(Nielsen's gain-ratio damping, Marquardt's scaling); ``--damping fixed --scaling
+identity`` selects the classical fixed rule with D = I instead.
 
     python examples/sinc_lm.py                      # this machine's CPU (or GPUs)
     legate --cpus 2 examples/sinc_lm.py             # the same script under Legate
@@ -37,15 +38,15 @@ parser.add_argument("--out", default="sinc_lm_loss.png", help="where to save the
 parser.add_argument("--seed", type=int, default=0, help="random seed")
 parser.add_argument(
     "--damping",
-    default="nielsen",
+    default=None,
     choices=["fixed", "nielsen"],
-    help="damping rule (the seed's LMA default is 'fixed')",
+    help="damping rule (default: LMA's, 'nielsen')",
 )
 parser.add_argument(
     "--scaling",
-    default="marquardt",
+    default=None,
     choices=["identity", "marquardt"],
-    help="damping matrix D (the seed's LMA default is 'identity')",
+    help="damping matrix D (default: LMA's, 'marquardt')",
 )
 args = parser.parse_args()
 torch.manual_seed(args.seed)
@@ -88,12 +89,14 @@ model = SimpleDense(args.hidden).to(devices[0])
 from marquardt.solver import LMA  # noqa: E402
 
 residual_fn = lambda a, b: a - b  # noqa: E731
-# The seed calls LMA(model, devices, residual_fn), which works unchanged; it means fixed
-# ×10/×0.1 damping with D = I (torch-levenberg-marquardt's rule, with the same iterates),
-# which needed about 600 steps to bring this model below MSE 1e-5 here; Nielsen's gain-ratio
-# rule with Marquardt's scaling gets there in about 200, so the script chooses those by
-# default; `--damping fixed --scaling identity` is exactly the seed's call.
-lma = LMA(model, devices, residual_fn, damping=args.damping, scaling=args.scaling)
+# Only the options given on the command line are passed: without them this is the seed's
+# call, LMA(model, devices, residual_fn), with LMA's defaults.
+options = {
+    name: value
+    for name, value in (("damping", args.damping), ("scaling", args.scaling))
+    if value is not None
+}
+lma = LMA(model, devices, residual_fn, **options)
 
 # 4. Train step
 from marquardt.solver.timing import time  # noqa: E402

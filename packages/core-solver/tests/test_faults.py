@@ -81,7 +81,8 @@ def _flat(model: nn.Module) -> torch.Tensor:
 
 def test_failed_factorisation_is_a_rejected_attempt() -> None:
     backend = ScriptedBackend(["fail", "fail"])
-    lma, _ = _lma(backend, damping_start=1e-3)
+    # The fixed rule makes the λ sequence of the rejections exact: ×10 each.
+    lma, _ = _lma(backend, damping="fixed", damping_start=1e-3)
     prob = problem("exponential")
     loss, terminated = lma.step(prob.x, prob.y)
     report = lma.report
@@ -146,16 +147,18 @@ def test_nan_loss_at_trial_point_is_rejected() -> None:
     assert loss < report.loss_before
 
 
-def test_damping_ceiling_terminates_cleanly() -> None:
+@pytest.mark.parametrize(("damping", "attempts"), [("fixed", 2), ("nielsen", 4)])
+def test_damping_ceiling_terminates_cleanly(damping: str, attempts: int) -> None:
+    # fixed: 1e-3 → 1e-2 → 1e-1; nielsen: 1e-3 → 2e-3 → 8e-3 → 6.4e-2 → 1e-1 (clamped).
     backend = ScriptedBackend([], default="fail")
-    lma, model = _lma(backend, damping_start=1e-3, damping_max=1e-1)
+    lma, model = _lma(backend, damping=damping, damping_start=1e-3, damping_max=1e-1)
     before = _flat(model)
     prob = problem("exponential")
     loss, terminated = lma.step(prob.x, prob.y)
     report = lma.report
     assert terminated and report is not None
     assert report.termination == "damping_max" and "ceiling" in report.reason
-    assert report.attempts == 2 and not report.accepted
+    assert report.attempts == attempts and not report.accepted
     assert lma.damping == pytest.approx(1e-1)
     assert torch.equal(_flat(model), before)
     assert loss == pytest.approx(report.loss_before)

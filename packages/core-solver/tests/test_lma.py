@@ -50,7 +50,8 @@ def test_learning_rate_moves_part_of_the_way(backend: str) -> None:
 def test_damping_carries_over_between_batches() -> None:
     prob = problem("exponential")
     model = prob.make_model()
-    lma = LMA(model, ["cpu"], residual_fn, damping_start=1e-2, backend="numpy")
+    # The fixed rule: λ × 0.1 on acceptance, so the carried-over value is exact.
+    lma = LMA(model, ["cpu"], residual_fn, damping="fixed", damping_start=1e-2, backend="numpy")
     lma.step(prob.x[:20], prob.y[:20])
     assert lma.report is not None and lma.report.accepted
     assert lma.damping == pytest.approx(1e-3)

@@ -95,9 +95,11 @@ class LMA:
     Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``).
     ``loss_fn(outputs, targets)``, when given, decides acceptance instead of the mean of
     squared residuals. ``learning_rate`` scales every step (θ ← θ − lr·δ). ``damping`` is
-    "fixed" (λ·up on rejection, λ·down on acceptance) or "nielsen" (gain ratio), or any
-    ``DampingRule``; λ starts at ``damping_start`` and stays in [damping_min, damping_max].
-    ``scaling`` is "identity" (D = I) or "marquardt" (D = diag(JᵀJ)/N, clamped). At most
+    "nielsen" (the default: Nielsen's gain-ratio rule) or "fixed" (λ·up on rejection,
+    λ·down on acceptance), or any ``DampingRule``; λ starts at ``damping_start`` and stays
+    in [damping_min, damping_max]. ``scaling`` is "marquardt" (the default: D =
+    diag(JᵀJ)/N, clamped) or "identity" (D = I). The defaults are the measured best on the
+    seed's sinc loop (fewer rejected attempts per step, lower loss per step). At most
     ``attempts`` damped solves per step. ``strategy``: "accumulate" (JᵀJ, Jᵀr summed on
     the model devices), "explicit" (J assembled by the backend; needed for the
     under-determined form) or "auto" (the Jacobian planner: accumulate when N ≥ P).
@@ -115,13 +117,13 @@ class LMA:
         *,
         loss_fn: LossFn | None = None,
         learning_rate: float = 1.0,
-        damping: str | DampingRule = "fixed",
+        damping: str | DampingRule = "nielsen",
         damping_start: float = 1e-3,
         damping_up: float = 10.0,
         damping_down: float = 0.1,
         damping_min: float = 1e-10,
         damping_max: float = 1e10,
-        scaling: str = "identity",
+        scaling: str = "marquardt",
         attempts: int = 10,
         strategy: str = "auto",
         backend: str | ArrayBackend = "auto",
