@@ -164,3 +164,31 @@ def test_rows_per_sample_and_timings() -> None:
     engine.accumulate(problem.x, problem.y)
     assert set(engine.timings) >= {"jacobian", "transfer"}
     assert engine.timings["jacobian"] > 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", ["mlp", "multi_output"])
+def test_budget_capped_slices_give_the_unsliced_products(name: str, mode: str) -> None:
+    # A budget of about one sample forces one-sample slices for slice_size=None; the sums
+    # must equal JᵀJ, Jᵀr, rᵀr of the whole J in float64.
+    problem = make_problem(name)
+    replicas = Replicas(problem.model, ["cpu"])
+    tight = JacobianEngine(replicas, problem.residual_fn, mode=mode, memory_budget=1)
+    products = tight.accumulate(problem.x, problem.y, dtype=torch.float64)
+    assert tight.last_plan is not None and tight.last_plan.slice_samples == 1
+    assert "slices of 1 samples" in tight.last_plan.reason
+    whole = JacobianEngine(replicas, problem.residual_fn, mode=mode, memory_budget=1 << 30)
+    jac, res = whole.jacobian(problem.x, problem.y)
+    assert whole.last_plan is not None and whole.last_plan.samples_per_chunk == len(problem.x)
+    torch.testing.assert_close(products.jtj, jac.T @ jac, rtol=0, atol=1e-12)
+    torch.testing.assert_close(products.jtr, jac.T @ res, rtol=0, atol=1e-12)
+    assert products.rss == pytest.approx(float(res @ res), rel=1e-13)
+    assert products.rows == res.numel()
+    # Explicit keeps one slice per device, filled chunk by chunk into one J.
+    jac_tight, res_tight = tight.jacobian(problem.x, problem.y)
+    assert tight.last_plan.slice_samples == len(problem.x)
+    torch.testing.assert_close(jac_tight, jac, rtol=0, atol=1e-14)
+    torch.testing.assert_close(res_tight, res, rtol=0, atol=1e-14)
+    # Forward-only passes are cut by the budget too, with the same result.
+    assert tight.loss(problem.x, problem.y) == pytest.approx(float(res @ res) / res.numel())
+    torch.testing.assert_close(tight.residuals(problem.x, problem.y), res, rtol=0, atol=1e-14)

@@ -59,3 +59,39 @@ def test_chunks_never_exceed_slice() -> None:
 def test_unknown_mode() -> None:
     with pytest.raises(UnknownModeError, match=r"'jacrevv'.*HINT"):
         plan_jacobian(10, 10, 1, torch.float32, 1 << 20, mode="jacrevv")
+
+
+@pytest.mark.parametrize("mode", ["vmap", "layers"])
+def test_accumulate_without_slice_size_caps_slices_by_the_budget(mode: str) -> None:
+    # slice_size=None on one device means one slice of all N samples; accumulate must not
+    # keep that: a slice is one chunk, whose J_s and workspace fit the budget at any N.
+    budget = 256 << 20
+    for n in (10_000, 1_000_000, 100_000_000):
+        plan = plan_jacobian(
+            n,
+            769,
+            1,
+            torch.float32,
+            budget,
+            strategy="accumulate",
+            mode=mode,
+            activations_per_sample=513,
+            slice_samples=n,
+            cap_slices=True,
+        )
+        assert plan.slice_samples == min(n, plan.samples_per_chunk)
+        assert plan.slice_samples * 769 * 4 <= budget
+        assert plan.chunk_bytes <= budget
+    # The same slice at 1M and 100M samples: memory independent of N.
+    assert plan.slice_samples < 1_000_000
+
+
+def test_explicit_and_given_slice_sizes_are_kept() -> None:
+    explicit = plan_jacobian(
+        1_000_000, 769, 1, torch.float32, 256 << 20, strategy="explicit", cap_slices=True
+    )
+    assert explicit.slice_samples == 1_000_000  # the backend holds J whole anyway
+    given = plan_jacobian(
+        1_000_000, 769, 1, torch.float32, 256 << 20, strategy="accumulate", slice_samples=500_000
+    )
+    assert given.slice_samples == 500_000 and given.samples_per_chunk < 500_000

@@ -50,7 +50,9 @@ class JacobianEngine:
 
     ``mode`` is ``"auto"``, ``"vmap"``, ``"jacfwd"`` or ``"layers"``; ``memory_budget``
     bounds the intermediate bytes of one chunk on one device (default from
-    ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else 1 GiB on CPU, half the free GPU memory).
+    ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else 256 MiB on CPU, half the free GPU memory).
+    Without a ``slice_size`` the budget also caps ``accumulate`` slices (one chunk each)
+    and forward-only slices (loss, residuals), so memory does not grow with the batch.
     ``output_device`` is where explicit slices and residuals are handed out
     (default ``devices[0]``). After each call, ``last_plan`` says what was chosen and
     why, and ``timings`` how many seconds went where.
@@ -113,6 +115,8 @@ class JacobianEngine:
         # Per-device buffers for the layers-mode J of one accumulate chunk, kept from call
         # to call: a fresh chunk-sized buffer every step costs its page faults every step.
         self._workspaces: dict[int, torch.Tensor] = {}
+        # Activations per sample from the last probe: sizes forward-only slices.
+        self._activations: int | None = None
         supported, why = layers_support(replicas.model)
         self._layers_ok: bool | None = None if supported else False
         self._layers_reason = why
@@ -157,7 +161,8 @@ class JacobianEngine:
                 )
             )
         check_finite_residuals(res.detach(), res.shape[1])
-        return int(res.shape[1]), max(1, activations // k)
+        self._activations = max(1, activations // k)
+        return int(res.shape[1]), self._activations
 
     def rows_per_sample(self, inputs: torch.Tensor, targets: torch.Tensor) -> int:
         """``m``: residual rows per sample (checks the batch and residual_fn first)."""
@@ -200,15 +205,25 @@ class JacobianEngine:
     ) -> JacobianPlan:
         """Check the batch and choose strategy, mode and chunking (kept in ``last_plan``)."""
         batch, size = self._prepare(inputs, targets, slice_size)
-        return self._plan(inputs, targets, batch, size, strategy)
+        return self._plan(inputs, targets, batch, size, strategy, cap=slice_size is None)
+
+    def _budget(self) -> int:
+        return self.memory_budget or _default_budget(self.replicas.devices[0])
 
     def _plan(
-        self, inputs: torch.Tensor, targets: torch.Tensor, batch: int, size: int, strategy: str
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        batch: int,
+        size: int,
+        strategy: str,
+        *,
+        cap: bool = False,
     ) -> JacobianPlan:
         m, activations = self._probe(inputs, targets)
         if self.mode in ("auto", "layers") and self._layers_ok is None:
             self._verify_layers(inputs, targets)
-        budget = self.memory_budget or _default_budget(self.replicas.devices[0])
+        budget = self._budget()
         plan = plan_jacobian(
             batch * m,
             self.replicas.num_params,
@@ -221,6 +236,7 @@ class JacobianEngine:
             layers_reason=self._layers_reason,
             activations_per_sample=activations,
             slice_samples=size,
+            cap_slices=cap,
         )
         self.last_plan = plan
         return plan
@@ -234,20 +250,25 @@ class JacobianEngine:
         plan: JacobianPlan,
         workspace: torch.Tensor | None = None,
         first_sample: int = 0,
+        *,
+        fill: bool = False,
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples.
 
         With a ``workspace`` (``samples_per_chunk·m × P``, accumulate only: nothing from
         it is handed out) the layers mode writes each chunk's ``J`` there, so memory is
-        reused from chunk to chunk instead of being allocated and faulted in anew.
+        reused from chunk to chunk instead of being allocated and faulted in anew. With
+        ``fill`` the workspace holds the whole slice's ``J`` and chunk ``c`` lands in its
+        own rows (explicit: one slice-sized ``J``, no concatenation of chunk copies).
         """
         replica = self.replicas[index]
         step = plan.samples_per_chunk
         m = plan.outputs_per_sample
         for lo in range(0, int(x.shape[0]), step):
             xs, ys = x[lo : lo + step], y[lo : lo + step]
+            first = lo * m if fill else 0
+            out = None if workspace is None else workspace[first : first + int(xs.shape[0]) * m]
             if plan.mode == "layers":
-                out = None if workspace is None else workspace[: int(xs.shape[0]) * m]
                 jac, res = layers_jacobian(replica, self.residual_fn, xs, ys, out=out)
             elif plan.mode == "jacfwd":
                 jac, res = jacfwd_jacobian(
@@ -260,6 +281,8 @@ class JacobianEngine:
                 )
             else:
                 jac, res = vmap_jacobian(replica, self.residual_fn, xs, ys, samples_per_call=step)
+            if fill and out is not None and plan.mode != "layers":
+                jac = out.copy_(jac)
             check_finite_residuals(res, plan.outputs_per_sample, first_sample + lo)
             yield jac, res
 
@@ -275,11 +298,20 @@ class JacobianEngine:
         device = self.replicas[index].device
         x = to_device(inputs[lo:hi], device)
         y = to_device(targets[lo:hi], device)
-        parts = list(self._jacobian_chunks(index, x, y, plan, first_sample=lo))
-        if len(parts) == 1:
+        jac_all: torch.Tensor | None = None
+        if hi - lo > plan.samples_per_chunk:
+            # Several chunks: each writes its rows of one fresh slice-sized J.
+            jac_all = torch.empty(
+                (hi - lo) * plan.outputs_per_sample,
+                self.replicas.num_params,
+                dtype=self.replicas.dtype,
+                device=device,
+            )
+        parts = list(self._jacobian_chunks(index, x, y, plan, jac_all, lo, fill=True))
+        if jac_all is None:
             jac, res = parts[0]
         else:
-            jac = torch.cat([p[0] for p in parts])
+            jac = jac_all
             res = torch.cat([p[1] for p in parts])
         start = time.perf_counter()
         jac = to_host_fresh(jac, self.output_device)
@@ -355,7 +387,8 @@ class JacobianEngine:
                     "pass torch.float32 or torch.float64, or None for the model dtype",
                 )
             )
-        plan = self._plan(inputs, targets, batch, size, "accumulate")
+        plan = self._plan(inputs, targets, batch, size, "accumulate", cap=slice_size is None)
+        size = plan.slice_samples or size
         params = self.replicas.num_params
         accumulators: dict[int, GramAccumulator] = {}
         workspaces: dict[int, torch.Tensor | None] = {}
@@ -420,8 +453,9 @@ class JacobianEngine:
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
     ) -> torch.Tensor:
         """All residual rows (``R``, sample-major) on the output device, without ``J``."""
-        parts = self._forward_slices(inputs, targets, slice_size, None)
-        return torch.cat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        parts = self._forward_slices(inputs, targets, slice_size, None, keep_residuals=True)
+        kept = [p[0] for p in parts if p[0] is not None]
+        return torch.cat(kept) if len(kept) > 1 else kept[0]
 
     def loss(
         self,
@@ -434,15 +468,15 @@ class JacobianEngine:
 
         Default: the mean of squared residuals ``rᵀr / R``. A ``loss_fn(output, target)``
         must return the mean over the samples it is given; slices are weighted by their
-        number of samples.
+        number of samples. Only per-slice sums survive a slice: keeping each slice's
+        residuals until the end pins the host heap between the slices' freed activation
+        blocks, and resident memory then grows with the number of slices.
         """
-        parts = self._forward_slices(inputs, targets, slice_size, loss_fn)
+        parts = self._forward_slices(inputs, targets, slice_size, loss_fn, keep_residuals=False)
         if loss_fn is None:
-            total = sum(float(p[1]) for p in parts)
-            rows = sum(int(p[0].numel()) for p in parts)
-            return total / rows
-        samples = sum(p[2] for p in parts)
-        return sum(float(p[1]) * p[2] for p in parts) / samples
+            return sum(float(p[1]) for p in parts) / sum(p[2] for p in parts)
+        samples = sum(p[3] for p in parts)
+        return sum(float(p[1]) * p[3] for p in parts) / samples
 
     def _forward_slices(
         self,
@@ -450,10 +484,15 @@ class JacobianEngine:
         targets: torch.Tensor,
         slice_size: int | None,
         loss_fn: LossFn | None,
-    ) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+        *,
+        keep_residuals: bool,
+    ) -> list[tuple[torch.Tensor | None, float, int, int]]:
+        """Per slice: (residuals if kept, loss sum or loss_fn value, rows, samples)."""
         batch, size = self._prepare(inputs, targets, slice_size)
+        if slice_size is None:
+            size = min(size, self._forward_samples(inputs, targets))
 
-        def job(dev: int, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        def job(dev: int, lo: int, hi: int) -> tuple[torch.Tensor | None, float, int, int]:
             replica = self.replicas[dev]
             x = to_device(inputs[lo:hi], replica.device)
             y = to_device(targets[lo:hi], replica.device)
@@ -462,16 +501,21 @@ class JacobianEngine:
                 res = rows_of(self.residual_fn(out, y), hi - lo)
                 check_finite_residuals(res, res.shape[1], lo)
                 value = res.pow(2).sum() if loss_fn is None else loss_fn(out, y)
-            return (
-                to_host_fresh(res.reshape(-1), self.output_device),
-                value.detach().to(self.output_device),
-                hi - lo,
-            )
+            kept = to_host_fresh(res.reshape(-1), self.output_device) if keep_residuals else None
+            return kept, float(value), int(res.numel()), hi - lo
 
         jobs = [
             (lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)
         ]
         return self._workers.run_all(jobs)
+
+    def _forward_samples(self, inputs: torch.Tensor, targets: torch.Tensor) -> int:
+        """Samples per forward-only slice within the budget (no graph: one sample costs at
+        most the sum of its layer outputs, ``activations`` numbers)."""
+        if self._activations is None:
+            self._probe(inputs, targets)
+        item = torch.empty((), dtype=self.replicas.dtype).element_size()
+        return max(1, self._budget() // (item * (self._activations or 1)))
 
     def close(self) -> None:
         """Stop the device worker threads (they are also stopped at exit); free buffers."""

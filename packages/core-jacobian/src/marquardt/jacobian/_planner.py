@@ -15,6 +15,12 @@ Mode. The costs, for ``b`` samples, ``a`` activations per sample:
   per call. Chosen automatically only when ``P < m`` (forward mode wins when there
   are fewer inputs than outputs); always chunked over columns and samples, because
   forward mode over a whole large slice is what exhausts time and memory.
+
+Slices. An explicit ``slice_size`` is kept. Without one (``slice_size=None``) the engine
+gives each device ``⌈N/D⌉`` samples; for ``accumulate`` the planner then caps a slice at
+one chunk (``slice_samples = samples_per_chunk``), so a device never holds more than one
+budget's worth of ``J_s`` and workspace whatever ``N`` is: peak memory is flat in ``N``.
+``explicit`` keeps the whole-slice semantics (the backend holds ``J`` anyway).
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ class JacobianPlan:
     """What the planner chose and why.
 
     ``samples_per_chunk`` samples are differentiated at once (a slice is cut into such
-    chunks); ``param_chunk`` is the number of columns per forward-mode call (``jacfwd``
+    chunks); ``slice_samples`` is the largest slice a device gets (``accumulate`` without
+    a ``slice_size``: one chunk); ``param_chunk`` is the number of columns per forward-mode call (``jacfwd``
     only, else ``P``); ``chunk_bytes`` is the estimated intermediate memory per chunk.
     """
 
@@ -50,6 +57,7 @@ class JacobianPlan:
     param_chunk: int
     chunk_bytes: int
     memory_budget: int
+    slice_samples: int = 0
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -77,12 +85,15 @@ def plan_jacobian(
     layers_reason: str = "",
     activations_per_sample: int | None = None,
     slice_samples: int | None = None,
+    cap_slices: bool = False,
 ) -> JacobianPlan:
     """Choose ``strategy`` and ``mode`` for ``rows`` residual rows and ``params`` parameters.
 
     ``slice_samples`` is the largest slice a device will get (default: all samples);
     chunks never exceed it, and never exceed ``memory_budget`` bytes by the estimates
     in this module's docstring (at least one sample and one column always run).
+    ``cap_slices`` (the caller has no ``slice_size``): an ``accumulate`` slice is capped at
+    one chunk, so its memory is bounded by the budget and independent of ``rows``.
     """
     _check(strategy, STRATEGIES, "strategy")
     _check(mode, MODES, "mode")
@@ -146,6 +157,10 @@ def plan_jacobian(
         + (f" × {param_chunk} columns" if mode == "jacfwd" else "")
         + f" (≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget)"
     )
+    slice_cap = slice_n
+    if cap_slices and strategy == "accumulate" and chunk < slice_n:
+        slice_cap = chunk
+        reasons.append(f"slices of {chunk} samples (no slice_size: one chunk per slice)")
     return JacobianPlan(
         strategy=strategy,
         mode=mode,
@@ -157,4 +172,5 @@ def plan_jacobian(
         param_chunk=param_chunk,
         chunk_bytes=int(chunk_bytes),
         memory_budget=budget,
+        slice_samples=slice_cap,
     )

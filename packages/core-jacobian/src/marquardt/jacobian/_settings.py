@@ -5,8 +5,11 @@
     ``vmap``, ``jacfwd``, ``layers``. Unset: the planner chooses.
 ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``
     Bytes of intermediate memory one device may use for one Jacobian chunk (the
-    default ``memory_budget`` of an engine). Unset: 1 GiB on CPU, half the free memory
-    on a GPU (asked of CUDA only when a GPU is actually used, never at import).
+    default ``memory_budget`` of an engine): the chunk's ``J_s`` plus its activations.
+    Without a ``slice_size``, ``accumulate`` slices are capped at one chunk, and forward
+    passes (loss, residuals) at this many bytes of activations, so the peak memory of a
+    step does not grow with the batch. Unset: 256 MiB on CPU, half the free memory on a
+    GPU (asked of CUDA only when a GPU is actually used, never at import).
 ``MARQUARDT_JACOBIAN_GRAM_KERNEL``
     The kernel that forms ``J_sᵀJ_s`` on CPU in the accumulate strategy: ``torch``,
     ``numpy`` or ``auto`` (default: the blocked upper-triangle torch kernel on CPU).
@@ -31,7 +34,7 @@ ENV_MODE = "MARQUARDT_JACOBIAN_MODE"
 ENV_MEMORY_BUDGET = "MARQUARDT_JACOBIAN_MEMORY_BUDGET"
 ENV_GRAM_KERNEL = "MARQUARDT_JACOBIAN_GRAM_KERNEL"
 
-DEFAULT_CPU_BUDGET = 1 << 30
+DEFAULT_CPU_BUDGET = 256 << 20
 
 
 def mode() -> str | None:
