@@ -192,3 +192,20 @@ def test_budget_capped_slices_give_the_unsliced_products(name: str, mode: str) -
     # Forward-only passes are cut by the budget too, with the same result.
     assert tight.loss(problem.x, problem.y) == pytest.approx(float(res @ res) / res.numel())
     torch.testing.assert_close(tight.residuals(problem.x, problem.y), res, rtol=0, atol=1e-14)
+
+
+def test_cpu_gram_kernel_is_fixed_not_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A kernel chosen by timing the first chunks made the 3-output benchmark 2.3× slower
+    # on a loaded machine (NumPy's OpenBLAS threads fighting torch's): the choice must not
+    # depend on anything measured at run time, only on the device and the setting.
+    from marquardt.jacobian._gram import GramAccumulator, choose_kernel
+
+    monkeypatch.delenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", raising=False)
+    problem = make_problem("multi_output")
+    engine = JacobianEngine(Replicas(problem.model, ["cpu"]), problem.residual_fn)
+    for _ in range(3):
+        engine.accumulate(problem.x, problem.y, slice_size=2)
+        assert choose_kernel(torch.device("cpu")) == "torch"
+    assert GramAccumulator(3, torch.device("cpu"), torch.float64).kernel == "torch"
+    monkeypatch.setenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", "numpy")
+    assert choose_kernel(torch.device("cpu")) == "numpy"
