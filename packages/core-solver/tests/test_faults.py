@@ -198,3 +198,32 @@ def test_converged_run_ends_at_the_ceiling_without_moving() -> None:
     assert terminated and lma.report is not None
     assert lma.report.termination == "damping_max"
     torch.testing.assert_close(_flat(model), solution, rtol=1e-12, atol=1e-14)
+
+
+class _DeadParameter(nn.Module):
+    """y = a·x + b with a parameter the output never uses: JᵀJ has a zero row and column."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ab = nn.Parameter(torch.tensor([0.5, -0.2], dtype=torch.float64))
+        self.dead = nn.Parameter(torch.tensor([3.0], dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ab[0] * x + self.ab[1]
+
+
+@pytest.mark.parametrize("scaling", ["identity", "marquardt"])
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+def test_singular_system_is_solved_with_damping(backend: str, scaling: str) -> None:
+    # JᵀJ is singular (the dead column is zero); λD makes it definite, the step is finite
+    # and leaves the dead parameter where it was.
+    x = torch.linspace(0, 1, 20, dtype=torch.float64).unsqueeze(1)
+    y = 2.0 * x - 1.0
+    model = _DeadParameter()
+    lma = LMA(model, ["cpu"], residual_fn, backend=backend, scaling=scaling)
+    for _ in range(5):
+        lma.step(x, y)
+        assert lma.report is not None and lma.report.accepted
+        assert "cholesky failed" not in lma.report.rejections
+    assert float(model.dead.detach()) == 3.0
+    torch.testing.assert_close(model.ab.detach(), torch.tensor([2.0, -1.0], dtype=torch.float64))

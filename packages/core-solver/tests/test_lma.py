@@ -217,13 +217,6 @@ def test_bad_input_fails_before_any_work(label, make, slice_size, text) -> None:
     assert (lma.damping, lma.steps, lma.report) == (damping, steps, report)
 
 
-def test_slice_size_larger_than_batch_is_one_slice() -> None:
-    prob = problem("exponential")
-    lma = LMA(prob.make_model(), ["cpu"], residual_fn, backend="numpy")
-    lma.step(prob.x[:7], prob.y[:7], slice_size=5000)
-    assert lma.report is not None and lma.report.rows == 7
-
-
 BAD_CONFIG = [
     ({"learning_rate": 0.0}, "learning_rate"),
     ({"learning_rate": math.nan}, "learning_rate"),

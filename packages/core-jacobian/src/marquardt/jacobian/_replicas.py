@@ -247,6 +247,18 @@ class Replicas:
             r.flat.copy_(r.backup)
 
     @torch.no_grad()
+    def sync_from_model(self) -> None:
+        """Copy the source model's ``θ`` and buffers to every other replica.
+
+        For after the source model was written directly (``load_state_dict``): its
+        parameters are views of its own replica's flat vector only.
+        """
+        if len(self._replicas) < 2:
+            return
+        self.set_flat_params(self._replicas[self._source_index].flat.detach().clone())
+        self.sync_buffers()
+
+    @torch.no_grad()
     def sync_buffers(self) -> None:
         """Copy the source model's buffers (e.g. running statistics) to every copy."""
         source = dict(self._model.named_buffers())

@@ -66,6 +66,11 @@ def _fail(asked: str, found: str, hint: str) -> str:
     return f"{asked}, but {found}. HINT: {hint}"
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are the same (``cuda`` without an index is ``cuda:0``)."""
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
 def _positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SolverConfigError(
@@ -107,6 +112,10 @@ class LMA:
     is the dtype the normal products are accumulated in (None: the parameters' dtype);
     factorisations are float64 always. ``ftol`` / ``xtol`` / ``gtol``: MINPACK-style
     stopping tests, off unless set. ``jacobian_mode`` is handed to the Jacobian engine.
+
+    CUDA ``devices`` that Legate holds are refused (``marquardt.devices.DeviceError``)
+    before anything is built; so are models with no trainable parameter or on a device not
+    in ``devices`` (``marquardt.jacobian`` errors).
     """
 
     def __init__(
@@ -260,9 +269,17 @@ class LMA:
             for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol))
         }
 
+        device_list = list(devices)
+        if any(str(d).startswith("cuda") for d in device_list):
+            # A model GPU that Legate also holds would be shared by two allocators (Legate
+            # reserves 95% of its GPUs' memory): refuse before anything is built.
+            from marquardt.devices import check_model_devices
+
+            check_model_devices(device_list)
+
         from marquardt.jacobian import JacobianEngine, Replicas
 
-        self._replicas = Replicas(model, list(devices))
+        self._replicas = Replicas(model, device_list)
         self._engine = JacobianEngine(self._replicas, residual_fn, mode=jacobian_mode)
         self._backend = resolve_backend(backend, self._replicas.devices[0])
         self._rule = rule
@@ -313,6 +330,16 @@ class LMA:
         """How many steps have been taken (accepted or not)."""
         return self._steps
 
+    def sync_replicas(self) -> None:
+        """Copy the model's parameters and buffers to the replicas on the other devices.
+
+        The trainable parameters of ``lma.model`` are views of its replica's flat vector,
+        so writing into them (``model.load_state_dict`` after a resume, a manual change) is
+        seen by that replica only; call this afterwards so every device computes with the
+        same θ. Steps keep the replicas in sync by themselves.
+        """
+        self._replicas.sync_from_model()
+
     # -- validation ----------------------------------------------------------------------
     def _validate_batch(
         self, inputs: object, targets: object, slice_size: object
@@ -352,6 +379,27 @@ class LMA:
                     "pass matching (x, y) pairs, e.g. from one DataLoader batch",
                 )
             )
+        dtype = self._replicas.dtype
+        home = self._replicas.devices
+        for name, value in (("inputs", inputs), ("targets", targets)):
+            if value.is_floating_point() and value.dtype != dtype:
+                raise SolverInputError(
+                    _fail(
+                        f"LMA.step expects floating {name} in the parameters' dtype {dtype}",
+                        f"{name} are {value.dtype}",
+                        f"convert them with {name}.to({dtype}) (or the model with "
+                        f"model.to({value.dtype}) before building the LMA)",
+                    )
+                )
+            if value.device.type != "cpu" and not any(_same_device(value.device, d) for d in home):
+                raise SolverInputError(
+                    _fail(
+                        f"LMA.step expects {name} on the host or on a model device "
+                        f"({', '.join(map(str, home))})",
+                        f"{name} are on {value.device}",
+                        f"move them with {name}.to({str(home[0])!r}) or keep them on the CPU",
+                    )
+                )
         for name, value in (("inputs", inputs), ("targets", targets)):
             floating = value.is_floating_point() or value.is_complex()
             if floating and not bool(torch.isfinite(value).all()):
@@ -372,8 +420,16 @@ class LMA:
                     "pass e.g. slice_size=batch_size // num_devices",
                 )
             )
-        # A last, shorter batch of a DataLoader is still one valid slice.
-        return inputs, targets, min(int(slice_size), batch)
+        if slice_size > batch:
+            raise SolverInputError(
+                _fail(
+                    f"LMA.step was given slice_size={slice_size} for a batch of {batch} samples",
+                    "a slice cannot hold more samples than the batch",
+                    "pass slice_size=min(slice_size, len(x)) or None (one slice per device), "
+                    "or drop the last, shorter batch (DataLoader(drop_last=True))",
+                )
+            )
+        return inputs, targets, int(slice_size)
 
     # -- the step ------------------------------------------------------------------------
     def _plan(
