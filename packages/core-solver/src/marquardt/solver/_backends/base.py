@@ -37,7 +37,7 @@ cuPyNumeric lazily). Each backend module exposes a factory
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -49,7 +49,18 @@ if TYPE_CHECKING:
 
 from .._scaling import SCALINGS
 
-__all__ = ["SCALINGS", "ArrayBackend", "BackendFactory", "LinearSystem", "Solution", "host_vector"]
+__all__ = [
+    "SCALINGS",
+    "ArrayBackend",
+    "ArrayOps",
+    "BackendFactory",
+    "LinearSystem",
+    "Solution",
+    "gather_slices",
+    "host_vector",
+    "model_terms",
+    "system_from_matrix",
+]
 
 
 @dataclass(eq=False)
@@ -159,6 +170,103 @@ class BackendFactory(Protocol):
     """The ``create_backend(device)`` function every backend module exposes."""
 
     def __call__(self, device: torch.device) -> ArrayBackend: ...
+
+
+@dataclass(frozen=True)
+class ArrayOps:
+    """The array calls in which the backends' assembly differs (NumPy, torch, cuPyNumeric).
+
+    ``float64(x)``: ``x`` as float64 (the same array when it already is);
+    ``column_squares(J)``: Σᵢ Jᵢⱼ² for each column j, accumulated in float64;
+    ``diagonal(A)``: a copy of A's diagonal.
+    """
+
+    float64: Callable[[Any], Any]
+    column_squares: Callable[[Any], Any]
+    diagonal: Callable[[Any], Any]
+
+
+def gather_slices(
+    slices: Iterable[JacobianSlice],
+    rows: int,
+    params: int,
+    *,
+    native: Callable[[torch.Tensor], Any],
+    empty: Callable[[tuple[int, ...], Any], Any],
+) -> tuple[Any, Any]:
+    """J (rows × params) and r (rows,) in one backend's arrays, slice by slice.
+
+    ``native(t)`` turns a slice's tensor into the backend's array (zero-copy where it
+    can: the slices' buffers are never reused by their producer); ``empty(shape, dtype)``
+    allocates. Every row is written exactly once, in whatever order the slices come.
+    """
+    jac: Any = None
+    res: Any = None
+    for piece in slices:
+        j = native(piece.jacobian)
+        r = native(piece.residuals.reshape(-1))
+        if jac is None:
+            jac = empty((rows, params), j.dtype)
+            res = empty((rows,), r.dtype)
+        jac[piece.start : piece.stop] = j
+        res[piece.start : piece.stop] = r
+    if jac is None:
+        raise ValueError(
+            f"system_from_slices got no slices for {rows} rows. "
+            "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
+        )
+    return jac, res
+
+
+def model_terms(system: LinearSystem, solved: Any) -> tuple[float, float]:
+    """(δᵀg, δᵀAδ) of the quadratic model, ``g`` = Jᵀr/N, A = JᵀJ/N (see :class:`Solution`).
+
+    Over-determined, ``solved`` is δ itself. Under-determined it is u with δ = Jᵀu, and
+    Jδ = JJᵀu = N·Bu gives δᵀJᵀr/N = N·(Bu)ᵀ(r/N) and ‖Jδ‖²/N = N·‖Bu‖² without forming
+    Jδ. Works for NumPy, torch and cuPyNumeric vectors alike.
+    """
+    a = system.a
+    if system.underdetermined:
+        bu = a @ solved
+        n = system.rows
+        return float(n * (bu @ system.g)), float(n * (bu @ bu))
+    return float(solved @ system.g), float(solved @ (a @ solved))
+
+
+def system_from_matrix(jac: Any, res: Any, ops: ArrayOps) -> LinearSystem:
+    """The system for an explicit J (N × P) and r (N,), in the arrays ``ops`` work on.
+
+    Over-determined (N ≥ P): A = JᵀJ/N, g = Jᵀr/N, and diag(JᵀJ)/N is A's diagonal (no
+    second pass over J). Under-determined: B = JJᵀ/N, g = r/N, J kept for δ = Jᵀu, and
+    the column norms of J for Marquardt scaling and the gtol test. Products are formed in
+    J's dtype and held in float64.
+    """
+    n, p = int(jac.shape[0]), int(jac.shape[1])
+    r64 = ops.float64(res)
+    rss = float(r64 @ r64)
+    gradient = ops.float64(jac.T @ res) / n
+    if n >= p:
+        a = ops.float64(jac.T @ jac) / n
+        return LinearSystem(
+            a=a,
+            g=gradient,
+            diag=ops.diagonal(a),
+            rows=n,
+            params=p,
+            underdetermined=False,
+            rss=rss,
+        )
+    return LinearSystem(
+        a=ops.float64(jac @ jac.T) / n,
+        g=r64 / n,
+        diag=ops.column_squares(jac) / n,
+        rows=n,
+        params=p,
+        underdetermined=True,
+        rss=rss,
+        jacobian=jac,
+        gradient=gradient,
+    )
 
 
 def host_vector(array: Any) -> np.ndarray[Any, np.dtype[np.float64]]:

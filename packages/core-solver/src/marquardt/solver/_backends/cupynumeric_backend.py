@@ -42,7 +42,15 @@ import torch
 
 from .._errors import BackendUnavailableError
 from .._scaling import SCALINGS, marquardt_floor
-from .base import ArrayBackend, LinearSystem, Solution
+from .base import (
+    ArrayBackend,
+    ArrayOps,
+    LinearSystem,
+    Solution,
+    gather_slices,
+    model_terms,
+    system_from_matrix,
+)
 
 if TYPE_CHECKING:
     from marquardt.jacobian import JacobianSlice, NormalProducts
@@ -139,57 +147,22 @@ class CupynumericBackend:
         self, slices: Iterable[JacobianSlice], rows: int, params: int
     ) -> LinearSystem:
         cn = self._cn
-        jac: Any = None
-        res: Any = None
-        for piece in slices:
-            j = self._attach(piece.jacobian)
-            r = self._attach(piece.residuals.reshape(-1))
-            if jac is None:
-                jac = cn.empty((rows, params), dtype=j.dtype)
-                res = cn.empty(rows, dtype=r.dtype)
-            # A copy task inside Legate: J is one array that Legate partitions by rows.
-            jac[piece.start : piece.stop] = j
-            res[piece.start : piece.stop] = r
-        if jac is None:
-            raise ValueError(
-                f"system_from_slices got no slices for {rows} rows. "
-                "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
-            )
+        # Each slice is attached zero-copy; writing it into J is a copy task inside
+        # Legate, and J is one array that Legate partitions by rows.
+        jac, res = gather_slices(
+            slices, rows, params, native=self._attach, empty=lambda shape, dt: cn.empty(shape, dt)
+        )
         return self.system_from_matrix(jac, res)
 
     def system_from_matrix(self, jac: Any, res: Any) -> LinearSystem:
         """The system for an explicit J (N × P) and r (N,) already in Legate."""
         cn = self._cn
-        n, p = int(jac.shape[0]), int(jac.shape[1])
-        r64 = res.astype(cn.float64)
-        rss = float(cn.dot(r64, r64))
-        if n >= p:
-            a = (jac.T @ jac).astype(cn.float64) / n
-            g = (jac.T @ res).astype(cn.float64) / n
-            # diag(JᵀJ)/N is the diagonal of A: no second pass over J.
-            return LinearSystem(
-                a=a,
-                g=g,
-                diag=cn.diagonal(a).copy(),
-                rows=n,
-                params=p,
-                underdetermined=False,
-                rss=rss,
-            )
-        col = (jac * jac).sum(axis=0, dtype=cn.float64) / n
-        b = (jac @ jac.T).astype(cn.float64) / n
-        gradient = (jac.T @ res).astype(cn.float64) / n
-        return LinearSystem(
-            a=b,
-            g=r64 / n,
-            diag=col,
-            rows=n,
-            params=p,
-            underdetermined=True,
-            rss=rss,
-            jacobian=jac,
-            gradient=gradient,
+        ops = ArrayOps(
+            float64=lambda x: x.astype(cn.float64),
+            column_squares=lambda j: (j * j).sum(axis=0, dtype=cn.float64),
+            diagonal=lambda a: cn.diagonal(a).copy(),
         )
+        return system_from_matrix(jac, res, ops)
 
     # -- damped solves --------------------------------------------------------------------
 
@@ -240,18 +213,13 @@ class CupynumericBackend:
                 return None
             jac: Any = system.jacobian
             delta = (jac.T @ u.astype(jac.dtype)).astype(cn.float64)
-            # Jδ = JJᵀu = N·Bu, so δᵀJᵀr/N = N·(Bu)ᵀg and ‖Jδ‖²/N = N·‖Bu‖².
-            bu = a @ u
-            n = system.rows
-            gradient_dot = n * cn.dot(bu, g)
-            curvature = n * cn.dot(bu, bu)
+            gradient_dot, curvature = model_terms(system, u)
         else:
             solved = self._cholesky_solve(a + float(damping) * self._damping(system, scaling), g)
             if solved is None:
                 return None
             delta = solved
-            gradient_dot = cn.dot(delta, g)
-            curvature = cn.dot(delta, a @ delta)
+            gradient_dot, curvature = model_terms(system, delta)
         # A private host copy: the Legate array may be freed or reused once we return.
         host = np.asarray(delta, dtype=np.float64).copy()
         if not np.all(np.isfinite(host)):

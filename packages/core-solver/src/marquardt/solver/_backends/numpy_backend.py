@@ -19,7 +19,15 @@ import torch
 
 from .._blas_threads import one_blas_thread
 from .._scaling import scaling_diagonal_numpy
-from .base import ArrayBackend, LinearSystem, Solution
+from .base import (
+    ArrayBackend,
+    ArrayOps,
+    LinearSystem,
+    Solution,
+    gather_slices,
+    model_terms,
+    system_from_matrix,
+)
 
 if TYPE_CHECKING:
     from marquardt.jacobian import JacobianSlice, NormalProducts
@@ -97,23 +105,11 @@ class NumpyBackend:
     def system_from_slices(
         self, slices: Iterable[JacobianSlice], rows: int, params: int
     ) -> LinearSystem:
-        jac: np.ndarray[Any, np.dtype[Any]] | None = None
-        res: np.ndarray[Any, np.dtype[Any]] | None = None
-        for piece in slices:
-            j = _to_numpy(piece.jacobian)
-            r = _to_numpy(piece.residuals).reshape(-1)
-            if jac is None or res is None:
-                jac = np.empty((rows, params), dtype=j.dtype)
-                res = np.empty(rows, dtype=r.dtype)
-            jac[piece.start : piece.stop] = j
-            res[piece.start : piece.stop] = r
-        if jac is None or res is None:
-            raise ValueError(
-                f"system_from_slices got no slices for {rows} rows. "
-                "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
-            )
+        jac, res = gather_slices(
+            slices, rows, params, native=_to_numpy, empty=lambda shape, dt: np.empty(shape, dt)
+        )
         with one_blas_thread():
-            return system_from_matrix(jac, res)
+            return system_from_matrix(jac, res, _NUMPY_OPS)
 
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
         with one_blas_thread():
@@ -132,11 +128,7 @@ class NumpyBackend:
             delta = np.asarray(jac.T @ u.astype(jac.dtype), dtype=np.float64)
             if not np.all(np.isfinite(delta)):
                 return None
-            # Jδ = JJᵀu = N·Bu, so δᵀJᵀr/N = N·(Bu)ᵀg and ‖Jδ‖²/N = N·‖Bu‖².
-            bu = a @ u
-            n = system.rows
-            gradient_dot = float(n * (bu @ g))
-            curvature = float(n * (bu @ bu))
+            gradient_dot, curvature = model_terms(system, u)
         else:
             d = scaling_diagonal_numpy(system.diag, scaling)
             m = a.copy()
@@ -145,8 +137,7 @@ class NumpyBackend:
             if delta_or_none is None:
                 return None
             delta = delta_or_none
-            gradient_dot = float(delta @ g)
-            curvature = float(delta @ (a @ delta))
+            gradient_dot, curvature = model_terms(system, delta)
         return Solution(
             delta=torch.from_numpy(delta),
             gradient_dot=gradient_dot,
@@ -158,31 +149,11 @@ class NumpyBackend:
         """NumPy is synchronous: nothing to wait for."""
 
 
-def system_from_matrix(
-    jac: np.ndarray[Any, np.dtype[Any]], res: np.ndarray[Any, np.dtype[Any]]
-) -> LinearSystem:
-    """The system for an explicit J (N × P) and r (N,), over- or under-determined."""
-    n, p = jac.shape
-    r64 = res.astype(np.float64)
-    rss = float(r64 @ r64)
-    col = np.einsum("ij,ij->j", jac, jac, dtype=np.float64) / n
-    if n >= p:
-        a = np.asarray(jac.T @ jac, dtype=np.float64) / n
-        g = np.asarray(jac.T @ res, dtype=np.float64) / n
-        return LinearSystem(a=a, g=g, diag=col, rows=n, params=p, underdetermined=False, rss=rss)
-    b = np.asarray(jac @ jac.T, dtype=np.float64) / n
-    gradient = np.asarray(jac.T @ res, dtype=np.float64) / n
-    return LinearSystem(
-        a=b,
-        g=r64 / n,
-        diag=col,
-        rows=n,
-        params=p,
-        underdetermined=True,
-        rss=rss,
-        jacobian=jac,
-        gradient=gradient,
-    )
+_NUMPY_OPS = ArrayOps(
+    float64=lambda x: np.asarray(x, dtype=np.float64),
+    column_squares=lambda j: np.einsum("ij,ij->j", j, j, dtype=np.float64),
+    diagonal=lambda a: np.diagonal(a).copy(),
+)
 
 
 def create_backend(device: torch.device) -> ArrayBackend:

@@ -17,12 +17,26 @@ from typing import TYPE_CHECKING
 import torch
 
 from .._scaling import marquardt_floor
-from .base import ArrayBackend, LinearSystem, Solution
+from .base import (
+    ArrayBackend,
+    ArrayOps,
+    LinearSystem,
+    Solution,
+    gather_slices,
+    model_terms,
+    system_from_matrix,
+)
 
 if TYPE_CHECKING:
     from marquardt.jacobian import JacobianSlice, NormalProducts
 
 __all__ = ["TorchBackend", "create_backend"]
+
+_TORCH_OPS = ArrayOps(
+    float64=lambda x: x.to(torch.float64),
+    column_squares=lambda j: (j * j).sum(dim=0, dtype=torch.float64),
+    diagonal=lambda a: torch.diagonal(a).clone(),
+)
 
 
 class TorchBackend:
@@ -51,48 +65,19 @@ class TorchBackend:
     def system_from_slices(
         self, slices: Iterable[JacobianSlice], rows: int, params: int
     ) -> LinearSystem:
-        jac: torch.Tensor | None = None
-        res: torch.Tensor | None = None
-        for piece in slices:
-            j = piece.jacobian.detach()
-            r = piece.residuals.detach().reshape(-1)
-            if jac is None or res is None:
-                jac = torch.empty((rows, params), dtype=j.dtype, device=self.device)
-                res = torch.empty(rows, dtype=r.dtype, device=self.device)
-            jac[piece.start : piece.stop] = j.to(self.device)
-            res[piece.start : piece.stop] = r.to(self.device)
-        if jac is None or res is None:
-            raise ValueError(
-                f"system_from_slices got no slices for {rows} rows. "
-                "HINT: the Jacobian engine yielded nothing; check the batch is not empty."
-            )
+        device = self.device
+        jac, res = gather_slices(
+            slices,
+            rows,
+            params,
+            native=lambda t: t.detach().to(device),
+            empty=lambda shape, dt: torch.empty(shape, dtype=dt, device=device),
+        )
         return self.system_from_matrix(jac, res)
 
     def system_from_matrix(self, jac: torch.Tensor, res: torch.Tensor) -> LinearSystem:
         """The system for an explicit J (N × P) and r (N,) on this device."""
-        n, p = int(jac.shape[0]), int(jac.shape[1])
-        r64 = res.to(torch.float64)
-        rss = float(r64 @ r64)
-        col = (jac * jac).sum(dim=0, dtype=torch.float64) / n
-        if n >= p:
-            a = (jac.T @ jac).to(torch.float64) / n
-            g = (jac.T @ res).to(torch.float64) / n
-            return LinearSystem(
-                a=a, g=g, diag=col, rows=n, params=p, underdetermined=False, rss=rss
-            )
-        b = (jac @ jac.T).to(torch.float64) / n
-        gradient = (jac.T @ res).to(torch.float64) / n
-        return LinearSystem(
-            a=b,
-            g=r64 / n,
-            diag=col,
-            rows=n,
-            params=p,
-            underdetermined=True,
-            rss=rss,
-            jacobian=jac,
-            gradient=gradient,
-        )
+        return system_from_matrix(jac, res, _TORCH_OPS)
 
     def _scaling(self, diag: torch.Tensor, scaling: str) -> torch.Tensor:
         if scaling == "identity":
@@ -120,11 +105,7 @@ class TorchBackend:
             delta = (jac.T @ u.to(jac.dtype)).to(torch.float64)
             if not bool(torch.isfinite(delta).all()):
                 return None
-            # Jδ = JJᵀu = N·Bu, so δᵀJᵀr/N = N·(Bu)ᵀg and ‖Jδ‖²/N = N·‖Bu‖².
-            bu = a @ u
-            n = system.rows
-            gradient_dot = float(n * (bu @ g))
-            curvature = float(n * (bu @ bu))
+            gradient_dot, curvature = model_terms(system, u)
         else:
             m = a.clone()
             m.diagonal().add_(self._scaling(system.diag, scaling), alpha=float(damping))
@@ -132,8 +113,7 @@ class TorchBackend:
             if solved is None:
                 return None
             delta = solved
-            gradient_dot = float(delta @ g)
-            curvature = float(delta @ (a @ delta))
+            gradient_dot, curvature = model_terms(system, delta)
         return Solution(
             delta=delta.to("cpu"),
             gradient_dot=gradient_dot,
