@@ -419,3 +419,17 @@ def test_lm_checkpoint_does_not_resume_a_gradient_run(tmp_path: Path) -> None:
             _config(tmp_path / "x", resume_from=tmp_path / "checkpoints" / "ckpt_000000002.pt"),
         ).fit(loader)
     assert torch.equal(_flat(model), before)
+
+
+def test_lm_slice_size_shrinks_to_a_short_last_batch(tmp_path: Path) -> None:
+    from marquardt.solver import LMA
+
+    torch.manual_seed(0)
+    x = torch.linspace(-1, 1, 250).unsqueeze(1)
+    # 250 samples in batches of 100: the third batch has 50 rows, fewer than slice_size
+    loader = DataLoader(TensorDataset(x, torch.sinc(10 * x)), batch_size=100)
+    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+    lma = LMA(model, [torch.device("cpu")], lambda a, b: a - b)
+    trainer = Trainer(model, lma, _config(tmp_path, max_iter=3, slice_size=100))
+    trainer.fit(loader)
+    assert lma.state_dict()["steps"] == 3

@@ -70,7 +70,12 @@ def lm_step(trainer: Trainer, batches: Iterator[Any]) -> tuple[float, dict[str, 
     batch = next(batches)
     run_hook(trainer, "on_batch_start", batch)
     inputs, targets = _split(batch)
-    loss, terminated = trainer.optimizer.step(inputs, targets, trainer.config.slice_size)
+    slice_size = trainer.config.slice_size
+    if slice_size is not None:
+        # A loader's last batch may be shorter than the configured slice; LMA refuses a
+        # slice larger than its batch, so the slice shrinks to that batch.
+        slice_size = min(slice_size, len(inputs))
+    loss, terminated = trainer.optimizer.step(inputs, targets, slice_size)
     report = getattr(trainer.optimizer, "report", None)
     metrics: dict[str, float] = {}
     for name in ("damping", "attempts", "accepted"):
@@ -90,9 +95,4 @@ def sync_lma_replicas(lma: Any) -> None:
     ``load_state_dict`` writes into the source model, whose trainable parameters are views
     of its replica's flat vector; replicas on other devices still hold the old values.
     """
-    replicas = getattr(lma, "_replicas", None)
-    if replicas is None or len(replicas) < 2:
-        return
-    source = replicas[getattr(replicas, "_source_index", 0)]
-    replicas.set_flat_params(source.flat.detach().clone())
-    replicas.sync_buffers()
+    lma.sync_replicas()
