@@ -10,7 +10,7 @@ every optimizer alike. Reported: the training time at which that MSE first reach
 1e-3, 1e-4, 1e-5, 1e-6, or "not reached in X s" when the run hit its time cap (or the
 optimizer declared it could go no further).
 
-* ours: ``LMA(model, [cpu], a - b)`` with its defaults (fixed damping from 1e-3, ×10/×0.1);
+* ours: ``LMA(model, [cpu], a - b)`` with its defaults (Nielsen damping from 1e-3, Marquardt scaling);
 * the peer: ``LevenbergMarquardtModule(model, solve_method="cholesky")`` with its default
   damping (the same numbers), one ``training_step`` per batch as its ``fit`` does;
 * Adam: ``torch.optim.Adam`` on the batch MSE; the learning rate is the best of a small

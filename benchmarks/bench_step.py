@@ -190,7 +190,7 @@ def main(steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH) -> dict
         "problem": f"sinc(10x), 1-{hidden}-1 tanh MLP (P={jac.shape[1]}), batch {batch}, "
         f"float32, {c.THREADS} threads",
         "steps": steps,
-        "ours_config": f"LMA defaults (fixed damping, identity scaling, strategy auto → "
+        "ours_config": f"LMA defaults (Nielsen damping, Marquardt scaling, strategy auto → "
         f"{report.strategy}, backend auto → {report.backend}), slice_size=None",
         "peer_config": "LevenbergMarquardtModule(solve_method='cholesky'), defaults otherwise",
         "seconds": {
