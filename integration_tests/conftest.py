@@ -1,6 +1,6 @@
 """Fixtures of the integration tests: a real Slurm, the Legate driver stub, shellcheck.
 
-Markers (``--strict-markers``): ``slurm`` (needs the local Slurm this session starts),
+Markers (``--strict-markers``): ``slurm`` (needs the local Slurm the test run starts),
 ``multiprocess`` (several processes, gloo on CPU), ``legate`` (Legate on CPUs through the
 driver stub), ``gpu`` (needs an NVIDIA GPU; only ``nox -s gpu_tests`` selects them).
 """
