@@ -289,3 +289,15 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
             f"{r['verdict']:<5s} {r['detail']}"
         )
     return "\n".join(out)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or None where matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt

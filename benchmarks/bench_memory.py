@@ -172,12 +172,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _plot(results: dict[str, Any]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = c.pyplot()
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(6, 4))
     sizes = results["sizes"]

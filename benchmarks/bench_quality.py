@@ -278,12 +278,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _plot(results: dict[str, Any]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = c.pyplot()
+    if plt is None:
         return
     models = results["models"]
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)

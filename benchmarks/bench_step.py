@@ -217,12 +217,8 @@ def main(steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH) -> dict
 
 
 def _plot(results: dict[str, Any]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = c.pyplot()
+    if plt is None:
         return
     s = results["seconds"]
     parts = s["ours_parts_median"]

@@ -203,12 +203,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _plot(results: dict[str, Any]) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = c.pyplot()
+    if plt is None:
         return
     shapes_ = results["shapes"]
     fig, axes = plt.subplots(1, len(shapes_), figsize=(5 * len(shapes_), 3.6), squeeze=False)
