@@ -13,6 +13,7 @@ from jacobian_problems import (
 )
 
 from marquardt.jacobian import JacobianEngine, Replicas
+from marquardt.jacobian._modes._reference import reference_jacobian as rule_check_jacobian
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -22,6 +23,15 @@ def test_jacobian_matches_autograd(problem: Problem, mode: str) -> None:
     jac, res = engine.jacobian(problem.x, problem.y, slice_size=3)
     ref_j, ref_r = reference_jacobian(problem, replicas.names, replicas.flat_params())
     assert jac.shape == ref_j.shape
+    torch.testing.assert_close(jac, ref_j, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(res, ref_r, rtol=1e-12, atol=1e-12)
+
+
+def test_rule_check_reference_matches_autograd(problem: Problem) -> None:
+    """The per-row reverse mode that checks the layer rules is itself the exact Jacobian."""
+    replicas = Replicas(problem.model, ["cpu"])
+    jac, res = rule_check_jacobian(replicas[0], problem.residual_fn, problem.x, problem.y)
+    ref_j, ref_r = reference_jacobian(problem, replicas.names, replicas.flat_params())
     torch.testing.assert_close(jac, ref_j, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(res, ref_r, rtol=1e-12, atol=1e-12)
 
