@@ -3,12 +3,14 @@
 ``JᵀJ = Σ_s J_sᵀJ_s`` over row chunks ``J_s``; only the upper triangle needs to be
 formed because ``G`` is symmetric (the idea of the BLAS ``syrk``, which torch does not
 expose): on CPU the torch kernel multiplies column blocks ``J_{:,i}ᵀ J_{:,i:}`` straight
-into the upper block rows of ``G`` (for four blocks 10/16 of the flops of a full
-``mm``, in large GEMMs), in the dtype of ``J``; the lower triangle is mirrored once, in
-one pass, when the sum is complete. This is the default on CPU, chosen by measurement
-once (sinc, P = 769, N = 10000: 0.6–0.8× the time of a full ``mm`` on 1 and 2 threads)
-and not timed again at run time: a choice made by timing a shared machine's first chunks
-is noise, and NumPy's kernel runs OpenBLAS threads that fight torch's.
+into the upper block rows of ``G`` (``B`` blocks cost ``(B+1)/2B`` of the flops of a full
+``mm``: 9/16 for eight), in the dtype of ``J``; the lower triangle is mirrored once, in
+one pass, when the sum is complete. Blocks are about 96 columns wide, at most eight:
+narrower ones make GEMMs too thin to run at full speed. Measured once on 2 threads
+(N×P = 10000×769: 4 blocks 26–33 ms, 8 blocks 25–26 ms, full ``mm`` 43 ms; 6000×1251:
+8 blocks 40 ms, 16 blocks 43 ms; 10000×200: 2 blocks 2.4 ms, 8 blocks 3.4 ms) and not
+timed again at run time: a choice made by timing a shared machine's first chunks is
+noise, and NumPy's kernel runs OpenBLAS threads that fight torch's.
 ``MARQUARDT_JACOBIAN_GRAM_KERNEL=numpy`` uses NumPy's ``A.T @ A`` (its BLAS ``syrk``) on
 a zero-copy view instead. On GPUs ``addmm_`` forms the whole product.
 """
@@ -24,7 +26,8 @@ from . import _settings
 
 __all__ = ["GramAccumulator", "choose_kernel", "mirror_upper"]
 
-_BLOCKS = 4
+_BLOCK_COLUMNS = 96
+_MAX_BLOCKS = 8
 
 _masks: dict[tuple[int, torch.device], torch.Tensor] = {}
 
@@ -71,6 +74,8 @@ class GramAccumulator:
         self.jtr = torch.zeros(params, device=device, dtype=dtype)
         self.rss = torch.zeros((), device=device, dtype=dtype)
         self.rows = 0
+        blocks = max(1, min(_MAX_BLOCKS, params // _BLOCK_COLUMNS))
+        self._edges = sorted({round(i * params / blocks) for i in range(blocks + 1)})
 
     def add(self, jacobian: torch.Tensor, residuals: torch.Tensor) -> None:
         """``G += JᵀJ``, ``g += Jᵀr``, ``rss += rᵀr`` for one chunk (rows × P)."""
@@ -87,11 +92,8 @@ class GramAccumulator:
             a = j.contiguous().numpy()
             self.jtj.add_(torch.from_numpy(a.T @ a))
         else:
-            p = self.params
-            edges = [round(i * p / _BLOCKS) for i in range(_BLOCKS + 1)]
-            for lo, hi in itertools.pairwise(edges):
-                if hi > lo:
-                    self.jtj[lo:hi, lo:].addmm_(j[:, lo:hi].t(), j[:, lo:])
+            for lo, hi in itertools.pairwise(self._edges):
+                self.jtj[lo:hi, lo:].addmm_(j[:, lo:hi].t(), j[:, lo:])
 
     def finish(self) -> torch.Tensor:
         """The symmetric ``JᵀJ``: mirrored from the upper triangle by the blocked kernel,
