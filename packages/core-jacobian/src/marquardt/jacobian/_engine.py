@@ -20,6 +20,7 @@ from torch import nn
 from . import _settings
 from ._errors import ResidualDetachedError, UnknownModeError, message
 from ._gram import GramAccumulator
+from ._host_heap import keep_host_heap
 from ._modes import ResidualFn, jacfwd_jacobian, layers_jacobian, layers_support, vmap_jacobian
 from ._modes._common import rows_of
 from ._modes._reference import reference_jacobian
@@ -121,6 +122,8 @@ class JacobianEngine:
         supported, why = layers_support(replicas.model)
         self._layers_ok: bool | None = None if supported else False
         self._layers_reason = why
+        if any(d.type == "cpu" for d in replicas.devices):
+            keep_host_heap()  # each step's freed host blocks serve the next step
 
     # -- checks and planning -----------------------------------------------------------
     def _prepare(

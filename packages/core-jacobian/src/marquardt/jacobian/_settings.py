@@ -13,6 +13,11 @@
 ``MARQUARDT_JACOBIAN_GRAM_KERNEL``
     The kernel that forms ``J_sᵀJ_s`` on CPU in the accumulate strategy: ``torch``,
     ``numpy`` or ``auto`` (default: the blocked upper-triangle torch kernel on CPU).
+``MARQUARDT_JACOBIAN_HOST_HEAP``
+    ``keep`` (default) raises glibc's mmap and trim thresholds once, when an engine first
+    computes on the CPU, so the host memory each step frees is reused by the next instead
+    of being returned to the system and faulted in again (see ``_host_heap``);
+    ``system`` leaves the process's ``malloc`` settings alone.
 
 Nothing here is read at import time; each function reads the environment when called.
 """
@@ -23,9 +28,11 @@ import os
 
 __all__ = [
     "ENV_GRAM_KERNEL",
+    "ENV_HOST_HEAP",
     "ENV_MEMORY_BUDGET",
     "ENV_MODE",
     "gram_kernel",
+    "host_heap",
     "memory_budget",
     "mode",
 ]
@@ -33,6 +40,7 @@ __all__ = [
 ENV_MODE = "MARQUARDT_JACOBIAN_MODE"
 ENV_MEMORY_BUDGET = "MARQUARDT_JACOBIAN_MEMORY_BUDGET"
 ENV_GRAM_KERNEL = "MARQUARDT_JACOBIAN_GRAM_KERNEL"
+ENV_HOST_HEAP = "MARQUARDT_JACOBIAN_HOST_HEAP"
 
 DEFAULT_CPU_BUDGET = 256 << 20
 
@@ -70,5 +78,16 @@ def gram_kernel() -> str:
         raise ValueError(
             f"{ENV_GRAM_KERNEL}={value!r} names a JᵀJ kernel, but only auto, torch and "
             "numpy exist. HINT: set it to one of those, or unset it"
+        )
+    return value
+
+
+def host_heap() -> str:
+    """``keep`` (the default) or ``system``."""
+    value = os.environ.get(ENV_HOST_HEAP, "keep").strip().lower() or "keep"
+    if value not in ("keep", "system"):
+        raise ValueError(
+            f"{ENV_HOST_HEAP}={value!r} says what to do with freed host memory, but only "
+            "keep and system are understood. HINT: set it to one of those, or unset it"
         )
     return value
