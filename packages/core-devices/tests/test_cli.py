@@ -46,7 +46,8 @@ def test_plan_on_four_gpus(fake_nvml: Any, kit: Any, capsys: pytest.CaptureFixtu
     assert code == 0
     assert "strategy=accumulate, backend=cupynumeric, Legate GPUs=1" in out
     # 40 GiB x 0.8 = 32768 MiB for --fbmem; 100000 // 3 model GPUs = 33333 per slice.
-    assert "legate --gpus 1 --fbmem 32768 --sysmem 614 train.py --slice-size 33333" in out
+    # --sysmem: JtJ, Jtr and delta in float64 (4.52 MiB) + 25% stays below the 256 MiB floor.
+    assert "legate --gpus 1 --fbmem 32768 --sysmem 256 train.py --slice-size 33333" in out
 
 
 def test_no_nvml_says_so_and_plans_for_cpu(

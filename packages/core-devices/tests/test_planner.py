@@ -34,10 +34,12 @@ def test_sinc_model_on_four_gpus() -> None:
     # Memory allows 1488856 samples per slice, N // D = 33333 keeps all three busy.
     assert result.slice_size == 33_333
     assert result.fbmem_mib == 13_107  # 12.8 GiB usable in MiB
-    assert result.sysmem_mib == 614  # 2 x 3 x (33333 x 769 x 4 + 769^2 x 8) bytes
+    # Only the reduced JtJ, Jtr and delta cross the host: 769^2 x 8 + 2 x 769 x 8 = 4743192 B,
+    # x 1.25 = 5.65 MiB, below the 256 MiB floor.
+    assert result.sysmem_mib == 256
     assert result.fits
     assert result.command("train.py") == (
-        "legate --gpus 1 --fbmem 13107 --sysmem 614 train.py --slice-size 33333"
+        "legate --gpus 1 --fbmem 13107 --sysmem 256 train.py --slice-size 33333"
     )
 
 
@@ -50,7 +52,9 @@ def test_wide_model_needs_two_gpus_for_j() -> None:
     assert result.legate_gpus == 2 and result.model_devices == ("cuda:2", "cuda:3")
     # A sample's slice costs 3 x 2e6 x 4 = 24 MB: 572 fit in 12.8 GiB, below N // D = 1000.
     assert result.slice_size == 572
-    assert result.sysmem_mib == 17_457
+    # 2 slices in flight on each of 2 model GPUs: 4 x 572 x (2e6 + 1) x 4 + 2e6 x 8 =
+    # 18320009152 B, x 1.25 = 22900011440 B = 21839.15 MiB -> 21840.
+    assert result.sysmem_mib == 21_840
     assert result.fits
     text = result.explain()
     assert "K = 2" in text and "slice_size = min(572, N // D = 2000 // 2 = 1000) = 572" in text
@@ -144,3 +148,33 @@ def test_host_memory_reads_meminfo(tmp_path: Any) -> None:
     assert host_memory(str(meminfo)) == HostMemory(1536 * 1024, f"MemAvailable in {meminfo}")
     fallback = host_memory(str(tmp_path / "missing"))
     assert fallback.available > 0 and "sysconf" in fallback.source
+
+
+def test_sysmem_for_accumulate_is_the_reduced_jtj_only(fake_nvml: Any, kit: Any) -> None:
+    # Four idle 40 GiB GPUs from the fake NVML; P = 20000, N = 100000: accumulate, and the
+    # solver holds 2 x 20000^2 x 8 + 3 x 20000 x 8 = 6400480000 B (5.96 GiB): K = 1.
+    fake_nvml(kit.four_gpus())
+    result = plan(20_000, 100_000)
+    assert (result.strategy, result.legate_gpus, result.slice_size) == ("accumulate", 1, 33_333)
+    assert result.solver_bytes == 6_400_480_000
+    # Host staging per step: JtJ and Jtr reduced on the first model GPU, copied once in
+    # float64, and delta back: 20000^2 x 8 + 2 x 20000 x 8 = 3200320000 B; x 1.25 =
+    # 4000400000 B = 3815.08 MiB -> 3816 MiB. (The old rule, 2 x 3 x (slice J 33333 x
+    # 20000 x 4 + JtJ part 20000^2 x 8) = 35199840000 B, asked for 33570 MiB.)
+    assert result.sysmem_mib == 3816
+    line = next(x for x in result.explain().splitlines() if x.startswith("--sysmem"))
+    assert "20000^2 x 8 + 2 x 20000 x 8 = 2.98 GiB" in line
+    assert "no slice of J" in line and "25% margin = 3.73 GiB" in line
+    assert "--sysmem 3816 " in result.command()
+
+
+def test_sysmem_for_explicit_counts_slices_in_flight(fake_nvml: Any, kit: Any) -> None:
+    # P = 2e6, N = 2000: explicit; J is 16e9 B, within one 40 GiB GPU's 32 GiB usable: K = 1,
+    # three model GPUs. A sample's slice costs 3 x 2e6 x 4 = 24e6 B: 1431 fit, N // 3 = 666.
+    fake_nvml(kit.four_gpus())
+    result = plan(2_000_000, 2000)
+    assert (result.strategy, result.legate_gpus, result.slice_size) == ("explicit", 1, 666)
+    # 2 slices in flight x 3 model GPUs, each J_s and r_s: 6 x 666 x (2e6 + 1) x 4, and delta
+    # 2e6 x 8: 31984015984 B; x 1.25 = 39980019980 B = 38127.92 MiB -> 38128 MiB.
+    assert result.sysmem_mib == 38_128
+    assert "6 x 666 x (2000000 + 1) x 4 + 2000000 x 8" in result.explain()

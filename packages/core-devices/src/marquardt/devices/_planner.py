@@ -20,6 +20,15 @@ the headroom); a model device takes slices of ``s`` samples whose
 Jacobian ``s·m·P·b`` bytes, times 3 for the slice, its copy on the way to the solver and
 autograd's work, fits its usable memory, and at most ``N // D`` samples over ``D`` model
 devices so that every device has work (data parallelism).
+
+Legate's ``--sysmem`` is sized from what crosses host memory on the way to the solver in one
+step, plus :data:`SYSMEM_MARGIN`. With ``accumulate`` the model devices sum their partial
+``JᵀJ`` and ``Jᵀr``, the sums are added on the first model device, and only that one float64
+``P × P`` matrix and ``P`` vector are copied to the host and attached to Legate (no slice of
+``J`` and no per-device partial leaves the GPUs). With ``explicit`` every slice ``J_s`` (and
+its residuals) goes through a fresh pinned host buffer that Legate attaches and copies into
+its ``J``; the Jacobian engine keeps at most 2 slices per model device in flight. Either way
+δ (``P`` float64) comes back through the host once per attempt.
 """
 
 from __future__ import annotations
@@ -50,6 +59,11 @@ ITEMSIZE: dict[str, int] = {
 SLICE_FACTOR = 3
 #: The least --fbmem / --sysmem worth passing to Legate, in MiB.
 LEGATE_MIN_MIB = 256
+#: Fraction added to the host bytes staged per step when sizing --sysmem (allocator slack,
+#: Legate's own small host-side arrays).
+SYSMEM_MARGIN = 0.25
+#: Slices the Jacobian engine keeps in flight per model device (its ``map_ordered`` window).
+SLICES_IN_FLIGHT = 2
 
 
 def _fmt(nbytes: float) -> str:
@@ -338,20 +352,49 @@ def _plan_gpus(
             _verdict(solver_fits, f"on each of Legate's {k} GPU(s)", solver / k, min(usable[:k]))
         )
         fbmem = max(LEGATE_MIN_MIB, int(min(usable[:k]) // MiB))
-        staged = 2 * len(model) * (size * per_sample // SLICE_FACTOR + partial)
-        sysmem = max(LEGATE_MIN_MIB, math.ceil(staged / MiB))
+        sysmem, staging = _sysmem(common, size, len(model))
         lines.append(
             f"--fbmem {fbmem}: the usable memory of Legate's smallest GPU, in MiB, so its "
             "temporaries have room."
         )
-        lines.append(
-            f"--sysmem {sysmem}: host staging for 2 slices in flight per model device "
-            f"(2 x {len(model)} x (slice J + JtJ part) = {_fmt(staged)}), at least "
-            f"{LEGATE_MIN_MIB} MiB."
-        )
+        lines.append(f"--sysmem {sysmem}: {staging}")
     return Plan(
         **common, backend="torch" if k == 0 else "cupynumeric", legate_gpus=k,
         model_devices=tuple(f"cuda:{g.ordinal}" for g in model), slice_size=size,
         slice_bytes=size * per_sample, fits=fits, fbmem_mib=fbmem, sysmem_mib=sysmem,
         lines=tuple(lines),
     )  # fmt: skip
+
+
+def _sysmem(common: dict[str, Any], size: int, devices: int) -> tuple[int, str]:
+    """Legate's --sysmem in MiB for one step, and the arithmetic in words.
+
+    What crosses host memory (see the module docstring): ``accumulate`` hands over the one
+    reduced ``JᵀJ`` and ``Jᵀr`` in float64; ``explicit`` stages ``SLICES_IN_FLIGHT`` slices
+    of ``size`` samples per model device, ``J_s`` and ``r_s`` in the Jacobian's dtype. δ
+    comes back in float64.
+    """
+    params, outputs = int(common["params"]), int(common["outputs"])
+    item = int(common["jacobian_bytes"]) // (int(common["rows"]) * params)
+    if common["strategy"] == "accumulate":
+        staged = params * params * 8 + 2 * params * 8
+        what = (
+            f"host staging per step = the reduced JtJ and Jtr in float64, and delta back "
+            f"({params}^2 x 8 + 2 x {params} x 8 = {_fmt(staged)}); "
+            "no slice of J and no per-device JtJ part leaves the model devices"
+        )
+    else:
+        in_flight = SLICES_IN_FLIGHT * devices
+        slice_rows = size * outputs
+        staged = in_flight * slice_rows * (params + 1) * item + params * 8
+        what = (
+            f"host staging per step = {SLICES_IN_FLIGHT} slices in flight per model device "
+            f"({in_flight}), each J_s and r_s of {slice_rows} rows, and delta back "
+            f"({in_flight} x {slice_rows} x ({params} + 1) x {item} + {params} x 8 = "
+            f"{_fmt(staged)})"
+        )
+    wanted = staged * (1.0 + SYSMEM_MARGIN)
+    sysmem = max(LEGATE_MIN_MIB, math.ceil(wanted / MiB))
+    return sysmem, (
+        f"{what}; + {SYSMEM_MARGIN:.0%} margin = {_fmt(wanted)}, at least {LEGATE_MIN_MIB} MiB."
+    )
