@@ -333,3 +333,34 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(
     assert torch.allclose(
         torch.tensor(resumed["params"]), torch.tensor(straight["params"]), atol=1e-6
     )
+
+
+def test_early_stopping_killed_and_resumed_stops_where_the_uninterrupted_run_does(
+    tmp_path: Path, procs: Processes
+) -> None:
+    """EarlyStopping's best value and count of validations without improvement survive a
+    SIGKILL: the resumed run stops at the step, and with the best value, of the run that was
+    never interrupted (with its state forgotten it would stop several validations later)."""
+    common = [
+        *("--nprocs", "1", "--shuffle", "--batch-size", "16", "--max-iter", "300"),
+        *("--val-every", "4", "--patience", "3", "--min-delta", "1e-3"),
+        *("--checkpoint-every", "5"),
+    ]
+    straight = run_job_here(tmp_path, *common, "--root", "straight")
+    stop = straight["stopped_at"]
+    assert stop is not None and straight["step"] == stop < 300
+    kill = stop - 2  # after the last checkpoint before the stop, which follows a bad validation
+    code, _, err = procs.run(
+        [JOB, *common, "--root", "killed", "--fault", "sigkill", "--fault-step", str(kill)],
+        cwd=tmp_path,
+    )
+    assert code == -9, err
+    last_step, last = ckpt.list_checkpoints(tmp_path / "killed" / "checkpoints")[-1]
+    assert last_step == (kill - 1) // 5 * 5  # the kill comes before step kill is saved
+    saved = ckpt.read_checkpoint(last)["callbacks"][0]
+    (early,) = [v["state"] for k, v in saved.items() if k.startswith("EarlyStopping")]
+    assert early["bad_validations"] >= 1  # the state matters: forgetting it moves the stop
+    resumed = run_job_here(tmp_path, *common, "--root", "killed", "--resume", "latest")
+    print(f"early stopping: straight {stop}, resumed {resumed['stopped_at']}")
+    assert resumed["step"] == resumed["stopped_at"] == stop
+    assert resumed["best"] == straight["best"]

@@ -3,7 +3,9 @@
 Writes, from the calling process (the spawning parent, or rank 0 of a launcher), a JSON
 file with the final full-data loss and the trained parameters of the model ``fit`` returned.
 Faults are injected by callbacks: rank R SIGKILLs itself at step S, or rank 0 sends SIGTERM
-to the spawning parent (or to itself) at step S.
+to the spawning parent (or to itself) at step S. With ``--patience`` the run validates on the
+full data every ``--val-every`` steps and stops early (``EarlyStopping``); the JSON then
+holds the callback's best value and the step it stopped at.
 """
 
 import argparse
@@ -16,7 +18,7 @@ import torch
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
-from marquardt.trainer import Callback, TrainConfig, Trainer
+from marquardt.trainer import Callback, EarlyStopping, TrainConfig, Trainer
 
 
 class Fault(Callback):
@@ -58,6 +60,9 @@ def main(argv=None):
     p.add_argument("--fault-rank", type=int, default=0)
     p.add_argument("--dist-timeout", type=float, default=30.0)
     p.add_argument("--all-reduce", action="store_true")
+    p.add_argument("--val-every", type=int, default=0)
+    p.add_argument("--patience", type=int, default=0)
+    p.add_argument("--min-delta", type=float, default=0.0)
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -72,6 +77,12 @@ def main(argv=None):
     else:
         optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
     callbacks = [Fault(args.fault, args.fault_step, args.fault_rank)] if args.fault else []
+    stopper = None
+    val_loader = None
+    if args.patience:
+        stopper = EarlyStopping(patience=args.patience, min_delta=args.min_delta)
+        callbacks.append(stopper)
+        val_loader = DataLoader(TensorDataset(x, y), batch_size=args.samples)
     config = TrainConfig(
         max_iter=args.max_iter,
         nprocs=args.nprocs,
@@ -86,15 +97,19 @@ def main(argv=None):
         seed=0,
         dist_timeout=args.dist_timeout,
         all_reduce_metrics=args.all_reduce,
+        val_every=args.val_every,
     )
     trainer = Trainer(model, optimizer, config, loss_fn="mse")
-    model, _ = trainer.fit(loader)
+    model, _ = trainer.fit(loader, val_loader)
     if args.out and trainer.state.rank == 0:
         with torch.no_grad():
             loss = nn.functional.mse_loss(model(x), y).item()
         flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).tolist()
         with open(args.out, "w") as handle:
-            json.dump({"loss": loss, "params": flat, "step": trainer.state.step}, handle)
+            result = {"loss": loss, "params": flat, "step": trainer.state.step}
+            if stopper is not None:
+                result.update(best=stopper.best, stopped_at=stopper.stopped_at)
+            json.dump(result, handle)
     sys.stdout.flush()
 
 

@@ -5,11 +5,18 @@ decision everywhere; the trainer also combines ``should_stop`` across processes 
 so one process asking to stop is enough). ``trainer.state`` gives the step, the epoch, the
 rank and the latest metrics; a callback that writes files should check
 ``trainer.state.is_global_zero``.
+
+A callback that keeps state across steps (``EarlyStopping``'s best value and count of
+validations without improvement) returns it from ``state_dict()`` and takes it back in
+``load_state_dict()``; the trainer stores it in every checkpoint under the callback's
+``state_key``, so a resumed run decides exactly as the uninterrupted one would
+(:mod:`marquardt.trainer._callback_state` has the rule for a callback list that changed).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,7 +28,29 @@ class Callback:
 
     Order within a step: ``on_batch_start`` → optimizer or LM step → ``on_batch_end``
     (with the step's loss and metrics) → validation hooks when due → checkpoint.
+
+    State: override ``state_dict`` / ``load_state_dict`` when the callback keeps state that
+    decides what it does later (counters, best values). The state must be made of
+    ``None``, ``bool``, ``int``, ``float``, ``str``, tensors, and lists, tuples and
+    ``str``-keyed dicts of those (what ``torch.load(weights_only=True)`` reads back).
     """
+
+    @property
+    def state_key(self) -> str:
+        """The name this callback's state is stored under in a checkpoint.
+
+        The class's qualified name by default; a callback whose configuration changes what
+        its state means (``EarlyStopping``'s ``monitor``) adds it. When several callbacks
+        of a run share a key, the second is stored as ``"<key> #2"``, and so on.
+        """
+        return type(self).__qualname__
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state a resumed run needs (empty: nothing to checkpoint)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take back what :meth:`state_dict` returned (called on resume, before training)."""
 
     def on_train_start(self, trainer: Trainer) -> None:
         """Before the first step (after any resume)."""
@@ -85,6 +114,31 @@ class EarlyStopping(Callback):
         self.best: float | None = None
         self.bad_validations = 0
         self.stopped_at: int | None = None
+
+    @property
+    def state_key(self) -> str:
+        return f"EarlyStopping(monitor={self.monitor}, mode={self.mode})"
+
+    def state_dict(self) -> dict[str, Any]:
+        """``best``, ``bad_validations`` and ``stopped_at``: what decides the next stop."""
+        return {
+            "best": self.best,
+            "bad_validations": self.bad_validations,
+            "stopped_at": self.stopped_at,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        missing = sorted({"best", "bad_validations"} - set(state))
+        if missing:
+            raise ValueError(
+                f"EarlyStopping.load_state_dict: the state has no {', '.join(missing)} (found "
+                f"{sorted(state)}). HINT: pass what EarlyStopping.state_dict() returned"
+            )
+        best = state["best"]
+        self.best = None if best is None else float(best)
+        self.bad_validations = int(state["bad_validations"])
+        stopped_at = state.get("stopped_at")
+        self.stopped_at = None if stopped_at is None else int(stopped_at)
 
     def _improved(self, value: float) -> bool:
         if self.best is None:

@@ -3,9 +3,10 @@
 Forward: a torch optimizer cannot be pickled apart from its model (its state refers to
 the parameters), so it travels as class, hyper-parameters, parameter indices and state,
 and is rebuilt around each process's copy of the model. Back: rank 0 writes the trained
-model and optimizer state with the final step to a file (atomically), which the parent
-loads into the caller's own model and optimizer; every rank holds the same weights, so
-rank 0's are the run's.
+model and optimizer state, its callbacks' states and the final step to a file
+(atomically), which the parent loads into the caller's own model, optimizer and callbacks
+(so ``EarlyStopping.best`` reads the same in the caller as in the run); every rank holds
+the same weights, so rank 0's are the run's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from . import _callback_state as callback_state
 from . import _checkpoint as ckpt
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ def write_result(trainer: Trainer, path: str) -> None:
             "step": state.step,
             "interrupted": state.interrupted,
             "stop_reason": state.stop_reason,
+            callback_state.ENTRY: [callback_state.capture(trainer.config.callbacks)],
         },
         path,
     )
@@ -82,3 +85,4 @@ def apply_result(trainer: Trainer, result: dict[str, Any]) -> None:
     trainer.state.step = int(result["step"])
     trainer.state.stop_reason = str(result.get("stop_reason", ""))
     trainer.state.interrupted = bool(result["interrupted"])
+    callback_state.restore(result, trainer.config.callbacks, rank=0, world_size=1)

@@ -2,9 +2,11 @@
 
 A checkpoint holds the bare model (no DDP ``module.`` prefix), the optimizer's or the
 LMA's state, every rank's RNG state, the position (step, epoch, batch in the epoch), the
-sampler seed, the best validation loss and the configuration (file format and atomic
-writes: :mod:`marquardt.trainer._checkpoint`). Every rank contributes its RNG state and
-rank 0 writes; on resume every rank loads the same file, so all agree on the step.
+sampler seed, the best validation loss, every rank's callback states
+(:mod:`marquardt.trainer._callback_state`) and the configuration (file format and atomic
+writes: :mod:`marquardt.trainer._checkpoint`). Every rank contributes its RNG and
+callback states and rank 0 writes; on resume every rank loads the same file, so all agree
+on the step.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import _callback_state as callback_state
 from . import _checkpoint as ckpt
 from . import _distributed as pg
 from ._environments import ProcessLayout
@@ -39,8 +42,13 @@ def check_resume(trainer: Trainer, plan: RunPlan) -> None:
     if plan.resume is None:
         return
     path = Path(plan.resume)
-    data = ckpt.read_checkpoint(path)
+    check_checkpoint(trainer, ckpt.read_checkpoint(path), path)
+
+
+def check_checkpoint(trainer: Trainer, data: dict[str, Any], path: Path) -> None:
+    """``data`` fits this run: model, optimizer, loop, and the callbacks' saved states."""
     ckpt.check_fits(data, path, trainer.model, kind(trainer), optimizer_class(trainer))
+    callback_state.check(data, path, trainer.config.callbacks)
 
 
 def _plain(value: Any) -> Any:
@@ -54,8 +62,8 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def payload(trainer: Trainer, rngs: list[Any]) -> dict[str, Any]:
-    """The checkpoint of ``trainer`` as it stands, with the RNG states ``rngs``."""
+def payload(trainer: Trainer, rngs: list[Any], callbacks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The checkpoint of ``trainer`` as it stands, with every rank's RNG and callback states."""
     state = trainer.state
     return {
         "format": ckpt.FORMAT,
@@ -70,6 +78,7 @@ def payload(trainer: Trainer, rngs: list[Any]) -> dict[str, Any]:
         "lma": trainer.optimizer.state_dict() if trainer.is_lm else None,
         "optimizer_class": optimizer_class(trainer),
         "rng": rngs,
+        callback_state.ENTRY: callbacks,
         "sampler_seed": trainer._sampler_seed,
         "best_val": state.best_val,
         "world_size": state.world_size,
@@ -80,12 +89,14 @@ def payload(trainer: Trainer, rngs: list[Any]) -> dict[str, Any]:
 
 def save(trainer: Trainer, folder: Path) -> None:
     """A numbered checkpoint (every rank's RNG, for exact resume), written by rank 0."""
-    rngs = pg.all_gather_object(ckpt.rng_state())
+    own = (ckpt.rng_state(), callback_state.capture(trainer.config.callbacks))
+    gathered = pg.all_gather_object(own)
     if trainer.state.rank != 0:
         return
+    rngs, callbacks = [g[0] for g in gathered], [g[1] for g in gathered]
     directory = folder / ckpt.CHECKPOINT_DIR
     path = ckpt.atomic_save(
-        payload(trainer, rngs), directory / ckpt.checkpoint_name(trainer.state.step)
+        payload(trainer, rngs, callbacks), directory / ckpt.checkpoint_name(trainer.state.step)
     )
     ckpt.prune(directory, trainer.config.keep_checkpoints)
     trainer.state.last_checkpoint = path
@@ -94,8 +105,10 @@ def save(trainer: Trainer, folder: Path) -> None:
 def save_best(trainer: Trainer, folder: Path) -> None:
     """``best.pt``: the checkpoint at the best validation loss so far (rank 0 only)."""
     if trainer.state.rank == 0:
+        callbacks = [callback_state.capture(trainer.config.callbacks)]
         ckpt.atomic_save(
-            payload(trainer, [ckpt.rng_state()]), folder / ckpt.CHECKPOINT_DIR / "best.pt"
+            payload(trainer, [ckpt.rng_state()], callbacks),
+            folder / ckpt.CHECKPOINT_DIR / "best.pt",
         )
 
 
@@ -112,6 +125,11 @@ def load_state(trainer: Trainer, data: dict[str, Any]) -> None:
     state.epoch = int(data["epoch"])
     state.batch_in_epoch = int(data["batch_in_epoch"])
     state.best_val = data.get("best_val")
+
+
+def restore_callbacks(trainer: Trainer, data: dict[str, Any], layout: ProcessLayout) -> None:
+    """This rank's saved callback states (rank 0's when the world size changed)."""
+    callback_state.restore(data, trainer.config.callbacks, layout.rank, layout.world_size)
 
 
 def restore_rng(data: dict[str, Any], layout: ProcessLayout) -> None:

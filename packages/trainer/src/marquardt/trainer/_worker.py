@@ -3,8 +3,8 @@
 Every process of a run (the only one, each spawned child, each torchrun worker or srun
 task) goes through :func:`run_worker`. It seeds, picks its device (the GPU its layout
 names, the LMA's device, or the CPU), joins the process group, takes rank 0's plan,
-resumes from the checkpoint on every rank (the ranks must agree on the step), wraps the
-model in DDP and shards the loader by global rank. A collective that fails because a
+resumes from the checkpoint on every rank (the ranks must agree on the step; each takes
+back its callbacks' states), wraps the model in DDP and shards the loader by global rank. A collective that fails because a
 peer died ends the process at once with :data:`PEER_FAILED_EXIT`.
 """
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import _callback_state as callback_state
 from . import _checkpoint as ckpt
 from . import _ddp
 from . import _distributed as pg
@@ -26,7 +27,7 @@ from ._handback import write_result
 from ._logging import RunLogger
 from ._loop import run_loop
 from ._plan import RunPlan, agree_plan
-from ._resume import kind, load_state, optimizer_class, restore_rng
+from ._resume import check_checkpoint, load_state, restore_callbacks, restore_rng
 from ._signals import GracefulStop
 
 if TYPE_CHECKING:
@@ -120,8 +121,11 @@ def _train(
     if plan.resume is not None:
         path = Path(plan.resume)
         data = ckpt.read_checkpoint(path)
-        ckpt.check_fits(data, path, model, kind(trainer), optimizer_class(trainer))
+        check_checkpoint(trainer, data, path)
         load_state(trainer, data)
+        restore_callbacks(trainer, data, layout)
+    # A callback whose state cannot be checkpointed fails now, not at the first checkpoint.
+    callback_state.capture(cfg.callbacks)
     steps = pg.all_gather_object(state.step)
     if len(set(steps)) > 1:
         raise CheckpointMismatchError(
