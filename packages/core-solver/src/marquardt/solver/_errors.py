@@ -7,7 +7,18 @@ Non-convergence is never an error: it is reported in ``LMA.report``.
 
 from __future__ import annotations
 
-__all__ = ["BackendUnavailableError", "SolverConfigError", "SolverInputError", "SolverStateError"]
+__all__ = [
+    "BackendUnavailableError",
+    "SolverConfigError",
+    "SolverInputError",
+    "SolverStateError",
+    "message",
+]
+
+
+def message(asked: str, found: str, hint: str) -> str:
+    """The house form of an error message: what was asked, what was found, how to fix it."""
+    return f"{asked}, but {found}. HINT: {hint}"
 
 
 class SolverConfigError(ValueError):

@@ -30,67 +30,23 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from ._backend_choice import BACKEND_CHOICES, resolve_backend
-from ._backends.base import ArrayBackend, LinearSystem, host_vector
-from ._damping import DampingRule, FixedDamping, NielsenDamping, gain_ratio
-from ._errors import SolverConfigError, SolverInputError, SolverStateError
+from ._assembly import assemble
+from ._attempts import Attempts, run_attempts
+from ._backend_choice import resolve_backend
+from ._backends.base import ArrayBackend, host_vector
+from ._batch import check_batch
+from ._damping import DampingRule
+from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_options
 from ._report import StepReport
-from ._scaling import SCALINGS
-from ._stopping import StoppingCriteria
+from ._state import checked_state, solver_state
 
 __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
-
-ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-LossFn = Callable[..., Any]
-
-#: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
-DAMPING_RULES: tuple[str, ...] = ("fixed", "nielsen")
-#: Names accepted by ``LMA(strategy=...)``.
-STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate")
-
-_STATE_FORMAT = "marquardt.solver.LMA/1"
-
-#: A trial loss must be lower than the loss at the start of the step by more than this many
-#: units of rounding (machine epsilon of the parameters' dtype, relative to the loss) to
-#: count as a decrease: differences below that are rounding noise of the loss evaluation.
-NOISE_ULPS = 16.0
-
-
-def _fail(asked: str, found: str, hint: str) -> str:
-    return f"{asked}, but {found}. HINT: {hint}"
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    """Whether two devices are the same (``cuda`` without an index is ``cuda:0``)."""
-    return a.type == b.type and (a.index or 0) == (b.index or 0)
-
-
-def _positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SolverConfigError(
-            _fail(
-                f"LMA({name}=...) expects a number",
-                f"got {type(value).__name__}",
-                f"pass a float, e.g. {name}=1.0",
-            )
-        )
-    number = float(value)
-    if not math.isfinite(number) or number < 0.0 or (number == 0.0 and not allow_zero):
-        bound = "≥ 0" if allow_zero else "> 0"
-        raise SolverConfigError(
-            _fail(
-                f"LMA({name}=...) expects a finite number {bound}",
-                f"got {value!r}",
-                f"pass a finite {name} {bound}",
-            )
-        )
-    return number
 
 
 class LMA:
@@ -143,133 +99,28 @@ class LMA:
         jacobian_mode: str = "auto",
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
-        if not isinstance(model, nn.Module):
-            raise SolverConfigError(
-                _fail(
-                    "LMA(model, ...) expects a torch.nn.Module",
-                    f"got {type(model).__name__}",
-                    "wrap the function in an nn.Module whose parameters are the unknowns",
-                )
-            )
-        if isinstance(devices, (str, torch.device)) or not isinstance(devices, Sequence):
-            raise SolverConfigError(
-                _fail(
-                    "LMA(model, devices, ...) expects a list of devices",
-                    f"got {devices!r}",
-                    "pass a list, e.g. [torch.device('cpu')] or get_available_gpus()",
-                )
-            )
-        if not callable(residual_fn):
-            raise SolverConfigError(
-                _fail(
-                    "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals",
-                    f"got {type(residual_fn).__name__}",
-                    "pass e.g. lambda a, b: a - b",
-                )
-            )
-        if loss_fn is not None and not callable(loss_fn):
-            raise SolverConfigError(
-                _fail(
-                    "LMA(loss_fn=...) expects a callable or None",
-                    f"got {type(loss_fn).__name__}",
-                    "pass None for the mean squared residual",
-                )
-            )
-        lr = _positive_number("learning_rate", learning_rate)
-        start = _positive_number("damping_start", damping_start)
-        lo = _positive_number("damping_min", damping_min)
-        hi = _positive_number("damping_max", damping_max)
-        up = _positive_number("damping_up", damping_up)
-        down = _positive_number("damping_down", damping_down)
-        if not lo <= hi:
-            raise SolverConfigError(
-                _fail(
-                    "LMA expects damping_min ≤ damping_max",
-                    f"got damping_min={lo:g}, damping_max={hi:g}",
-                    "swap or fix the bounds",
-                )
-            )
-        if not up > 1.0 or not down < 1.0:
-            raise SolverConfigError(
-                _fail(
-                    "LMA expects damping_up > 1 and damping_down < 1",
-                    f"got damping_up={up:g}, damping_down={down:g}",
-                    "λ must grow on rejection and shrink on acceptance, e.g. 10 and 0.1",
-                )
-            )
-        rule: DampingRule
-        if isinstance(damping, str):
-            if damping not in DAMPING_RULES:
-                raise SolverConfigError(
-                    _fail(
-                        f"LMA(damping={damping!r}) names a damping rule",
-                        f"the known rules are {DAMPING_RULES}",
-                        "use 'fixed' or 'nielsen', or pass a DampingRule instance",
-                    )
-                )
-            rule = (
-                FixedDamping(start, up=up, down=down, minimum=lo, maximum=hi)
-                if damping == "fixed"
-                else NielsenDamping(start, minimum=lo, maximum=hi)
-            )
-        elif isinstance(damping, DampingRule):
-            rule = damping
-        else:
-            raise SolverConfigError(
-                _fail(
-                    "LMA(damping=...) expects 'fixed', 'nielsen' or a DampingRule",
-                    f"got {type(damping).__name__}",
-                    "pass damping='fixed'",
-                )
-            )
-        if scaling not in SCALINGS:
-            raise SolverConfigError(
-                _fail(
-                    f"LMA(scaling={scaling!r}) names a scaling",
-                    f"the known ones are {SCALINGS}",
-                    "use 'identity' (D = I) or 'marquardt' (D = diag(JᵀJ))",
-                )
-            )
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise SolverConfigError(
-                _fail(
-                    "LMA(attempts=...) expects an integer ≥ 1",
-                    f"got {attempts!r}",
-                    "pass e.g. attempts=10",
-                )
-            )
-        if strategy not in STRATEGIES:
-            raise SolverConfigError(
-                _fail(
-                    f"LMA(strategy={strategy!r}) names a strategy",
-                    f"the known ones are {STRATEGIES}",
-                    "use 'auto', 'explicit' (J assembled) or 'accumulate' (JᵀJ summed)",
-                )
-            )
-        if isinstance(backend, str) and backend not in BACKEND_CHOICES:
-            raise SolverConfigError(
-                _fail(
-                    f"LMA(backend={backend!r}) names a backend",
-                    f"the known ones are {BACKEND_CHOICES}",
-                    "use backend='auto'",
-                )
-            )
-        if dtype is not None and (
-            not isinstance(dtype, torch.dtype) or not dtype.is_floating_point
-        ):
-            raise SolverConfigError(
-                _fail(
-                    "LMA(dtype=...) expects a floating torch.dtype or None",
-                    f"got {dtype!r}",
-                    "pass torch.float32, torch.float64 or None (the parameters' dtype)",
-                )
-            )
-        tolerances = {
-            name: None if value is None else _positive_number(name, value, allow_zero=True)
-            for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol))
-        }
-
-        device_list = list(devices)
+        options = check_options(
+            model,
+            devices,
+            residual_fn,
+            loss_fn=loss_fn,
+            learning_rate=learning_rate,
+            damping=damping,
+            damping_start=damping_start,
+            damping_up=damping_up,
+            damping_down=damping_down,
+            damping_min=damping_min,
+            damping_max=damping_max,
+            scaling=scaling,
+            attempts=attempts,
+            strategy=strategy,
+            backend=backend,
+            dtype=dtype,
+            ftol=ftol,
+            xtol=xtol,
+            gtol=gtol,
+        )
+        device_list = options.devices
         if any(str(d).startswith("cuda") for d in device_list):
             # A model GPU that Legate also holds would be shared by two allocators (Legate
             # reserves 95% of its GPUs' memory): refuse before anything is built.
@@ -281,16 +132,16 @@ class LMA:
 
         self._replicas = Replicas(model, device_list)
         self._engine = JacobianEngine(self._replicas, residual_fn, mode=jacobian_mode)
-        self._backend = resolve_backend(backend, self._replicas.devices[0])
-        self._rule = rule
+        self._backend = resolve_backend(options.backend, self._replicas.devices[0])
+        self._rule = options.rule
         self._residual_fn = residual_fn
         self._loss_fn = loss_fn
-        self._learning_rate = lr
-        self._scaling = scaling
-        self._attempts = attempts
-        self._strategy = strategy
-        self._dtype = dtype
-        self._stopping = StoppingCriteria(**tolerances)
+        self._learning_rate = options.learning_rate
+        self._scaling = options.scaling
+        self._attempts = options.attempts
+        self._strategy = options.strategy
+        self._dtype = options.dtype
+        self._stopping = options.stopping
         self._steps = 0
         self.report: StepReport | None = None
 
@@ -340,114 +191,7 @@ class LMA:
         """
         self._replicas.sync_from_model()
 
-    # -- validation ----------------------------------------------------------------------
-    def _validate_batch(
-        self, inputs: object, targets: object, slice_size: object
-    ) -> tuple[torch.Tensor, torch.Tensor, int | None]:
-        for name, value in (("inputs", inputs), ("targets", targets)):
-            if not isinstance(value, torch.Tensor):
-                raise SolverInputError(
-                    _fail(
-                        f"LMA.step expects {name} as a torch.Tensor",
-                        f"got {type(value).__name__}",
-                        "convert with torch.as_tensor(...)",
-                    )
-                )
-        assert isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor)
-        if inputs.dim() == 0 or targets.dim() == 0:
-            raise SolverInputError(
-                _fail(
-                    "LMA.step expects batched inputs and targets (samples along dim 0)",
-                    f"got shapes {tuple(inputs.shape)} and {tuple(targets.shape)}",
-                    "add a batch dimension, e.g. x.unsqueeze(0)",
-                )
-            )
-        batch = int(inputs.shape[0])
-        if batch == 0:
-            raise SolverInputError(
-                _fail(
-                    "LMA.step expects a batch of at least one sample",
-                    "the batch is empty",
-                    "skip empty batches",
-                )
-            )
-        if int(targets.shape[0]) != batch:
-            raise SolverInputError(
-                _fail(
-                    "LMA.step expects as many targets as inputs along dim 0",
-                    f"got {batch} inputs and {int(targets.shape[0])} targets",
-                    "pass matching (x, y) pairs, e.g. from one DataLoader batch",
-                )
-            )
-        dtype = self._replicas.dtype
-        home = self._replicas.devices
-        for name, value in (("inputs", inputs), ("targets", targets)):
-            if value.is_floating_point() and value.dtype != dtype:
-                raise SolverInputError(
-                    _fail(
-                        f"LMA.step expects floating {name} in the parameters' dtype {dtype}",
-                        f"{name} are {value.dtype}",
-                        f"convert them with {name}.to({dtype}) (or the model with "
-                        f"model.to({value.dtype}) before building the LMA)",
-                    )
-                )
-            if value.device.type != "cpu" and not any(_same_device(value.device, d) for d in home):
-                raise SolverInputError(
-                    _fail(
-                        f"LMA.step expects {name} on the host or on a model device "
-                        f"({', '.join(map(str, home))})",
-                        f"{name} are on {value.device}",
-                        f"move them with {name}.to({str(home[0])!r}) or keep them on the CPU",
-                    )
-                )
-        for name, value in (("inputs", inputs), ("targets", targets)):
-            floating = value.is_floating_point() or value.is_complex()
-            if floating and not bool(torch.isfinite(value).all()):
-                raise SolverInputError(
-                    _fail(
-                        f"LMA.step expects finite {name}",
-                        f"{name} contain {int((~torch.isfinite(value)).sum())} NaN/inf values",
-                        "clean the data; nothing was changed",
-                    )
-                )
-        if slice_size is None:
-            return inputs, targets, None
-        if isinstance(slice_size, bool) or not isinstance(slice_size, int) or slice_size < 1:
-            raise SolverInputError(
-                _fail(
-                    "LMA.step expects slice_size to be None or an integer ≥ 1",
-                    f"got {slice_size!r}",
-                    "pass e.g. slice_size=batch_size // num_devices",
-                )
-            )
-        if slice_size > batch:
-            raise SolverInputError(
-                _fail(
-                    f"LMA.step was given slice_size={slice_size} for a batch of {batch} samples",
-                    "a slice cannot hold more samples than the batch",
-                    "pass slice_size=min(slice_size, len(x)) or None (one slice per device), "
-                    "or drop the last, shorter batch (DataLoader(drop_last=True))",
-                )
-            )
-        return inputs, targets, int(slice_size)
-
     # -- the step ------------------------------------------------------------------------
-    def _plan(
-        self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None
-    ) -> tuple[int, str]:
-        """(N rows, strategy) from the Jacobian planner ("auto": accumulate when N ≥ P)."""
-        plan = self._engine.plan(inputs, targets, slice_size, strategy=self._strategy)
-        return int(plan.rows), str(plan.strategy)
-
-    def _engine_seconds(self) -> tuple[float, float, float]:
-        """(jacobian, transfer, gram) seconds of the engine's last call."""
-        timings: dict[str, float] = dict(getattr(self._engine, "timings", {}) or {})
-        return (
-            float(timings.get("jacobian", 0.0)),
-            float(timings.get("transfer", 0.0)),
-            float(timings.get("gram", 0.0)),
-        )
-
     def _loss(self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None) -> float:
         """The loss at the current parameters; NaN when the forward is not finite."""
         from marquardt.jacobian import JacobianError
@@ -470,32 +214,26 @@ class LMA:
         step (the accepted point, or the start when nothing was accepted). ``slice_size``
         is how many samples each Jacobian slice holds (None: the whole batch in one).
         """
-        inputs, targets, slice_size = self._validate_batch(inputs, targets, slice_size)
+        inputs, targets, slice_size = check_batch(
+            inputs,
+            targets,
+            slice_size,
+            dtype=self._replicas.dtype,
+            home=self._replicas.devices,
+        )
         t_begin = time.perf_counter()
-        rule = self._rule
-        lr = self._learning_rate
         params = self._replicas.num_params
-        rows, strategy = self._plan(inputs, targets, slice_size)
-
-        t0 = time.perf_counter()
-        system: LinearSystem
-        if strategy == "accumulate":
-            products = self._engine.accumulate(inputs, targets, slice_size, dtype=self._dtype)
-            system = self._backend.system_from_products(products)
-        else:
-            system = self._backend.system_from_slices(
-                self._engine.slices(inputs, targets, slice_size), rows, params
-            )
-        self._backend.synchronize()
-        elapsed = time.perf_counter() - t0
-        # The engine reports per call: for "accumulate" its Jacobian time includes the
-        # JᵀJ products ("gram"), which are assembly; for "explicit" the slices are
-        # produced while the backend copies them, so the split is approximate.
-        jacobian_s, transfer_s, gram_s = self._engine_seconds()
-        seconds_jacobian = max(0.0, jacobian_s - gram_s - transfer_s)
-        seconds_transfer = transfer_s
-        seconds_assembly = max(0.0, elapsed - seconds_jacobian - seconds_transfer)
-
+        built = assemble(
+            self._engine,
+            self._backend,
+            inputs,
+            targets,
+            slice_size,
+            strategy=self._strategy,
+            dtype=self._dtype,
+            params=params,
+        )
+        system = built.system
         n = system.rows
         mse_before = system.rss / n
         seconds_trial = 0.0
@@ -509,19 +247,19 @@ class LMA:
         scale = loss_before / mse_before if mse_before > 0.0 and math.isfinite(loss_before) else 1.0
 
         report = StepReport(
-            damping=rule.damping,
-            damping_used=rule.damping,
+            damping=self._rule.damping,
+            damping_used=self._rule.damping,
             attempts=0,
             accepted=False,
             loss_before=loss_before,
             loss_after=loss_before,
-            strategy=strategy,
+            strategy=built.strategy,
             backend=self._backend.name,
             rows=n,
             params=params,
-            seconds_jacobian=seconds_jacobian,
-            seconds_transfer=seconds_transfer,
-            seconds_assembly=seconds_assembly,
+            seconds_jacobian=built.seconds_jacobian,
+            seconds_transfer=built.seconds_transfer,
+            seconds_assembly=built.seconds_assembly,
         )
 
         if self._stopping.gtol is not None and self._stopping.gtol_met(
@@ -532,84 +270,23 @@ class LMA:
             report.reason = "gtol: the residual is orthogonal to the Jacobian columns"
             return self._finish(report, t_begin, loss_before, terminated=True)
 
-        param_norm = (
-            float(self._replicas.flat_params().double().norm())
-            if self._stopping.xtol is not None
-            else 0.0
+        how = Attempts(
+            backend=self._backend,
+            rule=self._rule,
+            scaling=self._scaling,
+            attempts=self._attempts,
+            learning_rate=self._learning_rate,
+            stopping=self._stopping,
         )
-        self._replicas.backup()
-        noise = NOISE_ULPS * torch.finfo(self._replicas.dtype).eps
-        seconds_solve = 0.0
-        accepted = False
-        loss_after = loss_before
-        terminated = False
-        last_delta_norm = 0.0
-        for _ in range(self._attempts):
-            lam = rule.damping
-            report.damping_used = lam
-            report.attempts += 1
-            t = time.perf_counter()
-            solution = self._backend.solve(system, lam, self._scaling)
-            self._backend.synchronize()
-            seconds_solve += time.perf_counter() - t
-            if solution is None or not bool(torch.isfinite(solution.delta).all()):
-                report.rejections.append(
-                    "cholesky failed" if solution is None else "non-finite step"
-                )
-                rule.on_reject()
-            else:
-                self._replicas.add_(solution.delta, alpha=-lr)
-                t = time.perf_counter()
-                trial = self._loss(inputs, targets, slice_size)
-                seconds_trial += time.perf_counter() - t
-                predicted = solution.predicted_reduction(lr) * scale
-                actual = loss_before - trial
-                report.predicted_reduction = predicted
-                report.gain_ratio = gain_ratio(actual, predicted)
-                # A reduction below the rounding error of the loss itself is noise, not
-                # progress: counting it would let a converged run wander on forever.
-                significant = actual > noise * abs(loss_before)
-                if math.isfinite(trial) and significant and rule.accepts(actual, predicted):
-                    rule.on_accept(actual, predicted)
-                    accepted = True
-                    loss_after = trial
-                    last_delta_norm = lr * float(solution.delta.norm())
-                    if self._stopping.ftol_met(loss_before, actual, predicted):
-                        terminated, report.termination = True, "ftol"
-                        report.reason = "ftol: relative reductions of the loss ≤ ftol"
-                    elif self._stopping.xtol_met(last_delta_norm, param_norm):
-                        terminated, report.termination = True, "xtol"
-                        report.reason = "xtol: relative change of the parameters ≤ xtol"
-                    break
-                self._replicas.restore()
-                report.rejections.append(
-                    "non-finite loss"
-                    if not math.isfinite(trial)
-                    else "loss did not decrease beyond rounding"
-                    if actual > 0.0
-                    else "loss did not decrease"
-                )
-                rule.on_reject()
-            if rule.at_ceiling:
-                terminated, report.termination = True, "damping_max"
-                report.reason = (
-                    f"damping reached its ceiling {rule.maximum:g} without lowering the loss "
-                    f"({report.attempts} attempts: {', '.join(report.rejections)})"
-                )
-                break
-
-        report.accepted = accepted
-        report.loss_after = loss_after
-        report.step_norm = last_delta_norm
-        report.seconds_solve = seconds_solve
-        report.seconds_trial = seconds_trial
-        if not report.reason:
-            report.reason = (
-                f"accepted after {report.attempts} attempt(s)"
-                if accepted
-                else f"no attempt lowered the loss in {report.attempts} attempts "
-                f"({', '.join(report.rejections)}); parameters unchanged"
-            )
+        loss_after, terminated = run_attempts(
+            how,
+            system,
+            self._replicas,
+            lambda: self._loss(inputs, targets, slice_size),
+            report,
+            scale=scale,
+            seconds_trial=seconds_trial,
+        )
         return self._finish(report, t_begin, loss_after, terminated=terminated)
 
     def _finish(
@@ -628,59 +305,10 @@ class LMA:
 
         The model's parameters are not included (save ``lma.model.state_dict()``).
         """
-        return {
-            "format": _STATE_FORMAT,
-            "damping_rule": self._rule.name,
-            "damping_state": dict(self._rule.state_dict()),
-            "steps": self._steps,
-            "learning_rate": self._learning_rate,
-            "scaling": self._scaling,
-        }
+        return solver_state(self._rule, self._steps, self._learning_rate, self._scaling)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; checks everything before changing anything."""
-        if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
-            found = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise SolverStateError(
-                _fail(
-                    f"load_state_dict expects a dict of format {_STATE_FORMAT!r}",
-                    f"got {found!r}",
-                    "pass what LMA.state_dict() returned",
-                )
-            )
-        if state.get("damping_rule") != self._rule.name:
-            raise SolverStateError(
-                _fail(
-                    f"load_state_dict was given the state of damping rule "
-                    f"{state.get('damping_rule')!r}",
-                    f"this solver uses {self._rule.name!r}",
-                    "construct the LMA with the same damping= as the one saved",
-                )
-            )
-        damping_state = state.get("damping_state")
-        if (
-            not isinstance(damping_state, dict)
-            or "damping" not in damping_state
-            or not all(
-                isinstance(v, (int, float)) and math.isfinite(float(v)) and float(v) > 0.0
-                for v in damping_state.values()
-            )
-        ):
-            raise SolverStateError(
-                _fail(
-                    "load_state_dict expects damping_state with a finite positive 'damping'",
-                    f"got {damping_state!r}",
-                    "pass what LMA.state_dict() returned",
-                )
-            )
-        steps = state.get("steps", 0)
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise SolverStateError(
-                _fail(
-                    "load_state_dict expects 'steps' as an integer ≥ 0",
-                    f"got {steps!r}",
-                    "pass what LMA.state_dict() returned",
-                )
-            )
-        self._rule.load_state_dict({k: float(v) for k, v in damping_state.items()})
+        damping_state, steps = checked_state(state, self._rule)
+        self._rule.load_state_dict(damping_state)
         self._steps = steps

@@ -59,6 +59,8 @@ __all__ = [
     "gather_slices",
     "host_vector",
     "model_terms",
+    "normal_system",
+    "solution",
     "system_from_matrix",
 ]
 
@@ -233,6 +235,39 @@ def model_terms(system: LinearSystem, solved: Any) -> tuple[float, float]:
     return float(solved @ system.g), float(solved @ (a @ solved))
 
 
+def solution(system: LinearSystem, solved: Any, delta: torch.Tensor, damping: float) -> Solution:
+    """The :class:`Solution` for δ (``delta``, float64 on the CPU) solved with λ = ``damping``.
+
+    ``solved`` is what the damped system was solved for, in backend arrays: δ itself when
+    over-determined, u (δ = Jᵀu) when under-determined; the quadratic model's terms come
+    from it (:func:`model_terms`).
+    """
+    gradient_dot, curvature = model_terms(system, solved)
+    return Solution(
+        delta=delta,
+        gradient_dot=float(gradient_dot),
+        curvature=float(curvature),
+        damping=float(damping),
+    )
+
+
+def normal_system(a: Any, g: Any, *, rows: int, rss: float, ops: ArrayOps) -> LinearSystem:
+    """The over-determined system from A = JᵀJ/N (P × P) and g = Jᵀr/N (P,), float64 arrays.
+
+    diag(JᵀJ)/N is a copy of A's diagonal (``ops.diagonal``). Every backend builds its
+    over-determined system here, from accumulated products or from an explicit J.
+    """
+    return LinearSystem(
+        a=a,
+        g=g,
+        diag=ops.diagonal(a),
+        rows=int(rows),
+        params=int(a.shape[0]),
+        underdetermined=False,
+        rss=float(rss),
+    )
+
+
 def system_from_matrix(jac: Any, res: Any, ops: ArrayOps) -> LinearSystem:
     """The system for an explicit J (N × P) and r (N,), in the arrays ``ops`` work on.
 
@@ -246,16 +281,7 @@ def system_from_matrix(jac: Any, res: Any, ops: ArrayOps) -> LinearSystem:
     rss = float(r64 @ r64)
     gradient = ops.float64(jac.T @ res) / n
     if n >= p:
-        a = ops.float64(jac.T @ jac) / n
-        return LinearSystem(
-            a=a,
-            g=gradient,
-            diag=ops.diagonal(a),
-            rows=n,
-            params=p,
-            underdetermined=False,
-            rss=rss,
-        )
+        return normal_system(ops.float64(jac.T @ jac) / n, gradient, rows=n, rss=rss, ops=ops)
     return LinearSystem(
         a=ops.float64(jac @ jac.T) / n,
         g=r64 / n,

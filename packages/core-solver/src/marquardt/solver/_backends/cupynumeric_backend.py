@@ -48,7 +48,8 @@ from .base import (
     LinearSystem,
     Solution,
     gather_slices,
-    model_terms,
+    normal_system,
+    solution,
     system_from_matrix,
 )
 
@@ -91,6 +92,12 @@ class CupynumericBackend:
         self._linalg: Any = importlib.import_module("cupynumeric.linalg")
         runtime: Any = importlib.import_module("legate.core").get_legate_runtime()
         self._runtime = runtime
+        cn = self._cn
+        self._ops = ArrayOps(
+            float64=lambda x: x.astype(cn.float64),
+            column_squares=lambda j: (j * j).sum(axis=0, dtype=cn.float64),
+            diagonal=lambda a: cn.diagonal(a).copy(),
+        )
         # D as a dense P × P (or I as N × N) matrix for the system being solved: a step
         # solves one system for several λ, and each Legate operation costs about a
         # millisecond on CPUs, so D is built once per system and scaling.
@@ -133,15 +140,7 @@ class CupynumericBackend:
         n = int(products.rows)
         a = self._fresh_float64(products.jtj) / n
         g = self._fresh_float64(products.jtr.reshape(-1)) / n
-        return LinearSystem(
-            a=a,
-            g=g,
-            diag=self._cn.diagonal(a).copy(),
-            rows=n,
-            params=int(a.shape[0]),
-            underdetermined=False,
-            rss=float(products.rss),
-        )
+        return normal_system(a, g, rows=n, rss=products.rss, ops=self._ops)
 
     def system_from_slices(
         self, slices: Iterable[JacobianSlice], rows: int, params: int
@@ -156,13 +155,7 @@ class CupynumericBackend:
 
     def system_from_matrix(self, jac: Any, res: Any) -> LinearSystem:
         """The system for an explicit J (N × P) and r (N,) already in Legate."""
-        cn = self._cn
-        ops = ArrayOps(
-            float64=lambda x: x.astype(cn.float64),
-            column_squares=lambda j: (j * j).sum(axis=0, dtype=cn.float64),
-            diagonal=lambda a: cn.diagonal(a).copy(),
-        )
-        return system_from_matrix(jac, res, ops)
+        return system_from_matrix(jac, res, self._ops)
 
     # -- damped solves --------------------------------------------------------------------
 
@@ -213,23 +206,17 @@ class CupynumericBackend:
                 return None
             jac: Any = system.jacobian
             delta = (jac.T @ u.astype(jac.dtype)).astype(cn.float64)
-            gradient_dot, curvature = model_terms(system, u)
+            solved = u
         else:
             solved = self._cholesky_solve(a + float(damping) * self._damping(system, scaling), g)
             if solved is None:
                 return None
             delta = solved
-            gradient_dot, curvature = model_terms(system, delta)
         # A private host copy: the Legate array may be freed or reused once we return.
         host = np.asarray(delta, dtype=np.float64).copy()
         if not np.all(np.isfinite(host)):
             return None
-        return Solution(
-            delta=torch.from_numpy(host),
-            gradient_dot=float(gradient_dot),
-            curvature=float(curvature),
-            damping=float(damping),
-        )
+        return solution(system, solved, torch.from_numpy(host), damping)
 
     def synchronize(self) -> None:
         """Block until every Legate operation issued so far has finished."""

@@ -25,7 +25,8 @@ from .base import (
     LinearSystem,
     Solution,
     gather_slices,
-    model_terms,
+    normal_system,
+    solution,
     system_from_matrix,
 )
 
@@ -92,15 +93,7 @@ class NumpyBackend:
         n = int(products.rows)
         a = _to_numpy(products.jtj).astype(np.float64) / n
         g = _to_numpy(products.jtr).astype(np.float64).reshape(-1) / n
-        return LinearSystem(
-            a=a,
-            g=g,
-            diag=np.diagonal(a).copy(),
-            rows=n,
-            params=a.shape[0],
-            underdetermined=False,
-            rss=float(products.rss),
-        )
+        return normal_system(a, g, rows=n, rss=products.rss, ops=_NUMPY_OPS)
 
     def system_from_slices(
         self, slices: Iterable[JacobianSlice], rows: int, params: int
@@ -128,7 +121,7 @@ class NumpyBackend:
             delta = np.asarray(jac.T @ u.astype(jac.dtype), dtype=np.float64)
             if not np.all(np.isfinite(delta)):
                 return None
-            gradient_dot, curvature = model_terms(system, u)
+            solved = u
         else:
             d = scaling_diagonal_numpy(system.diag, scaling)
             m = a.copy()
@@ -136,14 +129,8 @@ class NumpyBackend:
             delta_or_none = cholesky_solve_numpy(m, g)
             if delta_or_none is None:
                 return None
-            delta = delta_or_none
-            gradient_dot, curvature = model_terms(system, delta)
-        return Solution(
-            delta=torch.from_numpy(delta),
-            gradient_dot=gradient_dot,
-            curvature=curvature,
-            damping=float(damping),
-        )
+            delta = solved = delta_or_none
+        return solution(system, solved, torch.from_numpy(delta), damping)
 
     def synchronize(self) -> None:
         """NumPy is synchronous: nothing to wait for."""

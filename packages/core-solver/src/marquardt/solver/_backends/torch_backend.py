@@ -23,7 +23,8 @@ from .base import (
     LinearSystem,
     Solution,
     gather_slices,
-    model_terms,
+    normal_system,
+    solution,
     system_from_matrix,
 )
 
@@ -52,15 +53,7 @@ class TorchBackend:
         # One new float64 copy, divided in place (P × P: cheap next to forming JᵀJ).
         a = products.jtj.detach().to(self.device, torch.float64, copy=True).div_(n)
         g = products.jtr.detach().to(self.device, torch.float64).reshape(-1) / n
-        return LinearSystem(
-            a=a,
-            g=g,
-            diag=torch.diagonal(a).clone(),
-            rows=n,
-            params=int(a.shape[0]),
-            underdetermined=False,
-            rss=float(products.rss),
-        )
+        return normal_system(a, g, rows=n, rss=products.rss, ops=_TORCH_OPS)
 
     def system_from_slices(
         self, slices: Iterable[JacobianSlice], rows: int, params: int
@@ -105,21 +98,15 @@ class TorchBackend:
             delta = (jac.T @ u.to(jac.dtype)).to(torch.float64)
             if not bool(torch.isfinite(delta).all()):
                 return None
-            gradient_dot, curvature = model_terms(system, u)
+            solved = u
         else:
             m = a.clone()
             m.diagonal().add_(self._scaling(system.diag, scaling), alpha=float(damping))
-            solved = _cholesky_solve(m, g)
-            if solved is None:
+            solved_or_none = _cholesky_solve(m, g)
+            if solved_or_none is None:
                 return None
-            delta = solved
-            gradient_dot, curvature = model_terms(system, delta)
-        return Solution(
-            delta=delta.to("cpu"),
-            gradient_dot=gradient_dot,
-            curvature=curvature,
-            damping=float(damping),
-        )
+            delta = solved = solved_or_none
+        return solution(system, solved, delta.to("cpu"), damping)
 
     def synchronize(self) -> None:
         """Wait for queued CUDA work on this device (nothing to do on the CPU)."""

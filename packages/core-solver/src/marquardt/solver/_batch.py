@@ -1,0 +1,118 @@
+"""A batch for ``LMA.step``, checked before any work: :func:`check_batch`.
+
+The residual vector r(θ) of one step stacks ``residual_fn(model(x_i), y_i)`` over the
+samples of the batch (dim 0), so inputs and targets must pair up sample by sample, be
+finite (one NaN makes every entry of JᵀJ and Jᵀr NaN), sit where the model can read them
+and match the parameters' dtype. A bad batch raises :class:`SolverInputError` and leaves the
+parameters, λ, the step count and the report as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ._errors import SolverInputError, message
+
+__all__ = ["check_batch", "same_device"]
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are the same (``cuda`` without an index is ``cuda:0``)."""
+    return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
+def check_batch(
+    inputs: object,
+    targets: object,
+    slice_size: object,
+    *,
+    dtype: torch.dtype,
+    home: Sequence[torch.device],
+) -> tuple[torch.Tensor, torch.Tensor, int | None]:
+    """``(inputs, targets, slice_size)`` checked for a model of ``dtype`` on ``home``."""
+    for name, value in (("inputs", inputs), ("targets", targets)):
+        if not isinstance(value, torch.Tensor):
+            raise SolverInputError(
+                message(
+                    f"LMA.step expects {name} as a torch.Tensor",
+                    f"got {type(value).__name__}",
+                    "convert with torch.as_tensor(...)",
+                )
+            )
+    assert isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor)
+    if inputs.dim() == 0 or targets.dim() == 0:
+        raise SolverInputError(
+            message(
+                "LMA.step expects batched inputs and targets (samples along dim 0)",
+                f"got shapes {tuple(inputs.shape)} and {tuple(targets.shape)}",
+                "add a batch dimension, e.g. x.unsqueeze(0)",
+            )
+        )
+    batch = int(inputs.shape[0])
+    if batch == 0:
+        raise SolverInputError(
+            message(
+                "LMA.step expects a batch of at least one sample",
+                "the batch is empty",
+                "skip empty batches",
+            )
+        )
+    if int(targets.shape[0]) != batch:
+        raise SolverInputError(
+            message(
+                "LMA.step expects as many targets as inputs along dim 0",
+                f"got {batch} inputs and {int(targets.shape[0])} targets",
+                "pass matching (x, y) pairs, e.g. from one DataLoader batch",
+            )
+        )
+    for name, value in (("inputs", inputs), ("targets", targets)):
+        if value.is_floating_point() and value.dtype != dtype:
+            raise SolverInputError(
+                message(
+                    f"LMA.step expects floating {name} in the parameters' dtype {dtype}",
+                    f"{name} are {value.dtype}",
+                    f"convert them with {name}.to({dtype}) (or the model with "
+                    f"model.to({value.dtype}) before building the LMA)",
+                )
+            )
+        if value.device.type != "cpu" and not any(same_device(value.device, d) for d in home):
+            raise SolverInputError(
+                message(
+                    f"LMA.step expects {name} on the host or on a model device "
+                    f"({', '.join(map(str, home))})",
+                    f"{name} are on {value.device}",
+                    f"move them with {name}.to({str(home[0])!r}) or keep them on the CPU",
+                )
+            )
+    for name, value in (("inputs", inputs), ("targets", targets)):
+        floating = value.is_floating_point() or value.is_complex()
+        if floating and not bool(torch.isfinite(value).all()):
+            raise SolverInputError(
+                message(
+                    f"LMA.step expects finite {name}",
+                    f"{name} contain {int((~torch.isfinite(value)).sum())} NaN/inf values",
+                    "clean the data; nothing was changed",
+                )
+            )
+    if slice_size is None:
+        return inputs, targets, None
+    if isinstance(slice_size, bool) or not isinstance(slice_size, int) or slice_size < 1:
+        raise SolverInputError(
+            message(
+                "LMA.step expects slice_size to be None or an integer ≥ 1",
+                f"got {slice_size!r}",
+                "pass e.g. slice_size=batch_size // num_devices",
+            )
+        )
+    if slice_size > batch:
+        raise SolverInputError(
+            message(
+                f"LMA.step was given slice_size={slice_size} for a batch of {batch} samples",
+                "a slice cannot hold more samples than the batch",
+                "pass slice_size=min(slice_size, len(x)) or None (one slice per device), "
+                "or drop the last, shorter batch (DataLoader(drop_last=True))",
+            )
+        )
+    return inputs, targets, int(slice_size)

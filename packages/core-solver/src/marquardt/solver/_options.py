@@ -1,0 +1,249 @@
+"""The arguments of ``LMA(...)``, checked before anything is built: :func:`check_options`.
+
+The damping rule's bounds come from Marquardt (1963) and Nielsen (1999): λ starts at
+``damping_start`` and stays in [``damping_min``, ``damping_max``]; the fixed rule multiplies
+it by ``damping_up`` > 1 on a rejected attempt and by ``damping_down`` < 1 on an accepted
+one. The MINPACK tolerances (Moré 1978) ``ftol`` / ``xtol`` / ``gtol`` are ≥ 0 or None (off).
+Every check raises :class:`SolverConfigError` in the house form and changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._backend_choice import BACKEND_CHOICES
+from ._backends.base import ArrayBackend
+from ._damping import DampingRule, FixedDamping, NielsenDamping
+from ._errors import SolverConfigError, message
+from ._scaling import SCALINGS
+from ._stopping import StoppingCriteria
+
+__all__ = ["DAMPING_RULES", "STRATEGIES", "LossFn", "Options", "ResidualFn", "check_options"]
+
+ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossFn = Callable[..., Any]
+
+#: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
+DAMPING_RULES: tuple[str, ...] = ("fixed", "nielsen")
+#: Names accepted by ``LMA(strategy=...)``.
+STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate")
+
+
+@dataclass(frozen=True)
+class Options:
+    """The checked settings of one ``LMA``: what its constructor keeps besides the model."""
+
+    devices: list[torch.device | str]
+    learning_rate: float
+    rule: DampingRule
+    scaling: str
+    attempts: int
+    strategy: str
+    backend: str | ArrayBackend
+    dtype: torch.dtype | None
+    stopping: StoppingCriteria
+
+
+def _positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SolverConfigError(
+            message(
+                f"LMA({name}=...) expects a number",
+                f"got {type(value).__name__}",
+                f"pass a float, e.g. {name}=1.0",
+            )
+        )
+    number = float(value)
+    if not math.isfinite(number) or number < 0.0 or (number == 0.0 and not allow_zero):
+        bound = "≥ 0" if allow_zero else "> 0"
+        raise SolverConfigError(
+            message(
+                f"LMA({name}=...) expects a finite number {bound}",
+                f"got {value!r}",
+                f"pass a finite {name} {bound}",
+            )
+        )
+    return number
+
+
+def _check_callables(
+    model: object, devices: object, residual_fn: object, loss_fn: object
+) -> list[torch.device | str]:
+    """The model, the device list and the two functions; returns the devices as a list."""
+    if not isinstance(model, nn.Module):
+        raise SolverConfigError(
+            message(
+                "LMA(model, ...) expects a torch.nn.Module",
+                f"got {type(model).__name__}",
+                "wrap the function in an nn.Module whose parameters are the unknowns",
+            )
+        )
+    if isinstance(devices, (str, torch.device)) or not isinstance(devices, Sequence):
+        raise SolverConfigError(
+            message(
+                "LMA(model, devices, ...) expects a list of devices",
+                f"got {devices!r}",
+                "pass a list, e.g. [torch.device('cpu')] or get_available_gpus()",
+            )
+        )
+    if not callable(residual_fn):
+        raise SolverConfigError(
+            message(
+                "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals",
+                f"got {type(residual_fn).__name__}",
+                "pass e.g. lambda a, b: a - b",
+            )
+        )
+    if loss_fn is not None and not callable(loss_fn):
+        raise SolverConfigError(
+            message(
+                "LMA(loss_fn=...) expects a callable or None",
+                f"got {type(loss_fn).__name__}",
+                "pass None for the mean squared residual",
+            )
+        )
+    return list(devices)
+
+
+def _damping_rule(
+    damping: object, start: object, up: object, down: object, lo: object, hi: object
+) -> DampingRule:
+    """The damping rule named (or given) by ``damping``, with its bounds checked."""
+    start_ = _positive_number("damping_start", start)
+    lo_ = _positive_number("damping_min", lo)
+    hi_ = _positive_number("damping_max", hi)
+    up_ = _positive_number("damping_up", up)
+    down_ = _positive_number("damping_down", down)
+    if not lo_ <= hi_:
+        raise SolverConfigError(
+            message(
+                "LMA expects damping_min ≤ damping_max",
+                f"got damping_min={lo_:g}, damping_max={hi_:g}",
+                "swap or fix the bounds",
+            )
+        )
+    if not up_ > 1.0 or not down_ < 1.0:
+        raise SolverConfigError(
+            message(
+                "LMA expects damping_up > 1 and damping_down < 1",
+                f"got damping_up={up_:g}, damping_down={down_:g}",
+                "λ must grow on rejection and shrink on acceptance, e.g. 10 and 0.1",
+            )
+        )
+    if isinstance(damping, str):
+        if damping not in DAMPING_RULES:
+            raise SolverConfigError(
+                message(
+                    f"LMA(damping={damping!r}) names a damping rule",
+                    f"the known rules are {DAMPING_RULES}",
+                    "use 'fixed' or 'nielsen', or pass a DampingRule instance",
+                )
+            )
+        if damping == "fixed":
+            return FixedDamping(start_, up=up_, down=down_, minimum=lo_, maximum=hi_)
+        return NielsenDamping(start_, minimum=lo_, maximum=hi_)
+    if isinstance(damping, DampingRule):
+        return damping
+    raise SolverConfigError(
+        message(
+            "LMA(damping=...) expects 'fixed', 'nielsen' or a DampingRule",
+            f"got {type(damping).__name__}",
+            "pass damping='fixed'",
+        )
+    )
+
+
+def _check_choices(
+    scaling: object, attempts: object, strategy: object, backend: object, dtype: object
+) -> None:
+    """The named choices (scaling, strategy, backend), the attempt count and the dtype."""
+    if scaling not in SCALINGS:
+        raise SolverConfigError(
+            message(
+                f"LMA(scaling={scaling!r}) names a scaling",
+                f"the known ones are {SCALINGS}",
+                "use 'identity' (D = I) or 'marquardt' (D = diag(JᵀJ))",
+            )
+        )
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise SolverConfigError(
+            message(
+                "LMA(attempts=...) expects an integer ≥ 1",
+                f"got {attempts!r}",
+                "pass e.g. attempts=10",
+            )
+        )
+    if strategy not in STRATEGIES:
+        raise SolverConfigError(
+            message(
+                f"LMA(strategy={strategy!r}) names a strategy",
+                f"the known ones are {STRATEGIES}",
+                "use 'auto', 'explicit' (J assembled) or 'accumulate' (JᵀJ summed)",
+            )
+        )
+    if isinstance(backend, str) and backend not in BACKEND_CHOICES:
+        raise SolverConfigError(
+            message(
+                f"LMA(backend={backend!r}) names a backend",
+                f"the known ones are {BACKEND_CHOICES}",
+                "use backend='auto'",
+            )
+        )
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise SolverConfigError(
+            message(
+                "LMA(dtype=...) expects a floating torch.dtype or None",
+                f"got {dtype!r}",
+                "pass torch.float32, torch.float64 or None (the parameters' dtype)",
+            )
+        )
+
+
+def check_options(
+    model: nn.Module,
+    devices: Sequence[torch.device | str],
+    residual_fn: ResidualFn,
+    *,
+    loss_fn: LossFn | None,
+    learning_rate: float,
+    damping: str | DampingRule,
+    damping_start: float,
+    damping_up: float,
+    damping_down: float,
+    damping_min: float,
+    damping_max: float,
+    scaling: str,
+    attempts: int,
+    strategy: str,
+    backend: str | ArrayBackend,
+    dtype: torch.dtype | None,
+    ftol: float | None,
+    xtol: float | None,
+    gtol: float | None,
+) -> Options:
+    """Every ``LMA`` argument checked, in the order of the signature; raises before any work."""
+    device_list = _check_callables(model, devices, residual_fn, loss_fn)
+    lr = _positive_number("learning_rate", learning_rate)
+    rule = _damping_rule(damping, damping_start, damping_up, damping_down, damping_min, damping_max)
+    _check_choices(scaling, attempts, strategy, backend, dtype)
+    tolerances = {
+        name: None if value is None else _positive_number(name, value, allow_zero=True)
+        for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol))
+    }
+    return Options(
+        devices=device_list,
+        learning_rate=lr,
+        rule=rule,
+        scaling=scaling,
+        attempts=attempts,
+        strategy=strategy,
+        backend=backend,
+        dtype=dtype,
+        stopping=StoppingCriteria(**tolerances),
+    )

@@ -1,0 +1,81 @@
+"""The solver's saved state: :func:`solver_state` and :func:`checked_state`.
+
+What carries over from step to step is the damping rule's state (λ, and ν for Nielsen's
+rule, Nielsen 1999) and the step count; the learning rate and scaling are saved for the
+record. The model's parameters are not part of it (``lma.model.state_dict()`` holds them).
+A state is checked whole before anything is restored, so a bad one changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ._damping import DampingRule
+from ._errors import SolverStateError, message
+
+__all__ = ["STATE_FORMAT", "checked_state", "solver_state"]
+
+STATE_FORMAT = "marquardt.solver.LMA/1"
+
+
+def solver_state(
+    rule: DampingRule, steps: int, learning_rate: float, scaling: str
+) -> dict[str, Any]:
+    """The dict ``LMA.state_dict`` returns."""
+    return {
+        "format": STATE_FORMAT,
+        "damping_rule": rule.name,
+        "damping_state": dict(rule.state_dict()),
+        "steps": steps,
+        "learning_rate": learning_rate,
+        "scaling": scaling,
+    }
+
+
+def checked_state(state: object, rule: DampingRule) -> tuple[dict[str, float], int]:
+    """(damping state, steps) from a saved state for ``rule``; raises before any change."""
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise SolverStateError(
+            message(
+                f"load_state_dict expects a dict of format {STATE_FORMAT!r}",
+                f"got {found!r}",
+                "pass what LMA.state_dict() returned",
+            )
+        )
+    if state.get("damping_rule") != rule.name:
+        raise SolverStateError(
+            message(
+                f"load_state_dict was given the state of damping rule "
+                f"{state.get('damping_rule')!r}",
+                f"this solver uses {rule.name!r}",
+                "construct the LMA with the same damping= as the one saved",
+            )
+        )
+    damping_state = state.get("damping_state")
+    if (
+        not isinstance(damping_state, dict)
+        or "damping" not in damping_state
+        or not all(
+            isinstance(v, (int, float)) and math.isfinite(float(v)) and float(v) > 0.0
+            for v in damping_state.values()
+        )
+    ):
+        raise SolverStateError(
+            message(
+                "load_state_dict expects damping_state with a finite positive 'damping'",
+                f"got {damping_state!r}",
+                "pass what LMA.state_dict() returned",
+            )
+        )
+    steps = state.get("steps", 0)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise SolverStateError(
+            message(
+                "load_state_dict expects 'steps' as an integer ≥ 0",
+                f"got {steps!r}",
+                "pass what LMA.state_dict() returned",
+            )
+        )
+    return {k: float(v) for k, v in damping_state.items()}, steps
