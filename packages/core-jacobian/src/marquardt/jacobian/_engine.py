@@ -15,36 +15,22 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
-from torch import nn
 
 from . import _settings
-from ._errors import ResidualDetachedError, UnknownModeError, message
-from ._gram import GramAccumulator
+from ._accumulate import accumulate_products
+from ._errors import UnknownModeError, message
+from ._forward import ForwardSlice, LossFn, forward_samples, forward_slices
 from ._host_heap import keep_host_heap
-from ._modes import ResidualFn, jacfwd_jacobian, layers_jacobian, layers_support, vmap_jacobian
-from ._modes._common import rows_of
-from ._modes._reference import reference_jacobian
+from ._modes import ResidualFn, layers_support
 from ._planner import MODES, JacobianPlan, plan_jacobian
+from ._probe import default_budget, probe, verify_layers
 from ._products import JacobianSlice, NormalProducts
 from ._replicas import Replicas
-from ._slicing import DeviceWorkers, slice_ranges, to_device, to_host_fresh
-from ._validate import check_batch, check_batchnorm, check_finite_residuals, check_slice_size
+from ._slice_work import Workspaces, slice_jacobian
+from ._slicing import DeviceWorkers, slice_ranges
+from ._validate import check_batch, check_batchnorm, check_slice_size
 
 __all__ = ["JacobianEngine"]
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-_PROBE = 4
-
-
-def _default_budget(device: torch.device) -> int:
-    forced = _settings.memory_budget()
-    if forced is not None:
-        return forced
-    if device.type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return max(1 << 26, free // 2)
-    return _settings.DEFAULT_CPU_BUDGET
 
 
 class JacobianEngine:
@@ -114,9 +100,7 @@ class JacobianEngine:
         self.last_plan: JacobianPlan | None = None
         self.timings: dict[str, float] = {}
         self._workers = DeviceWorkers(replicas.devices)
-        # Per-device buffers for the layers-mode J of one accumulate chunk, kept from call
-        # to call: a fresh chunk-sized buffer every step costs its page faults every step.
-        self._workspaces: dict[int, torch.Tensor] = {}
+        self._workspaces = Workspaces()
         # Activations per sample from the last probe: sizes forward-only slices.
         self._activations: int | None = None
         supported, why = layers_support(replicas.model)
@@ -136,68 +120,14 @@ class JacobianEngine:
 
     def _probe(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
         """``(m, activations per sample)`` from a forward pass on the first samples."""
-        replica = self.replicas[0]
-        k = min(_PROBE, int(inputs.shape[0]))
-        x = to_device(inputs[:k], replica.device)
-        y = to_device(targets[:k], replica.device)
-        activations = 0
-
-        def count(_m: nn.Module, _a: tuple[torch.Tensor, ...], out: object) -> None:
-            nonlocal activations
-            if isinstance(out, torch.Tensor):
-                activations += out.numel()
-
-        leaves = [m for m in replica.module.modules() if not list(m.children())]
-        handles = [m.register_forward_hook(count) for m in leaves]
-        try:
-            with torch.enable_grad():
-                res = rows_of(self.residual_fn(replica.module(x), y), k)
-        finally:
-            for h in handles:
-                h.remove()
-        if not res.requires_grad:
-            raise ResidualDetachedError(
-                message(
-                    "the Jacobian of residual_fn(model(x), y) with respect to the parameters "
-                    "was requested",
-                    "the residuals do not depend on any trainable parameter (no autograd graph)",
-                    "do not detach the model output or call .item()/.numpy() in residual_fn",
-                )
-            )
-        check_finite_residuals(res.detach(), res.shape[1])
-        self._activations = max(1, activations // k)
-        return int(res.shape[1]), self._activations
+        m, self._activations = probe(self.replicas[0], self.residual_fn, inputs, targets)
+        return m, self._activations
 
     def rows_per_sample(self, inputs: torch.Tensor, targets: torch.Tensor) -> int:
         """``m``: residual rows per sample (checks the batch and residual_fn first)."""
         check_batch(inputs, targets)
         check_batchnorm(self.replicas.model)
         return self._probe(inputs, targets)[0]
-
-    def _verify_layers(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
-        """Compare the layer rules with plain per-sample reverse mode on a few samples, once.
-
-        The rules assume each trainable parameter acts only through its own layer's
-        forward (no weight used outside it, no in-place change of a layer output);
-        where that fails the comparison does, and the engine uses vmap instead.
-        """
-        replica = self.replicas[0]
-        k = min(_PROBE, int(inputs.shape[0]))
-        x = to_device(inputs[:k], replica.device)
-        y = to_device(targets[:k], replica.device)
-        j_rules, _ = layers_jacobian(replica, self.residual_fn, x, y)
-        j_ref, _ = reference_jacobian(replica, self.residual_fn, x, y)
-        scale = max(1.0, float(j_ref.abs().max()))
-        tol = 1e3 * torch.finfo(j_ref.dtype).eps * scale
-        diff = float((j_rules - j_ref).abs().max())
-        if diff <= tol:
-            self._layers_ok = True
-        else:
-            self._layers_ok = False
-            self._layers_reason = (
-                f"the layer rules disagree with per-sample reverse mode by {diff:.3g} (> {tol:.3g}) on "
-                "this model (a weight used outside its layer, or an in-place op on a layer output)"
-            )
 
     def plan(
         self,
@@ -212,7 +142,7 @@ class JacobianEngine:
         return self._plan(inputs, targets, batch, size, strategy, cap=slice_size is None)
 
     def _budget(self) -> int:
-        return self.memory_budget or _default_budget(self.replicas.devices[0])
+        return self.memory_budget or default_budget(self.replicas.devices[0])
 
     def _plan(
         self,
@@ -226,14 +156,17 @@ class JacobianEngine:
     ) -> JacobianPlan:
         m, activations = self._probe(inputs, targets)
         if self.mode in ("auto", "layers") and self._layers_ok is None:
-            self._verify_layers(inputs, targets)
-        budget = self._budget()
+            # Checked once per engine: where the rules disagree, vmap is used instead.
+            why = verify_layers(self.replicas[0], self.residual_fn, inputs, targets)
+            self._layers_ok = why is None
+            if why is not None:
+                self._layers_reason = why
         plan = plan_jacobian(
             batch * m,
             self.replicas.num_params,
             m,
             self.replicas.dtype,
-            budget,
+            self._budget(),
             strategy=strategy,
             mode=self.mode,
             layers_supported=bool(self._layers_ok),
@@ -244,83 +177,6 @@ class JacobianEngine:
         )
         self.last_plan = plan
         return plan
-
-    # -- the per-slice work ------------------------------------------------------------
-    def _jacobian_chunks(
-        self,
-        index: int,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        plan: JacobianPlan,
-        workspace: torch.Tensor | None = None,
-        first_sample: int = 0,
-        *,
-        fill: bool = False,
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples.
-
-        With a ``workspace`` (``samples_per_chunk·m × P``, accumulate only: nothing from
-        it is handed out) the layers mode writes each chunk's ``J`` there, so memory is
-        reused from chunk to chunk instead of being allocated and faulted in anew. With
-        ``fill`` the workspace holds the whole slice's ``J`` and chunk ``c`` lands in its
-        own rows (explicit: one slice-sized ``J``, no concatenation of chunk copies).
-        """
-        replica = self.replicas[index]
-        step = plan.samples_per_chunk
-        m = plan.outputs_per_sample
-        for lo in range(0, int(x.shape[0]), step):
-            xs, ys = x[lo : lo + step], y[lo : lo + step]
-            first = lo * m if fill else 0
-            out = None if workspace is None else workspace[first : first + int(xs.shape[0]) * m]
-            if plan.mode == "layers":
-                jac, res = layers_jacobian(replica, self.residual_fn, xs, ys, out=out)
-            elif plan.mode == "jacfwd":
-                jac, res = jacfwd_jacobian(
-                    replica,
-                    self.residual_fn,
-                    xs,
-                    ys,
-                    samples_per_call=step,
-                    param_chunk=plan.param_chunk,
-                )
-            else:
-                jac, res = vmap_jacobian(replica, self.residual_fn, xs, ys, samples_per_call=step)
-            if fill and out is not None and plan.mode != "layers":
-                jac = out.copy_(jac)
-            check_finite_residuals(res, plan.outputs_per_sample, first_sample + lo)
-            yield jac, res
-
-    def _slice_jacobian(
-        self,
-        index: int,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        lo: int,
-        hi: int,
-        plan: JacobianPlan,
-    ) -> tuple[torch.Tensor, torch.Tensor, float]:
-        device = self.replicas[index].device
-        x = to_device(inputs[lo:hi], device)
-        y = to_device(targets[lo:hi], device)
-        jac_all: torch.Tensor | None = None
-        if hi - lo > plan.samples_per_chunk:
-            # Several chunks: each writes its rows of one fresh slice-sized J.
-            jac_all = torch.empty(
-                (hi - lo) * plan.outputs_per_sample,
-                self.replicas.num_params,
-                dtype=self.replicas.dtype,
-                device=device,
-            )
-        parts = list(self._jacobian_chunks(index, x, y, plan, jac_all, lo, fill=True))
-        if jac_all is None:
-            jac, res = parts[0]
-        else:
-            jac = jac_all
-            res = torch.cat([p[1] for p in parts])
-        start = time.perf_counter()
-        jac = to_host_fresh(jac, self.output_device)
-        res = to_host_fresh(res, self.output_device)
-        return jac, res, time.perf_counter() - start
 
     # -- public products ---------------------------------------------------------------
     def slices(
@@ -337,10 +193,22 @@ class JacobianEngine:
         m = plan.outputs_per_sample
         ranges = slice_ranges(batch, size)
         self.timings = {"jacobian": 0.0, "transfer": 0.0}
-        jobs = [
-            (lambda dev, lo=lo, hi=hi: self._slice_jacobian(dev, inputs, targets, lo, hi, plan))
-            for lo, hi in ranges
-        ]
+
+        def job(dev: int, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+            return slice_jacobian(
+                self.replicas[dev],
+                self.residual_fn,
+                inputs,
+                targets,
+                lo,
+                hi,
+                plan,
+                params=self.replicas.num_params,
+                dtype=self.replicas.dtype,
+                output_device=self.output_device,
+            )
+
+        jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in ranges]
         return self._yield_slices(jobs, ranges, m)
 
     def _yield_slices(
@@ -392,66 +260,19 @@ class JacobianEngine:
                 )
             )
         plan = self._plan(inputs, targets, batch, size, "accumulate", cap=slice_size is None)
-        size = plan.slice_samples or size
-        params = self.replicas.num_params
-        accumulators: dict[int, GramAccumulator] = {}
-        workspaces: dict[int, torch.Tensor | None] = {}
-        start = time.perf_counter()
-        gram_seconds = [0.0] * len(self.replicas)
-
-        def job(dev: int, lo: int, hi: int) -> None:
-            replica = self.replicas[dev]
-            if dev not in accumulators:
-                accumulators[dev] = GramAccumulator(params, replica.device, acc_dtype)
-                workspaces[dev] = (
-                    self._workspace(
-                        dev, min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample
-                    )
-                    if plan.mode == "layers"
-                    else None
-                )
-            acc = accumulators[dev]
-            x = to_device(inputs[lo:hi], replica.device)
-            y = to_device(targets[lo:hi], replica.device)
-            for jac, res in self._jacobian_chunks(dev, x, y, plan, workspaces[dev], lo):
-                t0 = time.perf_counter()
-                acc.add(jac, res)
-                gram_seconds[dev] += time.perf_counter() - t0
-
-        jobs = [
-            (lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)
-        ]
-        self._workers.run_all(jobs)
-        t_reduce = time.perf_counter()
-        home = self.replicas.devices[0]
-        accs = [accumulators[i] for i in sorted(accumulators)]
-        jtj = accs[0].finish().to(home)
-        jtr = accs[0].jtr.to(home)
-        rss = accs[0].rss.to(home)
-        for a in accs[1:]:
-            jtj = jtj + a.finish().to(home)
-            jtr = jtr + a.jtr.to(home)
-            rss = rss + a.rss.to(home)
-        rows = sum(a.rows for a in accs)
-        end = time.perf_counter()
-        self.timings = {
-            "jacobian": end - start,
-            "gram": sum(gram_seconds),
-            "reduce": end - t_reduce,
-            "transfer": 0.0,
-        }
-        return NormalProducts(jtj=jtj, jtr=jtr, rss=float(rss), rows=rows)
-
-    def _workspace(self, index: int, rows: int) -> torch.Tensor:
-        """A ``rows × P`` buffer on replica ``index``'s device, reused across calls."""
-        params = self.replicas.num_params
-        dtype = self.replicas.dtype
-        device = self.replicas[index].device
-        held = self._workspaces.get(index)
-        if held is None or held.dtype != dtype or held.device != device or held.shape[0] < rows:
-            held = torch.empty(rows, params, dtype=dtype, device=device)
-            self._workspaces[index] = held
-        return held[:rows]
+        products, self.timings = accumulate_products(
+            self.replicas,
+            self.residual_fn,
+            self._workers,
+            self._workspaces,
+            inputs,
+            targets,
+            plan,
+            batch=batch,
+            size=plan.slice_samples or size,
+            dtype=acc_dtype,
+        )
+        return products
 
     def residuals(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
@@ -490,36 +311,26 @@ class JacobianEngine:
         loss_fn: LossFn | None,
         *,
         keep_residuals: bool,
-    ) -> list[tuple[torch.Tensor | None, float, int, int]]:
+    ) -> list[ForwardSlice]:
         """Per slice: (residuals if kept, loss sum or loss_fn value, rows, samples)."""
         batch, size = self._prepare(inputs, targets, slice_size)
         if slice_size is None:
-            size = min(size, self._forward_samples(inputs, targets))
-
-        def job(dev: int, lo: int, hi: int) -> tuple[torch.Tensor | None, float, int, int]:
-            replica = self.replicas[dev]
-            x = to_device(inputs[lo:hi], replica.device)
-            y = to_device(targets[lo:hi], replica.device)
-            with torch.no_grad():
-                out = replica.module(x)
-                res = rows_of(self.residual_fn(out, y), hi - lo)
-                check_finite_residuals(res, res.shape[1], lo)
-                value = res.pow(2).sum() if loss_fn is None else loss_fn(out, y)
-            kept = to_host_fresh(res.reshape(-1), self.output_device) if keep_residuals else None
-            return kept, float(value), int(res.numel()), hi - lo
-
-        jobs = [
-            (lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)
-        ]
-        return self._workers.run_all(jobs)
-
-    def _forward_samples(self, inputs: torch.Tensor, targets: torch.Tensor) -> int:
-        """Samples per forward-only slice within the budget (no graph: one sample costs at
-        most the sum of its layer outputs, ``activations`` numbers)."""
-        if self._activations is None:
-            self._probe(inputs, targets)
-        item = torch.empty((), dtype=self.replicas.dtype).element_size()
-        return max(1, self._budget() // (item * (self._activations or 1)))
+            if self._activations is None:
+                self._probe(inputs, targets)
+            samples = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
+            size = min(size, samples)
+        return forward_slices(
+            self.replicas,
+            self.residual_fn,
+            self._workers,
+            inputs,
+            targets,
+            batch=batch,
+            size=size,
+            loss_fn=loss_fn,
+            keep_residuals=keep_residuals,
+            output_device=self.output_device,
+        )
 
     def close(self) -> None:
         """Stop the device worker threads (they are also stopped at exit); free buffers."""

@@ -1,0 +1,84 @@
+"""Strategy ``accumulate``: ``JᵀJ = Σ_s J_sᵀJ_s``, ``Jᵀr = Σ_s J_sᵀr_s`` and ``rᵀr``,
+summed slice by slice on every model device and then added on ``devices[0]``.
+
+No more than one chunk of ``J`` exists per device at a time, so memory does not grow with
+the batch: the products are ``P × P`` whatever ``N`` (Marquardt 1963; Gavin's LM notes).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ._gram import GramAccumulator
+from ._modes import ResidualFn
+from ._planner import JacobianPlan
+from ._products import NormalProducts
+from ._replicas import Replicas
+from ._slice_work import Workspaces, jacobian_chunks
+from ._slicing import DeviceWorkers, slice_ranges, to_device
+
+__all__ = ["accumulate_products"]
+
+
+def accumulate_products(
+    replicas: Replicas,
+    residual_fn: ResidualFn,
+    workers: DeviceWorkers,
+    workspaces: Workspaces,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    plan: JacobianPlan,
+    *,
+    batch: int,
+    size: int,
+    dtype: torch.dtype,
+) -> tuple[NormalProducts, dict[str, float]]:
+    """The normal products of the batch in ``dtype``, and the seconds spent (jacobian,
+    gram, reduce, transfer). Slices of ``size`` samples go round-robin to the devices."""
+    params = replicas.num_params
+    accumulators: dict[int, GramAccumulator] = {}
+    chunk_buffers: dict[int, torch.Tensor | None] = {}
+    start = time.perf_counter()
+    gram_seconds = [0.0] * len(replicas)
+
+    def job(dev: int, lo: int, hi: int) -> None:
+        replica = replicas[dev]
+        if dev not in accumulators:
+            accumulators[dev] = GramAccumulator(params, replica.device, dtype)
+            rows = min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample
+            chunk_buffers[dev] = (
+                workspaces.get(dev, rows, params, replicas.dtype, replica.device)
+                if plan.mode == "layers"
+                else None
+            )
+        acc = accumulators[dev]
+        x = to_device(inputs[lo:hi], replica.device)
+        y = to_device(targets[lo:hi], replica.device)
+        for jac, res in jacobian_chunks(replica, residual_fn, x, y, plan, chunk_buffers[dev], lo):
+            t0 = time.perf_counter()
+            acc.add(jac, res)
+            gram_seconds[dev] += time.perf_counter() - t0
+
+    jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)]
+    workers.run_all(jobs)
+    t_reduce = time.perf_counter()
+    home = replicas.devices[0]
+    accs = [accumulators[i] for i in sorted(accumulators)]
+    jtj = accs[0].finish().to(home)
+    jtr = accs[0].jtr.to(home)
+    rss = accs[0].rss.to(home)
+    for a in accs[1:]:
+        jtj = jtj + a.finish().to(home)
+        jtr = jtr + a.jtr.to(home)
+        rss = rss + a.rss.to(home)
+    rows = sum(a.rows for a in accs)
+    end = time.perf_counter()
+    timings = {
+        "jacobian": end - start,
+        "gram": sum(gram_seconds),
+        "reduce": end - t_reduce,
+        "transfer": 0.0,
+    }
+    return NormalProducts(jtj=jtj, jtr=jtr, rss=float(rss), rows=rows), timings

@@ -1,0 +1,64 @@
+"""Forward-only slices: residuals ``r`` and the loss without any Jacobian.
+
+The loss is ``rᵀr / R`` by default (the mean of squared residuals the LM step minimises),
+or a ``loss_fn`` that returns the mean over the samples it is given, weighted by each
+slice's number of samples. Slices run on every model device at once, with no autograd
+graph, so one sample costs at most the sum of its layer outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ._modes import ResidualFn
+from ._modes._common import rows_of
+from ._replicas import Replicas
+from ._slicing import DeviceWorkers, slice_ranges, to_device, to_host_fresh
+from ._validate import check_finite_residuals
+
+__all__ = ["ForwardSlice", "LossFn", "forward_samples", "forward_slices"]
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: Per slice: (residuals if kept, loss sum or loss_fn value, rows, samples).
+ForwardSlice = tuple[torch.Tensor | None, float, int, int]
+
+
+def forward_slices(
+    replicas: Replicas,
+    residual_fn: ResidualFn,
+    workers: DeviceWorkers,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    batch: int,
+    size: int,
+    loss_fn: LossFn | None,
+    keep_residuals: bool,
+    output_device: torch.device,
+) -> list[ForwardSlice]:
+    """Per slice of ``size`` samples: (residuals if kept, loss sum or loss_fn value, rows,
+    samples). Residuals kept are fresh tensors on ``output_device``."""
+
+    def job(dev: int, lo: int, hi: int) -> ForwardSlice:
+        replica = replicas[dev]
+        x = to_device(inputs[lo:hi], replica.device)
+        y = to_device(targets[lo:hi], replica.device)
+        with torch.no_grad():
+            out = replica.module(x)
+            res = rows_of(residual_fn(out, y), hi - lo)
+            check_finite_residuals(res, res.shape[1], lo)
+            value = res.pow(2).sum() if loss_fn is None else loss_fn(out, y)
+        kept = to_host_fresh(res.reshape(-1), output_device) if keep_residuals else None
+        return kept, float(value), int(res.numel()), hi - lo
+
+    jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)]
+    return workers.run_all(jobs)
+
+
+def forward_samples(budget: int, activations: int, dtype: torch.dtype) -> int:
+    """Samples per forward-only slice within ``budget`` bytes (no graph: one sample costs at
+    most the sum of its layer outputs, ``activations`` numbers)."""
+    item = torch.empty((), dtype=dtype).element_size()
+    return max(1, budget // (item * activations))

@@ -1,0 +1,105 @@
+"""What the engine learns from the first samples before planning: :func:`probe`,
+:func:`verify_layers`, and the default memory budget.
+
+One forward pass on a few samples gives ``m``, the residual rows per sample (the Jacobian
+has ``R = N·m`` rows), the activations per sample (which size forward-only slices), and
+fails early when the residuals do not depend on the parameters or are not finite. The
+layer rules (per-sample rows of ``J`` from one forward and one backward pass) are checked
+once against plain per-row reverse mode on the same samples.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import _settings
+from ._errors import ResidualDetachedError, message
+from ._modes import ResidualFn, layers_jacobian
+from ._modes._common import rows_of
+from ._modes._reference import reference_jacobian
+from ._replicas import Replica
+from ._slicing import to_device
+from ._validate import check_finite_residuals
+
+__all__ = ["PROBE_SAMPLES", "default_budget", "probe", "verify_layers"]
+
+#: Samples the probe and the layer-rule check run on.
+PROBE_SAMPLES = 4
+
+
+def default_budget(device: torch.device) -> int:
+    """Bytes one chunk may take on ``device`` when the engine was given no budget:
+    ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else half the free GPU memory (at least 64 MiB),
+    else the CPU default."""
+    forced = _settings.memory_budget()
+    if forced is not None:
+        return forced
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return max(1 << 26, free // 2)
+    return _settings.DEFAULT_CPU_BUDGET
+
+
+def _first_samples(
+    replica: Replica, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    k = min(PROBE_SAMPLES, int(inputs.shape[0]))
+    return to_device(inputs[:k], replica.device), to_device(targets[:k], replica.device), k
+
+
+def probe(
+    replica: Replica, residual_fn: ResidualFn, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[int, int]:
+    """``(m, activations per sample)`` from a forward pass on the first samples."""
+    x, y, k = _first_samples(replica, inputs, targets)
+    activations = 0
+
+    def count(_m: nn.Module, _a: tuple[torch.Tensor, ...], out: object) -> None:
+        nonlocal activations
+        if isinstance(out, torch.Tensor):
+            activations += out.numel()
+
+    leaves = [m for m in replica.module.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    try:
+        with torch.enable_grad():
+            res = rows_of(residual_fn(replica.module(x), y), k)
+    finally:
+        for h in handles:
+            h.remove()
+    if not res.requires_grad:
+        raise ResidualDetachedError(
+            message(
+                "the Jacobian of residual_fn(model(x), y) with respect to the parameters "
+                "was requested",
+                "the residuals do not depend on any trainable parameter (no autograd graph)",
+                "do not detach the model output or call .item()/.numpy() in residual_fn",
+            )
+        )
+    check_finite_residuals(res.detach(), res.shape[1])
+    return int(res.shape[1]), max(1, activations // k)
+
+
+def verify_layers(
+    replica: Replica, residual_fn: ResidualFn, inputs: torch.Tensor, targets: torch.Tensor
+) -> str | None:
+    """``None`` when the layer rules agree with plain per-sample reverse mode on the first
+    samples, else why not.
+
+    The rules assume each trainable parameter acts only through its own layer's forward
+    (no weight used outside it, no in-place change of a layer output); where that fails
+    the comparison does, and the engine uses vmap instead.
+    """
+    x, y, _k = _first_samples(replica, inputs, targets)
+    j_rules, _ = layers_jacobian(replica, residual_fn, x, y)
+    j_ref, _ = reference_jacobian(replica, residual_fn, x, y)
+    scale = max(1.0, float(j_ref.abs().max()))
+    tol = 1e3 * torch.finfo(j_ref.dtype).eps * scale
+    diff = float((j_rules - j_ref).abs().max())
+    if diff <= tol:
+        return None
+    return (
+        f"the layer rules disagree with per-sample reverse mode by {diff:.3g} (> {tol:.3g}) on "
+        "this model (a weight used outside its layer, or an in-place op on a layer output)"
+    )

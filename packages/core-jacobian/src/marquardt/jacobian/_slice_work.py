@@ -1,0 +1,119 @@
+"""The work on one slice of a batch, on one model device: rows of ``J`` and ``r``.
+
+A slice of ``s`` samples gives ``s·m`` residual rows and their Jacobian rows
+``J_s = ∂r_s/∂θ`` (``s·m × P``). It is computed in chunks of at most
+``plan.samples_per_chunk`` samples, so that one chunk's intermediates fit the memory budget,
+by the mode the planner chose: per-sample ``vmap(jacrev)``, ``jacfwd`` over parameter
+chunks, or the layer rules (one forward and one backward pass per chunk).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import torch
+
+from ._modes import ResidualFn, jacfwd_jacobian, layers_jacobian, vmap_jacobian
+from ._planner import JacobianPlan
+from ._replicas import Replica
+from ._slicing import to_device, to_host_fresh
+from ._validate import check_finite_residuals
+
+__all__ = ["Workspaces", "jacobian_chunks", "slice_jacobian"]
+
+
+def jacobian_chunks(
+    replica: Replica,
+    residual_fn: ResidualFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    plan: JacobianPlan,
+    workspace: torch.Tensor | None = None,
+    first_sample: int = 0,
+    *,
+    fill: bool = False,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples.
+
+    With a ``workspace`` (``samples_per_chunk·m × P``, accumulate only: nothing from
+    it is handed out) the layers mode writes each chunk's ``J`` there, so memory is
+    reused from chunk to chunk instead of being allocated and faulted in anew. With
+    ``fill`` the workspace holds the whole slice's ``J`` and chunk ``c`` lands in its
+    own rows (explicit: one slice-sized ``J``, no concatenation of chunk copies).
+    """
+    step = plan.samples_per_chunk
+    m = plan.outputs_per_sample
+    for lo in range(0, int(x.shape[0]), step):
+        xs, ys = x[lo : lo + step], y[lo : lo + step]
+        first = lo * m if fill else 0
+        out = None if workspace is None else workspace[first : first + int(xs.shape[0]) * m]
+        if plan.mode == "layers":
+            jac, res = layers_jacobian(replica, residual_fn, xs, ys, out=out)
+        elif plan.mode == "jacfwd":
+            jac, res = jacfwd_jacobian(
+                replica, residual_fn, xs, ys, samples_per_call=step, param_chunk=plan.param_chunk
+            )
+        else:
+            jac, res = vmap_jacobian(replica, residual_fn, xs, ys, samples_per_call=step)
+        if fill and out is not None and plan.mode != "layers":
+            jac = out.copy_(jac)
+        check_finite_residuals(res, plan.outputs_per_sample, first_sample + lo)
+        yield jac, res
+
+
+def slice_jacobian(
+    replica: Replica,
+    residual_fn: ResidualFn,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    lo: int,
+    hi: int,
+    plan: JacobianPlan,
+    *,
+    params: int,
+    dtype: torch.dtype,
+    output_device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """``(J_s, r_s, transfer seconds)`` of samples ``[lo, hi)``, fresh on ``output_device``."""
+    device = replica.device
+    x = to_device(inputs[lo:hi], device)
+    y = to_device(targets[lo:hi], device)
+    jac_all: torch.Tensor | None = None
+    if hi - lo > plan.samples_per_chunk:
+        # Several chunks: each writes its rows of one fresh slice-sized J.
+        jac_all = torch.empty(
+            (hi - lo) * plan.outputs_per_sample, params, dtype=dtype, device=device
+        )
+    parts = list(jacobian_chunks(replica, residual_fn, x, y, plan, jac_all, lo, fill=True))
+    if jac_all is None:
+        jac, res = parts[0]
+    else:
+        jac = jac_all
+        res = torch.cat([p[1] for p in parts])
+    start = time.perf_counter()
+    jac = to_host_fresh(jac, output_device)
+    res = to_host_fresh(res, output_device)
+    return jac, res, time.perf_counter() - start
+
+
+class Workspaces:
+    """Per-device buffers for the layers-mode ``J`` of one accumulate chunk, kept from call
+    to call: a fresh chunk-sized buffer every step costs its page faults every step."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, torch.Tensor] = {}
+
+    def get(
+        self, index: int, rows: int, params: int, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
+        """A ``rows × params`` buffer for replica ``index`` on ``device``, reused across calls."""
+        held = self._held.get(index)
+        if held is None or held.dtype != dtype or held.device != device or held.shape[0] < rows:
+            held = torch.empty(rows, params, dtype=dtype, device=device)
+            self._held[index] = held
+        return held[:rows]
+
+    def clear(self) -> None:
+        """Free every buffer."""
+        self._held.clear()
