@@ -1,15 +1,23 @@
-"""The training loader of a data-parallel run: global-rank shards, kept settings, resumption."""
+"""The training loader of a data-parallel run: global-rank shards, kept settings, resumption,
+and streams (IterableDataset) split item by item over ranks and loader workers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset, WeightedRandomSampler
+from torch.utils.data import (
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    TensorDataset,
+    WeightedRandomSampler,
+)
 
 from marquardt.trainer import ConfigError
-from marquardt.trainer._data import ResumableSampler, prepare_loader
+from marquardt.trainer._data import RankShard, ResumableSampler, prepare_loader, shards_itself
 
 
 def _dataset(n: int = 20) -> TensorDataset:
@@ -86,3 +94,56 @@ def test_a_plain_iterable_needs_a_dataloader_to_be_split() -> None:
     with pytest.raises(ConfigError, match="needs a torch DataLoader"):
         prepare_loader(batches, rank=0, world_size=2, seed=0)
     assert prepare_loader(batches, rank=0, world_size=1, seed=0) == (batches, None)
+
+
+class _Stream(IterableDataset):  # type: ignore[type-arg]
+    def __init__(self, items: int) -> None:
+        self.items = items
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.items):
+            yield torch.tensor([float(i)]), torch.zeros(1)
+
+
+class _SplitsItself(_Stream):
+    def __init__(self, items: int) -> None:
+        super().__init__(items)
+        self.shard: tuple[int, int] | None = None
+
+    def set_shard(self, rank: int, world_size: int) -> None:
+        self.shard = (rank, world_size)
+
+
+def test_a_stream_is_split_item_by_item_over_ranks() -> None:
+    loader = DataLoader(_Stream(11), batch_size=2, collate_fn=_collate)
+    shares = []
+    for rank in (0, 1, 2):
+        remade, sampler = prepare_loader(loader, rank=rank, world_size=3, seed=0)
+        assert sampler is None and isinstance(remade, DataLoader)
+        assert isinstance(remade.dataset, RankShard)
+        assert (remade.batch_size, remade.collate_fn) == (2, _collate)
+        shares.append(_indices(remade))
+    assert shares == [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8]]
+
+
+def test_rank_shard_splits_over_loader_workers_too() -> None:
+    # 2 ranks x 2 workers = 4 slots: worker w of rank r takes the items i = 2r + w (mod 4).
+    loader = DataLoader(RankShard(_Stream(22), rank=1, world_size=2), batch_size=3, num_workers=2)
+    items = _indices(loader)
+    assert sorted(items) == [i for i in range(22) if i % 4 in (2, 3)]
+
+
+def test_a_stream_that_splits_itself_is_told_its_rank_and_left_alone() -> None:
+    dataset = _SplitsItself(10)
+    loader = DataLoader(dataset, batch_size=2)
+    assert shards_itself(dataset) and not shards_itself(_Stream(1))
+    assert prepare_loader(loader, rank=1, world_size=4, seed=0) == (loader, None)
+    assert dataset.shard == (1, 4)
+
+
+def test_a_stream_in_one_process_is_used_as_given() -> None:
+    dataset = _SplitsItself(10)
+    loader = DataLoader(dataset, batch_size=2)
+    assert prepare_loader(loader, rank=0, world_size=1, seed=0) == (loader, None)
+    assert dataset.shard is None
+    assert _indices(loader) == list(range(10))

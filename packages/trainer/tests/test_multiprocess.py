@@ -364,3 +364,62 @@ def test_early_stopping_killed_and_resumed_stops_where_the_uninterrupted_run_doe
     print(f"early stopping: straight {stop}, resumed {resumed['stopped_at']}")
     assert resumed["step"] == resumed["stopped_at"] == stop
     assert resumed["best"] == straight["best"]
+
+
+STREAM = str(SCRIPTS / "stream.py")
+
+
+def _stream_run(cwd: Path, procs: Processes, *args: str) -> list[list[tuple[int, list[int]]]]:
+    """Run scripts/stream.py in 2 processes; per rank, the (epoch, items) of every step."""
+    # dist_timeout 20 s: a rank left waiting in a collective fails the run, not the test
+    # runner; the 120 s wait is the test's own bound on a hang.
+    code, _, err = procs.run([STREAM, "--nprocs", "2", *args], cwd=cwd, timeout=120)
+    assert code == 0, err
+    runs = [read_json(cwd / f"seen_{rank}.json") for rank in (0, 1)]
+    return [[(int(e), list(b)) for e, b in run["seen"]] for run in runs]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stream_is_split_over_ranks_and_workers_disjointly(
+    tmp_path: Path, procs: Processes, workers: int
+) -> None:
+    """40 items, 2 ranks of ``workers`` loader workers: each rank sees its own items (item i
+    goes to slot i mod 2n, slot s belonging to rank s // n), and the ranks' items together
+    are the whole stream, in every epoch (two without workers, one with: starting workers
+    is slow)."""
+    slots = 2 * max(workers, 1)
+    per_epoch = 5 if workers == 0 else 6  # batches of 4 per rank (per worker: 10 = 4+4+2)
+    epochs = 2 if workers == 0 else 1
+    seen = _stream_run(
+        tmp_path,
+        procs,
+        *("--items", "40", "--workers", str(workers), "--max-iter", str(epochs * per_epoch)),
+    )
+    assert [len(steps) for steps in seen] == [epochs * per_epoch] * 2
+    for epoch in range(epochs):
+        items = [[i for e, batch in steps if e == epoch for i in batch] for steps in seen]
+        assert sorted(items[0] + items[1]) == list(range(40))  # disjoint, and the whole stream
+        for rank in (0, 1):
+            assert {i % slots // max(workers, 1) for i in items[rank]} == {rank}
+
+
+@pytest.mark.parametrize(
+    "args,per_epoch",
+    [
+        # 33 items over 2 ranks: 17 items (5 batches) on rank 0, 16 (4 batches) on rank 1.
+        (["--items", "33"], 4),
+        # A dataset that shards itself: rank 0 has 20 items (5 batches), rank 1 10 (3).
+        (["--items", "40", "--self-sharding"], 3),
+    ],
+    ids=["trainer-sharded", "self-sharded"],
+)
+def test_ranks_whose_streams_end_apart_end_the_epoch_together(
+    tmp_path: Path, procs: Processes, args: list[str], per_epoch: int
+) -> None:
+    seen = _stream_run(tmp_path, procs, *args, "--max-iter", "10")
+    for steps in seen:
+        assert len(steps) == 10  # both ranks trained every step, none hung
+        epochs = [e for e, _ in steps]
+        assert epochs == [s // per_epoch for s in range(10)]  # the shorter rank ends each epoch
+    if "--self-sharding" in args:
+        assert {i % 2 for _, batch in seen[1] for i in batch} == {1}  # its own split was kept

@@ -10,10 +10,27 @@ step together form one global batch of ``W × batch_size`` samples of that order
 
 Because the order depends only on (seed, epoch), a resumed run skips the samples already
 consumed in the current epoch and continues exactly where the interrupted run was.
+
+A ``DataLoader`` over an ``IterableDataset`` (a stream: no index, no sampler) is split
+item by item. With ``W`` ranks and ``n`` loader workers per rank (``n = 1`` without
+workers) there are ``W·n`` slots, worker ``w`` of rank ``r`` being slot ``s = r·n + w``;
+slot ``s`` takes the items ``i`` of the stream (counted from 0, in the order the dataset
+yields them) with ``i mod W·n = s``, and batches them as the original loader would. The
+slots are disjoint and together hold the whole stream; each reads the stream and skips
+the items of the others (:class:`RankShard`). A dataset that splits itself declares it
+with a method ``set_shard(rank, world_size)``: the trainer calls it once in every training
+process, before the loader is iterated, and then leaves the stream alone (the dataset
+splits over its loader workers itself, with ``torch.utils.data.get_worker_info()``). With
+one process the loader is used as given, as plain PyTorch would.
+
+Ranks of a stream can run out of batches at different steps (``W·n`` does not divide the
+stream, or a dataset splits itself unevenly); the training loop then ends the epoch on
+every rank when the first one runs out (:func:`marquardt.trainer._loop.batches`).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -24,6 +41,7 @@ from torch.utils.data import (
     IterableDataset,
     RandomSampler,
     SequentialSampler,
+    get_worker_info,
 )
 
 from ._errors import ConfigError
@@ -46,6 +64,26 @@ class ResumableSampler(DistributedSampler):
 
     def __len__(self) -> int:
         return max(0, self.num_samples - self._skip)
+
+
+class RankShard(IterableDataset[Any]):
+    """The items ``i`` of ``dataset``'s stream with ``i mod W·n = r·n + w`` (see above)."""
+
+    def __init__(self, dataset: Iterable[Any], rank: int, world_size: int) -> None:
+        self.dataset = dataset
+        self.rank = rank
+        self.world_size = world_size
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        workers, worker = (1, 0) if info is None else (info.num_workers, info.id)
+        slot = self.rank * workers + worker
+        return itertools.islice(iter(self.dataset), slot, None, self.world_size * workers)
+
+
+def shards_itself(dataset: Any) -> bool:
+    """Whether ``dataset`` declares that it splits its stream itself (``set_shard``)."""
+    return callable(getattr(dataset, "set_shard", None))
 
 
 def _loader_kwargs(loader: DataLoader[Any]) -> dict[str, Any]:
@@ -72,7 +110,8 @@ def _loader_kwargs(loader: DataLoader[Any]) -> dict[str, Any]:
 def prepare_loader(
     loader: Iterable[Any], rank: int, world_size: int, seed: int
 ) -> tuple[Iterable[Any], ResumableSampler | None]:
-    """The loader this rank iterates, and its resumable sampler (None if kept as given)."""
+    """The loader this rank iterates, and its resumable sampler (None for a stream, or a
+    loader kept as given)."""
     if not isinstance(loader, DataLoader):
         if world_size > 1:
             raise ConfigError(
@@ -82,7 +121,13 @@ def prepare_loader(
             )
         return loader, None
     if isinstance(loader.dataset, IterableDataset):
-        return loader, None  # an iterable dataset shards itself (get_worker_info / rank)
+        if world_size == 1:
+            return loader, None
+        if shards_itself(loader.dataset):
+            loader.dataset.set_shard(rank, world_size)  # type: ignore[attr-defined]
+            return loader, None
+        shard = RankShard(loader.dataset, rank, world_size)
+        return DataLoader(shard, **_loader_kwargs(loader)), None
     sampler = loader.sampler
     custom_batches = loader.batch_size is None or type(loader.batch_sampler) is not BatchSampler
     if isinstance(sampler, DistributedSampler):
