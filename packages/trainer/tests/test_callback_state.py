@@ -218,3 +218,19 @@ def test_resuming_without_a_stateful_callback_fails_before_any_work(tmp_path: Pa
         trainer.fit(_loader())
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before, strict=True))
     assert trainer.state.step == 0
+
+
+def test_a_spawning_caller_gets_rank_zero_s_callback_state_back(tmp_path: Path) -> None:
+    from marquardt.trainer._handback import apply_result, read_result, write_result
+
+    run = _stopper()
+    worker = _fit(tmp_path, 12, run)  # stands for rank 0 of a spawn
+    assert run.best is not None
+    write_result(worker, str(tmp_path / "result.pt"))
+    caller_stopper = _stopper()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+    config = TrainConfig(root_folder=tmp_path / "caller", verbose=False, callbacks=[caller_stopper])
+    caller = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5), config)
+    apply_result(caller, read_result(str(tmp_path / "result.pt")))
+    assert caller_stopper.state_dict() == run.state_dict()
