@@ -17,7 +17,7 @@ rank when the first runs out (the batches the others have left are not used in t
 epoch), and an empty epoch is the same error on every rank. Samplers of map-style
 datasets give every rank the same count, so they need no such check. The flag costs one
 small collective per batch (about 1 ms with gloo between two processes on a busy 2-core
-machine, next to 5-6 ms for a DDP step of a 129-parameter model; a fixed cost that larger
+machine, next to 5-6 ms for a DDP step of a 193-parameter model; a fixed cost that larger
 models hide). Agreeing once per window of k prefetched batches would be cheaper, but
 would read data ahead of the step that uses it.
 """
