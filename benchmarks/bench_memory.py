@@ -17,8 +17,9 @@ the step's peak memory.
 
 Targets: ``accumulate`` flat in N — its peak at 1M within 1.5× of its peak at 10k while N
 grows 100× (memory O(N) would grow about 20×: J alone is 29 MiB at 10k, 2.9 GiB at 1M;
-the rest of the 10k peak is one slice's J and activations, and modules imported by the
-first Jacobian) — and ours at 1M ≤ 0.5× the peer's peak. ``python benchmarks/bench_memory.py``; ``main()`` writes
+the rest of the 10k peak is one slice's J and activations, and the first step's one-time
+buffers; the median of three processes is taken for ``accumulate``) — and ours at 1M
+≤ 0.5× the peer's peak. ``python benchmarks/bench_memory.py``; ``main()`` writes
 ``results/memory.json`` and ``results/memory.png``.
 """
 
@@ -37,6 +38,10 @@ import torch
 SIZES = (10_000, 100_000, 1_000_000)
 KINDS = ("ours-accumulate", "ours-explicit", "peer", "peer-sliced")
 SLICE = 10_000
+# Fresh processes per configuration; the median stands. The first step's peak of the
+# accumulate strategy is ~80-150 MiB and varies by tens of MiB from process to process
+# (heap layout), which one run would mistake for growth with N.
+REPEATS = {"ours-accumulate": 3}
 TARGET_FLAT = 1.5
 TARGET_PEER = 0.5
 TIMEOUT = 400.0
@@ -109,17 +114,25 @@ def main(sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS) -> dict
     for kind in kinds:
         # The peer's sliced mode is a reference point: measured at the largest N only.
         for n in sizes[-1:] if kind == "peer-sliced" else sizes:
-            out, error = c.run_child([__file__, "--child", kind, str(n)], TIMEOUT)
-            results["runs"][f"{kind} N={n}"] = (
-                out
-                if out is not None
-                else {
+            runs = []
+            error = ""
+            for _ in range(REPEATS.get(kind, 1)):
+                out, error = c.run_child([__file__, "--child", kind, str(n)], TIMEOUT)
+                if out is not None:
+                    runs.append(out)
+            if runs:
+                # The run with the median growth stands for the configuration.
+                runs.sort(key=lambda r: float(r["growth_mib"]))
+                chosen = dict(runs[len(runs) // 2])
+                chosen["growth_runs_mib"] = [r["growth_mib"] for r in runs]
+                results["runs"][f"{kind} N={n}"] = chosen
+            else:
+                results["runs"][f"{kind} N={n}"] = {
                     "kind": kind,
                     "n": n,
                     "error": error,
                     "growth_mib": None,
                 }
-            )
     results["J_float32_mib"] = {f"N={n}": n * 769 * 4 / 2**20 for n in sizes}
     results["load_average"]["after"] = c.load_average()
     c.write_json("memory", results)
