@@ -14,9 +14,8 @@ import torch
 from torch import nn
 
 from . import _settings
-from ._errors import ResidualDetachedError, message
 from ._modes import ResidualFn, layers_jacobian
-from ._modes._common import rows_of
+from ._modes._common import require_graph, rows_of
 from ._modes._reference import reference_jacobian
 from ._replicas import Replica
 from ._slicing import to_device
@@ -68,15 +67,7 @@ def probe(
     finally:
         for h in handles:
             h.remove()
-    if not res.requires_grad:
-        raise ResidualDetachedError(
-            message(
-                "the Jacobian of residual_fn(model(x), y) with respect to the parameters "
-                "was requested",
-                "the residuals do not depend on any trainable parameter (no autograd graph)",
-                "do not detach the model output or call .item()/.numpy() in residual_fn",
-            )
-        )
+    require_graph(res)
     check_finite_residuals(res.detach(), res.shape[1])
     return int(res.shape[1]), max(1, activations // k)
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import torch
 
-from .._errors import ResidualShapeError, message
+from .._errors import ResidualDetachedError, ResidualShapeError, message
 
-__all__ = ["ResidualFn", "rows_of"]
+__all__ = ["ResidualFn", "require_graph", "rows_of"]
 
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -26,3 +26,16 @@ def rows_of(residuals: torch.Tensor, batch: int) -> torch.Tensor:
             )
         )
     return residuals.reshape(batch, -1)
+
+
+def require_graph(residuals: torch.Tensor) -> None:
+    """Refuse residuals with no autograd graph: they have no Jacobian to compute."""
+    if not residuals.requires_grad:
+        raise ResidualDetachedError(
+            message(
+                "the Jacobian of residual_fn(model(x), y) with respect to the parameters was "
+                "requested",
+                "the residuals do not depend on any trainable parameter (no autograd graph)",
+                "do not detach the model output or call .item()/.numpy() in residual_fn",
+            )
+        )

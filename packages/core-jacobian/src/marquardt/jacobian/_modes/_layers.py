@@ -24,9 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._errors import ResidualDetachedError, message
 from .._replicas import Replica
-from ._common import ResidualFn, rows_of
+from ._common import ResidualFn, require_graph, rows_of
 
 __all__ = ["layers_jacobian", "layers_support"]
 
@@ -200,15 +199,7 @@ def layers_jacobian(
     finally:
         for h in handles:
             h.remove()
-    if not res.requires_grad:
-        raise ResidualDetachedError(
-            message(
-                "the Jacobian of residual_fn(model(x), y) with respect to the parameters was "
-                "requested",
-                "the residuals do not depend on any trainable parameter (no autograd graph)",
-                "do not detach the model output or call .item()/.numpy() in residual_fn",
-            )
-        )
+    require_graph(res)
     batch, m = res.shape
     if out is None:
         jac = torch.empty(batch, m, params, dtype=flat.dtype, device=flat.device)
