@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -18,6 +19,7 @@ import nox
 ROOT = Path(__file__).parent
 TEST_CONSTRAINTS = ("-c", str(ROOT / "constraints" / "test.txt"))
 TOOL_CONSTRAINTS = ("-c", str(ROOT / "constraints" / "tools.txt"))
+DIST = ROOT / "dist"
 PYTHON = "3.11"
 
 nox.options.error_on_missing_interpreters = True
@@ -26,7 +28,7 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 # package folder -> (sibling folders it depends on, pytest marker expression, extras)
 PACKAGES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "core-devices": ((), "not gpu", "test"),
-    "core-jacobian": (("core-devices",), "not gpu", "test"),
+    "core-jacobian": ((), "not gpu", "test"),
     "core-solver": (("core-devices", "core-jacobian"), "not gpu and not legate", "test"),
     "core-solver-legate": (("core-devices", "core-jacobian"), "legate and not gpu", "test,legate"),
     "trainer": (("core-devices", "core-jacobian", "core-solver"), "not gpu", "test,lm"),
@@ -85,10 +87,85 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def build(session: nox.Session) -> None:
+    """An sdist and a wheel of every package into dist/, their metadata and contents checked."""
+    session.install(*TOOL_CONSTRAINTS, "build", "twine")
+    shutil.rmtree(DIST, ignore_errors=True)
+    for folder in ALL_PACKAGES:
+        session.run(
+            "python",
+            "-m",
+            "build",
+            "-q",
+            "--dependency-constraints-txt",
+            str(ROOT / "constraints" / "tools.txt"),
+            "--outdir",
+            str(DIST),
+            str(ROOT / "packages" / folder),
+        )
+    session.run("twine", "check", "--strict", *sorted(str(f) for f in DIST.iterdir()))
+    session.run("python", str(ROOT / "tools" / "check_dists.py"), str(DIST))
+
+
+@nox.session(python=PYTHON)
+def install_wheels(session: nox.Session) -> None:
+    """Each wheel alone in a fresh environment outside the repository, with a smoke check.
+
+    Needs ``nox -s build`` first. Each environment gets one wheel and its declared
+    dependencies (siblings from dist/, everything else pinned by constraints/test.txt),
+    then runs tools/wheel_smoke.py from a temporary folder, so a module missing from the
+    wheel, an undeclared dependency or an import that works only from the source tree fails.
+    The trainer's environment then takes its ``lm`` extra and runs the LM loop.
+    """
+    wheels = sorted(DIST.glob("marquardt_*-py3-none-any.whl"))
+    if len(wheels) != len(ALL_PACKAGES):
+        session.error(
+            f"expected {len(ALL_PACKAGES)} wheels in {DIST}, found {[w.name for w in wheels]}. "
+            "HINT: nox -s build install_wheels"
+        )
+    with tempfile.TemporaryDirectory(prefix="marquardt-wheels-") as tmp:
+        work = Path(tmp)
+        pins = work / "siblings.txt"  # the versions just built, not any other
+        pins.write_text("".join("{}=={}\n".format(*w.name.split("-")[:2]) for w in wheels))
+        smoke = shutil.copy(ROOT / "tools" / "wheel_smoke.py", work)
+        # (wheel, extra): every wheel alone, then the trainer's with its LM loop.
+        runs = [(w, "") for w in wheels] + [(w, "lm") for w in wheels if "_trainer-" in w.name]
+        for wheel, extra in runs:
+            venv = work / wheel.name.split("-")[0]
+            if not venv.exists():
+                session.run("python", "-m", "venv", str(venv))
+            python = str(venv / "bin" / "python")
+            session.run(
+                python,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                *TEST_CONSTRAINTS,
+                "-c",
+                str(pins),
+                "--find-links",
+                str(DIST),
+                f"{wheel}[{extra}]" if extra else str(wheel),
+                external=True,
+            )
+            with session.chdir(work):
+                session.run(
+                    python,
+                    smoke,
+                    wheel.name,
+                    *([extra] if extra else []),
+                    external=True,
+                    env={"PYTHONPATH": None},
+                )
+
+
+@nox.session(python=PYTHON)
 def integration_tests(session: nox.Session) -> None:
     """Multi-process and multi-component tests: torchrun, a real Slurm, legate, PBS."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric")
+    session.install(*TOOL_CONSTRAINTS, "import-linter")  # test_layering.py runs lint-imports
     session.run(
         "pytest", str(ROOT / "integration_tests"), "-p", "no:cacheprovider", "-ra", *session.posargs
     )
@@ -132,10 +209,14 @@ def gpu_tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff check and ruff format --check over the whole tree."""
-    session.install(*TOOL_CONSTRAINTS, "ruff")
+    """ruff; the import layers devices <- jacobian <- solver <- trainer; sibling dependencies."""
+    session.install(*TOOL_CONSTRAINTS, "ruff", "import-linter")
+    # import-linter finds the packages by import: install the four, without dependencies.
+    session.install("--no-deps", *(f"-e{ROOT / 'packages' / p}" for p in ALL_PACKAGES))
     session.run("ruff", "check", str(ROOT), *session.posargs)
     session.run("ruff", "format", "--check", str(ROOT))
+    session.run("lint-imports", "--config", str(ROOT / "pyproject.toml"), "--no-cache")
+    session.run("python", str(ROOT / "tools" / "check_siblings.py"))
 
 
 @nox.session(python=PYTHON)

@@ -19,6 +19,8 @@ from typing import Any, NoReturn
 import torch
 import torch.distributed as dist
 
+from marquardt.devices import get_available_gpus
+
 from . import _settings
 from ._config import TrainConfig
 from ._environments import ProcessLayout
@@ -28,11 +30,7 @@ from ._errors import LaunchError, WorkerFailedError
 def visible_gpu_count() -> int:
     """GPUs this process may use, counted through NVML (no CUDA context is created)."""
     try:
-        from marquardt.devices import get_available_gpus
-
         return sum(1 for d in get_available_gpus(cpu_fallback=True) if d.type == "cuda")
-    except ImportError:  # pragma: no cover - marquardt-devices is a declared dependency
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:
         # NVML missing or broken: a machine whose GPUs cannot be counted trains on the CPU.
         return 0
