@@ -8,6 +8,7 @@ start from the same parameters.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import platform
@@ -17,7 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,31 @@ def sinc_dataset(n: int = DATASET_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
 
 def sinc_model(hidden: int = 256, seed: int = SEED) -> nn.Module:
     """A 1-hidden-1 tanh MLP, initialised from ``seed`` (the same for every optimizer)."""
+    return tanh_mlp((1, hidden, 1), seed)
+
+
+def tanh_mlp(widths: Sequence[int], seed: int = SEED) -> nn.Module:
+    """A tanh MLP with layer widths ``widths`` (``(1, 64, 64, 1)`` is 1-64-64-1), from ``seed``.
+
+    ``(1, H, 1)`` draws the same parameters as ``sinc_model(H)``.
+    """
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(1, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(widths)):
+        if i:
+            layers.append(nn.Tanh())
+        layers.append(nn.Linear(fan_in, fan_out))
+    return nn.Sequential(*layers)
+
+
+def mlp_name(widths: Sequence[int]) -> str:
+    """``(1, 64, 64, 1)`` -> ``"1-64-64-1"``."""
+    return "-".join(str(w) for w in widths)
+
+
+def mlp_params(widths: Sequence[int]) -> int:
+    """Parameters of the MLP with these widths (weights and biases)."""
+    return sum((a + 1) * b for a, b in itertools.pairwise(widths))
 
 
 def shuffled_batches(
@@ -69,19 +93,51 @@ def shuffled_batches(
         yield from loader
 
 
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously); no-op on CPU."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
-def time_calls(fn: Callable[[], object], repeats: int, warmup: int = 1) -> list[float]:
-    """Wall seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls."""
+def time_calls(
+    fn: Callable[[], object],
+    repeats: int,
+    warmup: int = 1,
+    *,
+    device: torch.device | str | None = None,
+    budget: float | None = None,
+) -> list[float]:
+    """Wall seconds of ``repeats`` calls of ``fn`` after ``warmup`` untimed calls.
+
+    On a CUDA ``device`` the clock is read only after the device has finished the call's
+    work. With ``budget`` (seconds), no further call is started once the timed calls have
+    taken that long (one is always timed): the large shapes get fewer repeats; a warm-up
+    call that alone took the whole budget is the one measurement (its one-time costs are
+    small beside it).
+    """
+    sync = (lambda: synchronize(device)) if device is not None else (lambda: None)
     for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
+        seconds = time.perf_counter() - start
+        if budget is not None and seconds >= budget:
+            return [seconds]
+    out: list[float] = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
         out.append(time.perf_counter() - start)
+        if budget is not None and sum(out) >= budget:
+            break
     return out
 
 
@@ -94,8 +150,43 @@ def load_average() -> float:
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident set size so far (Linux: ru_maxrss is in KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident set size so far: ``VmHWM`` on Linux, else ``ru_maxrss``.
+
+    ``ru_maxrss`` is not used where ``/proc`` answers: Linux carries the peak of the process
+    that started this one over ``exec`` (``subprocess`` spawns through ``vfork``), and keeps
+    the larger of the two, so a child whose own peak stays below its parent's would report
+    the parent's. ``VmHWM`` is this process's own, and ``reset_peak_rss`` resets it.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def rss_mib() -> float:
+    """This process's resident set size now (Linux ``/proc/self/status``; NaN elsewhere)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def reset_peak_rss() -> bool:
+    """Reset the peak-RSS mark to the current RSS (Linux ``/proc/self/clear_refs``).
+
+    Returns False where the OS refuses; the baseline is then the peak so far.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
 
 
 def _cpu_model() -> str:
@@ -139,7 +230,7 @@ def _torch_blas() -> str:
     )
 
 
-def _source_revision() -> str:
+def source_revision() -> str:
     """The commit the packages were installed from, and whether ``packages/`` had edits."""
     root = HERE.parent
     try:
@@ -181,7 +272,7 @@ def machine() -> dict[str, Any]:
         "numpy_blas": _numpy_blas(),
         "load_average_1min": load_average(),
     }
-    info["source"] = _source_revision()
+    info["source"] = source_revision()
     try:
         from importlib.metadata import version
 
@@ -195,11 +286,12 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
     """Write ``results/<name>.json`` and return its path."""
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path = RESULTS_DIR / f"{name}.json"
-    path.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    path.write_text(json.dumps(data, indent=2, default=jsonable) + "\n")
     return path
 
 
-def _jsonable(value: object) -> object:
+def jsonable(value: object) -> object:
+    """``json.dumps``'s ``default``: NaN as null, dtypes, devices and paths as text."""
     if isinstance(value, float) and value != value:
         return None
     if isinstance(value, (torch.dtype, torch.device, Path)):
@@ -244,13 +336,15 @@ def row(
     op: str = "≤",
     bound: str = "",
     detail: str = "",
+    unit: str = "×",
 ) -> dict[str, Any]:
     """One line of the summary: a ratio, its target and PASS / MISS.
 
     ``op`` is "≤" (the ratio must not exceed the target) or "≥". ``bound`` is "" for a
     measured ratio, "<" or ">" when only a bound is known (one side did not reach the
     goal within its time cap); a bound that does not decide the target gives "open".
-    ``target=None`` marks a figure shown for information ("info").
+    ``target=None`` marks a figure shown for information ("info"). ``unit`` follows the
+    value and the target ("×" for ratios; "" for counts).
     """
     if value is None or value != value:
         result = "n/a"
@@ -268,13 +362,13 @@ def row(
             result = "MISS" if value >= target else "open"
         else:
             result = "PASS" if value >= target else "open"
-    shown = "—" if value is None or value != value else f"{bound}{value:.3g}×"
+    shown = "—" if value is None or value != value else f"{bound}{value:.3g}{unit}"
     return {
         "what": what,
         "value": value,
         "bound": bound,
         "shown": shown,
-        "target": "—" if target is None else f"{op} {target:g}×",
+        "target": "—" if target is None else f"{op} {target:g}{unit}",
         "verdict": result,
         "detail": detail,
     }

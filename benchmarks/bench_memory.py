@@ -29,7 +29,6 @@ import gc
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import _common as c
@@ -45,21 +44,6 @@ REPEATS = {"ours-accumulate": 3}
 TARGET_FLAT = 1.5
 TARGET_PEER = 0.5
 TIMEOUT = 400.0
-
-
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _reset_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 def child(kind: str, n: int) -> dict[str, Any]:
@@ -86,8 +70,8 @@ def child(kind: str, n: int) -> dict[str, Any]:
             module.training_step(x, y)
 
     gc.collect()
-    reset = _reset_peak()
-    baseline = _rss_mib() if reset else c.peak_rss_mib()
+    reset = c.reset_peak_rss()
+    baseline = c.rss_mib() if reset else c.peak_rss_mib()
     start = time.perf_counter()
     step()
     seconds = time.perf_counter() - start

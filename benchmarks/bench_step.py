@@ -11,7 +11,7 @@ The steps of both are interleaved so that a change of machine load hits both ali
 The floor is the work no LM step on this problem can avoid: the Gram product ``JᵀJ``
 (N·P² multiply-adds, half with a symmetric rank-k update) by the fastest kernel found here
 (torch ``mm``; NumPy ``A.T @ A``, which calls its BLAS's ``syrk``; SciPy ``ssyrk``;
-the ``ssyrk`` of the MKL inside torch, where it is exported) plus one
+the ``ssyrk`` of the MKL inside torch, where it is exported; ``_floor.py``) plus one
 float64 Cholesky factorisation and solve of the P × P system, measured in the same run.
 
 Targets: ours ≤ 0.67× the peer's median step; ours ≤ 1.5× the floor.
@@ -27,107 +27,14 @@ import time
 from typing import Any
 
 import _common as c
-import numpy as np
 import torch
+from _floor import floor_seconds
 
 STEPS = 15
 WARMUP = 2
 HIDDEN = 256
 TARGET_PEER = 0.67
 TARGET_FLOOR = 1.5
-
-
-def _gram_kernels(jac: torch.Tensor) -> dict[str, Any]:
-    """Candidate ``JᵀJ`` kernels on the same ``J`` (each returns something P × P)."""
-    a = jac.numpy()
-    kernels: dict[str, Any] = {
-        "torch mm (full GEMM)": lambda: jac.T @ jac,
-        "numpy A.T @ A (BLAS syrk)": lambda: a.T @ a,
-    }
-    mkl = _mkl_ssyrk(jac)
-    if mkl is not None:
-        kernels["MKL ssyrk (torch's MKL)"] = mkl
-    try:
-        from scipy.linalg import blas
-
-        af = np.asfortranarray(a)
-        # With a Fortran-ordered N × P matrix, trans=1 forms AᵀA (upper triangle only).
-        kernels["scipy ssyrk (upper)"] = lambda: blas.ssyrk(1.0, af, trans=1, lower=0)
-    except ImportError:
-        pass
-    return kernels
-
-
-def _mkl_ssyrk(jac: torch.Tensor) -> Any | None:
-    """BLAS ``ssyrk`` of the MKL inside torch's CPU library, when that library exports it.
-
-    torch has no symmetric rank-k product of its own, but its x86 wheels carry MKL, whose
-    ``ssyrk`` forms one triangle of ``JᵀJ`` in about half the time of a full ``mm``. It is
-    reached here through ``ctypes`` only to measure the floor; no library code uses it.
-    The row-major ``N × P`` matrix is read as a column-major ``P × N`` one ``A`` (lda = P),
-    so ``A Aᵀ`` is ``JᵀJ``; 64-bit integers are passed (read correctly by LP64 and ILP64
-    interfaces alike on little-endian machines for sizes below 2³¹).
-    """
-    import ctypes
-    from pathlib import Path
-
-    path = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
-    try:
-        fn = ctypes.CDLL(str(path)).mkl_blas_ssyrk
-    except (OSError, AttributeError):
-        return None
-    n_rows, p = jac.shape
-    out = torch.zeros(p, p)
-    args = [
-        ctypes.c_char(b"U"),
-        ctypes.c_char(b"N"),
-        ctypes.c_int64(p),
-        ctypes.c_int64(n_rows),
-        ctypes.c_float(1.0),
-    ]
-    lda, beta, ldc = ctypes.c_int64(p), ctypes.c_float(0.0), ctypes.c_int64(p)
-    ptr_a, ptr_c = ctypes.c_void_p(jac.data_ptr()), ctypes.c_void_p(out.data_ptr())
-
-    def call() -> torch.Tensor:
-        fn(
-            *(ctypes.byref(a) for a in args),
-            ptr_a,
-            ctypes.byref(lda),
-            ctypes.byref(beta),
-            ptr_c,
-            ctypes.byref(ldc),
-        )
-        return out
-
-    # Only trust it if it reproduces JᵀJ (the lower triangle, in row-major terms).
-    ref = jac.T @ jac
-    if not torch.allclose(torch.tril(call()), torch.tril(ref), rtol=1e-4, atol=1e-3):
-        return None
-    return call
-
-
-def floor_seconds(jac: torch.Tensor, repeats: int) -> dict[str, Any]:
-    """Median seconds of each Gram kernel and of a float64 P × P Cholesky solve."""
-    gram = {
-        name: c.median(c.time_calls(fn, repeats, warmup=2))
-        for name, fn in _gram_kernels(jac).items()
-    }
-    p = jac.shape[1]
-    a64 = (jac.T @ jac).double() / jac.shape[0]
-    a64.diagonal().add_(1e-3)
-    g = torch.randn(p, dtype=torch.float64)
-
-    def chol() -> torch.Tensor:
-        return torch.cholesky_solve(g.reshape(-1, 1), torch.linalg.cholesky(a64))
-
-    chol_s = c.median(c.time_calls(chol, repeats * 3, warmup=2))
-    best = min(gram, key=lambda k: gram[k])
-    return {
-        "gram_seconds": gram,
-        "gram_best_kernel": best,
-        "cholesky_float64_seconds": chol_s,
-        "floor_seconds": gram[best] + chol_s,
-    }
 
 
 def main(steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH) -> dict[str, Any]:

@@ -9,10 +9,11 @@ and regenerates ``benchmarks/RESULTS.md`` with the figures, the plots and the ma
 came from (CPU, cores, torch / NumPy versions and BLAS, and the load average during each
 benchmark, since the figures mean little on a loaded machine).
 
-Options: ``--only step,quality`` runs a subset (RESULTS.md keeps the other sections from
-their last JSON); ``--quick`` uses small sizes and short caps (development only; it does
-not rewrite RESULTS.md); ``--wait-idle SECONDS`` waits up to that long for the 1-minute
-load average to drop below ``IDLE_LOAD`` before starting.
+Options: ``--only step,quality`` (or the names alone: ``nox -s bench -- scale``) runs a
+subset (RESULTS.md keeps the other sections from their last JSON); ``--quick`` uses small
+sizes and short caps (development only; it does not rewrite RESULTS.md);
+``--wait-idle SECONDS`` waits up to that long for the 1-minute load average to drop below
+``IDLE_LOAD`` before starting.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("jacobian", "bench_jacobian", {}, {"repeats": 3}),
     ("backends", "bench_backends", {}, {}),
     ("step", "bench_step", {}, {"steps": 4}),
+    ("scale", "bench_scale", {}, {"quick": True}),
     ("strategy", "bench_strategy", {}, {}),
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
     (
@@ -309,6 +311,47 @@ def _step_section(st: dict[str, Any]) -> str:
     )
 
 
+def _scale_section(sc: dict[str, Any]) -> str:
+    def t(value: float | None) -> str:
+        if value is None:
+            return "—"
+        return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
+
+    out = [
+        f"{sc['problem']}. Ours: {sc['ours_config']}; peer: {sc['peer_config']}. "
+        "Steps interleaved, medians after one warm-up step; floor on a random J of the "
+        "same shape; peak RSS growth of one step in a fresh process per side.",
+        "",
+        "| MLP | P | N | system | ours | peer | floor (kernel + float64 Cholesky) | "
+        "ours: jacobian / assembly / solve / trial | attempts ours / peer | "
+        "peak RSS ours / peer | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in sc["shapes"].values():
+        name = "-".join(str(w) for w in e["widths"])
+        if "error" in e:
+            out.append(f"| {name} | {e['params']:,} | {e['n']:,} | failed: {e['error']} |")
+            continue
+        om, pm, f = e["ours"]["median"], e["peer"]["median"], e["floor"]
+        best = f["gram_best_kernel"]
+        rss = e.get("rss") or {}
+        mem = " / ".join(
+            "—" if rss.get(k, {}).get("growth_mib") is None else f"{rss[k]['growth_mib']:.0f} MiB"
+            for k in ("ours", "peer")
+        )
+        parts = " / ".join(t(om.get(k)) for k in ("jacobian", "assembly", "solve", "trial"))
+        out.append(
+            f"| {name} | {e['params']:,} | {e['n']:,} | {e['system']} | "
+            f"{t(om.get('step'))} ({len(e['ours']['steps'])} steps) | "
+            f"{t(pm.get('step'))} ({len(e['peer']['steps'])} steps) | "
+            f"{t(f['floor_seconds'])} ({best} {t(f['gram_seconds'][best])} + "
+            f"{t(f['cholesky_float64_seconds'])}) | {parts} | "
+            f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g} | "
+            f"{mem} | {e['load_before']:.1f} → {e['load_after']:.1f} |"
+        )
+    return "\n".join(out)
+
+
 def _backends_section(b: dict[str, Any]) -> str:
     out = [
         "| backend | strategy | Legate CPUs | torch threads | step (median) | min | "
@@ -337,6 +380,7 @@ def _jacobian_section(j: dict[str, Any]) -> str:
 
 SECTIONS = {
     "step": ("LM step time", "step.png", _step_section, "bench_step.py"),
+    "scale": ("LM at the scale users bring", "scale.png", _scale_section, "bench_scale.py"),
     "quality": ("Time to quality", "quality.png", _quality_section, "bench_quality.py"),
     "memory": ("Memory of one LM step", "memory.png", _memory_section, "bench_memory.py"),
     "strategy": ("Planner choices", "strategy.png", _strategy_section, "bench_strategy.py"),
@@ -408,6 +452,9 @@ def write_results_md(summary: dict[str, Any]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "names", nargs="*", help=f"benchmarks to run (all by default), as with --only: {NAMES}"
+    )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {NAMES}")
     parser.add_argument("--quick", action="store_true", help="small sizes (development)")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS")
@@ -416,7 +463,7 @@ def main() -> int:
     if args.child:
         child(args.child, args.quick)
         return 0
-    names = [n for n in args.only.split(",") if n] or NAMES
+    names = list(dict.fromkeys(n for n in [*args.names, *args.only.split(",")] if n)) or NAMES
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; the known ones are {NAMES}")

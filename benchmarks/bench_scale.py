@@ -1,0 +1,340 @@
+"""LM at the scale users bring: deeper and wider tanh MLPs than the tutorial's, on the CPU.
+
+Problem: ``y = sinc(10 x)`` (the seed's 100000 points, shuffled batches of N), float32,
+``torch.set_num_threads(2)``, one process; for each shape both optimizers start from the
+same parameters and get the same batches, their steps interleaved (``_versus.py``):
+
+* 1-64-64-1 (P = 4,353) at N = 20000: over-determined, the P × P system;
+* 1-128-128-1 (P = 16,897) at N = 2000: under-determined, the N × N system;
+* 1-128-128-128-128-1 (P = 49,921) at N = 2000: under-determined, J of 400 MB.
+
+Ours is ``LMA(model, [device], a - b)`` with its defaults and ``step(x, y)`` without a
+``slice_size`` — what a user writes first; the Jacobian engine then cuts the batch into
+chunks within its own memory budget (cuPyLMA's users pass slices of 1000-5000 samples
+because cuPyLMA needs them; ours does not). The peer is
+``LevenbergMarquardtModule(model, solve_method="cholesky")``, as in ``bench_step.py``.
+Steps: 1 warm-up and then 5 timed steps of each at N = 20000 and at P = 49,921, 7 at
+P = 16,897 (and no new step after ``CAP_SECONDS`` of a shape). The tutorial's shape (1-256-1,
+P = 769, N = 10000) is ``bench_step.py``'s, not repeated here.
+
+The floor, measured in the same run (``_floor.py``): the fastest of torch ``mm``, NumPy's
+``syrk``, SciPy's ``ssyrk`` and torch's MKL ``ssyrk`` forming ``JᵀJ`` (N > P) or ``JJᵀ``
+(N < P) of a random float32 J of that shape, plus one float64 Cholesky solve of the
+P × P or N × N system; each kernel is timed up to ``FLOOR_REPEATS`` times within
+``FLOOR_BUDGET`` seconds, after one untimed call.
+
+Peak memory: each side's one LM step in a fresh process, as ``bench_memory.py`` measures
+it — data, model and optimizer built, the peak-RSS mark reset to the current RSS, then the
+growth of the peak over it during the step (CPU only; ``bench_gpu.py`` measures GPU memory).
+
+Targets: ours ≤ 0.67× the peer's median step; ours ≤ 1.5× the floor; our peak RSS growth
+≤ the peer's. ``python benchmarks/bench_scale.py [--quick] [--device cpu]``; ``main()``
+writes ``results/scale.json`` and ``results/scale.png`` (``scale-quick.*`` with ``--quick``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import _common as c
+import _versus as v
+import torch
+from _floor import random_floor
+
+# (widths, N, timed steps)
+SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
+    ((1, 64, 64, 1), 20_000, 5),
+    ((1, 128, 128, 1), 2_000, 7),
+    ((1, 128, 128, 128, 128, 1), 2_000, 5),
+)
+# Development only: the same code paths (one over-, one under-determined) in seconds.
+QUICK_SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
+    ((1, 16, 16, 1), 2_000, 3),
+    ((1, 32, 32, 1), 300, 3),
+)
+WARMUP = 1
+CAP_SECONDS = 150.0
+FLOOR_REPEATS = 3
+FLOOR_BUDGET = 4.0
+RSS_TIMEOUT = 300.0
+TARGET_PEER = 0.67
+TARGET_FLOOR = 1.5
+TARGET_RSS = 1.0
+
+
+def _batches(
+    widths: Sequence[int], n: int, count: int, device: torch.device
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    x_all, y_all = c.sinc_dataset()
+    batches = c.shuffled_batches(x_all, y_all, n)
+    return [(x.to(device), y.to(device)) for x, y in (next(batches) for _ in range(count))]
+
+
+def rss_child(kind: str, widths: Sequence[int], n: int) -> dict[str, Any]:
+    """One LM step of ``kind`` ("ours" or "peer") in this fresh process; its peak RSS growth."""
+    c.setup_threads()
+    device = torch.device("cpu")
+    ((x, y),) = _batches(widths, n, 1, device)
+    step = (v.make_ours if kind == "ours" else v.make_peer)(widths, device)[0]
+    gc.collect()
+    reset = c.reset_peak_rss()
+    baseline = c.rss_mib() if reset else c.peak_rss_mib()
+    start = time.perf_counter()
+    step(x, y)
+    seconds = time.perf_counter() - start
+    peak = c.peak_rss_mib()
+    return {
+        "kind": kind,
+        "baseline_mib": baseline,
+        "baseline_is": "current RSS after a peak reset" if reset else "peak RSS so far",
+        "peak_mib": peak,
+        "growth_mib": peak - baseline,
+        "step_seconds": seconds,
+    }
+
+
+def _rss(widths: Sequence[int], n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in ("ours", "peer"):
+        spec = json.dumps({"kind": kind, "widths": list(widths), "n": n})
+        result, error = c.run_child([__file__, "--child-rss", spec], RSS_TIMEOUT)
+        out[kind] = result if result is not None else {"kind": kind, "error": error}
+    return out
+
+
+def measure_shape(
+    widths: Sequence[int], n: int, steps: int, device: torch.device, *, rss: bool
+) -> dict[str, Any]:
+    """Interleaved steps of ours and the peer, the floor, and (CPU) each side's peak RSS."""
+    params = c.mlp_params(widths)
+    entry: dict[str, Any] = {
+        "widths": list(widths),
+        "params": params,
+        "n": n,
+        "system": "P × P (JᵀJ)" if n >= params else "N × N (JJᵀ)",
+        "warmup": WARMUP,
+        "steps_asked": steps,
+        "load_before": c.load_average(),
+    }
+    pairs = _batches(widths, n, WARMUP + steps, device)
+    ours_step, lma = v.make_ours(widths, device)
+    peer_step, _peer = v.make_peer(widths, device)
+    runs = v.interleave(
+        {"ours": ours_step, "peer": peer_step},
+        pairs,
+        warmup=WARMUP,
+        device=device,
+        cap=CAP_SECONDS,
+    )
+    report = lma.report
+    entry["ours_runs"] = f"strategy {report.strategy}, backend {report.backend}" if report else ""
+    del ours_step, peer_step, lma, _peer, pairs
+    v.release(device)
+    for side in ("ours", "peer"):
+        record = runs[side]
+        entry[side] = {
+            "steps": record["seconds"],
+            "error": record["error"],
+            "median": v.medians(record) if record["seconds"] else {},
+        }
+    entry["floor"] = random_floor(n, params, device, FLOOR_REPEATS, warmup=1, budget=FLOOR_BUDGET)
+    entry["rss"] = _rss(widths, n) if rss else {}
+    entry["load_after"] = c.load_average()
+    ours = entry["ours"]["median"].get("step")
+    peer = entry["peer"]["median"].get("step")
+    floor = entry["floor"]["floor_seconds"]
+    growth = {k: entry["rss"].get(k, {}).get("growth_mib") for k in ("ours", "peer")}
+    entry["ratios"] = {
+        "ours_vs_peer": None if ours is None or peer is None else ours / peer,
+        "ours_vs_floor": None if ours is None else ours / floor,
+        "rss_ours_vs_peer": None
+        if growth["ours"] is None or growth["peer"] is None
+        else growth["ours"] / max(growth["peer"], 1.0),
+    }
+    return entry
+
+
+def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
+    c.setup_threads()
+    where = torch.device(device)
+    shapes = QUICK_SHAPES if quick else SHAPES
+    results: dict[str, Any] = {
+        "problem": f"sinc(10x), shuffled batches of N from the seed's {c.DATASET_SIZE} "
+        f"points, tanh MLPs, float32, {c.THREADS} threads, device {where}",
+        "quick": quick,
+        "ours_config": "LMA defaults (Nielsen damping, Marquardt scaling, strategy and "
+        "backend auto), step(x, y) without slice_size",
+        "peer_config": "LevenbergMarquardtModule(solve_method='cholesky'), defaults otherwise",
+        "targets": {
+            "ours_vs_peer": TARGET_PEER,
+            "ours_vs_floor": TARGET_FLOOR,
+            "rss_ours_vs_peer": TARGET_RSS,
+        },
+        "load_average": {"before": c.load_average()},
+        "shapes": {},
+    }
+    for widths, n, steps in shapes:
+        name = f"{c.mlp_name(widths)} N={n}"
+        try:
+            results["shapes"][name] = measure_shape(
+                widths, n, steps, where, rss=where.type == "cpu"
+            )
+        except Exception as exc:  # one shape's failure is a result; the others still run
+            results["shapes"][name] = {
+                "widths": list(widths),
+                "params": c.mlp_params(widths),
+                "n": n,
+                "error": v.describe_error(exc),
+            }
+            v.release(where)
+    results["load_average"]["after"] = c.load_average()
+    c.write_json("scale-quick" if quick else "scale", results)
+    _plot(results, "scale-quick.png" if quick else "scale.png")
+    return results
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
+
+
+def _mib(run: dict[str, Any]) -> str:
+    g = run.get("growth_mib")
+    return "failed" if g is None else f"{g:.0f} MiB"
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ratios with their targets, for the aggregate table."""
+    rows = []
+    for e in results["shapes"].values():
+        label = f"scale {c.mlp_name(e['widths'])} (P={e['params']:,}) N={e['n']:,}"
+        if "error" in e:
+            rows.append(c.row(f"{label}: did not complete", None, None, detail=e["error"]))
+            continue
+        ours, peer, floor = e["ours"], e["peer"], e["floor"]
+        om, pm = ours["median"], peer["median"]
+        errors = "; ".join(
+            f"{k} failed: {e[k]['error']}" for k in ("ours", "peer") if e[k]["error"]
+        )
+        rows.append(
+            c.row(
+                f"{label}: ours / peer",
+                e["ratios"]["ours_vs_peer"],
+                TARGET_PEER,
+                detail=f"ours {_ms(om.get('step'))}, peer {_ms(pm.get('step'))} (medians of "
+                f"{len(ours['steps'])} / {len(peer['steps'])} steps; attempts "
+                f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g})"
+                + (f"; {errors}" if errors else ""),
+            )
+        )
+        best = floor["gram_best_kernel"]
+        rows.append(
+            c.row(
+                f"{label}: ours / floor",
+                e["ratios"]["ours_vs_floor"],
+                TARGET_FLOOR,
+                detail=f"floor {_ms(floor['floor_seconds'])} = {floor['product']} by {best} "
+                f"{_ms(floor['gram_seconds'][best])} + float64 Cholesky "
+                f"({floor['system_size']:,}²) {_ms(floor['cholesky_float64_seconds'])}",
+            )
+        )
+        if e.get("rss"):
+            rows.append(
+                c.row(
+                    f"{label}: peak RSS ours / peer",
+                    e["ratios"]["rss_ours_vs_peer"],
+                    TARGET_RSS,
+                    detail=f"ours {_mib(e['rss']['ours'])}, peer {_mib(e['rss']['peer'])} "
+                    "(growth of one step, fresh process each)",
+                )
+            )
+    return rows
+
+
+def _plot(results: dict[str, Any], png: str) -> None:
+    plt = c.pyplot()
+    if plt is None:
+        return
+    shapes = {k: e for k, e in results["shapes"].items() if "error" not in e}
+    if not shapes:
+        return
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.27
+    for offset, (key, label, color) in enumerate(
+        (
+            ("ours", "marquardt LMA", "#4c72b0"),
+            ("peer", "torch-levenberg-marquardt", "#dd8452"),
+            ("floor", "floor: Gram + float64 Cholesky", "#999999"),
+        )
+    ):
+        values = []
+        for e in shapes.values():
+            if key == "floor":
+                values.append(e["floor"]["floor_seconds"])
+            else:
+                values.append(e[key]["median"].get("step", float("nan")))
+        xs = [i + (offset - 1) * width for i in range(len(shapes))]
+        ax.bar(xs, values, width, label=label, color=color)
+    ax.set_xticks(
+        range(len(shapes)),
+        [f"{c.mlp_name(e['widths'])}\nP={e['params']:,} N={e['n']:,}" for e in shapes.values()],
+        fontsize=8,
+    )
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds per LM step (median)")
+    ax.set_title(results["problem"], fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    c.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    fig.savefig(c.RESULTS_DIR / png, dpi=120)
+    plt.close(fig)
+
+
+def _print(results: dict[str, Any]) -> None:
+    print(results["problem"])
+    print(f"  ours: {results['ours_config']}; peer: {results['peer_config']}")
+    for name, e in results["shapes"].items():
+        if "error" in e:
+            print(f"  {name}: failed: {e['error']}")
+            continue
+        om = e["ours"]["median"]
+        parts = ", ".join(f"{k} {_ms(om[k])}" for k in v.PARTS if k in om)
+        f = e["floor"]
+        kernels = ", ".join(
+            f"{k} {_ms(s)} ({f['gram_timed_calls'][k]} timed)" for k, s in f["gram_seconds"].items()
+        )
+        print(
+            f"  {name} (P={e['params']:,}, {e['system']}; {e['warmup']} warm-up + "
+            f"{len(e['ours']['steps'])} timed steps; load {e['load_before']:.1f} → "
+            f"{e['load_after']:.1f}): ours {e['ours_runs']}; parts {parts}"
+        )
+        print(
+            f"    floor: {f['product']} kernels {kernels}; float64 Cholesky "
+            f"{_ms(f['cholesky_float64_seconds'])} ({f['cholesky_timed_calls']} timed)"
+        )
+    print(c.format_rows(summary(results)))
+
+
+def _cli() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny shapes (development)")
+    parser.add_argument("--device", default="cpu", help="torch device (cpu)")
+    parser.add_argument("--child-rss", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_rss:
+        spec = json.loads(args.child_rss)
+        print(json.dumps(rss_child(spec["kind"], spec["widths"], spec["n"])))
+        return 0
+    _print(main(quick=args.quick, device=args.device))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_cli())

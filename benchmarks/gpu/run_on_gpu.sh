@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Runs the GPU checks from the repository root on a machine with an NVIDIA GPU and no network.
+#
+# Needs Python 3.12 with torch (a CUDA build), numpy, scipy, pytest, matplotlib and
+# nvidia-ml-py; no nox. Installs the four packages from their folders and the wheels in
+# benchmarks/gpu/wheels (fetch_wheels.sh) into a scratch folder with pip --no-deps, then
+# runs, each part under its own time limit and whether or not the parts before it passed:
+#   env, env-nvidia-smi  what the machine has
+#   install              the packages and the carried wheels
+#   devices, devices-plan  marquardt-devices, and its plan for P=49921 N=10000
+#   bench-gpu            benchmarks/bench_gpu.py on cuda:0
+#   integration          integration_tests/test_gpu.py
+#   tests-<package>      each package's whole test suite, gpu-marked tests included
+# The whole run stays within TOTAL seconds. Results go to $OUT: summary.txt (one line per
+# part), RESULTS-gpu.md, gpu.json and gpu.png from the benchmark, and gpu-run.tar.gz with
+# every part's output (<part>.txt) and the tests' JUnit XML (<part>.xml). The bundle is
+# rewritten after each part, so whatever ran is there even if the run is cut short.
+#
+# Environment: OUT (required), PYTHON (python3), WHEELS (benchmarks/gpu/wheels), SITE
+# (/tmp/marquardt-site), TOTAL (530 s), BENCH_BUDGET (300 s), TEST_CAP (150 s per package),
+# PARTS (the parts to run, by name or prefix: "env install devices bench tests integration"
+# by default), PYTEST_ARGS (added to every pytest command, e.g. "-x" or "--collect-only -q"),
+# BENCH_ARGS (added to bench_gpu.py's, e.g. "--device cpu --quick" for a dry run without GPU).
+#
+# set -e is left out on purpose: a failing part is recorded and the next one still runs.
+set -uo pipefail
+
+OUT="${OUT:?set OUT to the folder the results go to}"
+PYTHON="${PYTHON:-python3}"
+WHEELS="${WHEELS:-benchmarks/gpu/wheels}"
+SITE="${SITE:-/tmp/marquardt-site}"
+TOTAL="${TOTAL:-530}"
+BENCH_BUDGET="${BENCH_BUDGET:-300}"
+TEST_CAP="${TEST_CAP:-150}"
+PARTS="${PARTS:-env install devices bench tests integration}"
+PACKAGES=(core-devices core-jacobian core-solver trainer)
+read -r -a EXTRA_PYTEST <<<"${PYTEST_ARGS:-}"
+read -r -a EXTRA_BENCH <<<"${BENCH_ARGS:-}"
+
+if [[ ! -d packages/core-devices || ! -f benchmarks/bench_gpu.py ]]; then
+    echo "run_on_gpu: run this from the repository root (found no packages/core-devices here)" >&2
+    exit 2
+fi
+mkdir -p "$OUT"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/marquardt-gpu.XXXXXX")"
+SUMMARY="$WORK/summary.txt"
+export PYTHONUNBUFFERED=1
+
+log() {
+    printf '%s\n' "$*" | tee -a "$SUMMARY"
+}
+
+# Copies the summary and the benchmark's report to $OUT and packs every output there.
+bundle() {
+    cp "$SUMMARY" "$OUT/summary.txt"
+    local f
+    for f in "$WORK"/RESULTS-gpu.md "$WORK"/gpu*.json "$WORK"/gpu*.png; do
+        if [[ -f "$f" ]]; then
+            cp "$f" "$OUT/"
+        fi
+    done
+    tar -czf "$OUT/gpu-run.tar.gz" -C "$WORK" . || log "bundle: tar failed"
+}
+
+# Whether a part is asked for: its name, or its prefix before "-", is in PARTS.
+wanted() {
+    local part
+    for part in $PARTS; do
+        if [[ "$1" == "$part" || "$1" == "$part"-* ]]; then
+            return 0
+        fi
+    done
+    return 1
+}
+
+# run_part NAME CAP COMMAND...: COMMAND's output goes to $WORK/NAME.txt; it is stopped after
+# CAP seconds, or when the run's TOTAL is spent, whichever comes first. LAST_RC is its exit
+# status (-1 when it was not run).
+LAST_RC=-1
+run_part() {
+    local name="$1" cap="$2"
+    shift 2
+    LAST_RC=-1
+    if ! wanted "$name"; then
+        return 0
+    fi
+    local left=$((TOTAL - SECONDS))
+    local limit=$((cap < left ? cap : left))
+    if ((limit < 5)); then
+        log "$name: skipped, ${left} s of the ${TOTAL} s left"
+        return 0
+    fi
+    local start=$SECONDS rc=0
+    timeout --kill-after=10 "$limit" "$@" >"$WORK/$name.txt" 2>&1 || rc=$?
+    LAST_RC=$rc
+    local verdict="passed"
+    if ((rc == 124 || rc == 137)); then
+        verdict="stopped at its ${limit} s limit"
+    elif ((rc != 0)); then
+        verdict="failed (exit code $rc)"
+    fi
+    log "$name: $verdict after $((SECONDS - start)) s (see $name.txt)"
+    bundle
+}
+
+log "run_on_gpu: $(date -u '+%Y-%m-%d %H:%M UTC') on $(hostname); TOTAL ${TOTAL} s; parts: $PARTS"
+SOURCE=""
+if [[ -f "$WHEELS/SOURCE" ]]; then
+    SOURCE="$(cat "$WHEELS/SOURCE")"
+fi
+log "source: ${SOURCE:-unknown (no $WHEELS/SOURCE; run benchmarks/gpu/fetch_wheels.sh)}"
+
+# -- the machine ------------------------------------------------------------------------------
+run_part env-nvidia-smi 30 nvidia-smi
+run_part env 60 "$PYTHON" - <<'PY'
+import importlib.metadata as metadata
+import platform
+import sys
+
+print("python", sys.version.replace("\n", " "), "on", platform.platform())
+for name in (
+    "torch", "numpy", "scipy", "matplotlib", "pytest", "pytest-timeout", "nvidia-ml-py",
+    "setuptools", "cupy-cuda13x", "cupy-cuda12x", "legate", "pytorch-lightning",
+    "torchmetrics", "lightning-utilities", "tqdm", "torch-levenberg-marquardt",
+):
+    try:
+        print(f"{name} {metadata.version(name)}")
+    except metadata.PackageNotFoundError:
+        print(f"{name} not installed")
+import torch
+
+print("torch.cuda.is_available()", torch.cuda.is_available(), "CUDA", torch.version.cuda)
+for i in range(torch.cuda.device_count()):
+    print(f"cuda:{i}", torch.cuda.get_device_name(i))
+PY
+
+# -- install ------------------------------------------------------------------------------------
+shopt -s nullglob
+wheels=("$WHEELS"/*.whl)
+shopt -u nullglob
+if ((${#wheels[@]} == 0)); then
+    log "install: no wheels in $WHEELS: the peer will be missing (run benchmarks/gpu/fetch_wheels.sh here and carry that folder)"
+fi
+# Built from a copy, so that the build leaves nothing (build/, *.egg-info) in the tree.
+BUILD="$(mktemp -d "${TMPDIR:-/tmp}/marquardt-build.XXXXXX")"
+sources=()
+for pkg in "${PACKAGES[@]}"; do
+    cp -r "packages/$pkg" "$BUILD/$pkg"
+    sources+=("$BUILD/$pkg")
+done
+run_part install 120 "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation \
+    --no-compile --no-cache-dir --upgrade --target "$SITE" "${sources[@]}" "${wheels[@]}"
+if wanted install && ((LAST_RC != 0)); then
+    # The sources themselves, where no wheel could be built (PEP 420 namespace: the four
+    # src folders on the path make one `marquardt` package); the carried wheels go alone.
+    log "install: falling back to the packages' src folders on PYTHONPATH"
+    run_part install-wheels 120 "$PYTHON" -m pip install --no-index --no-deps --no-compile \
+        --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}"
+    for pkg in "${PACKAGES[@]}"; do
+        PYTHONPATH="$PWD/packages/$pkg/src${PYTHONPATH:+:$PYTHONPATH}"
+    done
+fi
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+
+# -- the planner ----------------------------------------------------------------------------------
+run_part devices 60 "$PYTHON" -m marquardt.devices
+run_part devices-plan 60 "$PYTHON" -m marquardt.devices --params 49921 --batch 10000
+
+# -- the benchmark ------------------------------------------------------------------------------
+left=$((TOTAL - SECONDS - 60))
+budget=$((BENCH_BUDGET < left ? BENCH_BUDGET : left))
+source_args=()
+if [[ -n "$SOURCE" ]]; then
+    source_args=(--source "$SOURCE")
+fi
+if ((budget > 30)); then
+    run_part bench-gpu $((budget + 50)) "$PYTHON" benchmarks/bench_gpu.py --device cuda:0 \
+        --out "$WORK" --md "$WORK/RESULTS-gpu.md" --budget "$budget" "${source_args[@]}" \
+        "${EXTRA_BENCH[@]}"
+elif wanted bench; then
+    log "bench-gpu: skipped, ${left} s left"
+fi
+
+# -- the tests ----------------------------------------------------------------------------------
+pytest_args=(-p no:cacheprovider -ra)
+if "$PYTHON" -c "import pytest_timeout" >/dev/null 2>&1; then
+    pytest_args+=(--timeout 120)
+fi
+markers=()
+if ! timeout 60 "$PYTHON" -c "import legate" >/dev/null 2>&1; then
+    # Legate and cuPyNumeric are not installed here: their tests cannot run.
+    markers=(-m "not legate")
+    log "tests: Legate is not installed here, so legate-marked tests are deselected"
+fi
+run_part integration 120 "$PYTHON" -m pytest integration_tests/test_gpu.py "${pytest_args[@]}" \
+    --junitxml "$WORK/integration.xml" "${EXTRA_PYTEST[@]}"
+for pkg in "${PACKAGES[@]}"; do
+    run_part "tests-$pkg" "$TEST_CAP" "$PYTHON" -m pytest "packages/$pkg/tests" \
+        "${pytest_args[@]}" "${markers[@]}" --junitxml "$WORK/tests-$pkg.xml" "${EXTRA_PYTEST[@]}"
+done
+
+log "run_on_gpu: done after ${SECONDS} s"
+bundle
+if [[ -f "$WORK/bench-gpu.txt" ]]; then
+    echo "--- bench-gpu (last lines) ---"
+    tail -n 40 "$WORK/bench-gpu.txt"
+fi
+echo "--- summary ---"
+cat "$SUMMARY"
