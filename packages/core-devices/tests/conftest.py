@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,6 +26,7 @@ CODES = {
     "NotFound": 6,
     "DriverNotLoaded": 9,
     "LibraryNotFound": 12,
+    "FunctionNotFound": 13,
     "GpuIsLost": 15,
     "Unknown": 999,
 }
@@ -37,6 +44,10 @@ class NVMLError(Exception):
         return names.get(self.value, f"code {self.value}")
 
 
+class NVMLLibraryMismatchError(Exception):
+    """Like pynvml's: an unversioned wrapper found no function in the library (not an NVMLError)."""
+
+
 ERRORS: dict[str, type[NVMLError]] = {
     name: type(f"NVMLError_{name}", (NVMLError,), {}) for name in CODES
 }
@@ -51,6 +62,7 @@ class FakeMig:
     uuid: str
     total: int = 10 * GiB
     used: int = 0
+    procs: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -63,7 +75,7 @@ class FakeGpu:
     mig: bool | None = False  # None: the GPU has no MIG support
     migs: list[FakeMig | None] = field(default_factory=list)  # None: an empty MIG slot
     pci: str = "00000000:07:00.0"
-    procs: list[tuple[int, int]] = field(default_factory=list)
+    procs: list[tuple[int, int]] = field(default_factory=list)  # (pid, used GPU memory)
     fail: dict[str, str] = field(default_factory=dict)  # NVML call -> error name
 
 
@@ -72,7 +84,10 @@ class FakeNvml:
 
     NVML_ERROR_LIBRARY_NOT_FOUND = CODES["LibraryNotFound"]
     NVML_ERROR_DRIVER_NOT_LOADED = CODES["DriverNotLoaded"]
+    NVML_ERROR_FUNCTION_NOT_FOUND = CODES["FunctionNotFound"]
+    NVML_ERROR_NOT_SUPPORTED = CODES["NotSupported"]
     NVMLError = NVMLError
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
 
     def __init__(self, gpus: list[FakeGpu] | None = None, init_error: str | None = None) -> None:
         self.gpus = gpus or []
@@ -152,9 +167,9 @@ class FakeNvml:
         return SimpleNamespace(busId=handle.pci)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeGpu | FakeMig) -> list[Any]:
+        # The unversioned name, as old bindings have it; tests add the versioned ones.
         self._check("nvmlDeviceGetComputeRunningProcesses", handle)
-        procs = handle.procs if isinstance(handle, FakeGpu) else []
-        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in procs]
+        return [SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in handle.procs]
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         self._check("nvmlSystemGetProcessName", None)
@@ -218,5 +233,122 @@ def kit() -> SimpleNamespace:
         uuid=uuid,
         four_gpus=four_gpus,
         nvml_error=nvml_error,
+        NVMLLibraryMismatchError=NVMLLibraryMismatchError,
+        gone=gone,
         GiB=GiB,
     )
+
+
+# Real processes for the clean-up tests. Each holds open a file named like the device files
+# a CUDA process holds (/dev/nvidia0), in a temporary folder whose prefix the tests give as
+# ``device_files``; each says "ready" once its signal handling is set, so no signal is sent
+# before the process is what the test says it is.
+SLEEPER = """
+import signal, sys, time
+if sys.argv[1] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+device = open(sys.argv[2], "rb")
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+# A launcher whose child, like a login shell, leads a session of its own and starts a run,
+# then exits: the run is adopted by PID 1 or by the nearest subreaper. With "leader" the run
+# calls setsid itself (detached on purpose, as a service is). With "reaper" the launcher
+# first makes itself a subreaper (prctl PR_SET_CHILD_SUBREAPER), so it adopts the run, and
+# prints the signal that ends it.
+ORPHAN = """
+import ctypes, os, sys, time
+device_path, mode = sys.argv[1], sys.argv[2]
+if mode == "reaper":
+    assert ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+read_end, write_end = os.pipe()
+shell = os.fork()
+if shell == 0:
+    os.setsid()
+    if os.fork() == 0:
+        if mode == "leader":
+            os.setsid()
+        device = open(device_path, "rb")
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.write(write_end, b"%d" % os.getpid())
+        os.close(write_end)
+        time.sleep(300)
+        os._exit(0)
+    os._exit(0)
+os.close(write_end)
+run = int(os.read(read_end, 64))
+os.waitpid(shell, 0)
+print(run, flush=True)  # the run holds its device file, and its shell has gone
+if mode == "reaper":
+    pid, status = os.wait()
+    print(os.WTERMSIG(status) if os.WIFSIGNALED(status) else -os.WEXITSTATUS(status), flush=True)
+"""
+
+
+class RealProcesses:
+    """Starts the processes of the clean-up tests and ends whatever is left of them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.device = folder / "nvidia0"
+        self.device.write_bytes(b"")
+        self.device_files = str(folder / "nvidia")
+        self.children: list[subprocess.Popen[str]] = []
+        self.pidfds: list[int] = []
+
+    def _start(self, argv: list[str], **options: Any) -> subprocess.Popen[str]:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **options)
+        self.children.append(child)
+        return child
+
+    def sleeper(self, on_term: str = "exit") -> subprocess.Popen[str]:
+        """A child that ends on SIGTERM (``exit``) or ignores it (``ignore``)."""
+        child = self._start([sys.executable, "-c", SLEEPER, on_term, str(self.device)])
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        return child
+
+    def other_users(self) -> subprocess.Popen[str]:
+        """A child of user nobody (65534): only root may start one."""
+        return self._start(["sleep", "300"], user=65534)
+
+    def orphan(self, mode: str = "orphan") -> tuple[int, subprocess.Popen[str]]:
+        """A run whose parent exited: its PID, and the launcher (its reaper in ``reaper`` mode)."""
+        launcher = self._start([sys.executable, "-c", ORPHAN, str(self.device), mode])
+        assert launcher.stdout is not None
+        pid = int(launcher.stdout.readline())
+        self.pidfds.append(os.pidfd_open(pid))
+        if mode != "reaper":
+            assert launcher.wait(timeout=60) == 0
+        return pid, launcher
+
+    def close(self) -> None:
+        for fd in self.pidfds:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
+        for child in self.children:
+            if child.poll() is None:
+                child.kill()
+            child.wait(timeout=60)
+            if child.stdout is not None:
+                child.stdout.close()
+
+
+@pytest.fixture
+def real_processes(tmp_path: Path) -> Iterator[RealProcesses]:
+    """Real processes (sleepers, orphans) that the test may stop; the rest is killed after."""
+    if not Path("/proc/self/stat").exists() or not hasattr(os, "pidfd_open"):
+        pytest.skip("the clean-up commands read /proc and use pidfds: Linux 5.3 or later")
+    found = RealProcesses(tmp_path)
+    yield found
+    found.close()
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (no such process, or a zombie waiting to be collected)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"

@@ -2,7 +2,8 @@
 
 Exit status: 0 when the report was printed (also on a machine without GPU or NVML),
 1 when NVML is present but failing or Legate's configuration is unreadable, 2 on bad
-arguments.
+arguments. The clean-up commands (``--processes``, ``--stop``, ``--stop-orphans``) live in
+:mod:`._cli_cleanup`, with their own exit statuses.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import _settings
+from . import _cli_cleanup, _settings
 from ._discovery import GpuInfo, Survey, survey
 from ._errors import LegateConfigError, NvmlError
 from ._planner import ITEMSIZE, plan
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--script", default="script.py", help="script named in the command")
     parser.add_argument("--env", action="store_true", help="list the environment variables read")
+    _cli_cleanup.add_arguments(parser)
     return parser
 
 
@@ -131,6 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if (args.params is None) != (args.batch is None):
         parser.error("--params and --batch go together: give both to plan, or neither to list")
+    _cli_cleanup.check_arguments(args, parser)
+    if _cli_cleanup.wanted(args):
+        try:
+            return _cli_cleanup.run(args)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.env:
         for name, meaning in _settings.ENVIRONMENT.items():
             print(f"{name}: {meaning}")

@@ -16,3 +16,7 @@ class LegateConfigError(ValueError):
 
 class NvmlError(RuntimeError):
     """NVML is installed and a driver is present, but NVML fails to answer."""
+
+
+class CleanupError(RuntimeError):
+    """GPU processes cannot be stopped safely here (no ``/proc``, or no NVML to ask)."""

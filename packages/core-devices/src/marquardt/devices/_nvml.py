@@ -16,9 +16,10 @@ from typing import Any
 
 from ._errors import NvmlError
 
-# NVML's return codes (nvml.h) for "no NVML here", used when the module lacks the constant.
+# NVML's return codes (nvml.h), used when the module lacks the constant.
 _LIBRARY_NOT_FOUND = 12
 _DRIVER_NOT_LOADED = 9
+_FUNCTION_NOT_FOUND = 13
 
 _override: Any = None
 
@@ -60,6 +61,20 @@ def is_nvml_error(nvml: Any, exc: BaseException) -> bool:
     """Whether ``exc`` was raised by NVML (an ``NVMLError`` of ``nvml``)."""
     base = getattr(nvml, "NVMLError", None)
     return isinstance(base, type) and isinstance(exc, base)
+
+
+def is_missing_function(nvml: Any, exc: BaseException) -> bool:
+    """Whether ``exc`` says the NVML library lacks the function the bindings called.
+
+    Bindings newer than the driver call versioned functions (``…_v3``) the library does not
+    have: NVML answers ``NVML_ERROR_FUNCTION_NOT_FOUND``, which pynvml's unversioned
+    wrappers turn into ``NVMLLibraryMismatchError`` (not an ``NVMLError``).
+    """
+    mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
+    if isinstance(mismatch, type) and isinstance(exc, mismatch):
+        return True
+    missing = _code(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", _FUNCTION_NOT_FOUND)
+    return is_nvml_error(nvml, exc) and getattr(exc, "value", None) == missing
 
 
 @contextmanager
