@@ -171,9 +171,14 @@ def test_rows_per_sample_and_timings() -> None:
     problem = make_problem("multi_output")
     engine = JacobianEngine(Replicas(problem.model, ["cpu"]), problem.residual_fn)
     assert engine.rows_per_sample(problem.x, problem.y) == 3
-    engine.accumulate(problem.x, problem.y)
-    assert set(engine.timings) >= {"jacobian", "transfer"}
-    assert engine.timings["jacobian"] > 0
+    products = engine.accumulate(problem.x, problem.y)
+    assert set(products.timings) >= {"jacobian", "gram", "transfer"}
+    assert products.timings["jacobian"] > 0
+    stream = engine.slices(problem.x, problem.y, 5)
+    assert stream.timings["jacobian"] == 0.0
+    assert len(list(stream)) == -(-len(problem.x) // 5)
+    assert stream.timings["jacobian"] > 0
+    assert not hasattr(engine, "timings")
 
 
 @pytest.mark.parametrize("mode", MODES)

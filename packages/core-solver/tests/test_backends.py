@@ -10,7 +10,7 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 from marquardt.solver import ArrayBackend, LinearSystem
-from marquardt.solver._backends.base import host_vector
+from marquardt.solver._backends.base import Solution, host_vector, read_values
 from marquardt.solver._backends.numpy_backend import NumpyBackend, cholesky_solve_numpy
 from marquardt.solver._backends.torch_backend import TorchBackend
 
@@ -99,6 +99,11 @@ def test_float32_slices_are_solved_in_float64(backend: ArrayBackend) -> None:
     assert solution is not None and solution.delta.dtype == torch.float64
 
 
+def _failed(solution: Solution | None) -> bool:
+    """A rejected solve: ``None``, or a status (read from the device) that says failed."""
+    return solution is None or read_values([solution.status])[0] != 0.0
+
+
 def _system(backend: ArrayBackend, a: np.ndarray) -> LinearSystem:
     p = a.shape[0]
     products = NormalProducts(
@@ -110,13 +115,13 @@ def _system(backend: ArrayBackend, a: np.ndarray) -> LinearSystem:
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
 def test_indefinite_and_singular_systems_give_none(backend: ArrayBackend) -> None:
     indefinite = np.diag([1.0, -2.0, 3.0])
-    assert backend.solve(_system(backend, indefinite), 1e-3, "identity") is None
+    assert _failed(backend.solve(_system(backend, indefinite), 1e-3, "identity"))
     # Damping large enough makes it positive definite: a solve, not an error.
-    assert backend.solve(_system(backend, indefinite), 10.0, "identity") is not None
+    assert not _failed(backend.solve(_system(backend, indefinite), 10.0, "identity"))
     singular = np.zeros((3, 3))
-    assert backend.solve(_system(backend, singular), 0.0, "identity") is None
+    assert _failed(backend.solve(_system(backend, singular), 0.0, "identity"))
     # Marquardt scaling keeps a zero column damped (clamped D): solvable for λ > 0.
-    assert backend.solve(_system(backend, singular), 1e-3, "marquardt") is not None
+    assert not _failed(backend.solve(_system(backend, singular), 1e-3, "marquardt"))
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
@@ -124,10 +129,10 @@ def test_non_finite_systems_give_none(backend: ArrayBackend) -> None:
     for bad in (np.nan, np.inf):
         a = np.eye(3)
         a[0, 2] = a[2, 0] = bad
-        assert backend.solve(_system(backend, a), 1e-3, "identity") is None
+        assert _failed(backend.solve(_system(backend, a), 1e-3, "identity"))
         b = np.eye(3)
         b[1, 1] = bad
-        assert backend.solve(_system(backend, b), 1e-3, "identity") is None
+        assert _failed(backend.solve(_system(backend, b), 1e-3, "identity"))
     # An overflowing step (tiny pivots, huge right-hand side) is not finite either.
     tiny = np.eye(2) * 1e-300
     products = NormalProducts(
@@ -136,7 +141,63 @@ def test_non_finite_systems_give_none(backend: ArrayBackend) -> None:
         rss=1.0,
         rows=1,
     )
-    assert backend.solve(backend.system_from_products(products), 0.0, "identity") is None
+    assert _failed(backend.solve(backend.system_from_products(products), 0.0, "identity"))
+
+
+@pytest.mark.parametrize("shape", [(6, 15), (40, 5)], ids=["under", "over"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=IDS)
+def test_jacobian_buffers_give_the_system_of_the_slices(
+    backend: ArrayBackend, shape: tuple[int, int]
+) -> None:
+    """J written into the backend's own buffers gives the same system as streamed slices."""
+    from marquardt.solver._backends.base import JacobianBuffers
+
+    assert isinstance(backend, JacobianBuffers)
+    jac, res = _problem(*shape, seed=4)
+    jac_buf, res_buf = backend.jacobian_buffers(*shape, torch.float64)
+    jac_buf.copy_(jac)
+    res_buf.copy_(res)
+    filled = backend.system_from_jacobian(jac_buf, res_buf)
+    streamed = backend.system_from_slices(_slices(jac, res, 4), *shape)
+    assert filled.underdetermined == streamed.underdetermined == (shape[0] < shape[1])
+    for name in ("a", "g", "diag", "gradient"):
+        np.testing.assert_allclose(
+            np.asarray(host_vector(getattr(filled, name).reshape(-1))),
+            np.asarray(host_vector(getattr(streamed, name).reshape(-1))),
+            rtol=1e-12,
+            atol=1e-14,
+        )
+    np.testing.assert_allclose(
+        host_vector(filled.diag), (jac * jac).sum(0).numpy() / shape[0], rtol=1e-12
+    )
+
+
+def test_torch_solve_reads_nothing_back_from_its_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """δ, the model terms and the status stay on the backend's device: a solve converts
+    no tensor to a Python number and copies nothing to the host."""
+    backend = TorchBackend("cpu")
+    calls: list[str] = []
+    for shape in ((40, 5), (6, 15)):
+        jac, res = _problem(*shape, seed=5)
+        system = backend.system_from_matrix(jac, res)
+        calls.clear()
+        for name in ("item", "tolist", "__float__", "__bool__", "__int__", "cpu", "numpy"):
+            original = getattr(torch.Tensor, name)
+
+            def spy(
+                self: torch.Tensor, *a: object, _n: str = name, _o: object = original
+            ) -> object:
+                calls.append(_n)
+                return _o(self, *a)  # type: ignore[operator]
+
+            monkeypatch.setattr(torch.Tensor, name, spy)
+        solution = backend.solve(system, 0.1, "marquardt")
+        monkeypatch.undo()
+        assert calls == []
+        assert solution is not None
+        for value in (solution.delta, solution.gradient_dot, solution.curvature, solution.status):
+            assert isinstance(value, torch.Tensor) and value.device == backend.device
+        assert read_values([solution.status]) == [0.0]
 
 
 def test_numpy_solve_without_scipy(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,8 @@ from ._errors import (
     UnknownModeError,
 )
 from ._planner import JacobianPlan, plan_jacobian
-from ._products import JacobianSlice, NormalProducts
+from ._prepared import PreparedBatch
+from ._products import JacobianSlice, NormalProducts, SliceStream
 from ._replicas import Replicas
 
 __all__ = [
@@ -41,11 +42,13 @@ __all__ = [
     "NonFiniteInputError",
     "NormalProducts",
     "ParameterDtypeError",
+    "PreparedBatch",
     "Replicas",
     "ResidualDetachedError",
     "ResidualNotFiniteError",
     "ResidualShapeError",
     "SliceSizeError",
+    "SliceStream",
     "UnknownModeError",
     "plan_jacobian",
 ]

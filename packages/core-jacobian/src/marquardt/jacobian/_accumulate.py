@@ -7,10 +7,13 @@ the batch: the products are ``P × P`` whatever ``N`` (Marquardt 1963; Gavin's L
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
 
+from ._errors import ResidualNotFiniteError, message
+from ._forward import forward_slices
 from ._gram import GramAccumulator
 from ._modes import ResidualFn
 from ._planner import JacobianPlan
@@ -34,9 +37,14 @@ def accumulate_products(
     batch: int,
     size: int,
     dtype: torch.dtype,
-) -> tuple[NormalProducts, dict[str, float]]:
-    """The normal products of the batch in ``dtype``, and the seconds spent (jacobian,
-    gram, reduce, transfer). Slices of ``size`` samples go round-robin to the devices."""
+) -> NormalProducts:
+    """The normal products of the batch in ``dtype``, with the seconds spent (jacobian,
+    gram, reduce, transfer). Slices of ``size`` samples go round-robin to the devices.
+
+    Residuals are not scanned chunk by chunk (on a GPU each scan is a host
+    synchronisation): ``rᵀr`` is finite exactly when every residual is, so it is tested
+    once, and only a non-finite sum pays a forward pass to name the first bad sample.
+    """
     params = replicas.num_params
     accumulators: dict[int, GramAccumulator] = {}
     chunk_buffers: dict[int, torch.Tensor | None] = {}
@@ -56,7 +64,10 @@ def accumulate_products(
         acc = accumulators[dev]
         x = to_device(inputs[lo:hi], replica.device)
         y = to_device(targets[lo:hi], replica.device)
-        for jac, res in jacobian_chunks(replica, residual_fn, x, y, plan, chunk_buffers[dev], lo):
+        chunks = jacobian_chunks(
+            replica, residual_fn, x, y, plan, chunk_buffers[dev], lo, check=False
+        )
+        for jac, res in chunks:
             t0 = time.perf_counter()
             acc.add(jac, res)
             gram_seconds[dev] += time.perf_counter() - t0
@@ -74,6 +85,9 @@ def accumulate_products(
         jtr = jtr + a.jtr.to(home)
         rss = rss + a.rss.to(home)
     rows = sum(a.rows for a in accs)
+    rss_value = float(rss)
+    if not math.isfinite(rss_value):
+        _raise_first_non_finite(replicas, residual_fn, workers, inputs, targets, batch, size)
     end = time.perf_counter()
     timings = {
         "jacobian": end - start,
@@ -81,4 +95,39 @@ def accumulate_products(
         "reduce": end - t_reduce,
         "transfer": 0.0,
     }
-    return NormalProducts(jtj=jtj, jtr=jtr, rss=float(rss), rows=rows), timings
+    return NormalProducts(jtj=jtj, jtr=jtr, rss=rss_value, rows=rows, timings=timings)
+
+
+def _raise_first_non_finite(
+    replicas: Replicas,
+    residual_fn: ResidualFn,
+    workers: DeviceWorkers,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    batch: int,
+    size: int,
+) -> None:
+    """Raise the residual check's error for the first non-finite residual of the batch.
+
+    Called when ``rᵀr`` is not finite: a checked forward pass names the sample. When the
+    residuals are finite but their squares overflowed, the sum's error is raised.
+    """
+    forward_slices(
+        replicas,
+        residual_fn,
+        workers,
+        inputs,
+        targets,
+        batch=batch,
+        size=size,
+        loss_fn=None,
+        keep_residuals=False,
+        output_device=replicas.devices[0],
+    )
+    raise ResidualNotFiniteError(
+        message(
+            "a finite sum of squared residuals was expected",
+            "every residual is finite but rᵀr overflowed",
+            "scale the residuals down (e.g. divide residual_fn by a constant) or use float64",
+        )
+    )

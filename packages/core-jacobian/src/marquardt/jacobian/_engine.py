@@ -19,15 +19,16 @@ import torch
 from . import _settings
 from ._accumulate import accumulate_products
 from ._errors import UnknownModeError, message
-from ._forward import ForwardSlice, LossFn, forward_samples, forward_slices
+from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
 from ._host_heap import keep_host_heap
 from ._modes import ResidualFn, layers_support
 from ._planner import MODES, JacobianPlan, plan_jacobian
+from ._prepared import PreparedBatch
 from ._probe import default_budget, probe, verify_layers
-from ._products import JacobianSlice, NormalProducts
+from ._products import JacobianSlice, NormalProducts, SliceStream
 from ._replicas import Replicas
 from ._slice_work import Workspaces, slice_jacobian
-from ._slicing import DeviceWorkers, slice_ranges
+from ._slicing import DeviceWorkers
 from ._validate import check_batch, check_batchnorm, check_slice_size
 
 __all__ = ["JacobianEngine"]
@@ -43,7 +44,9 @@ class JacobianEngine:
     and forward-only slices (loss, residuals), so memory does not grow with the batch.
     ``output_device`` is where explicit slices and residuals are handed out
     (default ``devices[0]``). After each call, ``last_plan`` says what was chosen and
-    why, and ``timings`` how many seconds went where.
+    why; the seconds spent come back with the products (``NormalProducts.timings``,
+    ``SliceStream.timings``). A step prepares its batch once (:meth:`prepare`: checks,
+    one probe forward, one plan) and every call of that step reuses it.
     """
 
     def __init__(
@@ -98,7 +101,6 @@ class JacobianEngine:
             torch.device(output_device) if output_device is not None else replicas.devices[0]
         )
         self.last_plan: JacobianPlan | None = None
-        self.timings: dict[str, float] = {}
         self._workers = DeviceWorkers(replicas.devices)
         self._workspaces = Workspaces()
         # Activations per sample from the last probe: sizes forward-only slices.
@@ -110,13 +112,39 @@ class JacobianEngine:
             keep_host_heap()  # each step's freed host blocks serve the next step
 
     # -- checks and planning -----------------------------------------------------------
-    def _prepare(
-        self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None
-    ) -> tuple[int, int]:
-        batch = check_batch(inputs, targets)
+    def prepare(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None = None,
+        *,
+        strategy: str = "auto",
+        checked: bool = False,
+    ) -> PreparedBatch:
+        """Check the batch, probe the model once and plan: what one step's calls reuse.
+
+        Raises before any work on a bad batch (lengths, NaN/inf, slice size, batch norm in
+        training mode, residuals that are detached or not finite on the first samples).
+        ``checked=True`` skips the scan for NaN/inf in inputs and targets, for a caller that
+        made it already (``LMA.step`` does, with its own message). The plan is kept in
+        ``last_plan``.
+        """
+        batch = check_batch(inputs, targets, scan=not checked)
         size = check_slice_size(slice_size, batch, len(self.replicas))
         check_batchnorm(self.replicas.model)
-        return batch, size
+        plan = self._plan(inputs, targets, batch, size, strategy, cap=slice_size is None)
+        forward = size
+        if slice_size is None:
+            budget = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
+            forward = min(size, budget)
+        return PreparedBatch(
+            inputs=inputs,
+            targets=targets,
+            samples=batch,
+            plan=plan,
+            slice_samples=plan.slice_samples or size,
+            forward_samples=forward,
+        )
 
     def _probe(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
         """``(m, activations per sample)`` from a forward pass on the first samples."""
@@ -138,8 +166,7 @@ class JacobianEngine:
         strategy: str = "auto",
     ) -> JacobianPlan:
         """Check the batch and choose strategy, mode and chunking (kept in ``last_plan``)."""
-        batch, size = self._prepare(inputs, targets, slice_size)
-        return self._plan(inputs, targets, batch, size, strategy, cap=slice_size is None)
+        return self.prepare(inputs, targets, slice_size, strategy=strategy).plan
 
     def _budget(self) -> int:
         return self.memory_budget or default_budget(self.replicas.devices[0])
@@ -178,28 +205,42 @@ class JacobianEngine:
         self.last_plan = plan
         return plan
 
+    def _with_strategy(self, batch: PreparedBatch, strategy: str) -> PreparedBatch:
+        if batch.strategy == strategy:
+            return batch
+        raise ValueError(
+            message(
+                f"a batch prepared for strategy {strategy!r} was expected",
+                f"it was prepared for {batch.strategy!r}",
+                f"prepare it with engine.prepare(x, y, strategy={strategy!r})",
+            )
+        )
+
     # -- public products ---------------------------------------------------------------
     def slices(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
-    ) -> Iterator[JacobianSlice]:
+    ) -> SliceStream:
         """Strategy ``explicit``: the slices of ``J`` and ``r`` in row order.
 
         Everything is checked (batch, slice size, residual shape, finiteness on the
         first samples) before the first slice is computed. Each slice's tensors are new
-        and never written again by the engine.
+        and never written again by the engine. The stream's ``timings`` say where the
+        seconds went.
         """
-        batch, size = self._prepare(inputs, targets, slice_size)
-        plan = self._plan(inputs, targets, batch, size, "explicit")
-        m = plan.outputs_per_sample
-        ranges = slice_ranges(batch, size)
-        self.timings = {"jacobian": 0.0, "transfer": 0.0}
+        return self.jacobian_slices(self.prepare(inputs, targets, slice_size, strategy="explicit"))
+
+    def jacobian_slices(self, batch: PreparedBatch) -> SliceStream:
+        """The slices of ``J`` and ``r`` of a batch prepared for ``explicit``, in row order."""
+        plan = self._with_strategy(batch, "explicit").plan
+        ranges = batch.slices()
+        timings = {"jacobian": 0.0, "transfer": 0.0}
 
         def job(dev: int, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, float]:
             return slice_jacobian(
                 self.replicas[dev],
                 self.residual_fn,
-                inputs,
-                targets,
+                batch.inputs,
+                batch.targets,
                 lo,
                 hi,
                 plan,
@@ -209,21 +250,67 @@ class JacobianEngine:
             )
 
         jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in ranges]
-        return self._yield_slices(jobs, ranges, m)
+        stream = self._yield_slices(jobs, ranges, plan.outputs_per_sample, timings)
+        return SliceStream(stream, timings)
 
     def _yield_slices(
         self,
         jobs: Sequence[Callable[[int], tuple[torch.Tensor, torch.Tensor, float]]],
         ranges: list[tuple[int, int]],
         m: int,
+        timings: dict[str, float],
     ) -> Iterator[JacobianSlice]:
         start = time.perf_counter()
         for (lo, hi), (jac, res, transfer) in zip(
             ranges, self._workers.map_ordered(jobs), strict=True
         ):
-            self.timings["transfer"] += transfer
-            self.timings["jacobian"] = time.perf_counter() - start
+            timings["transfer"] += transfer
+            timings["jacobian"] = time.perf_counter() - start
             yield JacobianSlice(start=lo * m, stop=hi * m, jacobian=jac, residuals=res)
+
+    def fill_jacobian(
+        self, batch: PreparedBatch, jacobian: torch.Tensor, residuals: torch.Tensor
+    ) -> dict[str, float]:
+        """Write ``J`` (``R × P``) and ``r`` (``R``) of a batch prepared for ``explicit``
+        into the given tensors, slice by slice; returns the seconds spent.
+
+        Slices computed on the tensors' own device are written in place (no slice-sized
+        copy); the others are copied into their rows. ``jacobian`` must be in the
+        parameters' dtype for the in-place path.
+        """
+        plan = self._with_strategy(batch, "explicit").plan
+        rows, params = plan.rows, self.replicas.num_params
+        if tuple(jacobian.shape) != (rows, params) or tuple(residuals.shape) != (rows,):
+            raise ValueError(
+                message(
+                    f"tensors of shapes ({rows}, {params}) and ({rows},) were expected",
+                    f"got {tuple(jacobian.shape)} and {tuple(residuals.shape)}",
+                    "allocate J as R × P and r as R for the prepared batch (plan.rows)",
+                )
+            )
+        ranges = batch.slices()
+        start = time.perf_counter()
+
+        def job(dev: int, lo: int, hi: int) -> float:
+            return slice_jacobian(
+                self.replicas[dev],
+                self.residual_fn,
+                batch.inputs,
+                batch.targets,
+                lo,
+                hi,
+                plan,
+                params=params,
+                dtype=self.replicas.dtype,
+                output_device=jacobian.device,
+                out=(jacobian, residuals),
+            )[2]
+
+        def bound(lo: int, hi: int) -> Callable[[int], float]:
+            return lambda dev: job(dev, lo, hi)
+
+        transfers = self._workers.run_all([bound(lo, hi) for lo, hi in ranges])
+        return {"jacobian": time.perf_counter() - start, "transfer": float(sum(transfers))}
 
     def jacobian(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
@@ -249,7 +336,15 @@ class JacobianEngine:
         per-device sums are then added on ``devices[0]``. ``dtype`` is the accumulation
         dtype (default: the parameters' dtype; ``torch.float64`` for accuracy).
         """
-        batch, size = self._prepare(inputs, targets, slice_size)
+        prepared = self.prepare(inputs, targets, slice_size, strategy="accumulate")
+        return self.normal_products(prepared, dtype=dtype)
+
+    def normal_products(
+        self, batch: PreparedBatch, *, dtype: torch.dtype | None = None
+    ) -> NormalProducts:
+        """``JᵀJ``, ``Jᵀr``, ``rᵀr`` of a batch prepared for ``accumulate`` (see
+        :meth:`accumulate`), with the seconds spent in ``NormalProducts.timings``."""
+        plan = self._with_strategy(batch, "accumulate").plan
         acc_dtype = dtype or self.replicas.dtype
         if not acc_dtype.is_floating_point:
             raise TypeError(
@@ -259,20 +354,18 @@ class JacobianEngine:
                     "pass torch.float32 or torch.float64, or None for the model dtype",
                 )
             )
-        plan = self._plan(inputs, targets, batch, size, "accumulate", cap=slice_size is None)
-        products, self.timings = accumulate_products(
+        return accumulate_products(
             self.replicas,
             self.residual_fn,
             self._workers,
             self._workspaces,
-            inputs,
-            targets,
+            batch.inputs,
+            batch.targets,
             plan,
-            batch=batch,
-            size=plan.slice_samples or size,
+            batch=batch.samples,
+            size=batch.slice_samples,
             dtype=acc_dtype,
         )
-        return products
 
     def residuals(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
@@ -298,10 +391,29 @@ class JacobianEngine:
         blocks, and resident memory then grows with the number of slices.
         """
         parts = self._forward_slices(inputs, targets, slice_size, loss_fn, keep_residuals=False)
-        if loss_fn is None:
-            return sum(float(p[1]) for p in parts) / sum(p[2] for p in parts)
-        samples = sum(p[3] for p in parts)
-        return sum(float(p[1]) * p[3] for p in parts) / samples
+        return float(batch_loss(parts, self.replicas.devices[0], custom=loss_fn is not None))
+
+    def batch_loss(self, batch: PreparedBatch, loss_fn: LossFn | None = None) -> torch.Tensor:
+        """The loss of a prepared batch at the current parameters, as a 0-dim float64
+        tensor on ``devices[0]`` (no host synchronisation; see :meth:`loss`).
+
+        The residuals are not scanned for NaN/inf: a non-finite residual makes the loss
+        non-finite, which is what a trial point of an LM step needs to know.
+        """
+        parts = forward_slices(
+            self.replicas,
+            self.residual_fn,
+            self._workers,
+            batch.inputs,
+            batch.targets,
+            batch=batch.samples,
+            size=batch.forward_samples,
+            loss_fn=loss_fn,
+            keep_residuals=False,
+            output_device=self.output_device,
+            check_residuals=False,
+        )
+        return batch_loss(parts, self.replicas.devices[0], custom=loss_fn is not None)
 
     def _forward_slices(
         self,
@@ -313,7 +425,9 @@ class JacobianEngine:
         keep_residuals: bool,
     ) -> list[ForwardSlice]:
         """Per slice: (residuals if kept, loss sum or loss_fn value, rows, samples)."""
-        batch, size = self._prepare(inputs, targets, slice_size)
+        batch = check_batch(inputs, targets)
+        size = check_slice_size(slice_size, batch, len(self.replicas))
+        check_batchnorm(self.replicas.model)
         if slice_size is None:
             if self._activations is None:
                 self._probe(inputs, targets)

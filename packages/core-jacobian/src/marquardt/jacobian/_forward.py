@@ -18,11 +18,12 @@ from ._replicas import Replicas
 from ._slicing import DeviceWorkers, slice_ranges, to_device, to_host_fresh
 from ._validate import check_finite_residuals
 
-__all__ = ["ForwardSlice", "LossFn", "forward_samples", "forward_slices"]
+__all__ = ["ForwardSlice", "LossFn", "batch_loss", "forward_samples", "forward_slices"]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-#: Per slice: (residuals if kept, loss sum or loss_fn value, rows, samples).
-ForwardSlice = tuple[torch.Tensor | None, float, int, int]
+#: Per slice: (residuals if kept, loss sum or loss_fn value as a 0-dim tensor on the
+#: slice's device, rows, samples).
+ForwardSlice = tuple[torch.Tensor | None, torch.Tensor, int, int]
 
 
 def forward_slices(
@@ -37,9 +38,12 @@ def forward_slices(
     loss_fn: LossFn | None,
     keep_residuals: bool,
     output_device: torch.device,
+    check_residuals: bool = True,
 ) -> list[ForwardSlice]:
     """Per slice of ``size`` samples: (residuals if kept, loss sum or loss_fn value, rows,
-    samples). Residuals kept are fresh tensors on ``output_device``."""
+    samples). Residuals kept are fresh tensors on ``output_device``. The values stay on
+    their devices (no host synchronisation per slice). ``check_residuals`` raises on a
+    non-finite residual; without it a non-finite residual makes the value non-finite."""
 
     def job(dev: int, lo: int, hi: int) -> ForwardSlice:
         replica = replicas[dev]
@@ -48,13 +52,27 @@ def forward_slices(
         with torch.no_grad():
             out = replica.module(x)
             res = rows_of(residual_fn(out, y), hi - lo)
-            check_finite_residuals(res, res.shape[1], lo)
+            if check_residuals:
+                check_finite_residuals(res, res.shape[1], lo)
             value = res.pow(2).sum() if loss_fn is None else loss_fn(out, y)
         kept = to_host_fresh(res.reshape(-1), output_device) if keep_residuals else None
-        return kept, float(value), int(res.numel()), hi - lo
+        return kept, value.detach().reshape(()), int(res.numel()), hi - lo
 
     jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)]
     return workers.run_all(jobs)
+
+
+def batch_loss(parts: list[ForwardSlice], home: torch.device, *, custom: bool) -> torch.Tensor:
+    """The batch loss as a 0-dim float64 tensor on ``home``: ``Σ rᵢ² / R``, or with a
+    custom loss (the mean over a slice's samples) the mean weighted by samples."""
+    if custom:
+        total = sum(p[1].to(home, torch.float64) * p[3] for p in parts)
+        count = sum(p[3] for p in parts)
+    else:
+        total = sum(p[1].to(home, torch.float64) for p in parts)
+        count = sum(p[2] for p in parts)
+    assert isinstance(total, torch.Tensor)
+    return total / count
 
 
 def forward_samples(budget: int, activations: int, dtype: torch.dtype) -> int:

@@ -58,6 +58,15 @@ class JacobianPlan:
     chunk_bytes: int
     memory_budget: int
     slice_samples: int = 0
+    product_flops: int = 0
+    factor_flops: int = 0
+
+    @property
+    def system_size(self) -> int:
+        """The order of the damped system: ``P`` (accumulate) or ``R`` (explicit, R < P)."""
+        return (
+            self.params if self.strategy == "accumulate" or self.rows >= self.params else self.rows
+        )
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -161,6 +170,13 @@ def plan_jacobian(
     if cap_slices and strategy == "accumulate" and chunk < slice_n:
         slice_cap = chunk
         reasons.append(f"slices of {chunk} samples (no slice_size: one chunk per slice)")
+    n = params if strategy == "accumulate" or rows >= params else rows
+    product_flops = rows * params * n
+    factor_flops = n**3 // 3
+    reasons.append(
+        f"{n}×{n} system: Gram product ≈{product_flops / 1e9:.3g} GFLOP per step, "
+        f"Cholesky ≈{factor_flops / 1e9:.3g} GFLOP per attempt"
+    )
     return JacobianPlan(
         strategy=strategy,
         mode=mode,
@@ -173,4 +189,6 @@ def plan_jacobian(
         chunk_bytes=int(chunk_bytes),
         memory_budget=budget,
         slice_samples=slice_cap,
+        product_flops=int(product_flops),
+        factor_flops=int(factor_flops),
     )

@@ -8,11 +8,12 @@ Nielsen 1999) needs either ``J`` itself (when ``R < P``: ``δ = Jᵀ(JJᵀ + λI
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["JacobianSlice", "NormalProducts"]
+__all__ = ["JacobianSlice", "NormalProducts", "SliceStream"]
 
 
 @dataclass
@@ -36,9 +37,30 @@ class JacobianSlice:
 
 @dataclass
 class NormalProducts:
-    """``JᵀJ`` (P×P), ``Jᵀr`` (P,), ``rss = rᵀr`` and the number of rows ``R``."""
+    """``JᵀJ`` (P×P), ``Jᵀr`` (P,), ``rss = rᵀr`` and the number of rows ``R``.
+
+    ``timings`` holds the seconds spent forming them: ``jacobian`` (everything, Gram
+    products included), ``gram`` (the ``J_sᵀJ_s`` products), ``reduce`` (adding the
+    devices' sums on ``devices[0]``) and ``transfer``.
+    """
 
     jtj: torch.Tensor
     jtr: torch.Tensor
     rss: float
     rows: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class SliceStream:
+    """The slices of ``J`` and ``r`` in row order, and the seconds spent producing them.
+
+    Iterate once; ``timings`` (``jacobian``: seconds from the first request to the last
+    slice, ``transfer``: copies to the output device) is complete when the iteration is.
+    """
+
+    def __init__(self, slices: Iterator[JacobianSlice], timings: dict[str, float]) -> None:
+        self._slices = slices
+        self.timings = timings
+
+    def __iter__(self) -> Iterator[JacobianSlice]:
+        return self._slices

@@ -216,9 +216,15 @@ class Replicas:
             r.flat.copy_(flat.to(device=r.device, dtype=r.flat.dtype), non_blocking=False)
 
     @torch.no_grad()
-    def add_(self, delta: torch.Tensor, alpha: float = 1.0) -> None:
-        """``θ ← θ + α·δ`` on every replica (``δ`` on any device, any floating dtype)."""
-        self._check_vector(delta, "add_")
+    def add_(self, delta: torch.Tensor, alpha: float = 1.0, *, check: bool = True) -> None:
+        """``θ ← θ + α·δ`` on every replica (``δ`` on any device, any floating dtype).
+
+        δ goes from its device to each replica's directly. ``check=False`` skips the scan
+        for NaN/inf (a host synchronisation on a GPU), for a caller that evaluates the
+        point and restores a ``backup()`` when it is not finite; the shape is always checked.
+        """
+        if check or delta.dim() != 1 or delta.numel() != self.num_params:
+            self._check_vector(delta, "add_")
         for r in self._replicas:
             r.flat.add_(delta.to(device=r.device, dtype=r.flat.dtype), alpha=alpha)
 

@@ -33,6 +33,7 @@ def jacobian_chunks(
     first_sample: int = 0,
     *,
     fill: bool = False,
+    check: bool = True,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples.
 
@@ -41,6 +42,8 @@ def jacobian_chunks(
     reused from chunk to chunk instead of being allocated and faulted in anew. With
     ``fill`` the workspace holds the whole slice's ``J`` and chunk ``c`` lands in its
     own rows (explicit: one slice-sized ``J``, no concatenation of chunk copies).
+    ``check`` scans each chunk's residuals for NaN/inf (a host synchronisation per chunk
+    on a GPU); a caller that checks a sum of the residuals instead passes False.
     """
     step = plan.samples_per_chunk
     m = plan.outputs_per_sample
@@ -58,7 +61,8 @@ def jacobian_chunks(
             jac, res = vmap_jacobian(replica, residual_fn, xs, ys, samples_per_call=step)
         if fill and out is not None and plan.mode != "layers":
             jac = out.copy_(jac)
-        check_finite_residuals(res, plan.outputs_per_sample, first_sample + lo)
+        if check:
+            check_finite_residuals(res, plan.outputs_per_sample, first_sample + lo)
         yield jac, res
 
 
@@ -74,12 +78,42 @@ def slice_jacobian(
     params: int,
     dtype: torch.dtype,
     output_device: torch.device,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """``(J_s, r_s, transfer seconds)`` of samples ``[lo, hi)``, fresh on ``output_device``."""
+    """``(J_s, r_s, transfer seconds)`` of samples ``[lo, hi)``, fresh on ``output_device``.
+
+    With ``out`` = (J, r) of the whole batch, the slice's rows are written there instead
+    (straight into J when it lives on the replica's device: no slice-sized copy) and the
+    returned tensors are those rows.
+    """
     device = replica.device
     x = to_device(inputs[lo:hi], device)
     y = to_device(targets[lo:hi], device)
+    m = plan.outputs_per_sample
     jac_all: torch.Tensor | None = None
+    if out is not None:
+        jac_rows, res_rows = out[0][lo * m : hi * m], out[1][lo * m : hi * m]
+        if jac_rows.device == device and jac_rows.dtype == dtype:
+            parts = list(jacobian_chunks(replica, residual_fn, x, y, plan, jac_rows, lo, fill=True))
+            start = time.perf_counter()
+            res_rows.copy_(torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1])
+            return jac_rows, res_rows, time.perf_counter() - start
+        jac, res, _ = slice_jacobian(
+            replica,
+            residual_fn,
+            inputs,
+            targets,
+            lo,
+            hi,
+            plan,
+            params=params,
+            dtype=dtype,
+            output_device=device,
+        )
+        start = time.perf_counter()
+        jac_rows.copy_(jac)
+        res_rows.copy_(res)
+        return jac_rows, res_rows, time.perf_counter() - start
     if hi - lo > plan.samples_per_chunk:
         # Several chunks: each writes its rows of one fresh slice-sized J.
         jac_all = torch.empty(

@@ -3,7 +3,8 @@
 Strategy "accumulate" has the model devices sum JᵀJ = Σ_s J_sᵀJ_s and Jᵀr = Σ_s J_sᵀr_s
 and hands the P × P products to the backend; strategy "explicit" streams the slices J_s, r_s
 into the backend, which forms JᵀJ/N (or JJᵀ/N when N < P, the under-determined form).
-Either way the system is assembled once per step and reused by every damped attempt
+Either way the system is assembled once per step, from a batch checked and planned once,
+and reused by every damped attempt
 (Marquardt 1963; Nielsen 1999). The seconds are split into Jacobian, transfer and assembly.
 """
 
@@ -11,14 +12,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from ._backends.base import ArrayBackend, LinearSystem
+from marquardt.jacobian import JacobianEngine, PreparedBatch
 
-if TYPE_CHECKING:
-    from marquardt.jacobian import JacobianEngine
+from ._backends.base import ArrayBackend, JacobianBuffers, LinearSystem
 
 __all__ = ["Assembly", "assemble"]
 
@@ -34,51 +33,46 @@ class Assembly:
     seconds_assembly: float
 
 
-def _engine_seconds(engine: JacobianEngine) -> tuple[float, float, float]:
-    """(jacobian, transfer, gram) seconds of the engine's last call."""
-    timings: dict[str, float] = dict(getattr(engine, "timings", {}) or {})
-    return (
-        float(timings.get("jacobian", 0.0)),
-        float(timings.get("transfer", 0.0)),
-        float(timings.get("gram", 0.0)),
-    )
-
-
 def assemble(
     engine: JacobianEngine,
     backend: ArrayBackend,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    slice_size: int | None,
+    batch: PreparedBatch,
     *,
-    strategy: str,
     dtype: torch.dtype | None,
     params: int,
 ) -> Assembly:
-    """The system of this batch, by the strategy the Jacobian planner picks from ``strategy``
-    ("auto": accumulate when N ≥ P); ``dtype`` is the accumulation dtype (None: the model's)."""
-    plan = engine.plan(inputs, targets, slice_size, strategy=strategy)
-    rows, chosen = int(plan.rows), str(plan.strategy)
+    """The system of a batch prepared by ``engine.prepare`` (its plan chose the strategy);
+    ``dtype`` is the accumulation dtype (None: the model's).
+
+    Explicit, a backend that offers :class:`JacobianBuffers` gets J written straight into
+    its arrays; any other backend receives the slices.
+    """
+    rows = batch.rows
     t0 = time.perf_counter()
     system: LinearSystem
-    if chosen == "accumulate":
-        products = engine.accumulate(inputs, targets, slice_size, dtype=dtype)
+    if batch.strategy == "accumulate":
+        products = engine.normal_products(batch, dtype=dtype)
+        timings = products.timings
         system = backend.system_from_products(products)
+    elif isinstance(backend, JacobianBuffers):
+        jac, res = backend.jacobian_buffers(rows, params, engine.replicas.dtype)
+        timings = engine.fill_jacobian(batch, jac, res)
+        system = backend.system_from_jacobian(jac, res)
     else:
-        system = backend.system_from_slices(
-            engine.slices(inputs, targets, slice_size), rows, params
-        )
+        stream = engine.jacobian_slices(batch)
+        system = backend.system_from_slices(stream, rows, params)
+        timings = stream.timings
     backend.synchronize()
     elapsed = time.perf_counter() - t0
-    # The engine reports per call: for "accumulate" its Jacobian time includes the
-    # JᵀJ products ("gram"), which are assembly; for "explicit" the slices are
-    # produced while the backend copies them, so the split is approximate.
-    jacobian_s, transfer_s, gram_s = _engine_seconds(engine)
-    seconds_jacobian = max(0.0, jacobian_s - gram_s - transfer_s)
+    # For "accumulate" the engine's Jacobian time includes the JᵀJ products ("gram"),
+    # which are assembly; for streamed slices the backend copies them while they are
+    # produced, so the split is approximate.
+    transfer = timings.get("transfer", 0.0)
+    seconds_jacobian = max(0.0, timings.get("jacobian", 0.0) - timings.get("gram", 0.0) - transfer)
     return Assembly(
         system=system,
-        strategy=chosen,
+        strategy=batch.strategy,
         seconds_jacobian=seconds_jacobian,
-        seconds_transfer=transfer_s,
-        seconds_assembly=max(0.0, elapsed - seconds_jacobian - transfer_s),
+        seconds_transfer=transfer,
+        seconds_assembly=max(0.0, elapsed - seconds_jacobian - transfer),
     )

@@ -16,17 +16,21 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from ._backends.base import ArrayBackend, LinearSystem
+from marquardt.jacobian import Replicas
+
+from ._backends.base import (
+    FAILED_CHOLESKY,
+    ArrayBackend,
+    LinearSystem,
+    Solution,
+    read_values,
+)
 from ._damping import DampingRule, gain_ratio
 from ._report import StepReport
 from ._stopping import StoppingCriteria
-
-if TYPE_CHECKING:
-    from marquardt.jacobian import Replicas
 
 __all__ = ["NOISE_ULPS", "Attempts", "run_attempts"]
 
@@ -48,6 +52,17 @@ class Attempts:
     stopping: StoppingCriteria
 
 
+@dataclass(frozen=True)
+class _Trial:
+    """What one attempt learnt, read from the devices at once."""
+
+    loss: float
+    gradient_dot: float
+    curvature: float
+    status: float
+    delta_norm: float
+
+
 def _rejection(trial: float, actual: float) -> str:
     """Why a trial point that was evaluated was not accepted, in words."""
     if not math.isfinite(trial):
@@ -57,11 +72,31 @@ def _rejection(trial: float, actual: float) -> str:
     return "loss did not decrease"
 
 
+def _evaluate(
+    solution: Solution,
+    replicas: Replicas,
+    lr: float,
+    trial_loss: Callable[[], float | torch.Tensor],
+) -> _Trial:
+    """Move θ by −lr·δ and read the trial loss with the solve's own terms, in one transfer.
+
+    δ goes from the backend's device to each replica's, never through the host. A failed
+    solve (``status``) is only known once read: its δ is applied and evaluated like any
+    other, then rejected, so that the solve never waits for the device.
+    """
+    replicas.add_(solution.delta, alpha=-lr, check=False)
+    loss = trial_loss()
+    values = read_values(
+        [loss, solution.gradient_dot, solution.curvature, solution.status, solution.delta.norm()]
+    )
+    return _Trial(*values)
+
+
 def run_attempts(
     how: Attempts,
     system: LinearSystem,
     replicas: Replicas,
-    trial_loss: Callable[[], float],
+    trial_loss: Callable[[], float | torch.Tensor],
     report: StepReport,
     *,
     scale: float,
@@ -69,10 +104,15 @@ def run_attempts(
 ) -> tuple[float, bool]:
     """Try damped steps on ``system`` until one is accepted; returns (loss, terminated).
 
-    ``trial_loss()`` is the loss at the replicas' current parameters (NaN when not finite);
-    ``scale`` converts the quadratic model's MSE prediction into the loss's units;
-    ``seconds_trial`` is the trial time already spent in this step. ``report`` (holding
-    ``loss_before``) receives the attempts, rejections, gain ratio, step norm and seconds.
+    ``trial_loss()`` is the loss at the replicas' current parameters (NaN when not finite;
+    a float or a 0-dim tensor on the device); ``scale`` converts the quadratic model's MSE
+    prediction into the loss's units; ``seconds_trial`` is the trial time already spent in
+    this step. ``report`` (holding ``loss_before``) receives the attempts, rejections, gain
+    ratio, step norm and seconds.
+
+    Whatever interrupts the loop (``KeyboardInterrupt`` during a trial forward, a solve or
+    the update of the replicas, or any exception), every replica is back at the last
+    accepted point when it propagates: a trial point is restored in a ``finally``.
     """
     rule = how.rule
     lr = how.learning_rate
@@ -87,51 +127,70 @@ def run_attempts(
     loss_after = loss_before
     terminated = False
     last_delta_norm = 0.0
-    for _ in range(how.attempts):
-        lam = rule.damping
-        report.damping_used = lam
-        report.attempts += 1
-        t = time.perf_counter()
-        solution = backend.solve(system, lam, how.scaling)
-        backend.synchronize()
-        seconds_solve += time.perf_counter() - t
-        if solution is None or not bool(torch.isfinite(solution.delta).all()):
-            report.rejections.append("cholesky failed" if solution is None else "non-finite step")
-            rule.on_reject()
-        else:
-            replicas.add_(solution.delta, alpha=-lr)
+    moved = False  # θ may differ from the backup (a trial point not yet accepted)
+    try:
+        for _ in range(how.attempts):
+            lam = rule.damping
+            report.damping_used = lam
+            report.attempts += 1
             t = time.perf_counter()
-            trial = trial_loss()
-            seconds_trial += time.perf_counter() - t
-            predicted = solution.predicted_reduction(lr) * scale
-            actual = loss_before - trial
-            report.predicted_reduction = predicted
-            report.gain_ratio = gain_ratio(actual, predicted)
-            # A reduction below the rounding error of the loss itself is noise, not
-            # progress: counting it would let a converged run wander on forever.
-            significant = actual > noise * abs(loss_before)
-            if math.isfinite(trial) and significant and rule.accepts(actual, predicted):
-                rule.on_accept(actual, predicted)
-                accepted = True
-                loss_after = trial
-                last_delta_norm = lr * float(solution.delta.norm())
-                if stopping.ftol_met(loss_before, actual, predicted):
-                    terminated, report.termination = True, "ftol"
-                    report.reason = "ftol: relative reductions of the loss ≤ ftol"
-                elif stopping.xtol_met(last_delta_norm, param_norm):
-                    terminated, report.termination = True, "xtol"
-                    report.reason = "xtol: relative change of the parameters ≤ xtol"
+            solution = backend.solve(system, lam, how.scaling)
+            seconds_solve += time.perf_counter() - t
+            if solution is None:
+                report.rejections.append("cholesky failed")
+                rule.on_reject()
+            else:
+                moved = True
+                t = time.perf_counter()
+                trial = _evaluate(solution, replicas, lr, trial_loss)
+                seconds_trial += time.perf_counter() - t
+                failed = trial.status != 0.0 or not math.isfinite(trial.delta_norm)
+                predicted = (2.0 * lr * trial.gradient_dot - lr * lr * trial.curvature) * scale
+                actual = loss_before - trial.loss
+                # A reduction below the rounding error of the loss itself is noise, not
+                # progress: counting it would let a converged run wander on forever.
+                significant = actual > noise * abs(loss_before)
+                if (
+                    not failed
+                    and math.isfinite(trial.loss)
+                    and significant
+                    and rule.accepts(actual, predicted)
+                ):
+                    moved = False
+                    report.predicted_reduction = predicted
+                    report.gain_ratio = gain_ratio(actual, predicted)
+                    rule.on_accept(actual, predicted)
+                    accepted = True
+                    loss_after = trial.loss
+                    last_delta_norm = lr * trial.delta_norm
+                    if stopping.ftol_met(loss_before, actual, predicted):
+                        terminated, report.termination = True, "ftol"
+                        report.reason = "ftol: relative reductions of the loss ≤ ftol"
+                    elif stopping.xtol_met(last_delta_norm, param_norm):
+                        terminated, report.termination = True, "xtol"
+                        report.reason = "xtol: relative change of the parameters ≤ xtol"
+                    break
+                replicas.restore()
+                moved = False
+                if failed:
+                    report.rejections.append(
+                        "cholesky failed" if trial.status == FAILED_CHOLESKY else "non-finite step"
+                    )
+                else:
+                    report.predicted_reduction = predicted
+                    report.gain_ratio = gain_ratio(actual, predicted)
+                    report.rejections.append(_rejection(trial.loss, actual))
+                rule.on_reject()
+            if rule.at_ceiling:
+                terminated, report.termination = True, "damping_max"
+                report.reason = (
+                    f"damping reached its ceiling {rule.maximum:g} without lowering the loss "
+                    f"({report.attempts} attempts: {', '.join(report.rejections)})"
+                )
                 break
+    finally:
+        if moved:
             replicas.restore()
-            report.rejections.append(_rejection(trial, actual))
-            rule.on_reject()
-        if rule.at_ceiling:
-            terminated, report.termination = True, "damping_max"
-            report.reason = (
-                f"damping reached its ceiling {rule.maximum:g} without lowering the loss "
-                f"({report.attempts} attempts: {', '.join(report.rejections)})"
-            )
-            break
 
     report.accepted = accepted
     report.loss_after = loss_after

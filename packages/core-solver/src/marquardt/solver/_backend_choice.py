@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from marquardt.devices import legate_gpu_count
+
 from . import _settings
 from ._backends.base import ArrayBackend
 from ._errors import BackendUnavailableError, SolverConfigError
@@ -32,12 +34,8 @@ _MODULES = {
 
 
 def legate_gpus() -> int:
-    """How many GPUs Legate holds, from ``marquardt.devices.legate_gpu_count`` (0 when that
-    package cannot tell). Never starts Legate."""
-    try:
-        from marquardt.devices import legate_gpu_count
-    except ImportError:
-        return 0
+    """How many GPUs Legate holds, from ``marquardt.devices.legate_gpu_count`` (0 when it
+    cannot tell). Never starts Legate."""
     try:
         return int(legate_gpu_count())
     except Exception:  # a malformed LEGATE_CONFIG must not stop a CPU run from choosing

@@ -36,6 +36,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from marquardt.devices import check_model_devices
+from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas
+
 from ._assembly import assemble
 from ._attempts import Attempts, run_attempts
 from ._backend_choice import resolve_backend
@@ -124,11 +127,7 @@ class LMA:
         if any(str(d).startswith("cuda") for d in device_list):
             # A model GPU that Legate also holds would be shared by two allocators (Legate
             # reserves 95% of its GPUs' memory): refuse before anything is built.
-            from marquardt.devices import check_model_devices
-
             check_model_devices(device_list)
-
-        from marquardt.jacobian import JacobianEngine, Replicas
 
         self._replicas = Replicas(model, device_list)
         self._engine = JacobianEngine(self._replicas, residual_fn, mode=jacobian_mode)
@@ -192,18 +191,15 @@ class LMA:
         self._replicas.sync_from_model()
 
     # -- the step ------------------------------------------------------------------------
-    def _loss(self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None) -> float:
-        """The loss at the current parameters; NaN when the forward is not finite."""
-        from marquardt.jacobian import JacobianError
-
+    def _trial_loss(self, batch: PreparedBatch) -> torch.Tensor:
+        """The loss at the current parameters on the step's prepared batch, as a 0-dim
+        tensor on the model device (not read back here); non-finite when the forward is."""
         with torch.no_grad():
-            try:
-                value = self._engine.loss(inputs, targets, slice_size, loss_fn=self._loss_fn)
-            except JacobianError:
-                # The engine refuses non-finite residuals; at a trial point that is a
-                # rejected attempt, not an error.
-                return float("nan")
-        return float(value)
+            return self._engine.batch_loss(batch, self._loss_fn)
+
+    def _loss(self, batch: PreparedBatch) -> float:
+        """The loss at the current parameters (non-finite when the forward is)."""
+        return float(self._trial_loss(batch))
 
     def step(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
@@ -223,16 +219,12 @@ class LMA:
         )
         t_begin = time.perf_counter()
         params = self._replicas.num_params
-        built = assemble(
-            self._engine,
-            self._backend,
-            inputs,
-            targets,
-            slice_size,
-            strategy=self._strategy,
-            dtype=self._dtype,
-            params=params,
+        # Checked above (NaN/inf included); planned once here, and reused by the assembly
+        # and every trial forward of this step.
+        batch = self._engine.prepare(
+            inputs, targets, slice_size, strategy=self._strategy, checked=True
         )
+        built = assemble(self._engine, self._backend, batch, dtype=self._dtype, params=params)
         system = built.system
         n = system.rows
         mse_before = system.rss / n
@@ -241,7 +233,7 @@ class LMA:
             loss_before = mse_before
         else:
             t = time.perf_counter()
-            loss_before = self._loss(inputs, targets, slice_size)
+            loss_before = self._loss(batch)
             seconds_trial += time.perf_counter() - t
         # Predictions are in MSE units; a custom loss is compared after rescaling.
         scale = loss_before / mse_before if mse_before > 0.0 and math.isfinite(loss_before) else 1.0
@@ -282,7 +274,7 @@ class LMA:
             how,
             system,
             self._replicas,
-            lambda: self._loss(inputs, targets, slice_size),
+            lambda: self._trial_loss(batch),
             report,
             scale=scale,
             seconds_trial=seconds_trial,

@@ -38,22 +38,24 @@ cuPyNumeric lazily). Each backend module exposes a factory
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from marquardt.jacobian import JacobianSlice, NormalProducts
+from marquardt.jacobian import JacobianSlice, NormalProducts
 
 from .._scaling import SCALINGS
 
 __all__ = [
+    "FAILED_CHOLESKY",
+    "FAILED_NON_FINITE",
     "SCALINGS",
     "ArrayBackend",
     "ArrayOps",
     "BackendFactory",
+    "JacobianBuffers",
     "LinearSystem",
     "Solution",
     "gather_slices",
@@ -93,6 +95,15 @@ class LinearSystem:
     rss: float
     jacobian: Any | None = None
     gradient: Any | None = None
+    _scales: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def scale(self, scaling: str, build: Callable[[Any, str], Any]) -> Any:
+        """D for ``scaling``, built by ``build(diag, scaling)`` on the first attempt of the
+        step and reused by the others (the system does not change between attempts)."""
+        held = self._scales.get(scaling)
+        if held is None:
+            held = self._scales[scaling] = build(self.diag, scaling)
+        return held
 
     def __post_init__(self) -> None:
         if self.gradient is None and not self.underdetermined:
@@ -104,19 +115,33 @@ class LinearSystem:
             )
 
 
+#: ``Solution.status`` of a solve whose Cholesky factorisation failed (not positive definite).
+FAILED_CHOLESKY = 1.0
+#: ``Solution.status`` of a solve whose δ is not finite.
+FAILED_NON_FINITE = 2.0
+
+
 @dataclass(frozen=True)
 class Solution:
     """One damped solve: δ and the terms of the quadratic model's predicted reduction.
 
-    ``delta`` is δ as a float64 CPU torch tensor of shape (P,); the parameters move by
-    −learning_rate·δ. ``gradient_dot`` is δᵀg with g = Jᵀr/N, ``curvature`` is δᵀ(JᵀJ/N)δ
-    = ‖Jδ‖²/N. ``damping`` is the λ it was solved with.
+    ``delta`` is δ as a float64 torch tensor of shape (P,) on the backend's device (the
+    CPU for NumPy and cuPyNumeric, the model's device for torch); the parameters move by
+    −learning_rate·δ. ``gradient_dot`` is δᵀg with g = Jᵀr/N, ``curvature`` is
+    δᵀ(JᵀJ/N)δ = ‖Jδ‖²/N. ``damping`` is the λ it was solved with. ``status`` is 0 for a
+    good solve, ``FAILED_CHOLESKY`` or ``FAILED_NON_FINITE``.
+
+    A backend on a GPU may leave ``gradient_dot``, ``curvature`` and ``status`` as 0-dim
+    tensors on its device, so that a solve never waits for the device: the caller reads
+    them together with the trial loss, in one transfer (:func:`read_values`), and a failed
+    solve is then rejected like a worse trial point.
     """
 
     delta: torch.Tensor
-    gradient_dot: float
-    curvature: float
+    gradient_dot: float | torch.Tensor
+    curvature: float | torch.Tensor
     damping: float
+    status: float | torch.Tensor = 0.0
 
     def predicted_reduction(self, learning_rate: float = 1.0) -> float:
         """The mean-squared-residual reduction the linear model predicts for a step lr·δ.
@@ -124,7 +149,28 @@ class Solution:
         (‖r‖² − ‖r − lr·Jδ‖²)/N = 2·lr·δᵀg − lr²·δᵀAδ (Nielsen 1999, eq. 2.3 in MSE units).
         """
         lr = float(learning_rate)
-        return 2.0 * lr * self.gradient_dot - lr * lr * self.curvature
+        return 2.0 * lr * float(self.gradient_dot) - lr * lr * float(self.curvature)
+
+
+def read_values(values: Iterable[float | torch.Tensor]) -> list[float]:
+    """The values as Python floats, with one device-to-host transfer per device.
+
+    Tensors (0-dim, any device) are stacked per device and copied at once; this is where
+    a step waits for its device, once per attempt.
+    """
+    items = list(values)
+    out = [0.0] * len(items)
+    groups: dict[torch.device, list[int]] = {}
+    for i, v in enumerate(items):
+        if isinstance(v, torch.Tensor):
+            groups.setdefault(v.device, []).append(i)
+        else:
+            out[i] = float(v)
+    for indices in groups.values():
+        stacked = torch.stack([items[i].detach().to(torch.float64).reshape(()) for i in indices])  # type: ignore[union-attr]
+        for i, value in zip(indices, stacked.tolist(), strict=True):
+            out[i] = float(value)
+    return out
 
 
 @runtime_checkable
@@ -180,12 +226,48 @@ class ArrayOps:
 
     ``float64(x)``: ``x`` as float64 (the same array when it already is);
     ``column_squares(J)``: Σᵢ Jᵢⱼ² for each column j, accumulated in float64;
-    ``diagonal(A)``: a copy of A's diagonal.
+    ``diagonal(A)``: a copy of A's diagonal;
+    ``gram(M)``: MᵀM in float64, formed in M's dtype (default ``M.T @ M``; a backend
+    passes a symmetric rank-k update where it has one);
+    ``column_terms(J, r)``: (column squares, Jᵀr) in float64 in one pass over J (default:
+    two passes).
     """
 
     float64: Callable[[Any], Any]
     column_squares: Callable[[Any], Any]
     diagonal: Callable[[Any], Any]
+    gram: Callable[[Any], Any] | None = None
+    column_terms: Callable[[Any, Any], tuple[Any, Any]] | None = None
+
+    def gram_of(self, m: Any) -> Any:
+        """MᵀM in float64."""
+        return self.gram(m) if self.gram is not None else self.float64(m.T @ m)
+
+    def column_terms_of(self, jac: Any, res: Any) -> tuple[Any, Any]:
+        """(Σᵢ Jᵢⱼ², Jᵀr) in float64."""
+        if self.column_terms is not None:
+            return self.column_terms(jac, res)
+        return self.column_squares(jac), self.float64(jac.T @ res)
+
+
+@runtime_checkable
+class JacobianBuffers(Protocol):
+    """A backend that lets the Jacobian engine write J and r straight into its arrays.
+
+    ``jacobian_buffers`` returns torch tensors (R × P in ``dtype``, and R) that are views
+    of the arrays the backend will solve with; ``system_from_jacobian`` builds the system
+    from them once they are filled. No slice is copied a second time.
+    """
+
+    def jacobian_buffers(
+        self, rows: int, params: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Empty J (rows × params) and r (rows,) for the engine to fill."""
+        ...
+
+    def system_from_jacobian(self, jacobian: torch.Tensor, residuals: torch.Tensor) -> LinearSystem:
+        """The system from the filled buffers."""
+        ...
 
 
 def gather_slices(
@@ -279,13 +361,15 @@ def system_from_matrix(jac: Any, res: Any, ops: ArrayOps) -> LinearSystem:
     n, p = int(jac.shape[0]), int(jac.shape[1])
     r64 = ops.float64(res)
     rss = float(r64 @ r64)
-    gradient = ops.float64(jac.T @ res) / n
     if n >= p:
-        return normal_system(ops.float64(jac.T @ jac) / n, gradient, rows=n, rss=rss, ops=ops)
+        gradient = ops.float64(jac.T @ res) / n
+        return normal_system(ops.gram_of(jac) / n, gradient, rows=n, rss=rss, ops=ops)
+    squares, jtr = ops.column_terms_of(jac, res)
+    gradient = jtr / n
     return LinearSystem(
-        a=ops.float64(jac @ jac.T) / n,
+        a=ops.gram_of(jac.T) / n,
         g=r64 / n,
-        diag=ops.column_squares(jac) / n,
+        diag=squares / n,
         rows=n,
         params=p,
         underdetermined=True,

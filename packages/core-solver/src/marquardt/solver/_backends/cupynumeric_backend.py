@@ -35,10 +35,12 @@ import importlib
 import os
 import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
+
+from marquardt.jacobian import JacobianSlice, NormalProducts
 
 from .._errors import BackendUnavailableError
 from .._scaling import SCALINGS, marquardt_floor
@@ -52,9 +54,6 @@ from .base import (
     solution,
     system_from_matrix,
 )
-
-if TYPE_CHECKING:
-    from marquardt.jacobian import JacobianSlice, NormalProducts
 
 __all__ = ["MATMUL_CACHE_SIZE", "CupynumericBackend", "create_backend"]
 

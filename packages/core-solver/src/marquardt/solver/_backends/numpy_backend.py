@@ -12,10 +12,12 @@ BLAS runs on one thread here (``_blas_threads``): its pool would fight torch's.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
+
+from marquardt.jacobian import JacobianSlice, NormalProducts
 
 from .._blas_threads import one_blas_thread
 from .._scaling import scaling_diagonal_numpy
@@ -29,9 +31,6 @@ from .base import (
     solution,
     system_from_matrix,
 )
-
-if TYPE_CHECKING:
-    from marquardt.jacobian import JacobianSlice, NormalProducts
 
 __all__ = ["NumpyBackend", "cholesky_solve_numpy", "create_backend"]
 
@@ -104,6 +103,17 @@ class NumpyBackend:
         with one_blas_thread():
             return system_from_matrix(jac, res, _NUMPY_OPS)
 
+    def jacobian_buffers(
+        self, rows: int, params: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """J (rows × params) and r (rows,) in host memory, shared with NumPy (zero-copy)."""
+        return torch.empty(rows, params, dtype=dtype), torch.empty(rows, dtype=dtype)
+
+    def system_from_jacobian(self, jacobian: torch.Tensor, residuals: torch.Tensor) -> LinearSystem:
+        """The system from the filled buffers of :meth:`jacobian_buffers`."""
+        with one_blas_thread():
+            return system_from_matrix(_to_numpy(jacobian), _to_numpy(residuals), _NUMPY_OPS)
+
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
         with one_blas_thread():
             return self._solve(system, damping, scaling)
@@ -123,7 +133,7 @@ class NumpyBackend:
                 return None
             solved = u
         else:
-            d = scaling_diagonal_numpy(system.diag, scaling)
+            d = system.scale(scaling, scaling_diagonal_numpy)
             m = a.copy()
             m[np.diag_indices_from(m)] += damping * d
             delta_or_none = cholesky_solve_numpy(m, g)

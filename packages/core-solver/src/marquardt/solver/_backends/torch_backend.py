@@ -2,42 +2,92 @@
 
 Assembly (see ``base``): over-determined A = JᵀJ/N, g = Jᵀr/N; under-determined
 B = JJᵀ/N, g = r/N with δ = Jᵀu. The products arrive from the Jacobian engine on the model
-device and stay there; A, g and D are held in float64 (P × P is small next to J), and each
-damped solve is ``torch.linalg.cholesky_ex`` (which reports failure through ``info``
-instead of raising) followed by ``torch.cholesky_solve``. A failed factorisation or a
-non-finite δ returns ``None``: a rejected attempt. This is the best choice on one GPU, and
-on a CPU machine without Legate.
+device and stay there; A, g and D are held in float64 (P × P is small next to J; D is built
+once per system), and each damped solve is ``torch.linalg.cholesky_ex`` (which reports
+failure through ``info`` instead of raising) followed by ``torch.cholesky_solve``. δ stays
+on the device; a failed factorisation or a non-finite δ is reported in the solution's
+``status``, read by the caller with the trial loss: a rejected attempt. An explicit J is
+written by the engine straight into this backend's buffer, and JJᵀ (or JᵀJ) is a
+symmetric rank-k update on the CPU. This is the best choice on one GPU, and on a CPU
+machine without Legate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
-from .._scaling import marquardt_floor
+from marquardt.jacobian import JacobianSlice, NormalProducts
+
+from .._scaling import RELATIVE_FLOOR
 from .base import (
+    FAILED_CHOLESKY,
+    FAILED_NON_FINITE,
     ArrayBackend,
     ArrayOps,
     LinearSystem,
     Solution,
     gather_slices,
     normal_system,
-    solution,
     system_from_matrix,
 )
 
-if TYPE_CHECKING:
-    from marquardt.jacobian import JacobianSlice, NormalProducts
+__all__ = ["TorchBackend", "create_backend", "scaling_diagonal_torch"]
 
-__all__ = ["TorchBackend", "create_backend"]
+#: Rows of J per block of the one-pass column terms: a block (≤ 4 MiB at P = 16k in
+#: float32) is read once for its squares and its share of Jᵀr while it is in cache.
+_TERM_ROWS = 64
+
+
+def _gram(m: torch.Tensor) -> torch.Tensor:
+    """MᵀM in float64, formed in M's dtype. On the CPU through NumPy's ``M.T @ M``, which
+    calls the BLAS symmetric rank-k update (half the flops of torch's general ``mm``, which
+    has no ``syrk``); on a GPU with ``mm``."""
+    if m.device.type == "cpu" and m.dtype in (torch.float32, torch.float64):
+        a = m.detach().numpy()
+        return torch.from_numpy(np.matmul(a.T, a)).to(torch.float64)
+    return (m.T @ m).to(torch.float64)
+
+
+def _column_terms(jac: torch.Tensor, res: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Σᵢ Jᵢⱼ², Jᵀr) in float64, from one pass over J in row blocks."""
+    p = int(jac.shape[1])
+    squares = torch.zeros(p, dtype=torch.float64, device=jac.device)
+    jtr = torch.zeros(p, dtype=torch.float64, device=jac.device)
+    r = res.reshape(-1)
+    for lo in range(0, int(jac.shape[0]), _TERM_ROWS):
+        block = jac[lo : lo + _TERM_ROWS]
+        squares += (block * block).sum(dim=0, dtype=torch.float64)
+        jtr += (block.T @ r[lo : lo + _TERM_ROWS]).to(torch.float64)
+    return squares, jtr
+
 
 _TORCH_OPS = ArrayOps(
     float64=lambda x: x.to(torch.float64),
     column_squares=lambda j: (j * j).sum(dim=0, dtype=torch.float64),
     diagonal=lambda a: torch.diagonal(a).clone(),
+    gram=_gram,
+    column_terms=_column_terms,
 )
+
+
+def scaling_diagonal_torch(diag: torch.Tensor, scaling: str) -> torch.Tensor:
+    """D: ones, or diag clamped from below at ``RELATIVE_FLOOR`` times its largest finite
+    entry (1 when there is none), computed on the device without reading it back."""
+    if scaling == "identity":
+        return torch.ones_like(diag)
+    if scaling == "marquardt":
+        finite = torch.isfinite(diag)
+        top = torch.where(finite, diag, torch.full_like(diag, -torch.inf)).max()
+        usable = torch.isfinite(top) & (top > 0)
+        floor = torch.where(usable, top * RELATIVE_FLOOR, torch.ones_like(top))
+        return torch.where(finite, diag, floor).clamp_min(floor)
+    raise ValueError(
+        f"scaling must be 'identity' or 'marquardt', got {scaling!r}. "
+        "HINT: pass one of those to LMA(scaling=...)."
+    )
 
 
 class TorchBackend:
@@ -54,6 +104,19 @@ class TorchBackend:
         a = products.jtj.detach().to(self.device, torch.float64, copy=True).div_(n)
         g = products.jtr.detach().to(self.device, torch.float64).reshape(-1) / n
         return normal_system(a, g, rows=n, rss=products.rss, ops=_TORCH_OPS)
+
+    def jacobian_buffers(
+        self, rows: int, params: int, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """J (rows × params) and r (rows,) on this device, for the engine to fill."""
+        return (
+            torch.empty(rows, params, dtype=dtype, device=self.device),
+            torch.empty(rows, dtype=dtype, device=self.device),
+        )
+
+    def system_from_jacobian(self, jacobian: torch.Tensor, residuals: torch.Tensor) -> LinearSystem:
+        """The system from the filled buffers of :meth:`jacobian_buffers`."""
+        return self.system_from_matrix(jacobian, residuals)
 
     def system_from_slices(
         self, slices: Iterable[JacobianSlice], rows: int, params: int
@@ -72,65 +135,60 @@ class TorchBackend:
         """The system for an explicit J (N × P) and r (N,) on this device."""
         return system_from_matrix(jac, res, _TORCH_OPS)
 
-    def _scaling(self, diag: torch.Tensor, scaling: str) -> torch.Tensor:
-        if scaling == "identity":
-            return torch.ones_like(diag)
-        if scaling == "marquardt":
-            finite = torch.isfinite(diag)
-            top = float(diag[finite].max()) if bool(finite.any()) else 0.0
-            floor = marquardt_floor(top)
-            return torch.where(finite, diag, torch.full_like(diag, floor)).clamp_min(floor)
-        raise ValueError(
-            f"scaling must be 'identity' or 'marquardt', got {scaling!r}. "
-            "HINT: pass one of those to LMA(scaling=...)."
-        )
-
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
+        """δ for λ = ``damping``, with everything left on the device (see ``Solution``).
+
+        Nothing here waits for the device: the factorisation's ``info``, the finiteness of
+        δ and the model terms come back as 0-dim tensors that the caller reads with the
+        trial loss.
+        """
         a: torch.Tensor = system.a
         g: torch.Tensor = system.g
+        d: torch.Tensor = system.scale(scaling, scaling_diagonal_torch)
+        m = a.clone()
         if system.underdetermined:
-            m = a + damping * torch.eye(a.shape[0], dtype=a.dtype, device=a.device)
-            u = _cholesky_solve(m, g)
-            if u is None:
-                return None
+            m.diagonal().add_(float(damping))  # D = I for (JJᵀ/N + λI) u = r/N
+        else:
+            m.diagonal().add_(d, alpha=float(damping))
+        lower, info = torch.linalg.cholesky_ex(m)
+        solved = torch.cholesky_solve(g.reshape(-1, 1), lower).reshape(-1)
+        if system.underdetermined:
             jac = system.jacobian
             assert isinstance(jac, torch.Tensor)
-            delta = (jac.T @ u.to(jac.dtype)).to(torch.float64)
-            if not bool(torch.isfinite(delta).all()):
-                return None
-            solved = u
+            delta = (jac.T @ solved.to(jac.dtype)).to(torch.float64)
+            bu = a @ solved
+            n = system.rows
+            gradient_dot, curvature = n * (bu @ g), n * (bu @ bu)
         else:
-            m = a.clone()
-            m.diagonal().add_(self._scaling(system.diag, scaling), alpha=float(damping))
-            solved_or_none = _cholesky_solve(m, g)
-            if solved_or_none is None:
-                return None
-            delta = solved = solved_or_none
-        return solution(system, solved, delta.to("cpu"), damping)
+            delta = solved
+            gradient_dot, curvature = solved @ g, solved @ (a @ solved)
+        finite = (
+            torch.isfinite(delta).all() & torch.isfinite(gradient_dot) & torch.isfinite(curvature)
+        )
+        # A non-finite diagonal can pass the factorisation (an infinite pivot): refuse it
+        # as LAPACK refuses a pivot that is not positive.
+        not_factored = (info != 0) | ~torch.isfinite(m.diagonal()).all()
+        status = torch.where(
+            not_factored,
+            torch.tensor(FAILED_CHOLESKY, dtype=torch.float64, device=a.device),
+            torch.where(
+                finite,
+                torch.tensor(0.0, dtype=torch.float64, device=a.device),
+                torch.tensor(FAILED_NON_FINITE, dtype=torch.float64, device=a.device),
+            ),
+        )
+        return Solution(
+            delta=delta,
+            gradient_dot=gradient_dot,
+            curvature=curvature,
+            damping=float(damping),
+            status=status,
+        )
 
     def synchronize(self) -> None:
         """Wait for queued CUDA work on this device (nothing to do on the CPU)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-
-
-def _cholesky_solve(matrix: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor | None:
-    """x with matrix·x = rhs (float64 Cholesky), or ``None`` if not positive definite or
-    x is not finite.
-
-    Only the diagonal and rhs are scanned for inf/NaN (O(n)): LAPACK's potrf stops with
-    info > 0 at the first pivot that is not positive, and a non-finite off-diagonal entry
-    of a matrix with a finite diagonal reaches some pivot as NaN or a negative number.
-    """
-    if not bool(torch.isfinite(matrix.diagonal()).all()) or not bool(torch.isfinite(rhs).all()):
-        return None
-    lower, info = torch.linalg.cholesky_ex(matrix)
-    if int(info) != 0:
-        return None
-    x = torch.cholesky_solve(rhs.reshape(-1, 1), lower).reshape(-1)
-    if not bool(torch.isfinite(x).all()):
-        return None
-    return x
 
 
 def create_backend(device: torch.device) -> ArrayBackend:

@@ -1,0 +1,54 @@
+"""A batch checked and planned once for one step: :class:`PreparedBatch`.
+
+One Levenberg-Marquardt step forms the products of ``J`` once and then evaluates the loss
+at each trial point on the same samples (Marquardt 1963; Nielsen 1999). Everything that
+depends only on the batch (its length, finiteness, the slice size, the residual rows per
+sample, the plan) is settled once by ``JacobianEngine.prepare`` and reused by every call
+of that step, so no call checks the data or probes the model again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._planner import JacobianPlan
+from ._slicing import slice_ranges
+
+__all__ = ["PreparedBatch"]
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """``inputs`` and ``targets`` of ``samples`` samples, checked, with their ``plan``.
+
+    ``slice_samples`` is how many samples one Jacobian slice holds (the caller's
+    ``slice_size``, or the plan's default); ``forward_samples`` how many one forward-only
+    slice holds (the same with a ``slice_size``, else bounded by the memory budget).
+    """
+
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    samples: int
+    plan: JacobianPlan
+    slice_samples: int
+    forward_samples: int
+
+    @property
+    def rows(self) -> int:
+        """``R = N·m``, the residual rows of the batch."""
+        return self.plan.rows
+
+    @property
+    def strategy(self) -> str:
+        """``accumulate`` or ``explicit``, as planned."""
+        return self.plan.strategy
+
+    def slices(self) -> list[tuple[int, int]]:
+        """Sample ranges of the Jacobian slices."""
+        return slice_ranges(self.samples, self.slice_samples)
+
+    def forward_slices(self) -> list[tuple[int, int]]:
+        """Sample ranges of the forward-only slices (loss, residuals)."""
+        return slice_ranges(self.samples, self.forward_samples)
