@@ -9,12 +9,19 @@ point (Marquardt 1963; Nielsen 1999; Moré 1978).
     lma = LMA(model, devices, residual_fn=lambda a, b: a - b)
     loss, terminated = lma.step(x, y, slice_size)
     print(lma.report)
+
+``curve_fit(f, x, y, p0, sigma=..., bounds=..., loss=...)`` fits a model with a handful of
+parameters with SciPy's conventions, on the CPU or a GPU, as a thin layer over ``LMA``.
 """
 
 from ._backends.base import ArrayBackend, LinearSystem, Solution
+from ._covariance import CovarianceWarning
+from ._curve_fit import CurveFitResult, curve_fit
+from ._curve_inputs import CurveFitInputError
 from ._damping import DampingRule, FixedDamping, NielsenDamping
 from ._errors import (
     BackendUnavailableError,
+    OptimizeWarning,
     SolverConfigError,
     SolverInputError,
     SolverStateError,
@@ -28,15 +35,20 @@ __all__ = [
     "LMA",
     "ArrayBackend",
     "BackendUnavailableError",
+    "CovarianceWarning",
+    "CurveFitInputError",
+    "CurveFitResult",
     "DampingRule",
     "FixedDamping",
     "LinearSystem",
     "NielsenDamping",
+    "OptimizeWarning",
     "Solution",
     "SolverConfigError",
     "SolverInputError",
     "SolverStateError",
     "StepReport",
     "StoppingCriteria",
+    "curve_fit",
     "time",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailableError",
+    "OptimizeWarning",
     "SolverConfigError",
     "SolverInputError",
     "SolverStateError",
@@ -35,3 +36,8 @@ class SolverStateError(ValueError):
 
 class BackendUnavailableError(RuntimeError):
     """The requested array backend cannot run here (package missing, no Legate runtime)."""
+
+
+class OptimizeWarning(UserWarning):
+    """A fit stopped before a stopping test held, or its covariance could not be estimated
+    (the counterpart of ``scipy.optimize.OptimizeWarning``)."""

@@ -44,6 +44,7 @@ from ._attempts import Attempts, run_attempts
 from ._backend_choice import resolve_backend
 from ._backends.base import ArrayBackend, host_vector
 from ._batch import check_batch
+from ._covariance import batch_covariance
 from ._damping import DampingRule
 from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_options
 from ._report import StepReport
@@ -290,6 +291,43 @@ class LMA:
         self.report = report
         self._steps += 1
         return float(loss), bool(terminated)
+
+    # -- uncertainties -------------------------------------------------------------------
+    def covariance(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None = None,
+        *,
+        absolute_sigma: bool = False,
+    ) -> torch.Tensor:
+        """pcov = s²·(JᵀJ)⁻¹ at the current parameters (the last accepted point) on a batch.
+
+        J is the Jacobian of ``residual_fn`` on (inputs, targets), with the parameters in
+        ``model.parameters()`` order; s² = ‖r‖²/(N − P) unless ``absolute_sigma`` (s² = 1,
+        residuals already divided by known σ). Computed from the QR factor of J, slice by
+        slice, as ``curve_fit`` does (``_covariance``): a P × P float64 tensor on the CPU,
+        all inf (with a ``CovarianceWarning``) when J has rank < P or N ≤ P. For models
+        whose P × P matrix fits in memory.
+        """
+        inputs, targets, slice_size = check_batch(
+            inputs, targets, slice_size, dtype=self._replicas.dtype, home=self._replicas.devices
+        )
+        return batch_covariance(
+            self._engine, inputs, targets, slice_size, absolute_sigma=absolute_sigma
+        ).pcov
+
+    def standard_errors(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None = None,
+        *,
+        absolute_sigma: bool = False,
+    ) -> torch.Tensor:
+        """√diag(pcov) of :meth:`covariance`: one standard error per parameter."""
+        pcov = self.covariance(inputs, targets, slice_size, absolute_sigma=absolute_sigma)
+        return torch.sqrt(torch.diagonal(pcov))
 
     # -- state ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 What carries over from step to step is the damping rule's state (λ, and ν for Nielsen's
 rule, Nielsen 1999) and the step count; the learning rate and scaling are saved for the
 record. The model's parameters are not part of it (``lma.model.state_dict()`` holds them).
-A state is checked whole before anything is restored, so a bad one changes nothing.
+A state is checked whole before anything is restored, so a bad one changes nothing, and
+strictly, as ``torch.nn.Module.load_state_dict`` is: a missing or an unexpected key (a
+misspelt one) at the top level or in the damping rule's state is refused.
 """
 
 from __future__ import annotations
@@ -14,9 +16,28 @@ from typing import Any
 from ._damping import DampingRule
 from ._errors import SolverStateError, message
 
-__all__ = ["STATE_FORMAT", "checked_state", "solver_state"]
+__all__ = ["STATE_FORMAT", "STATE_KEYS", "checked_state", "solver_state"]
 
 STATE_FORMAT = "marquardt.solver.LMA/1"
+#: The keys of a saved state, every one required.
+STATE_KEYS = frozenset(
+    ("format", "damping_rule", "damping_state", "steps", "learning_rate", "scaling")
+)
+
+
+def _check_keys(where: str, found: object, expected: frozenset[str]) -> None:
+    """Refuse missing and unexpected keys, as torch's strict ``load_state_dict`` does."""
+    keys = set(found) if isinstance(found, dict) else set()
+    missing = sorted(expected - keys)
+    unexpected = sorted(str(k) for k in keys - expected)
+    if missing or unexpected:
+        raise SolverStateError(
+            message(
+                f"load_state_dict expects {where} with exactly the keys {sorted(expected)}",
+                f"missing keys {missing}, unexpected keys {unexpected}",
+                "pass what LMA.state_dict() returned, unedited (check the spelling)",
+            )
+        )
 
 
 def solver_state(
@@ -44,6 +65,7 @@ def checked_state(state: object, rule: DampingRule) -> tuple[dict[str, float], i
                 "pass what LMA.state_dict() returned",
             )
         )
+    _check_keys("a state", state, STATE_KEYS)
     if state.get("damping_rule") != rule.name:
         raise SolverStateError(
             message(
@@ -54,6 +76,7 @@ def checked_state(state: object, rule: DampingRule) -> tuple[dict[str, float], i
             )
         )
     damping_state = state.get("damping_state")
+    _check_keys("damping_state", damping_state, frozenset(rule.state_dict()))
     if (
         not isinstance(damping_state, dict)
         or "damping" not in damping_state
@@ -69,7 +92,7 @@ def checked_state(state: object, rule: DampingRule) -> tuple[dict[str, float], i
                 "pass what LMA.state_dict() returned",
             )
         )
-    steps = state.get("steps", 0)
+    steps = state["steps"]
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise SolverStateError(
             message(

@@ -1,0 +1,155 @@
+"""LM on the free parameters, with the parameters that reach a bound held there.
+
+The bounds l ≤ p ≤ u are kept by MINUIT's transform (``_bounds``): every iterate is
+feasible. Where the optimum lies on a bound, the transform's derivative φ'(q) vanishes
+there, its quadratic model is poor, and λ grows until every parameter crawls (measured:
+1000 steps without converging on a three-parameter decay with two bounds active). So,
+as an active-set method does (Nocedal & Wright 2006, §16.5; Gill, Murray & Wright 1981,
+§5.5), a parameter that comes within ``AT_BOUND`` of a bound (relative to the width of its
+range, or to max(1, |bound|) for a one-sided bound) is held at that bound and LM goes on
+over the others. When LM terminates, the first-order (KKT) conditions are checked from
+the gradient ∇C of the cost (``_curve_point``): a parameter held at its lower bound with
+∂C/∂p_j < 0 (or at its upper bound with ∂C/∂p_j > 0) would lower the cost by moving
+inside, so it is released, for good, and LM resumes. Each round holds or releases at least
+one parameter, so there are at most 2P + 1 rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ._bounds import Bounds
+from ._curve_inputs import CurveInputs
+from ._curve_model import CurveModel, curve_residual_fn
+from ._curve_point import at_point
+from ._lma import LMA
+from ._report import StepReport
+
+__all__ = ["AT_BOUND", "Solved", "bound_sides", "solve"]
+
+#: A parameter this close to a bound (relative to its range) is held there.
+AT_BOUND = 1e-7
+
+
+@dataclass(frozen=True)
+class Solved:
+    """Where LM ended: p (float64, CPU), which parameters are free (the others held at a
+    bound), the number of steps, whether the last run terminated, and its last report."""
+
+    params: torch.Tensor
+    free: torch.Tensor
+    steps: int
+    terminated: bool
+    report: StepReport | None
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """MINPACK's stopping tests handed to each ``LMA``, and the step budget."""
+
+    ftol: float | None
+    xtol: float | None
+    gtol: float | None
+    max_steps: int
+
+
+def bound_sides(p: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
+    """−1 where p is within ``AT_BOUND`` of its lower bound, +1 of its upper bound, else 0."""
+    lo_f, hi_f = torch.isfinite(lower), torch.isfinite(upper)
+    lo = torch.where(lo_f, lower, torch.zeros_like(lower))
+    hi = torch.where(hi_f, upper, torch.zeros_like(upper))
+    one_sided = torch.clamp(torch.maximum(lo.abs(), hi.abs()), min=1.0)
+    scale = torch.where(lo_f & hi_f, hi - lo, one_sided)
+    near_lo = lo_f & (p - lo <= AT_BOUND * scale)
+    near_hi = hi_f & (hi - p <= AT_BOUND * scale)
+    sides = torch.zeros(p.shape, dtype=torch.int64)
+    sides = torch.where(near_lo, -1, sides)
+    return torch.where(near_hi, 1, sides)
+
+
+def _model(
+    f: Callable[..., torch.Tensor], p: torch.Tensor, free: torch.Tensor, data: CurveInputs
+) -> CurveModel:
+    sub = Bounds(data.lower[free], data.upper[free])
+    start = sub.to_internal(p[free]) if sub.active else p[free]
+    return CurveModel(
+        f,
+        start.to(data.device, data.dtype),
+        bounds=sub if sub.active else None,
+        held=p.to(data.device, data.dtype),
+        free=free.to(data.device),
+        samples_last=data.samples_last,
+    )
+
+
+def solve(
+    f: Callable[..., torch.Tensor],
+    data: CurveInputs,
+    *,
+    loss: str,
+    f_scale: float,
+    limits: Tolerances,
+    slice_size: int | None,
+) -> Solved:
+    """Run LM from ``data.p0`` until it terminates with the KKT conditions met, or the
+    step budget is spent (module docstring)."""
+    count = data.p0.numel()
+    bounded = Bounds(data.lower, data.upper).active
+    p = Bounds(data.lower, data.upper).interior(data.p0) if bounded else data.p0.clone()
+    free = torch.ones(count, dtype=torch.bool)
+    released = torch.zeros(count, dtype=torch.bool)
+    sides = torch.zeros(count, dtype=torch.int64)
+    residual_fn = curve_residual_fn(loss, f_scale)
+    steps, terminated, report = 0, False, None
+    for _ in range(2 * count + 1):
+        holding = torch.zeros(count, dtype=torch.bool)
+        if bool(free.any()):
+            model = _model(f, p, free, data)
+            lma = LMA(
+                model,
+                [data.device],
+                residual_fn,
+                damping_min=1e-12,
+                ftol=limits.ftol,
+                xtol=limits.xtol,
+                gtol=limits.gtol,
+                jacobian_mode="jacfwd",
+            )
+            terminated = False
+            while steps < limits.max_steps and not terminated:
+                _, terminated = lma.step(data.x, data.targets, slice_size)
+                steps += 1
+                report = lma.report
+                with torch.no_grad():
+                    p = model.external().detach().to("cpu", torch.float64)
+                if bounded:
+                    near = bound_sides(p, data.lower, data.upper)
+                    holding = (near != 0) & free & ~released
+                    if bool(holding.any()):
+                        sides = torch.where(holding, near, sides)
+                        break
+            if bool(holding.any()):
+                # Held exactly at the bound it reached.
+                p = torch.where(holding & (sides < 0), data.lower, p)
+                p = torch.where(holding & (sides > 0), data.upper, p)
+                free &= ~holding
+                terminated = False
+                continue
+            if not terminated:
+                break
+        else:
+            terminated = True
+        if bool(free.all()):
+            break
+        gradient = at_point(f, p, data, loss=loss, f_scale=f_scale, slice_size=slice_size).gradient
+        inward = ~free & (((sides < 0) & (gradient < 0)) | ((sides > 0) & (gradient > 0)))
+        if not bool(inward.any()):
+            break
+        free |= inward
+        released |= inward
+        sides = torch.where(inward, 0, sides)
+        p = Bounds(data.lower, data.upper).interior(p)
+    return Solved(params=p, free=free, steps=steps, terminated=terminated, report=report)

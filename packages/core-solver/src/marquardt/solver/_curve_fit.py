@@ -1,0 +1,173 @@
+"""Curve fitting with SciPy's conventions on any device: :func:`curve_fit`.
+
+For data (xᵢ, yᵢ), i = 1…N, standard deviations σᵢ and a model f(x, p) with P parameters,
+``curve_fit`` finds
+
+    p̂ = argmin_{l ≤ p ≤ u}  ½ Σᵢ c²·ρ(zᵢ),   zᵢ = (rᵢ/c)²,   rᵢ = (f(xᵢ, p) − yᵢ)/σᵢ,
+
+(ρ(z) = z for the default ``loss="linear"``: weighted least squares; robust losses in
+``_robust``; bounds by MINUIT's change of variables in ``_bounds`` with an active set in
+``_active_set``) and returns p̂ with the covariance s²·(JᵀJ)⁻¹ of ``_covariance``, as
+``scipy.optimize.curve_fit`` does.
+
+It is a thin layer over :class:`LMA`: the parameters live in a one-vector ``nn.Module``
+(``_curve_model``) whose forward is f, residuals carry 1/σ in the targets, and full-batch
+LM steps (Marquardt 1963; Nielsen 1999) run until one terminates (MINPACK's ftol / xtol /
+gtol, Moré 1978, or λ at its ceiling: no damped step lowers the cost beyond rounding) or
+``max_steps`` is reached. A last pass over the data (``_curve_point``) gives J at p̂, a
+Gauss-Newton correction of the last digits and the covariance. The Jacobian is computed
+by forward mode in slices (P is small), on the CPU or a GPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ._active_set import Tolerances, solve
+from ._covariance import covariance_from_factor
+from ._curve_inputs import CurveFitInputError, check_curve_inputs
+from ._curve_point import REFINE_STEPS, at_point, refined
+from ._errors import OptimizeWarning
+from ._report import StepReport
+
+__all__ = ["CurveFitResult", "curve_fit"]
+
+_INF = float("inf")
+
+
+@dataclass(frozen=True)
+class CurveFitResult:
+    """What ``curve_fit(..., full_output=True)`` returns.
+
+    ``popt`` (P,) and ``pcov`` (P × P) as the plain call returns them; ``perr`` = √diag(pcov).
+    ``residuals`` are (f(x, p̂) − y)/σ (N,); ``cost`` is ½ Σ c²ρ(z) at p̂ (½ Σ r² for the
+    linear loss). ``jacobian_rank`` and ``singular_values`` describe J at p̂ (of the rows
+    the covariance uses). ``steps`` LM steps were taken; ``success`` says whether the
+    solver terminated (``termination`` is one of ``StepReport``'s reasons, ``reason`` the
+    sentence) rather than running out of steps; ``report`` is the last step's report.
+    Tensors are float64 on the CPU.
+    """
+
+    popt: torch.Tensor
+    pcov: torch.Tensor
+    perr: torch.Tensor
+    residuals: torch.Tensor
+    cost: float
+    jacobian_rank: int
+    singular_values: torch.Tensor
+    steps: int
+    success: bool
+    termination: str | None
+    reason: str
+    report: StepReport | None
+
+
+def curve_fit(
+    f: Callable[..., torch.Tensor],
+    xdata: Any,
+    ydata: Any,
+    p0: Any = None,
+    *,
+    sigma: Any = None,
+    absolute_sigma: bool = False,
+    bounds: tuple[Any, Any] = (-_INF, _INF),
+    loss: str = "linear",
+    f_scale: float = 1.0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float64,
+    max_steps: int = 1000,
+    ftol: float | None = 1e-15,
+    xtol: float | None = 1e-15,
+    gtol: float | None = 1e-15,
+    slice_size: int | None = None,
+    full_output: bool = False,
+) -> Any:
+    """Fit ``f(x, *p)`` to ``ydata``; returns ``(popt, pcov)`` (or a :class:`CurveFitResult`).
+
+    The arguments are SciPy's (``scipy.optimize.curve_fit``): ``xdata`` of shape (N,) or
+    (k, N), ``ydata`` (N,), ``p0`` (P,; None: ones, counted from f's signature), ``sigma``
+    (N,) standard deviations, ``absolute_sigma``, ``bounds=(lower, upper)`` (numbers or one
+    per parameter; ±inf for none), ``loss`` ("linear", "soft_l1", "huber", "cauchy",
+    "arctan") and ``f_scale`` (the residual size at which robust losses set in).
+
+    ``f`` is written with torch operations and must treat each data point on its own (it
+    is evaluated on slices of ``slice_size`` points; None: as the planner sees fit).
+    ``device`` (None: where ``xdata`` is, else the CPU) and ``dtype`` are where and in what
+    precision the fit runs; the results are float64 tensors on the CPU. Steps stop when
+    LM terminates (``ftol`` / ``xtol`` / ``gtol`` as in MINPACK, or no further decrease
+    beyond rounding) or after ``max_steps`` (an :class:`OptimizeWarning`; ``full_output``
+    says so in ``success``). A covariance that cannot be estimated (J of rank < P, or
+    N ≤ P without ``absolute_sigma``) is all inf, with a ``CovarianceWarning``.
+
+    Bad input raises :class:`CurveFitInputError` before any work.
+    """
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise CurveFitInputError(
+            f"curve_fit expects max_steps as an integer ≥ 1, but got {max_steps!r}. "
+            "HINT: pass e.g. max_steps=1000"
+        )
+    data, scale = check_curve_inputs(
+        f,
+        xdata,
+        ydata,
+        p0,
+        sigma=sigma,
+        bounds=bounds,
+        loss=loss,
+        f_scale=f_scale,
+        device=device,
+        dtype=dtype,
+    )
+    solved = solve(
+        f,
+        data,
+        loss=loss,
+        f_scale=scale,
+        limits=Tolerances(ftol=ftol, xtol=xtol, gtol=gtol, max_steps=max_steps),
+        slice_size=slice_size,
+    )
+    terminated, steps = solved.terminated, solved.steps
+    report = solved.report
+    if not terminated:
+        warnings.warn(
+            f"curve_fit stopped after max_steps={max_steps} LM steps without meeting a "
+            "stopping test; the parameters may not be optimal. HINT: raise max_steps or "
+            "start nearer the optimum",
+            OptimizeWarning,
+            stacklevel=2,
+        )
+    point = at_point(f, solved.params, data, loss=loss, f_scale=scale, slice_size=slice_size)
+    for _ in range(REFINE_STEPS):
+        moved = refined(point, data.lower, data.upper, solved.free)
+        if moved is None:
+            break
+        better = at_point(f, moved, data, loss=loss, f_scale=scale, slice_size=slice_size)
+        # The step corrects the last digits; a cost above rounding means it did not.
+        if not better.cost <= point.cost * (1.0 + 1e-12):
+            break
+        point = better
+    popt = point.params
+    cov = covariance_from_factor(
+        point.factor, point.rows, 2.0 * point.cost, absolute_sigma=absolute_sigma
+    )
+    if not full_output:
+        return popt, cov.pcov
+    return CurveFitResult(
+        popt=popt,
+        pcov=cov.pcov,
+        perr=cov.standard_errors,
+        residuals=point.residuals,
+        cost=point.cost,
+        jacobian_rank=cov.rank,
+        singular_values=cov.singular_values,
+        steps=steps,
+        success=terminated,
+        termination=report.termination if report is not None else None,
+        reason=report.reason if report is not None else "",
+        report=report,
+    )

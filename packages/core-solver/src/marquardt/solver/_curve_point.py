@@ -1,0 +1,146 @@
+"""One pass over the data at given parameters: J's factor, the Gauss-Newton step, the cost.
+
+At p, J = ∂r/∂p (with respect to p itself, not the internal variables of the bounds'
+transform) and r are computed slice by slice and reduced at once to the triangular factor
+of [a·J | (ρ'/a)·r] (a = 1 for the linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust
+one, as ``scipy.optimize.least_squares`` scales its rows, Triggs et al. 2000 §4.3):
+
+    [a·J | (ρ'/a)·r] = Q [[R, q], [0, ·]],
+
+so RᵀR = JᵀJ (for the covariance, ``_covariance``), Rᵀq = ∇C (the gradient of the cost),
+and δ = R⁻¹q is the Gauss-Newton step (for a robust loss, with the second-order
+correction). ``refined`` uses it to remove the last digits LM leaves (see there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from marquardt.jacobian import JacobianEngine, Replicas
+
+from ._covariance import TriangularFactor
+from ._curve_inputs import CurveInputs
+from ._curve_model import CurveModel, weighted_residuals
+from ._robust import rho, scipy_row_scale
+
+__all__ = ["REFINE_LIMIT", "REFINE_STEPS", "AtPoint", "at_point", "refined"]
+
+#: The largest Gauss-Newton correction applied after LM, relative to each parameter.
+REFINE_LIMIT = 1e-6
+#: At most this many such corrections (each one pass over the data).
+REFINE_STEPS = 3
+
+
+@dataclass(frozen=True)
+class AtPoint:
+    """One pass over the data at ``params``: the factor [[R, q], [0, ·]], the residuals
+    r = (f − y)/σ (CPU, float64), their number and the cost C = ½ Σ c²ρ(z)."""
+
+    params: torch.Tensor
+    augmented: torch.Tensor
+    rows: int
+    residuals: torch.Tensor
+    cost: float
+
+    @property
+    def factor(self) -> torch.Tensor:
+        """R, with RᵀR = JᵀJ (J's rows scaled as SciPy scales them)."""
+        return self.augmented[:, : self.params.numel()]
+
+    @property
+    def gradient(self) -> torch.Tensor:
+        """∇C = Rᵀq."""
+        return self.factor.T @ self.augmented[:, self.params.numel()]
+
+    def step(self, free: torch.Tensor) -> torch.Tensor | None:
+        """The Gauss-Newton step δ over the ``free`` parameters (zero for the others), or
+        None when it is not determined (rank-deficient J) or not finite.
+
+        With the held columns dropped, [R_F | q] is reduced again (a (P+1)-row QR) and
+        δ_F = R_F⁻¹ q_F.
+        """
+        count = self.params.numel()
+        columns = torch.cat([free.cpu(), torch.tensor([True])])
+        reduced = torch.linalg.qr(self.augmented[:, columns], mode="r").R
+        kept = int(free.sum())
+        if reduced.shape[0] < kept or kept == 0:
+            return None
+        top = reduced[:kept]
+        delta = torch.linalg.solve_triangular(top[:, :kept], top[:, kept:], upper=True)
+        if not bool(torch.isfinite(delta).all()):
+            return None
+        full = torch.zeros(count, dtype=torch.float64)
+        full[free.cpu()] = delta.reshape(-1)
+        return full
+
+
+def at_point(
+    f: Callable[..., torch.Tensor],
+    params: torch.Tensor,
+    data: CurveInputs,
+    *,
+    loss: str,
+    f_scale: float,
+    slice_size: int | None,
+) -> AtPoint:
+    """J with respect to p itself (not the internal q) and r, reduced slice by slice.
+
+    [a·J | (ρ'/a)·r] is reduced to its triangular factor [[R, q], [0, ·]] (a = 1 for the
+    linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust one, ``scipy_row_scale``): R is
+    the factor of J for the covariance, as ``scipy.optimize.curve_fit`` forms it, and
+    δ = R⁻¹q is the Gauss-Newton step (for a robust loss with the second-order correction).
+    """
+    start = params.to(data.device, data.dtype)
+    everything = torch.ones(start.numel(), dtype=torch.bool, device=data.device)
+    model = CurveModel(
+        f,
+        start,
+        bounds=None,
+        held=start,
+        free=everything,
+        samples_last=data.samples_last,
+    )
+    engine = JacobianEngine(Replicas(model, [data.device]), weighted_residuals, mode="jacfwd")
+    reduced = TriangularFactor()
+    pieces: list[torch.Tensor] = []
+    for piece in engine.slices(data.x, data.targets, slice_size):
+        r = piece.residuals.to(torch.float64)
+        jac = piece.jacobian.to(torch.float64)
+        pieces.append(r.cpu())
+        if loss != "linear":
+            _, first, _ = rho(loss, (r / f_scale) ** 2)
+            a = scipy_row_scale(r, loss, f_scale)
+            jac, r = jac * a.unsqueeze(1), r * (first / a)
+        reduced.add(torch.cat([jac, r.unsqueeze(1)], dim=1))
+    augmented = reduced.factor
+    assert augmented is not None  # the batch is not empty (checked)
+    residuals = torch.cat(pieces)
+    value, _, _ = rho(loss, (residuals / f_scale) ** 2)
+    cost = 0.5 * float(f_scale * f_scale * value.sum())
+    return AtPoint(params, augmented, reduced.rows, residuals, cost)
+
+
+def refined(
+    point: AtPoint, lower: torch.Tensor, upper: torch.Tensor, free: torch.Tensor
+) -> torch.Tensor | None:
+    """p − δ when the Gauss-Newton step over the ``free`` parameters is a last-digits
+    correction that stays within the bounds; else None.
+
+    LM accepts a step only when the cost falls by more than its rounding error, which
+    leaves p̂ up to about √ε·(standard error) from the optimum; a Gauss-Newton step from
+    the QR factor of J is accurate to about ε·κ(J) and removes that (up to
+    ``REFINE_STEPS`` of them, while each is that small and stays within the bounds).
+    """
+    step = point.step(free)
+    if step is None:
+        return None
+    p = point.params
+    if not bool((step.abs() <= REFINE_LIMIT * p.abs()).all()):
+        return None
+    moved = p - step
+    if bool(((moved < lower) | (moved > upper)).any()):
+        return None
+    return moved

@@ -1,0 +1,110 @@
+"""Robust losses for least squares, and the residuals that make LM minimise them.
+
+For residuals rᵢ (already divided by σᵢ) and a scale c = ``f_scale``, the cost is
+
+    C(θ) = ½ Σᵢ c²·ρ(zᵢ),   zᵢ = (rᵢ/c)²,
+
+with ρ one of (the definitions of SciPy's ``least_squares``, Branch, Coleman & Li 1999;
+Triggs et al. 2000, "Bundle adjustment — a modern synthesis", §4.3):
+
+* ``linear``:  ρ(z) = z (ordinary least squares);
+* ``soft_l1``: ρ(z) = 2(√(1+z) − 1);
+* ``huber``:   ρ(z) = z for z ≤ 1, 2√z − 1 beyond;
+* ``cauchy``:  ρ(z) = ln(1 + z);
+* ``arctan``:  ρ(z) = arctan(z).
+
+Each is concave with ρ(0) = 0 and ρ'(0) = 1, so ρ(z) ≥ ρ'(z)·z.
+
+How LM minimises C (iteratively reweighted least squares, Holland & Welsch 1977): each
+sample gives two residual rows, evaluated from the detached rᵢ,
+
+    r̃ᵢ₁ = wᵢ·rᵢ  with wᵢ = √ρ'(zᵢ) held constant in the derivative,
+    r̃ᵢ₂ = √(c²ρ(zᵢ) − ρ'(zᵢ)rᵢ²)   (a constant: zero Jacobian; real since ρ ≥ ρ'z),
+
+so that Σ r̃² = Σ c²ρ(z) = 2C at *every* point (the loss LM accepts or rejects on is the
+robust cost itself), J̃ᵀr̃ = Σ ρ'ᵢ rᵢ ∇rᵢ = ∇C exactly (the stationary points are SciPy's),
+and J̃ᵀJ̃ = Σ ρ'ᵢ ∇rᵢ∇rᵢᵀ. SciPy and Ceres use ρ' + 2ρ''z instead of ρ' in that curvature
+(a second-order correction, clamped at machine epsilon where it turns negative); the
+weights here are the IRLS ones, constant within a step, which only changes the path, not
+the optimum. ``scipy_row_scale`` gives SciPy's factor √max(ρ' + 2ρ''z, ε) for the
+covariance of a robust fit, so that it agrees with ``scipy.optimize.curve_fit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["ROBUST_LOSSES", "rho", "robust_rows", "scipy_row_scale"]
+
+#: Names accepted by ``curve_fit(loss=...)``.
+ROBUST_LOSSES: tuple[str, ...] = ("linear", "soft_l1", "huber", "cauchy", "arctan")
+
+_Rho = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+
+def _linear(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return z, torch.ones_like(z), torch.zeros_like(z)
+
+
+def _soft_l1(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    s = torch.sqrt(1.0 + z)
+    return 2.0 * (s - 1.0), 1.0 / s, -0.5 / (s * s * s)
+
+
+def _huber(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    inner = z <= 1.0
+    # z is clamped to ≥ 1 before the square root of the outer branch, so that the branch
+    # torch.where discards never produces inf for it.
+    root = torch.sqrt(torch.clamp(z, min=1.0))
+    value = torch.where(inner, z, 2.0 * root - 1.0)
+    first = torch.where(inner, torch.ones_like(z), 1.0 / root)
+    second = torch.where(inner, torch.zeros_like(z), -0.5 / (root * root * root))
+    return value, first, second
+
+
+def _cauchy(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t = 1.0 + z
+    return torch.log1p(z), 1.0 / t, -1.0 / (t * t)
+
+
+def _arctan(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    t = 1.0 + z * z
+    return torch.arctan(z), 1.0 / t, -2.0 * z / (t * t)
+
+
+_RHO: dict[str, _Rho] = {
+    "linear": _linear,
+    "soft_l1": _soft_l1,
+    "huber": _huber,
+    "cauchy": _cauchy,
+    "arctan": _arctan,
+}
+
+
+def rho(loss: str, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ρ(z), ρ'(z), ρ''(z)) of the named loss, elementwise."""
+    return _RHO[loss](z)
+
+
+def robust_rows(r: torch.Tensor, loss: str, f_scale: float) -> torch.Tensor:
+    """The two IRLS rows per residual (module docstring): shape ``r.shape + (2,)``.
+
+    Row 0 is √ρ'(z)·r with the weight detached; row 1 is the detached constant
+    √(c²ρ(z) − ρ'(z)r²), so the squares of both rows sum to c²ρ(z).
+    """
+    fixed = r.detach()
+    z = (fixed / f_scale) ** 2
+    value, first, _ = rho(loss, z)
+    weighted = torch.sqrt(first) * r
+    rest = torch.sqrt(torch.clamp(f_scale * f_scale * value - first * fixed * fixed, min=0.0))
+    return torch.stack([weighted, rest], dim=-1)
+
+
+def scipy_row_scale(r: torch.Tensor, loss: str, f_scale: float) -> torch.Tensor:
+    """SciPy's per-row Jacobian factor √max(ρ'(z) + 2ρ''(z)·z, ε) at residuals ``r``."""
+    z = (r / f_scale) ** 2
+    _, first, second = rho(loss, z)
+    eps = torch.finfo(r.dtype).eps
+    return torch.sqrt(torch.clamp(first + 2.0 * second * z, min=eps))

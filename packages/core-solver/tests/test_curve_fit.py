@@ -1,0 +1,237 @@
+"""curve_fit against scipy.optimize.curve_fit, uncertainties, results and bad input.
+
+SciPy's reference is MINPACK's LM with the exact Jacobian and tolerances at 1e-15
+(``curve_problems.scipy_reference``). popt agrees within 1e-8 relative; pcov within 1e-6
+of √(pcov_ii·pcov_jj) for every entry (an off-diagonal entry near zero has no relative
+accuracy of its own) and within 1e-6 relative on the diagonal.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from curve_problems import CURVE_NAMES, curve_problem, numpy_model, scipy_reference
+
+from marquardt.solver import (
+    CovarianceWarning,
+    CurveFitInputError,
+    CurveFitResult,
+    OptimizeWarning,
+    _active_set,
+    curve_fit,
+)
+
+WEIGHTINGS = ("none", "sigma", "absolute")
+#: Ill-conditioned NIST problems whose optimum float64 pins down to fewer digits.
+HARD = ("mgh09",)
+MGH09_CERTIFIED = [1.9280693458e-01, 1.9128232873e-01, 1.2305650693e-01, 1.3606233068e-01]
+
+
+def _fit(name: str, weighting: str, **options: object) -> CurveFitResult:
+    prob = curve_problem(name)
+    kwargs: dict[str, object] = {}
+    if weighting != "none":
+        kwargs["sigma"] = prob.sigma
+        kwargs["absolute_sigma"] = weighting == "absolute"
+    result = curve_fit(prob.f, prob.x, prob.y, prob.p0, full_output=True, **kwargs, **options)
+    assert isinstance(result, CurveFitResult)
+    return result
+
+
+def assert_pcov_close(ours: np.ndarray, ref: np.ndarray, rtol: float) -> None:
+    scale = np.sqrt(np.outer(np.diag(ref), np.diag(ref)))
+    worst = float(np.max(np.abs(ours - ref) / scale))
+    assert worst <= rtol, f"pcov differs by {worst:.2e} of √(pcov_ii·pcov_jj)"
+    np.testing.assert_allclose(np.diag(ours), np.diag(ref), rtol=rtol)
+
+
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+@pytest.mark.parametrize("name", [n for n in CURVE_NAMES if n not in HARD])
+def test_matches_scipy(name: str, weighting: str) -> None:
+    popt_ref, pcov_ref = scipy_reference(name, weighting)
+    result = _fit(name, weighting)
+    assert result.success, result.reason
+    np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-8, atol=0)
+    assert_pcov_close(result.pcov.numpy(), pcov_ref, 1e-6)
+
+
+@pytest.mark.parametrize("weighting", WEIGHTINGS)
+def test_mgh09_to_the_digits_float64_holds(weighting: str) -> None:
+    """MGH09 (NIST, higher difficulty) is ill-conditioned: both fits agree to ~3e-8."""
+    popt_ref, pcov_ref = scipy_reference("mgh09", weighting)
+    result = _fit("mgh09", weighting)
+    np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-7, atol=0)
+    assert_pcov_close(result.pcov.numpy(), pcov_ref, 1e-6)
+    if weighting == "none":
+        # Log relative error ≥ 7.5 against NIST's certified values.
+        np.testing.assert_allclose(result.popt.numpy(), MGH09_CERTIFIED, rtol=3e-8, atol=0)
+
+
+def test_plain_call_returns_popt_and_pcov() -> None:
+    prob = curve_problem("exp_decay")
+    popt, pcov = curve_fit(prob.f, prob.x, prob.y, prob.p0)
+    assert popt.shape == (3,) and pcov.shape == (3, 3)
+    assert popt.dtype == torch.float64 and popt.device.type == "cpu"
+    torch.testing.assert_close(pcov, pcov.T, rtol=0, atol=0)
+
+
+def test_full_output_describes_the_fit() -> None:
+    prob = curve_problem("gaussian")
+    result = _fit("gaussian", "sigma")
+    model = numpy_model(prob.f)
+    expected = (model(prob.x, *result.popt.tolist()) - prob.y) / prob.sigma
+    np.testing.assert_allclose(result.residuals.numpy(), expected, rtol=1e-12, atol=1e-12)
+    assert result.cost == pytest.approx(0.5 * float(expected @ expected), rel=1e-12)
+    assert result.jacobian_rank == 4 and result.singular_values.shape == (4,)
+    torch.testing.assert_close(result.perr, torch.sqrt(torch.diagonal(result.pcov)))
+    assert result.termination is not None and result.report is not None
+    assert 1 <= result.steps < 100
+
+
+def test_sigma_scale_does_not_change_relative_covariance() -> None:
+    """absolute_sigma=False: pcov is invariant to σ → kσ; with True it scales by k²."""
+    prob = curve_problem("rational")
+    _, pcov = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma)
+    _, pcov_k = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma)
+    torch.testing.assert_close(pcov_k, pcov, rtol=1e-7, atol=0)
+    _, abs1 = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, absolute_sigma=True)
+    _, abs3 = curve_fit(
+        prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma, absolute_sigma=True
+    )
+    torch.testing.assert_close(abs3, 9.0 * abs1, rtol=1e-7, atol=0)
+
+
+def test_slices_give_the_same_fit() -> None:
+    whole = _fit("damped_sine", "sigma")
+    sliced = _fit("damped_sine", "sigma", slice_size=17)
+    torch.testing.assert_close(sliced.popt, whole.popt, rtol=1e-10, atol=0)
+    torch.testing.assert_close(sliced.pcov, whole.pcov, rtol=1e-8, atol=0)
+
+
+def test_rank_deficient_jacobian_gives_inf_and_a_warning() -> None:
+    x = np.linspace(0.0, 1.0, 20)
+    y = 3.0 * x
+
+    def f(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a + b) * x
+
+    with pytest.warns(CovarianceWarning, match=r"rank 1 < 2.*HINT"):
+        result = curve_fit(f, x, y, [1.0, 1.0], full_output=True)
+    assert result.jacobian_rank == 1
+    assert torch.isinf(result.pcov).all()
+    assert float(result.popt.sum()) == pytest.approx(3.0, rel=1e-10)
+
+
+def test_as_many_points_as_parameters_gives_inf_unless_absolute() -> None:
+    x, y = np.array([0.0, 1.0]), np.array([1.0, 3.0])
+
+    def line(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b * x
+
+    with pytest.warns(CovarianceWarning, match="N ≤ P"):
+        popt, pcov = curve_fit(line, x, y, [0.0, 0.0])
+    assert torch.isinf(pcov).all()
+    torch.testing.assert_close(popt, torch.tensor([1.0, 2.0], dtype=torch.float64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, pcov_abs = curve_fit(line, x, y, [0.0, 0.0], sigma=[1.0, 1.0], absolute_sigma=True)
+    # (XᵀX)⁻¹ for X = [[1, 0], [1, 1]].
+    torch.testing.assert_close(pcov_abs, torch.tensor([[1.0, -1.0], [-1.0, 2.0]]).double())
+
+
+def test_max_steps_is_a_result_with_a_warning() -> None:
+    prob = curve_problem("misra1a")
+    with pytest.warns(OptimizeWarning, match="max_steps=2"):
+        result = curve_fit(prob.f, prob.x, prob.y, prob.p0, max_steps=2, full_output=True)
+    assert not result.success and result.steps == 2
+
+
+def test_p0_from_the_signature() -> None:
+    x = np.linspace(0, 1, 10)
+
+    def line(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b * x
+
+    popt, _ = curve_fit(line, x, 2.0 + 0.5 * x)
+    torch.testing.assert_close(popt, torch.tensor([2.0, 0.5], dtype=torch.float64))
+
+
+def test_float32_fit_lands_near_the_float64_one() -> None:
+    prob = curve_problem("exp_decay")
+    popt64, _ = curve_fit(prob.f, prob.x, prob.y, prob.p0)
+    popt32, _ = curve_fit(prob.f, prob.x, prob.y, prob.p0, dtype=torch.float32)
+    torch.testing.assert_close(popt32, popt64, rtol=1e-4, atol=0)
+
+
+# -- bad input: a clear error before any work -----------------------------------------------
+def _line(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a + b * x
+
+
+X = np.linspace(0.0, 1.0, 8)
+Y = 1.0 + 2.0 * X
+NAN_Y = Y.copy()
+NAN_Y[3] = math.nan
+
+BAD_INPUTS = [
+    ("ydata 2-D", dict(ydata=Y.reshape(2, 4)), "1-D array"),
+    ("xdata length", dict(xdata=X[:-1]), r"shape \(N,\) or \(k, N\) with N = 8"),
+    ("xdata samples first", dict(xdata=np.stack([X, X], axis=1)), "last axis"),
+    ("p0 too short", dict(p0=[1.0]), "it raised TypeError"),
+    ("p0 2-D", dict(p0=[[1.0, 2.0]]), "1-D sequence"),
+    ("p0 outside bounds", dict(p0=[5.0, 1.0], bounds=([0, 0], [2, 2])), r"p0 within the bounds"),
+    ("lower ≥ upper", dict(bounds=([0, 3], [2, 3])), r"lower ≥ upper for parameter\(s\) \[1\]"),
+    ("bounds length", dict(bounds=([0, 0, 0], [1, 1, 1])), "one number or 2 values"),
+    ("bounds not a pair", dict(bounds=[0.0]), r"pair \(lower, upper\)"),
+    ("NaN ydata", dict(ydata=NAN_Y), "ydata contain 1 NaN/inf"),
+    ("NaN xdata", dict(xdata=np.where(X > 0.5, math.nan, X)), "finite xdata"),
+    ("sigma length", dict(sigma=np.ones(3)), "1-D array of 8 standard deviations"),
+    ("sigma 2-D", dict(sigma=np.eye(8)), "whiten"),
+    ("sigma zero", dict(sigma=np.zeros(8)), "sigma > 0"),
+    ("loss", dict(loss="l2"), "known losses"),
+    ("f_scale", dict(f_scale=0.0), "f_scale > 0"),
+    ("f wrong shape", dict(f=lambda x, a, b: (a + b * x).sum()), r"shape \(8,\) for 8 points"),
+    ("f numpy", dict(f=lambda x, a, b: np.asarray(x)), "torch.Tensor"),
+    ("f NaN at p0", dict(f=lambda x, a, b: torch.log(a - 5.0) + b * x), "finite"),
+    ("f not callable", dict(f=3.0), "callable"),
+    ("dtype", dict(dtype=torch.int64), "floating torch.dtype"),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"), [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS]
+)
+def test_bad_input_is_refused_before_any_work(
+    changes: dict[str, object], match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_solver(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an LMA was built for bad input")
+
+    monkeypatch.setattr(_active_set, "LMA", no_solver)
+    args: dict[str, object] = dict(f=_line, xdata=X, ydata=Y, p0=[1.0, 1.0])
+    args.update(changes)
+    with pytest.raises(CurveFitInputError, match=match) as info:
+        curve_fit(**args)  # type: ignore[arg-type]
+    assert "HINT:" in str(info.value)
+
+
+def test_max_steps_must_be_positive() -> None:
+    with pytest.raises(CurveFitInputError, match="max_steps"):
+        curve_fit(_line, X, Y, [1.0, 1.0], max_steps=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["gaussian", "surface_2d", "misra1a"])
+def test_cuda_matches_cpu(name: str) -> None:
+    prob = curve_problem(name)
+    cpu = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, full_output=True)
+    gpu = curve_fit(
+        prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, device="cuda", full_output=True
+    )
+    torch.testing.assert_close(gpu.popt, cpu.popt, rtol=1e-10, atol=0)
+    torch.testing.assert_close(gpu.pcov, cpu.pcov, rtol=1e-10, atol=1e-300)
