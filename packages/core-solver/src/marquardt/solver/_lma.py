@@ -46,8 +46,10 @@ from ._backends.base import ArrayBackend, host_vector
 from ._batch import check_batch
 from ._covariance import batch_covariance
 from ._damping import DampingRule
+from ._errors import SolverConfigError, message
 from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_options
 from ._report import StepReport
+from ._robust import check_robust_loss, robust_residual_fn
 from ._state import checked_state, solver_state
 
 __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
@@ -72,6 +74,9 @@ class LMA:
     is the dtype the normal products are accumulated in (None: the parameters' dtype);
     factorisations are float64 always. ``ftol`` / ``xtol`` / ``gtol``: MINPACK-style
     stopping tests, off unless set. ``jacobian_mode`` is handed to the Jacobian engine.
+    ``robust_loss`` ("soft_l1", "huber", "cauchy", "arctan", "linear"; None: least squares)
+    with ``f_scale`` minimises the mean of c²ρ((r/c)²) over the residuals instead, with
+    SciPy's ρ, by IRLS rows (``_robust``); the reported loss is that mean.
 
     CUDA ``devices`` that Legate holds are refused (``marquardt.devices.DeviceError``)
     before anything is built; so are models with no trainable parameter or on a device not
@@ -101,6 +106,8 @@ class LMA:
         xtol: float | None = None,
         gtol: float | None = None,
         jacobian_mode: str = "auto",
+        robust_loss: str | None = None,
+        f_scale: float = 1.0,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
         options = check_options(
@@ -124,6 +131,9 @@ class LMA:
             xtol=xtol,
             gtol=gtol,
         )
+        robust = check_robust_loss(robust_loss, f_scale, loss_fn)
+        if robust is not None:
+            residual_fn = robust_residual_fn(residual_fn, *robust)
         device_list = options.devices
         if any(str(d).startswith("cuda") for d in device_list):
             # A model GPU that Legate also holds would be shared by two allocators (Legate
@@ -135,6 +145,7 @@ class LMA:
         self._backend = resolve_backend(options.backend, self._replicas.devices[0])
         self._rule = options.rule
         self._residual_fn = residual_fn
+        self._robust = robust
         self._loss_fn = loss_fn
         self._learning_rate = options.learning_rate
         self._scaling = options.scaling
@@ -310,6 +321,15 @@ class LMA:
         all inf (with a ``CovarianceWarning``) when J has rank < P or N ≤ P. For models
         whose P × P matrix fits in memory.
         """
+        if self._robust is not None:
+            raise SolverConfigError(
+                message(
+                    "LMA.covariance gives the least-squares covariance",
+                    f"this LMA minimises the robust loss {self._robust[0]!r}",
+                    "fit with curve_fit(..., loss=...), whose covariance follows SciPy's for "
+                    "robust losses, or build the LMA without robust_loss",
+                )
+            )
         inputs, targets, slice_size = check_batch(
             inputs, targets, slice_size, dtype=self._replicas.dtype, home=self._replicas.devices
         )

@@ -28,15 +28,30 @@ and J̃ᵀJ̃ = Σ ρ'ᵢ ∇rᵢ∇rᵢᵀ. SciPy and Ceres use ρ' + 2ρ''z in
 weights here are the IRLS ones, constant within a step, which only changes the path, not
 the optimum. ``scipy_row_scale`` gives SciPy's factor √max(ρ' + 2ρ''z, ε) for the
 covariance of a robust fit, so that it agrees with ``scipy.optimize.curve_fit``.
+
+``LMA(robust_loss=..., f_scale=...)`` uses the same rows for any model
+(``robust_residual_fn``), scaled by √2 so that the mean of the squared rows over the 2R
+rows is the mean of c²ρ(z) over the R residuals: the mean squared residual for the linear
+loss, with the same damped system (2J̃ᵀJ̃/2R = JᵀJ/R).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["ROBUST_LOSSES", "rho", "robust_rows", "scipy_row_scale"]
+from ._errors import SolverConfigError, message
+
+__all__ = [
+    "ROBUST_LOSSES",
+    "check_robust_loss",
+    "rho",
+    "robust_residual_fn",
+    "robust_rows",
+    "scipy_row_scale",
+]
 
 #: Names accepted by ``curve_fit(loss=...)``.
 ROBUST_LOSSES: tuple[str, ...] = ("linear", "soft_l1", "huber", "cauchy", "arctan")
@@ -108,3 +123,53 @@ def scipy_row_scale(r: torch.Tensor, loss: str, f_scale: float) -> torch.Tensor:
     _, first, second = rho(loss, z)
     eps = torch.finfo(r.dtype).eps
     return torch.sqrt(torch.clamp(first + 2.0 * second * z, min=eps))
+
+
+def check_robust_loss(
+    robust_loss: object, f_scale: object, loss_fn: object
+) -> tuple[str, float] | None:
+    """``LMA``'s (robust_loss, f_scale), checked; None for plain least squares."""
+    if robust_loss is None:
+        return None
+    if not isinstance(robust_loss, str) or robust_loss not in ROBUST_LOSSES:
+        raise SolverConfigError(
+            message(
+                f"LMA(robust_loss={robust_loss!r}) names a robust loss",
+                f"the known ones are {ROBUST_LOSSES}",
+                "use e.g. robust_loss='huber', or None for least squares",
+            )
+        )
+    if isinstance(f_scale, bool) or not isinstance(f_scale, (int, float)):
+        raise SolverConfigError(
+            message("LMA(f_scale=...) expects a number", f"got {f_scale!r}", "pass f_scale=1.0")
+        )
+    scale = float(f_scale)
+    if not (math.isfinite(scale) and scale > 0.0):
+        raise SolverConfigError(
+            message(
+                "LMA(f_scale=...) expects a finite number > 0",
+                f"got {f_scale!r}",
+                "pass the residual size beyond which a residual counts as an outlier",
+            )
+        )
+    if loss_fn is not None:
+        raise SolverConfigError(
+            message(
+                "LMA was given both robust_loss and loss_fn",
+                "with robust_loss the loss is the robust cost itself",
+                "drop loss_fn, or drop robust_loss and write the loss yourself",
+            )
+        )
+    return robust_loss, scale
+
+
+def robust_residual_fn(
+    residual_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], loss: str, f_scale: float
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """√2 × the IRLS rows of ``residual_fn``'s residuals (see the module docstring)."""
+    root2 = math.sqrt(2.0)
+
+    def robust(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return root2 * robust_rows(residual_fn(outputs, targets), loss, f_scale)
+
+    return robust
