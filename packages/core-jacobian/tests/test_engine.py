@@ -213,7 +213,7 @@ def test_cpu_gram_kernel_is_fixed_not_timed(monkeypatch: pytest.MonkeyPatch) -> 
     # A kernel chosen by timing the first chunks made the 3-output benchmark 2.3× slower
     # on a loaded machine (NumPy's OpenBLAS threads fighting torch's): the choice must not
     # depend on anything measured at run time, only on the device and the setting.
-    from marquardt.jacobian._gram import GramAccumulator, choose_kernel
+    from marquardt.jacobian._gram import NUMPY_FROM_PARAMS, GramAccumulator, choose_kernel
 
     monkeypatch.delenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", raising=False)
     problem = make_problem("multi_output")
@@ -222,5 +222,10 @@ def test_cpu_gram_kernel_is_fixed_not_timed(monkeypatch: pytest.MonkeyPatch) -> 
         engine.accumulate(problem.x, problem.y, slice_size=2)
         assert choose_kernel(torch.device("cpu")) == "torch"
     assert GramAccumulator(3, torch.device("cpu"), torch.float64).kernel == "torch"
+    # Large P: NumPy's syrk, by a fixed rule on P alone.
+    assert GramAccumulator(NUMPY_FROM_PARAMS, torch.device("cpu"), torch.float32).kernel == "numpy"
+    assert choose_kernel(torch.device("cpu"), NUMPY_FROM_PARAMS - 1) == "torch"
+    monkeypatch.setenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", "torch")
+    assert choose_kernel(torch.device("cpu"), 10 * NUMPY_FROM_PARAMS) == "torch"
     monkeypatch.setenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", "numpy")
     assert choose_kernel(torch.device("cpu")) == "numpy"

@@ -11,8 +11,12 @@ narrower ones make GEMMs too thin to run at full speed. Measured once on 2 threa
 8 blocks 40 ms, 16 blocks 43 ms; 10000×200: 2 blocks 2.4 ms, 8 blocks 3.4 ms) and not
 timed again at run time: a choice made by timing a shared machine's first chunks is
 noise, and NumPy's kernel runs OpenBLAS threads that fight torch's.
-``MARQUARDT_JACOBIAN_GRAM_KERNEL=numpy`` uses NumPy's ``A.T @ A`` (its BLAS ``syrk``) on
-a zero-copy view instead. On GPUs ``addmm_`` forms the whole product.
+From ``NUMPY_FROM_PARAMS`` columns on, NumPy's ``A.T @ A`` (its BLAS ``syrk``, on a
+zero-copy view) is used instead: there the product is large enough that the start-up of
+OpenBLAS's threads next to torch's is paid back, and ``syrk`` does half of ``mm``'s flops
+where the blocked kernel does 9/16 of them (the measurement is in benchmarks/NOTES.md).
+The rule depends only on P, never on a timing. ``MARQUARDT_JACOBIAN_GRAM_KERNEL`` forces
+``torch`` or ``numpy``. On GPUs ``addmm_`` forms the whole product.
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ import torch
 
 from . import _settings
 
-__all__ = ["GramAccumulator", "choose_kernel", "mirror_upper"]
+__all__ = ["NUMPY_FROM_PARAMS", "GramAccumulator", "choose_kernel", "mirror_upper"]
+
+#: On CPU, NumPy's ``syrk`` forms ``J_sᵀJ_s`` from this many parameters on.
+NUMPY_FROM_PARAMS = 1024
 
 _BLOCK_COLUMNS = 96
 _MAX_BLOCKS = 8
@@ -40,12 +47,15 @@ def _numpy() -> Any | None:
     return numpy
 
 
-def choose_kernel(device: torch.device) -> str:
-    """``device`` on GPUs; on CPU the forced kernel, else the blocked torch kernel."""
+def choose_kernel(device: torch.device, params: int = 0) -> str:
+    """``device`` on GPUs; on CPU the forced kernel, else NumPy's ``syrk`` from
+    ``NUMPY_FROM_PARAMS`` parameters on (when NumPy is installed), else the blocked torch
+    kernel."""
     if device.type != "cpu":
         return "device"
     forced = _settings.gram_kernel()
-    if forced == "numpy" and _numpy() is not None:
+    wanted = forced if forced != "auto" else ("numpy" if params >= NUMPY_FROM_PARAMS else "torch")
+    if wanted == "numpy" and _numpy() is not None:
         return "numpy"
     return "torch"
 
@@ -69,7 +79,7 @@ class GramAccumulator:
         self.params = params
         self.device = device
         self.dtype = dtype
-        self.kernel = choose_kernel(device)
+        self.kernel = choose_kernel(device, params)
         self.jtj = torch.zeros(params, params, device=device, dtype=dtype)
         self.jtr = torch.zeros(params, device=device, dtype=dtype)
         self.rss = torch.zeros((), device=device, dtype=dtype)

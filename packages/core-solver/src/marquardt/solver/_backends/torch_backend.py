@@ -4,7 +4,7 @@ Assembly (see ``base``): over-determined A = JᵀJ/N, g = Jᵀr/N; under-determi
 B = JJᵀ/N, g = r/N with δ = Jᵀu. The products arrive from the Jacobian engine on the model
 device and stay there; A, g and D are held in float64 (P × P is small next to J; D is built
 once per system), and each damped solve is ``torch.linalg.cholesky_ex`` (which reports
-failure through ``info`` instead of raising) followed by ``torch.cholesky_solve``. δ stays
+failure through ``info`` instead of raising) followed by two triangular solves. δ stays
 on the device; a failed factorisation or a non-finite δ is reported in the solution's
 ``status``, read by the caller with the trial loss: a rejected attempt. An explicit J is
 written by the engine straight into this backend's buffer, and JJᵀ (or JᵀJ) is a
@@ -151,7 +151,10 @@ class TorchBackend:
         else:
             m.diagonal().add_(d, alpha=float(damping))
         lower, info = torch.linalg.cholesky_ex(m)
-        solved = torch.cholesky_solve(g.reshape(-1, 1), lower).reshape(-1)
+        # Two triangular solves: on the CPU torch.cholesky_solve copies the factor first
+        # (P = 4353: 110-130 ms against 17-21 ms).
+        half = torch.linalg.solve_triangular(lower, g.reshape(-1, 1), upper=False)
+        solved = torch.linalg.solve_triangular(lower.mT, half, upper=True).reshape(-1)
         if system.underdetermined:
             jac = system.jacobian
             assert isinstance(jac, torch.Tensor)
