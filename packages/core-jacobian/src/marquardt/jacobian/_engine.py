@@ -232,11 +232,23 @@ class JacobianEngine:
     def jacobian_slices(self, batch: PreparedBatch) -> SliceStream:
         """The slices of ``J`` and ``r`` of a batch prepared for ``explicit``, in row order."""
         plan = self._with_strategy(batch, "explicit").plan
-        ranges = batch.slices()
         timings = {"jacobian": 0.0, "transfer": 0.0}
+        jobs = self._slice_jobs(batch, plan, self.output_device)
+        stream = self._yield_slices(jobs, batch.slices(), plan.outputs_per_sample, timings)
+        return SliceStream(stream, timings)
 
-        def job(dev: int, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-            return slice_jacobian(
+    def _slice_jobs(
+        self,
+        batch: PreparedBatch,
+        plan: JacobianPlan,
+        output_device: torch.device,
+        out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> list[Callable[[int], tuple[torch.Tensor, torch.Tensor, float]]]:
+        """One job per slice of ``batch``: ``(J_s, r_s, transfer seconds)`` on the device
+        it is given, handed out on ``output_device`` or written into ``out``."""
+
+        def bound(lo: int, hi: int) -> Callable[[int], tuple[torch.Tensor, torch.Tensor, float]]:
+            return lambda dev: slice_jacobian(
                 self.replicas[dev],
                 self.residual_fn,
                 batch.inputs,
@@ -246,12 +258,11 @@ class JacobianEngine:
                 plan,
                 params=self.replicas.num_params,
                 dtype=self.replicas.dtype,
-                output_device=self.output_device,
+                output_device=output_device,
+                out=out,
             )
 
-        jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in ranges]
-        stream = self._yield_slices(jobs, ranges, plan.outputs_per_sample, timings)
-        return SliceStream(stream, timings)
+        return [bound(lo, hi) for lo, hi in batch.slices()]
 
     def _yield_slices(
         self,
@@ -288,28 +299,9 @@ class JacobianEngine:
                     "allocate J as R × P and r as R for the prepared batch (plan.rows)",
                 )
             )
-        ranges = batch.slices()
         start = time.perf_counter()
-
-        def job(dev: int, lo: int, hi: int) -> float:
-            return slice_jacobian(
-                self.replicas[dev],
-                self.residual_fn,
-                batch.inputs,
-                batch.targets,
-                lo,
-                hi,
-                plan,
-                params=params,
-                dtype=self.replicas.dtype,
-                output_device=jacobian.device,
-                out=(jacobian, residuals),
-            )[2]
-
-        def bound(lo: int, hi: int) -> Callable[[int], float]:
-            return lambda dev: job(dev, lo, hi)
-
-        transfers = self._workers.run_all([bound(lo, hi) for lo, hi in ranges])
+        jobs = self._slice_jobs(batch, plan, jacobian.device, (jacobian, residuals))
+        transfers = [part[2] for part in self._workers.run_all(jobs)]
         return {"jacobian": time.perf_counter() - start, "transfer": float(sum(transfers))}
 
     def jacobian(
