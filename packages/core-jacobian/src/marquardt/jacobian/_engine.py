@@ -133,17 +133,13 @@ class JacobianEngine:
         size = check_slice_size(slice_size, batch, len(self.replicas))
         check_batchnorm(self.replicas.model)
         plan = self._plan(inputs, targets, batch, size, strategy, cap=slice_size is None)
-        forward = size
-        if slice_size is None:
-            budget = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
-            forward = min(size, budget)
         return PreparedBatch(
             inputs=inputs,
             targets=targets,
             samples=batch,
             plan=plan,
             slice_samples=plan.slice_samples or size,
-            forward_samples=forward,
+            forward_samples=self._forward_size(size, capped=slice_size is None),
         )
 
     def _probe(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
@@ -170,6 +166,14 @@ class JacobianEngine:
 
     def _budget(self) -> int:
         return self.memory_budget or default_budget(self.replicas.devices[0])
+
+    def _forward_size(self, size: int, *, capped: bool) -> int:
+        """Samples per forward-only slice: ``size``, or without a ``slice_size`` (``capped``)
+        at most what the budget holds for the activations of the last probe."""
+        if not capped:
+            return size
+        fits = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
+        return min(size, fits)
 
     def _plan(
         self,
@@ -420,11 +424,9 @@ class JacobianEngine:
         batch = check_batch(inputs, targets)
         size = check_slice_size(slice_size, batch, len(self.replicas))
         check_batchnorm(self.replicas.model)
-        if slice_size is None:
-            if self._activations is None:
-                self._probe(inputs, targets)
-            samples = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
-            size = min(size, samples)
+        if slice_size is None and self._activations is None:
+            self._probe(inputs, targets)
+        size = self._forward_size(size, capped=slice_size is None)
         return forward_slices(
             self.replicas,
             self.residual_fn,

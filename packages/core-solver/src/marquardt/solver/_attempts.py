@@ -26,6 +26,7 @@ from ._backends.base import (
     ArrayBackend,
     LinearSystem,
     Solution,
+    predicted_reduction,
     read_values,
 )
 from ._damping import DampingRule, gain_ratio
@@ -145,7 +146,7 @@ def run_attempts(
                 trial = _evaluate(solution, replicas, lr, trial_loss)
                 seconds_trial += time.perf_counter() - t
                 failed = trial.status != 0.0 or not math.isfinite(trial.delta_norm)
-                predicted = (2.0 * lr * trial.gradient_dot - lr * lr * trial.curvature) * scale
+                predicted = predicted_reduction(trial.gradient_dot, trial.curvature, lr) * scale
                 actual = loss_before - trial.loss
                 # A reduction below the rounding error of the loss itself is noise, not
                 # progress: counting it would let a converged run wander on forever.

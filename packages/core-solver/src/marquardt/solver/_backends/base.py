@@ -62,6 +62,7 @@ __all__ = [
     "host_vector",
     "model_terms",
     "normal_system",
+    "predicted_reduction",
     "solution",
     "system_from_matrix",
 ]
@@ -144,12 +145,18 @@ class Solution:
     status: float | torch.Tensor = 0.0
 
     def predicted_reduction(self, learning_rate: float = 1.0) -> float:
-        """The mean-squared-residual reduction the linear model predicts for a step lr·δ.
+        """The mean-squared-residual reduction the linear model predicts for a step lr·δ
+        (:func:`predicted_reduction`)."""
+        return predicted_reduction(
+            float(self.gradient_dot), float(self.curvature), float(learning_rate)
+        )
 
-        (‖r‖² − ‖r − lr·Jδ‖²)/N = 2·lr·δᵀg − lr²·δᵀAδ (Nielsen 1999, eq. 2.3 in MSE units).
-        """
-        lr = float(learning_rate)
-        return 2.0 * lr * float(self.gradient_dot) - lr * lr * float(self.curvature)
+
+def predicted_reduction(gradient_dot: float, curvature: float, learning_rate: float) -> float:
+    """(‖r‖² − ‖r − lr·Jδ‖²)/N = 2·lr·δᵀg − lr²·δᵀAδ for δᵀg = ``gradient_dot`` and
+    δᵀAδ = ``curvature`` (Nielsen 1999, eq. 2.3 in MSE units)."""
+    lr = learning_rate
+    return 2.0 * lr * gradient_dot - lr * lr * curvature
 
 
 def read_values(values: Iterable[float | torch.Tensor]) -> list[float]:
