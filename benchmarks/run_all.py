@@ -38,6 +38,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("step", "bench_step", {}, {"steps": 4}),
     ("scale", "bench_scale", {}, {"quick": True}),
     ("strategy", "bench_strategy", {}, {}),
+    ("distributed", "bench_distributed", {}, {"quick": True}),
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
     (
         "quality",
@@ -386,6 +387,12 @@ SECTIONS = {
     "strategy": ("Planner choices", "strategy.png", _strategy_section, "bench_strategy.py"),
     "jacobian": ("Jacobian", None, _jacobian_section, "bench_jacobian.py"),
     "backends": ("Array backends", None, _backends_section, "bench_backends.py"),
+    "distributed": (
+        "LM across processes",
+        None,
+        lambda d: __import__("bench_distributed").section(d),
+        "bench_distributed.py",
+    ),
 }
 
 
