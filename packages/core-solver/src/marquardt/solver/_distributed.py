@@ -16,7 +16,8 @@ of Levenberg (1944) and Marquardt (1963) (see ``_lma``) are sums over ranks:
 Every rank then solves the same system with the same λ. A rank that solves alone and
 broadcasts δ makes the others wait for the same factorisation and adds one broadcast of
 P numbers per attempt; solving on every rank costs no collective, which is why it is done
-here (``benchmarks/bench_distributed.py`` measures both). The all-reduced products are
+here (``benchmarks/bench_distributed.py`` times the broadcast it saves). It costs CPU only
+where ranks share cores (several ranks on one machine). The all-reduced products are
 bitwise identical on every rank, so the ranks' parameters stay bitwise identical on
 identical hardware; ``MARQUARDT_SOLVER_CHECK_RANKS=1`` checks that after every step.
 
@@ -300,13 +301,8 @@ class GroupScope:
             ]
         )
         with self._collective("all-reduce of JᵀJ, Jᵀr, ‖r‖² and N"):
-            works = [
-                dist.all_reduce(jtj, group=self.group, async_op=True),
-                dist.all_reduce(tail, group=self.group, async_op=True),
-            ]
-            for work in works:
-                assert work is not None
-                work.wait()
+            dist.all_reduce(jtj, group=self.group)
+            dist.all_reduce(tail, group=self.group)
         t2 = time.perf_counter()
         home = local.jtj.device
         totals = tail[-2:].tolist()
