@@ -167,7 +167,10 @@ def _group_backend(group: Any) -> str:
 class GroupScope:
     """The step of one rank of ``group``: local products, combined by collectives.
 
-    ``device`` is where the collectives' tensors live (the CPU for gloo, the model's GPU
+    ``group`` None is torch.distributed's default group, looked up at every collective
+    rather than held: a reference kept in an LMA would keep the group alive past
+    ``destroy_process_group`` until the interpreter's own teardown, where gloo's threads
+    abort the process. ``device`` is where the collectives' tensors live (the CPU for gloo, the model's GPU
     for NCCL); ``check`` turns on the after-step agreement check.
     """
 
@@ -244,7 +247,8 @@ class GroupScope:
         """θ of the group's rank 0 on every rank (as DDP does when it wraps a model)."""
         flat = replicas.flat_params().to(self.device)
         with self._collective("broadcast of the parameters"):
-            dist.broadcast(flat, src=dist.get_global_rank(self.group, 0), group=self.group)
+            source = 0 if self.group is None else dist.get_global_rank(self.group, 0)
+            dist.broadcast(flat, src=source, group=self.group)
         replicas.set_flat_params(flat)
 
     def prepare(
@@ -470,7 +474,7 @@ def step_scope(process_group: object, devices: list[torch.device]) -> StepScope:
                     "environment for init_method='env://'), or pass process_group=None",
                 )
             )
-        group: Any = dist.group.WORLD
+        group: Any = None  # the default group, looked up at each collective
     elif isinstance(process_group, dist.ProcessGroup):
         group = process_group
     else:
