@@ -18,7 +18,7 @@ from marquardt.trainer import (
     LaunchError,
     TrainConfig,
     Trainer,
-    _distributed,
+    _compute,
 )
 from marquardt.trainer.optimize_step import optimize_step
 
@@ -316,7 +316,7 @@ def test_empty_loader_is_refused_before_work(tmp_path: Path) -> None:
 def test_gpu_setups_without_gpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(_distributed, "visible_gpu_count", lambda: 0)
+    monkeypatch.setattr(_compute, "visible_gpu_count", lambda: 0)
     model = _model()
     with pytest.raises(LaunchError, match=r"compute_setup='gpu'\) but no GPU.*HINT"):
         Trainer(
