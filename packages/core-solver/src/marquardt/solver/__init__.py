@@ -10,6 +10,9 @@ point (Marquardt 1963; Nielsen 1999; Moré 1978).
     loss, terminated = lma.step(x, y, slice_size)
     print(lma.report)
 
+``LMA(..., process_group="default")`` shares each step over the ranks of a
+torch.distributed process group (each rank passes its share of the global batch).
+
 ``curve_fit(f, x, y, p0, sigma=..., bounds=..., loss=...)`` fits a model with a handful of
 parameters with SciPy's conventions, on the CPU or a GPU, as a thin layer over ``LMA``.
 """
@@ -19,6 +22,7 @@ from ._covariance import CovarianceWarning
 from ._curve_fit import CurveFitResult, curve_fit
 from ._curve_inputs import CurveFitInputError
 from ._damping import DampingRule, FixedDamping, NielsenDamping
+from ._distributed import RankFailureError, RanksDisagreeError
 from ._errors import (
     BackendUnavailableError,
     OptimizeWarning,
@@ -43,6 +47,8 @@ __all__ = [
     "LinearSystem",
     "NielsenDamping",
     "OptimizeWarning",
+    "RankFailureError",
+    "RanksDisagreeError",
     "Solution",
     "SolverConfigError",
     "SolverInputError",

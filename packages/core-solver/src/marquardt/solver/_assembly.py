@@ -31,6 +31,7 @@ class Assembly:
     seconds_jacobian: float
     seconds_transfer: float
     seconds_assembly: float
+    seconds_collective: float = 0.0
 
 
 def assemble(

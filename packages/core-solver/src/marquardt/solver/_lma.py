@@ -39,13 +39,13 @@ from torch import nn
 from marquardt.devices import check_model_devices
 from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas
 
-from ._assembly import assemble
 from ._attempts import Attempts, run_attempts
 from ._backend_choice import resolve_backend
 from ._backends.base import ArrayBackend, host_vector
 from ._batch import check_batch
 from ._covariance import batch_covariance
 from ._damping import DampingRule
+from ._distributed import StepScope, step_scope
 from ._errors import SolverConfigError, message
 from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_options
 from ._report import StepReport
@@ -78,6 +78,32 @@ class LMA:
     with ``f_scale`` minimises the mean of c²ρ((r/c)²) over the residuals instead, with
     SciPy's ρ, by IRLS rows (``_robust``); the reported loss is that mean.
 
+    ``process_group``: None (the default) is one process, even inside a script that has
+    initialised torch.distributed (a DDP script fitting a model per rank, or curve fits on
+    every rank, must not start exchanging matrices it never asked for). ``"default"``
+    (torch.distributed's world group, initialised beforehand) or a
+    ``torch.distributed.ProcessGroup`` makes every step one step of the *global* batch:
+    each rank passes its own share of it to ``step`` (its local (inputs, targets), at least
+    one sample; the global batch is the ranks' shares stacked in rank order), computes
+    the Jacobian products of that share on its own ``devices``, and the ranks combine them
+    with torch.distributed collectives (gloo for CPU models, NCCL for GPU models):
+    strategy "accumulate" all-reduces JᵀJ, Jᵀr, ‖r‖² and N (P² + P + 2 numbers a step);
+    "explicit" all-gathers the row blocks of J (N × P numbers a step: sensible while
+    N ≲ 20,000 and N × P fits in one rank's memory); "auto" chooses from the *global* N.
+    Every rank solves the same system, the trial loss of each attempt is all-reduced
+    (Σ‖rₖ‖² / ΣNₖ, or for a ``loss_fn`` the samples-weighted mean, as one process weighs
+    its slices), so every rank takes the same decision and λ stays identical; the
+    returned loss and ``report`` are global (``report.rows`` is N; ``report.
+    seconds_collective`` the time in collectives). θ of the group's rank 0 is broadcast
+    to every rank when the LMA is built (as DDP does), so this is a collective call too.
+    ``robust_loss``, ``loss_fn``, ``ftol`` / ``xtol`` / ``gtol`` and every damping rule
+    work unchanged (their inputs are the global ones). ``covariance`` is not collective:
+    it uses the batch it is given on this rank only. Every rank must call ``step`` the
+    same number of times; a rank that dies or raises makes the others' next collective
+    fail with ``RankFailureError`` (naming the rank that saw it and those that did not
+    answer a roll call), within the group's ``timeout``. ``MARQUARDT_SOLVER_CHECK_RANKS=1``
+    checks after every step that the ranks agree (``RanksDisagreeError`` otherwise).
+
     CUDA ``devices`` that Legate holds are refused (``marquardt.devices.DeviceError``)
     before anything is built; so are models with no trainable parameter or on a device not
     in ``devices`` (``marquardt.jacobian`` errors).
@@ -108,6 +134,7 @@ class LMA:
         jacobian_mode: str = "auto",
         robust_loss: str | None = None,
         f_scale: float = 1.0,
+        process_group: torch.distributed.ProcessGroup | str | None = None,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
         options = check_options(
@@ -140,7 +167,9 @@ class LMA:
             # reserves 95% of its GPUs' memory): refuse before anything is built.
             check_model_devices(device_list)
 
+        self._scope: StepScope = step_scope(process_group, [torch.device(d) for d in device_list])
         self._replicas = Replicas(model, device_list)
+        self._scope.sync_parameters(self._replicas)
         self._engine = JacobianEngine(self._replicas, residual_fn, mode=jacobian_mode)
         self._backend = resolve_backend(options.backend, self._replicas.devices[0])
         self._rule = options.rule
@@ -188,6 +217,11 @@ class LMA:
         return self._learning_rate
 
     @property
+    def world_size(self) -> int:
+        """How many ranks share each step (1 without a ``process_group``)."""
+        return self._scope.world_size
+
+    @property
     def steps(self) -> int:
         """How many steps have been taken (accepted or not)."""
         return self._steps
@@ -207,7 +241,8 @@ class LMA:
         """The loss at the current parameters on the step's prepared batch, as a 0-dim
         tensor on the model device (not read back here); non-finite when the forward is."""
         with torch.no_grad():
-            return self._engine.batch_loss(batch, self._loss_fn)
+            loss = self._engine.batch_loss(batch, self._loss_fn)
+        return self._scope.mean_loss(loss, batch, custom=self._loss_fn is not None)
 
     def _loss(self, batch: PreparedBatch) -> float:
         """The loss at the current parameters (non-finite when the forward is)."""
@@ -221,6 +256,9 @@ class LMA:
         ``loss`` is the loss on this batch at the parameters the model holds after the
         step (the accepted point, or the start when nothing was accepted). ``slice_size``
         is how many samples each Jacobian slice holds (None: the whole batch in one).
+        With a ``process_group`` (see the class docstring), (inputs, targets) is this
+        rank's share of the global batch, ``slice_size`` applies to it, and ``loss`` is
+        the loss on the global batch, the same on every rank.
         """
         inputs, targets, slice_size = check_batch(
             inputs,
@@ -233,10 +271,10 @@ class LMA:
         params = self._replicas.num_params
         # Checked above (NaN/inf included); planned once here, and reused by the assembly
         # and every trial forward of this step.
-        batch = self._engine.prepare(
-            inputs, targets, slice_size, strategy=self._strategy, checked=True
+        batch = self._scope.prepare(self._engine, inputs, targets, slice_size, self._strategy)
+        built = self._scope.assemble(
+            self._engine, self._backend, batch, dtype=self._dtype, params=params
         )
-        built = assemble(self._engine, self._backend, batch, dtype=self._dtype, params=params)
         system = built.system
         n = system.rows
         mse_before = system.rss / n
@@ -264,6 +302,7 @@ class LMA:
             seconds_jacobian=built.seconds_jacobian,
             seconds_transfer=built.seconds_transfer,
             seconds_assembly=built.seconds_assembly,
+            seconds_collective=built.seconds_collective,
         )
 
         if self._stopping.gtol is not None and self._stopping.gtol_met(
@@ -299,6 +338,7 @@ class LMA:
         report.terminated = terminated
         report.damping = self._rule.damping
         report.seconds_total = time.perf_counter() - t_begin
+        self._scope.finish(report, self._replicas)
         self.report = report
         self._steps += 1
         return float(loss), bool(terminated)

@@ -33,7 +33,8 @@ class StepReport:
     ``gain_ratio`` is ρ = actual / predicted reduction of the last attempt (NaN when no
     trial point was evaluated). Timings are seconds: ``seconds_jacobian`` (Jacobian or
     its normal products on the model devices), ``seconds_transfer`` (moving them to the
-    solver), ``seconds_assembly`` (building the linear system), ``seconds_solve`` (all
+    solver), ``seconds_assembly`` (building the linear system), ``seconds_collective`` (the
+    process group's all-reduce or all-gather of the products; 0 in one process), ``seconds_solve`` (all
     damped factorisations and solves), ``seconds_trial`` (trial forwards),
     ``seconds_total``. ``strategy`` / ``backend`` say how the step ran; ``rows`` and
     ``params`` are N and P.
@@ -55,6 +56,7 @@ class StepReport:
     seconds_jacobian: float = 0.0
     seconds_transfer: float = 0.0
     seconds_assembly: float = 0.0
+    seconds_collective: float = 0.0
     seconds_solve: float = 0.0
     seconds_trial: float = 0.0
     seconds_total: float = 0.0

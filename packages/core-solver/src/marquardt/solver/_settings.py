@@ -5,6 +5,12 @@
     ``cupynumeric``. Unset (the default): cuPyNumeric when Legate holds at least one GPU,
     else torch on the model's device. An explicit ``backend=`` argument is never overridden.
 
+``MARQUARDT_SOLVER_CHECK_RANKS``
+    ``1`` (or ``true``/``yes``): an ``LMA`` built with a ``process_group`` compares λ, the
+    attempts, the acceptance, the step norm, the loss and Σθ across ranks after every step
+    (one all-gather of six numbers) and raises ``RanksDisagreeError`` naming the ranks that
+    differ. Unset or ``0`` (the default): no check. Read when the ``LMA`` is built.
+
 Nothing else is read here. Which GPUs Legate holds is answered by ``marquardt.devices``
 (see ``marquardt.devices._settings``); Legate's own variables (``LEGATE_CONFIG``,
 ``CUPYNUMERIC_*``) are read by Legate. Values are read when asked for, never at import.
@@ -14,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BACKEND_NAMES", "backend_override"]
+__all__ = ["BACKEND_NAMES", "backend_override", "check_ranks"]
 
 #: Names accepted for ``MARQUARDT_SOLVER_BACKEND`` and ``LMA(backend=...)`` (plus ``auto``).
 BACKEND_NAMES: tuple[str, ...] = ("numpy", "torch", "cupynumeric")
@@ -34,3 +40,9 @@ def backend_override() -> str | None:
             f"{BACKEND_NAMES}. HINT: unset it to let LMA(backend='auto') choose."
         )
     return value
+
+
+def check_ranks() -> bool:
+    """Whether ``MARQUARDT_SOLVER_CHECK_RANKS`` asks for the after-step agreement check."""
+    value = os.environ.get("MARQUARDT_SOLVER_CHECK_RANKS", "").strip().lower()
+    return value in ("1", "true", "yes", "on")

@@ -1,0 +1,505 @@
+"""One LM step shared by the ranks of a torch.distributed process group.
+
+The residual vector of a global batch stacks the ranks' local residuals, r = (r₀; r₁; …),
+and its Jacobian stacks their row blocks J = (J₀; J₁; …), so the damped normal equations
+of Levenberg (1944) and Marquardt (1963) (see ``_lma``) are sums over ranks:
+
+* over-determined ("accumulate", N ≥ P): JᵀJ = Σₖ JₖᵀJₖ, Jᵀr = Σₖ Jₖᵀrₖ, ‖r‖² = Σₖ ‖rₖ‖²,
+  N = Σₖ Nₖ — one all-reduce of P² + P + 2 numbers per step;
+* under-determined ("explicit", N < P): JJᵀ has the cross blocks JᵢJⱼᵀ of every pair of
+  ranks, so the row blocks (Nₖ × P) and residuals are all-gathered: every rank receives
+  N × P numbers and builds the same N × N system (and δ = Jᵀu);
+* the loss of every trial point is Σₖ ‖rₖ‖² / Σₖ Nₖ (a custom ``loss_fn``: Σₖ Lₖ·nₖ / Σₖ nₖ
+  over samples, as one process weighs its slices), all-reduced as two numbers, so the
+  ranks take the same accept / reject decision (Nielsen 1999) and λ stays identical.
+
+Every rank then solves the same system with the same λ. A rank that solves alone and
+broadcasts δ makes the others wait for the same factorisation and adds one broadcast of
+P numbers per attempt; solving on every rank costs no collective, which is why it is done
+here (``benchmarks/bench_distributed.py`` measures both). The all-reduced products are
+bitwise identical on every rank, so the ranks' parameters stay bitwise identical on
+identical hardware; ``MARQUARDT_SOLVER_CHECK_RANKS=1`` checks that after every step.
+
+Collectives are torch.distributed's (gloo on CPUs, NCCL on GPUs); nothing is home-made.
+A collective that fails (a peer died, hung past the group's timeout, or raised before
+reaching it) raises :class:`RankFailureError` naming the rank that saw it, the
+collective, the step and, where the rendezvous store still answers, the ranks that did
+not answer a roll call.
+
+:class:`LocalScope` is the one-process step (no collective); :class:`GroupScope` the
+process-group one; ``LMA`` holds one of them (:func:`step_scope`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+from marquardt.jacobian import (
+    JacobianEngine,
+    JacobianSlice,
+    NormalProducts,
+    PreparedBatch,
+    Replicas,
+)
+
+from ._assembly import Assembly, assemble
+from ._backends.base import ArrayBackend, LinearSystem
+from ._errors import SolverConfigError, message
+from ._report import StepReport
+from ._settings import check_ranks
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "GroupScope",
+    "LocalScope",
+    "RankFailureError",
+    "RanksDisagreeError",
+    "StepScope",
+    "step_scope",
+]
+
+#: ``LMA(process_group=DEFAULT_GROUP)``: torch.distributed's default (world) group.
+DEFAULT_GROUP = "default"
+
+#: Seconds a failing rank waits for the others' answers to its roll call.
+ROLL_CALL_SECONDS = 2.0
+
+
+class RankFailureError(RuntimeError):
+    """A collective of an LM step failed: a peer rank died, hung or raised before it."""
+
+
+class RanksDisagreeError(RuntimeError):
+    """The ranks of a process group ended an LM step in different states (debug check)."""
+
+
+class StepScope(Protocol):
+    """Where the products of one step come from: this process alone, or a process group."""
+
+    world_size: int
+
+    def sync_parameters(self, replicas: Replicas) -> None:
+        """Make every rank start from the same θ."""
+        ...
+
+    def prepare(
+        self,
+        engine: JacobianEngine,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None,
+        strategy: str,
+    ) -> PreparedBatch:
+        """The local batch, planned with the strategy the *global* batch needs."""
+        ...
+
+    def assemble(
+        self,
+        engine: JacobianEngine,
+        backend: ArrayBackend,
+        batch: PreparedBatch,
+        *,
+        dtype: torch.dtype | None,
+        params: int,
+    ) -> Assembly:
+        """The global system of the step."""
+        ...
+
+    def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
+        """The global loss from this rank's loss on its batch."""
+        ...
+
+    def finish(self, report: StepReport, replicas: Replicas) -> None:
+        """Called once per step, after the attempts."""
+        ...
+
+
+class LocalScope:
+    """The one-process step: the batch is the whole batch, nothing crosses a network."""
+
+    world_size = 1
+
+    def sync_parameters(self, replicas: Replicas) -> None:
+        """Nothing to synchronise."""
+
+    def prepare(
+        self,
+        engine: JacobianEngine,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None,
+        strategy: str,
+    ) -> PreparedBatch:
+        return engine.prepare(inputs, targets, slice_size, strategy=strategy, checked=True)
+
+    def assemble(
+        self,
+        engine: JacobianEngine,
+        backend: ArrayBackend,
+        batch: PreparedBatch,
+        *,
+        dtype: torch.dtype | None,
+        params: int,
+    ) -> Assembly:
+        return assemble(engine, backend, batch, dtype=dtype, params=params)
+
+    def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
+        return loss
+
+    def finish(self, report: StepReport, replicas: Replicas) -> None:
+        """Nothing to check."""
+
+
+def _group_backend(group: Any) -> str:
+    return str(dist.get_backend(group)).lower()
+
+
+@dataclass
+class GroupScope:
+    """The step of one rank of ``group``: local products, combined by collectives.
+
+    ``device`` is where the collectives' tensors live (the CPU for gloo, the model's GPU
+    for NCCL); ``check`` turns on the after-step agreement check.
+    """
+
+    group: Any
+    device: torch.device
+    check: bool = False
+    rank: int = field(init=False)
+    world_size: int = field(init=False)
+    _step: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.rank = dist.get_rank(self.group)
+        self.world_size = dist.get_world_size(self.group)
+
+    # -- failures ----------------------------------------------------------------------
+    @contextmanager
+    def _collective(self, what: str) -> Iterator[None]:
+        """Turn a failed collective into a :class:`RankFailureError` that names ranks."""
+        try:
+            yield
+        except RuntimeError as err:
+            if isinstance(err, RankFailureError | RanksDisagreeError):
+                raise
+            absent = self._roll_call()
+            raise RankFailureError(
+                message(
+                    f"rank {self.rank} of {self.world_size} was in the {what} of LM step "
+                    f"{self._step + 1}",
+                    f"the collective failed ({type(err).__name__}: {str(err).strip()[:300]}); "
+                    f"{absent}",
+                    "a peer rank died, raised before the collective or hung past the process "
+                    "group's timeout: read that rank's own error; every rank must call "
+                    "LMA.step the same number of times with a non-empty share of the batch",
+                )
+            ) from err
+
+    def _roll_call(self) -> str:
+        """Which ranks answer through the rendezvous store within ``ROLL_CALL_SECONDS``."""
+        try:
+            store = dist.distributed_c10d._get_default_store()
+            previous = store.timeout  # type: ignore[attr-defined]
+            store.set_timeout(timedelta(seconds=ROLL_CALL_SECONDS))
+            prefix = f"marquardt/lma/roll-call/{self._step}/"
+            try:
+                store.set(f"{prefix}{self.rank}", "alive")
+                deadline = time.monotonic() + ROLL_CALL_SECONDS
+                missing = list(range(self.world_size))
+                while missing and time.monotonic() < deadline:
+                    missing = [r for r in missing if not store.check([f"{prefix}{r}"])]
+                    if missing:
+                        time.sleep(0.1)
+            finally:
+                store.set_timeout(previous)
+        except Exception as err:  # the store may have died with a rank
+            return (
+                "the rendezvous store did not answer either, so the rank that died is "
+                f"unknown (it may have served the store, as rank 0 does with init_method "
+                f"tcp:// or env://): {type(err).__name__}"
+            )
+        if not missing:
+            return "every rank answered the roll call afterwards"
+        names = ", ".join(str(r) for r in missing)
+        return f"rank(s) {names} did not answer a roll call within {ROLL_CALL_SECONDS:g} s"
+
+    # -- collectives -------------------------------------------------------------------
+    def _all_reduce(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
+        """The sum over ranks of ``tensor`` (any device), on ``tensor``'s device."""
+        buf = tensor.to(self.device).contiguous()
+        with self._collective(what):
+            dist.all_reduce(buf, group=self.group)
+        return buf.to(tensor.device)
+
+    def sync_parameters(self, replicas: Replicas) -> None:
+        """θ of the group's rank 0 on every rank (as DDP does when it wraps a model)."""
+        flat = replicas.flat_params().to(self.device)
+        with self._collective("broadcast of the parameters"):
+            dist.broadcast(flat, src=dist.get_global_rank(self.group, 0), group=self.group)
+        replicas.set_flat_params(flat)
+
+    def prepare(
+        self,
+        engine: JacobianEngine,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None,
+        strategy: str,
+    ) -> PreparedBatch:
+        """The local batch; with ``strategy="auto"`` the global N decides (N ≥ P: accumulate)."""
+        batch = engine.prepare(inputs, targets, slice_size, strategy=strategy, checked=True)
+        if strategy != "auto":
+            return batch
+        rows = self._all_reduce(
+            torch.tensor([float(batch.rows)], dtype=torch.float64), "sum of the row counts"
+        )
+        wanted = "accumulate" if int(rows[0]) >= engine.replicas.num_params else "explicit"
+        if wanted == batch.strategy:
+            return batch
+        return engine.prepare(inputs, targets, slice_size, strategy=wanted, checked=True)
+
+    def assemble(
+        self,
+        engine: JacobianEngine,
+        backend: ArrayBackend,
+        batch: PreparedBatch,
+        *,
+        dtype: torch.dtype | None,
+        params: int,
+    ) -> Assembly:
+        """The global system: all-reduced products, or all-gathered row blocks."""
+        if batch.strategy == "accumulate":
+            return self._accumulated(engine, backend, batch, dtype=dtype)
+        return self._gathered(engine, backend, batch, params=params)
+
+    def _accumulated(
+        self,
+        engine: JacobianEngine,
+        backend: ArrayBackend,
+        batch: PreparedBatch,
+        *,
+        dtype: torch.dtype | None,
+    ) -> Assembly:
+        t0 = time.perf_counter()
+        local = engine.normal_products(batch, dtype=dtype)
+        t1 = time.perf_counter()
+        jtj = local.jtj.to(self.device).contiguous()
+        # Jᵀr, ‖r‖² and N in one float64 vector: the row count and the RSS exact.
+        tail = torch.cat(
+            [
+                local.jtr.reshape(-1).to(self.device, torch.float64),
+                torch.tensor([local.rss, float(local.rows)], dtype=torch.float64).to(self.device),
+            ]
+        )
+        with self._collective("all-reduce of JᵀJ, Jᵀr, ‖r‖² and N"):
+            works = [
+                dist.all_reduce(jtj, group=self.group, async_op=True),
+                dist.all_reduce(tail, group=self.group, async_op=True),
+            ]
+            for work in works:
+                assert work is not None
+                work.wait()
+        t2 = time.perf_counter()
+        home = local.jtj.device
+        totals = tail[-2:].tolist()
+        products = NormalProducts(
+            jtj=jtj.to(home),
+            jtr=tail[:-2].to(home, local.jtr.dtype).reshape(local.jtr.shape),
+            rss=float(totals[0]),
+            rows=round(totals[1]),
+        )
+        system = backend.system_from_products(products)
+        backend.synchronize()
+        t3 = time.perf_counter()
+        timings = local.timings
+        gram = timings.get("gram", 0.0)
+        transfer = timings.get("transfer", 0.0)
+        seconds_jacobian = max(0.0, timings.get("jacobian", t1 - t0) - gram - transfer)
+        return Assembly(
+            system=system,
+            strategy="accumulate",
+            seconds_jacobian=seconds_jacobian,
+            seconds_transfer=transfer,
+            seconds_assembly=max(0.0, (t1 - t0) - seconds_jacobian - transfer) + (t3 - t2),
+            seconds_collective=t2 - t1,
+        )
+
+    def _gathered(
+        self, engine: JacobianEngine, backend: ArrayBackend, batch: PreparedBatch, *, params: int
+    ) -> Assembly:
+        t0 = time.perf_counter()
+        home = engine.replicas.devices[0]
+        dtype = engine.replicas.dtype
+        jac = torch.empty(batch.rows, params, dtype=dtype, device=home)
+        res = torch.empty(batch.rows, dtype=dtype, device=home)
+        timings = engine.fill_jacobian(batch, jac, res)
+        t1 = time.perf_counter()
+        sizes = [
+            torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world_size)
+        ]
+        mine = torch.tensor([batch.rows], dtype=torch.int64, device=self.device)
+        with self._collective("all-gather of the row counts"):
+            dist.all_gather(sizes, mine, group=self.group)
+        counts = [int(s.item()) for s in sizes]
+        widest = max(counts)
+        # Blocks of unequal height are padded to the tallest (all_gather wants one shape).
+        block = torch.zeros(widest, params + 1, dtype=dtype, device=self.device)
+        block[: batch.rows, :params] = jac.to(self.device)
+        block[: batch.rows, params] = res.to(self.device)
+        del jac, res
+        blocks = [torch.empty_like(block) for _ in range(self.world_size)]
+        with self._collective("all-gather of the Jacobian row blocks"):
+            dist.all_gather(blocks, block, group=self.group)
+        del block
+        t2 = time.perf_counter()
+        rows = sum(counts)
+        slices = []
+        start = 0
+        for count, got in zip(counts, blocks, strict=True):
+            piece = got[:count].to(home)
+            slices.append(
+                JacobianSlice(
+                    start=start,
+                    stop=start + count,
+                    jacobian=piece[:, :params],
+                    residuals=piece[:, params].clone(),
+                )
+            )
+            start += count
+        del blocks
+        system: LinearSystem = backend.system_from_slices(iter(slices), rows, params)
+        backend.synchronize()
+        t3 = time.perf_counter()
+        transfer = timings.get("transfer", 0.0)
+        seconds_jacobian = max(0.0, timings.get("jacobian", t1 - t0) - transfer)
+        return Assembly(
+            system=system,
+            strategy="explicit",
+            seconds_jacobian=seconds_jacobian,
+            seconds_transfer=transfer,
+            seconds_assembly=max(0.0, (t1 - t0) - seconds_jacobian - transfer) + (t3 - t2),
+            seconds_collective=t2 - t1,
+        )
+
+    def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
+        """Σₖ Lₖwₖ / Σₖ wₖ with wₖ this rank's rows (mean of squares) or samples (custom)."""
+        weight = float(batch.samples if custom else batch.rows)
+        pair = torch.stack(
+            [
+                loss.to(torch.float64) * weight,
+                torch.tensor(weight, dtype=torch.float64).to(loss.device),
+            ]
+        )
+        total = self._all_reduce(pair, "all-reduce of the trial loss")
+        return total[0] / total[1]
+
+    def finish(self, report: StepReport, replicas: Replicas) -> None:
+        """Count the step; with ``check``, compare λ, attempts, acceptance, ‖δ‖, the loss
+        and Σθ across ranks, bitwise, and raise :class:`RanksDisagreeError` on a mismatch."""
+        self._step += 1
+        if not self.check:
+            return
+        mine = torch.tensor(
+            [
+                report.damping,
+                float(report.attempts),
+                float(report.accepted),
+                report.step_norm,
+                report.loss_after,
+                float(replicas.flat_params().double().sum()),
+            ],
+            dtype=torch.float64,
+            device=self.device,
+        )
+        everyone = [torch.empty_like(mine) for _ in range(self.world_size)]
+        with self._collective("all-gather of the agreement check"):
+            dist.all_gather(everyone, mine, group=self.group)
+        names = ("λ", "attempts", "accepted", "‖lr·δ‖", "loss", "Σθ")
+        reference = everyone[0].tolist()
+        differ: list[str] = []
+        for rank, values in enumerate(everyone):
+            got = values.tolist()
+            for name, a, b in zip(names, reference, got, strict=True):
+                same = a == b or (a != a and b != b)  # NaN agrees with NaN
+                if not same:
+                    differ.append(f"rank {rank} has {name} = {b!r} where rank 0 has {a!r}")
+        if differ:
+            raise RanksDisagreeError(
+                message(
+                    f"the ranks of the process group were to end LM step {self._step} in the "
+                    "same state (MARQUARDT_SOLVER_CHECK_RANKS)",
+                    "; ".join(differ),
+                    "every rank must build the LMA with the same options and call step() "
+                    "the same number of times; different hardware or BLAS on different "
+                    "nodes can make identical solves differ in the last bits",
+                )
+            )
+
+
+def step_scope(process_group: object, devices: list[torch.device]) -> StepScope:
+    """The scope for ``LMA(process_group=...)``: None is one process (see ``LMA``)."""
+    if process_group is None:
+        return LocalScope()
+    if not dist.is_available():
+        raise SolverConfigError(
+            message(
+                "LMA(process_group=...) was asked to share each step over a process group",
+                "this torch build has no torch.distributed",
+                "install a torch wheel with distributed support, or pass process_group=None",
+            )
+        )
+    if isinstance(process_group, str):
+        if process_group != DEFAULT_GROUP:
+            raise SolverConfigError(
+                message(
+                    f"LMA(process_group={process_group!r}) was asked for a process group",
+                    "the only name accepted is 'default' (torch.distributed's world group)",
+                    "pass 'default', a torch.distributed.ProcessGroup, or None",
+                )
+            )
+        if not dist.is_initialized():
+            raise SolverConfigError(
+                message(
+                    "LMA(process_group='default') was asked to use the default process group",
+                    "torch.distributed is not initialised in this process",
+                    "call torch.distributed.init_process_group(...) first (torchrun sets the "
+                    "environment for init_method='env://'), or pass process_group=None",
+                )
+            )
+        group: Any = dist.group.WORLD
+    elif isinstance(process_group, dist.ProcessGroup):
+        group = process_group
+    else:
+        raise SolverConfigError(
+            message(
+                "LMA(process_group=...) takes None, 'default' or a ProcessGroup",
+                f"got {type(process_group).__name__}",
+                "pass torch.distributed.new_group(...) or 'default'",
+            )
+        )
+    backend = _group_backend(group)
+    home = devices[0]
+    if home.type == "cuda" and "nccl" in backend:
+        device = home
+    elif "gloo" in backend or (backend not in ("nccl",) and home.type == "cpu"):
+        device = torch.device("cpu")
+    else:
+        raise SolverConfigError(
+            message(
+                f"LMA was given a process group with backend {backend!r} for model devices "
+                f"{[str(d) for d in devices]}",
+                "NCCL collectives need CUDA tensors"
+                if "nccl" in backend
+                else "this backend cannot be used from these devices",
+                "use backend='gloo' for CPU models and 'nccl' for GPU models",
+            )
+        )
+    return GroupScope(group=group, device=device, check=check_ranks())
