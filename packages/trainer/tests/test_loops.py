@@ -111,7 +111,10 @@ def test_lm_loop_takes_steps_asks_to_stop_and_restores_the_lma() -> None:
     lma = LMA(model, [torch.device("cpu")], lambda a, b: a - b)
     loop = LMLoop(model, lma, TrainConfig(slice_size=100))
     assert loop.kind == "lm" and loop.describe("gloo") == "LM loop"
-    with pytest.raises(ConfigError, match="the LM loop runs in one process but torchrun starts 2"):
+    with pytest.raises(
+        ConfigError,
+        match=r"built beforehand runs in one process but torchrun starts 2.*HINT: pass a factory",
+    ):
         loop.check_world("torchrun", 2)
     batches = iter(_batches(64, 64) * 30)
     hooks = Hooks([], owner=None)  # type: ignore[arg-type]

@@ -396,7 +396,9 @@ def test_lm_loop_stops_when_lm_terminates(tmp_path: Path) -> None:
 
 def test_lm_loop_refuses_several_processes(tmp_path: Path) -> None:
     model, lma, _ = _lm_setup()
-    with pytest.raises(ConfigError, match=r"nprocs=2\) with an LMA.*HINT: set nprocs=1"):
+    with pytest.raises(
+        ConfigError, match=r"nprocs=2\) with an LMA built beforehand.*HINT: pass a factory"
+    ):
         Trainer(model, lma, _config(tmp_path, nprocs=2))
 
 

@@ -112,7 +112,8 @@ def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str,
 
 def is_collective_failure(exc: BaseException) -> bool:
     """Whether ``exc`` comes from a collective that lost a peer (or timed out)."""
-    if isinstance(exc, dist.DistError):
+    if isinstance(exc, dist.DistError) or type(exc).__name__ == "RankFailureError":
+        # RankFailureError: marquardt.solver's LMA lost a peer inside a step's collective.
         return True
     text = str(exc)
     markers = (

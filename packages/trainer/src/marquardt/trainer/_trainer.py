@@ -35,7 +35,7 @@ from ._logging._base import notice
 from ._loops._base import Loop
 from ._loops._context import RunContext
 from ._loops._gradient import GradientLoop
-from ._loops._lm import LMLoop, is_lma
+from ._loops._lm import LMLoop, build_lma, is_lma, is_lma_factory
 from ._loops._schedule import LRSchedule, check_scheduler
 from ._persistence import _files as ckpt
 from ._persistence._handback import apply_result
@@ -157,7 +157,7 @@ class Trainer:
 
     def _choose_loop(self) -> Loop:
         """The LM loop for an LMA, else the gradient loop (``set_use_grad`` says which is meant)."""
-        if is_lma(self.optimizer):
+        if is_lma(self.optimizer) or is_lma_factory(self.optimizer):
             return LMLoop(self.model, self.optimizer, self.config)
         if not Trainer.use_grad:
             raise ConfigError(
@@ -192,7 +192,7 @@ class Trainer:
                 path,
                 self.model,
                 self.loop.kind,
-                self.optimizer,
+                self.loop.optimizer_name,
                 self.config.callbacks,
             )
 
@@ -246,7 +246,7 @@ class Trainer:
             run_worker(self.run_context(), env, layouts[0], plan, data)
         if self.state.interrupted:
             raise SystemExit(0)
-        return self.model, self.optimizer
+        return self.model, self.loop.optimizer
 
     def _fit_spawn(
         self, env: LaunchEnvironment, layouts: list[Any], plan: RunPlan, data: DataSource
@@ -255,7 +255,9 @@ class Trainer:
         spec = WorkerSpec(
             trainer_class=type(self),
             model=self.model,
-            optimizer=OptimizerSpec.capture(self.optimizer, self.model),
+            optimizer=self.optimizer
+            if self.is_lm
+            else OptimizerSpec.capture(self.optimizer, self.model),
             scheduler=None if self.scheduler is None else SchedulerSpec.capture(self.scheduler),
             config=self.config,
             loss_fn=self.loss_fn,
@@ -268,9 +270,18 @@ class Trainer:
             use_gpu=self.compute.use_gpu,
         )
         result = fit_spawn(spec, layouts)
+        if self.is_lm:  # the caller gets an LMA of its own model (one process) with the state
+            self.loop.optimizer = build_lma(self.optimizer, self.model, world_size=1)
         apply_result(
-            result, self.model, self.optimizer, self.scheduler, self.config.callbacks, self.state
+            result,
+            self.model,
+            self.loop.optimizer,
+            self.scheduler,
+            self.config.callbacks,
+            self.state,
         )
+        if self.is_lm:
+            self.loop.optimizer.sync_replicas()
         if self.state.interrupted:
             notice(
                 f"{env.name}: training stopped by SIGTERM at step {self.state.step}; the "

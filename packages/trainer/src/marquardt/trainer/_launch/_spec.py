@@ -99,7 +99,8 @@ class WorkerSpec:
 
     trainer_class: type
     model: nn.Module
-    optimizer: OptimizerSpec
+    #: A torch optimizer's spec, or the LMA factory (called in the process, after the rendezvous).
+    optimizer: Any
     scheduler: SchedulerSpec | None
     config: TrainConfig
     loss_fn: Any
@@ -113,7 +114,9 @@ class WorkerSpec:
 
     def build(self, layout: ProcessLayout) -> Any:
         """The ``Trainer`` of the process at ``layout``, through its own constructor."""
-        optimizer = self.optimizer.build(self.model)
+        optimizer = self.optimizer
+        if isinstance(optimizer, OptimizerSpec):
+            optimizer = optimizer.build(self.model)
         scheduler = None if self.scheduler is None else self.scheduler.build(optimizer)
         environment = SpawnedProcess(layout, self.launcher, self.gpu_count, self.use_gpu)
         return self.trainer_class(

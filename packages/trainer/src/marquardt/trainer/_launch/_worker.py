@@ -94,7 +94,9 @@ def _resume(context: RunContext, layout: ProcessLayout, plan: RunPlan) -> dict[s
         path = Path(plan.resume)
         data = ckpt.read_checkpoint(path)
         loop = context.loop
-        check_checkpoint(data, path, loop.model, loop.kind, loop.optimizer, context.hooks.callbacks)
+        check_checkpoint(
+            data, path, loop.model, loop.kind, loop.optimizer_name, context.hooks.callbacks
+        )
         restore(context, data, layout)
     # A callback whose state cannot be checkpointed fails now, not at the first checkpoint.
     callback_state.capture(context.hooks.callbacks)

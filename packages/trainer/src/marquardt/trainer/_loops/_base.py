@@ -38,6 +38,10 @@ class Loop(Protocol):
     model: nn.Module
     optimizer: Any
 
+    @property
+    def optimizer_name(self) -> str:
+        """The optimizer's class name, which a resumed run must share."""
+
     def describe(self, backend: str) -> str:
         """How the run's opening line names this loop, e.g. ``DDP loop (gloo)``."""
 

@@ -78,6 +78,10 @@ class GradientLoop:
 
     kind = "ddp"
 
+    @property
+    def optimizer_name(self) -> str:
+        return type(self.optimizer).__name__
+
     def __init__(
         self,
         model: nn.Module,

@@ -1,15 +1,26 @@
-"""``LMLoop``: one Levenberg-Marquardt step of an ``LMA`` per batch, in one process.
+"""``LMLoop``: one Levenberg-Marquardt step of an ``LMA`` per batch, in one or several processes.
 
 Each batch is one Levenberg-Marquardt step (Levenberg 1944, Marquardt 1963),
 δ = (JᵀJ + λD)⁻¹ Jᵀr, taken by ``marquardt.solver.LMA``: no backward pass, and the step
 report's damping λ, attempts and acceptance become the step's metrics. The run stops when
 LM terminates (the MINPACK tests ``gtol``, ``ftol``, ``xtol`` of Moré 1978, or the
-damping at ``damping_max``), with the report's reason. LM's data parallelism lives inside
-``LMA`` (slices on several devices), so the loop runs in one process.
+damping at ``damping_max``), with the report's reason.
+
+In one process the loop takes the user's ``LMA`` (its data parallelism is over the model
+devices it was given). In W processes every step is one step of the *global* batch: each
+rank takes its share from the ``DistributedSampler``, computes the Jacobian products of
+its share, and the ``LMA`` combines them over the process group (all-reduce of JᵀJ, Jᵀr,
+‖r‖², N; see ``marquardt.solver.LMA``'s ``process_group``), so λ, the decisions and θ are
+the same on every rank. An ``LMA`` in a process group can only be built once the group
+exists, inside each training process, so the loop then takes an *LMA factory*
+``make_lma(model, process_group) -> LMA``, called in each process after the rendezvous
+with ``process_group="default"`` (``None`` in a single process). The checkpoint holds the
+LMA's state (λ, ν, step count) and its last step report.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -38,13 +49,20 @@ def is_lma(obj: Any) -> bool:
     return cls is not None and isinstance(obj, cls)
 
 
+_FACTORY_HINT = (
+    "pass a factory instead, Trainer(model, make_lma, config) with make_lma(model, "
+    "process_group) returning LMA(model, devices, residual_fn, process_group=process_group), "
+    "defined at module level; each process calls it after joining the process group"
+)
+
+
 def check_lma(lma: Any, model: nn.Module, config: TrainConfig) -> None:
-    """The LM loop runs in one process, on the model the LMA was built for."""
+    """An LMA instance runs in one process, on the model it was built for."""
     if config.nprocs > 1:
         raise ConfigError(
-            f"TrainConfig(nprocs={config.nprocs}) with an LMA: the LM loop runs in one "
-            "process. HINT: set nprocs=1; LM is data-parallel inside LMA (pass several "
-            "devices to LMA(model, devices, residual_fn))"
+            f"TrainConfig(nprocs={config.nprocs}) with an LMA built beforehand: an LMA shared "
+            "by several processes must be built inside each of them, after the process group "
+            f"exists. HINT: {_FACTORY_HINT}"
         )
     if getattr(lma, "model", model) is not model:
         raise ConfigError(
@@ -54,22 +72,53 @@ def check_lma(lma: Any, model: nn.Module, config: TrainConfig) -> None:
 
 
 def check_single_process(launcher: str, world_size: int) -> None:
-    """A launcher that started several processes cannot run the LM loop."""
+    """A launcher that started several processes needs an LMA factory, not an instance."""
     if world_size > 1:
         raise ConfigError(
-            f"the LM loop runs in one process but {launcher} starts "
-            f"{world_size}. HINT: LM is data-parallel inside LMA: give it "
-            "several devices (LMA(model, devices, ...)) and launch one process"
+            f"the LM loop with an LMA built beforehand runs in one process but {launcher} "
+            f"starts {world_size}. HINT: {_FACTORY_HINT}"
         )
+
+
+def build_lma(factory: Callable[[nn.Module, Any], Any], model: nn.Module, world_size: int) -> Any:
+    """``factory(model, "default" | None)``, checked to be an LMA of ``model`` for the world."""
+    group = "default" if world_size > 1 else None
+    lma = factory(model, group)
+    if not is_lma(lma):
+        raise ConfigError(
+            f"the LMA factory {getattr(factory, '__name__', factory)!r} returned a "
+            f"{type(lma).__name__}, not an LMA. HINT: {_FACTORY_HINT}"
+        )
+    if lma.model is not model:
+        raise ConfigError(
+            "the LMA factory built an LMA for another model. HINT: build it from the model "
+            "it is given: LMA(model, devices, residual_fn, process_group=process_group)"
+        )
+    if getattr(lma, "world_size", 1) != world_size:
+        raise ConfigError(
+            f"the LMA factory built an LMA for {getattr(lma, 'world_size', 1)} process(es) but "
+            f"{world_size} train. HINT: pass process_group=process_group on to LMA(...)"
+        )
+    return lma
+
+
+def is_lma_factory(obj: Any) -> bool:
+    """A callable that is neither an LMA nor a torch optimizer: ``make_lma(model, group)``."""
+    return callable(obj) and not is_lma(obj) and not isinstance(obj, torch.optim.Optimizer)
 
 
 class LMLoop:
     """The LM loop: ``lma.step(inputs, targets, slice_size)`` per batch; stops when LM does."""
 
     kind = "lm"
+    optimizer_name = "LMA"
 
     def __init__(self, model: nn.Module, lma: Any, config: TrainConfig) -> None:
-        check_lma(lma, model, config)
+        self.factory: Callable[[nn.Module, Any], Any] | None = None
+        if is_lma(lma):
+            check_lma(lma, model, config)
+        else:
+            self.factory = lma
         self.model = model
         self.optimizer = lma
         self.slice_size = config.slice_size
@@ -78,14 +127,17 @@ class LMLoop:
         return "LM loop"
 
     def check_world(self, launcher: str, world_size: int) -> None:
-        check_single_process(launcher, world_size)
+        if self.factory is None:
+            check_single_process(launcher, world_size)
 
     def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
         """The device the LMA's model lives on (LMA spreads slices over its own devices)."""
         return next(self.model.parameters()).device
 
     def setup(self, device: torch.device, world_size: int) -> None:
-        """LMA placed the model and its replicas itself."""
+        """Build the LMA from the factory (in the process group when W > 1)."""
+        if self.factory is not None:
+            self.optimizer = build_lma(self.factory, self.model, world_size)
 
     def train(self) -> None:
         self.model.train()
@@ -118,7 +170,15 @@ class LMLoop:
         return inputs.to(device), targets.to(device)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": None, "lma": self.optimizer.state_dict()}
+        report = getattr(self.optimizer, "report", None)
+        plain = None
+        if dataclasses.is_dataclass(report) and not isinstance(report, type):
+            plain = {
+                k: v
+                for k, v in dataclasses.asdict(report).items()
+                if v is None or isinstance(v, bool | int | float | str)
+            }
+        return {"optimizer": None, "lma": self.optimizer.state_dict(), "lm_report": plain}
 
     def load_state_dict(self, entries: Mapping[str, Any]) -> None:
         """The LMA's damping state; then its replicas on other devices take the loaded weights.

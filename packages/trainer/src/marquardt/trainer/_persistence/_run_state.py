@@ -33,11 +33,11 @@ def check_checkpoint(
     path: Path,
     model: nn.Module,
     kind: str,
-    optimizer: Any,
+    optimizer_name: str,
     callbacks: Sequence[Callback],
 ) -> None:
     """``data`` fits this run: model, optimizer, loop kind, and the callbacks' saved states."""
-    ckpt.check_fits(data, path, model, kind, type(optimizer).__name__)
+    ckpt.check_fits(data, path, model, kind, optimizer_name)
     callback_state.check(data, path, callbacks)
 
 
@@ -67,7 +67,7 @@ def payload(
         "model": ckpt.bare_state_dict(loop.model),
         "model_signature": ckpt.model_signature(loop.model),
         **loop.state_dict(),
-        "optimizer_class": type(loop.optimizer).__name__,
+        "optimizer_class": loop.optimizer_name,
         SCHEDULER: context.schedule.state_dict(),
         "rng": rngs,
         callback_state.ENTRY: callbacks,
