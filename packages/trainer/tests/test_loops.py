@@ -265,3 +265,36 @@ def test_wall_clock_budget_stops_every_rank_with_a_checkpoint(tmp_path: Path) ->
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "checkpoints")] == [step]
     with pytest.raises(ValueError, match=r"seconds must be a finite number > 0.*HINT"):
         WallClockBudget(seconds=0)
+
+
+def test_an_lma_factory_builds_the_lma_in_the_process_and_is_checked(tmp_path: Path) -> None:
+    import functools
+
+    from marquardt.solver import LMA
+
+    Trainer.set_use_grad(False)
+    try:
+        model = _model()
+        make_lma = functools.partial(LMA, devices=[torch.device("cpu")], residual_fn=torch.sub)
+        config = TrainConfig(max_iter=3, root_folder=tmp_path, verbose=False)
+        x = torch.linspace(-1, 1, 64).unsqueeze(1)
+        loader = DataLoader(TensorDataset(x, torch.sinc(3 * x)), batch_size=64)
+        out_model, lma = Trainer(model, make_lma, config).fit(loader)
+        assert out_model is model and isinstance(lma, LMA) and lma.model is model
+        assert lma.steps == 3 and lma.world_size == 1
+        saved = ckpt.read_checkpoint(tmp_path / "checkpoints" / ckpt.checkpoint_name(3))
+        assert saved["optimizer_class"] == "LMA" and saved["lm_report"]["rows"] == 64
+
+        def not_an_lma(model: nn.Module, process_group: Any = None) -> Any:
+            return torch.optim.SGD(model.parameters(), lr=0.1)
+
+        with pytest.raises(ConfigError, match=r"returned a SGD, not an LMA.*HINT"):
+            Trainer(_model(), not_an_lma, config).fit(loader)
+
+        def other_model(model: nn.Module, process_group: Any = None) -> Any:
+            return LMA(_model(), [torch.device("cpu")], torch.sub)
+
+        with pytest.raises(ConfigError, match=r"an LMA for another model.*HINT"):
+            Trainer(_model(), other_model, config).fit(loader)
+    finally:
+        Trainer.set_use_grad(True)

@@ -13,8 +13,9 @@ its share, and the ``LMA`` combines them over the process group (all-reduce of J
 ‖r‖², N; see ``marquardt.solver.LMA``'s ``process_group``), so λ, the decisions and θ are
 the same on every rank. An ``LMA`` in a process group can only be built once the group
 exists, inside each training process, so the loop then takes an *LMA factory*
-``make_lma(model, process_group) -> LMA``, called in each process after the rendezvous
-with ``process_group="default"`` (``None`` in a single process). The checkpoint holds the
+``make_lma(model, process_group=...) -> LMA``, called in each process after the rendezvous
+with ``process_group="default"`` (``None`` in a single process); ``functools.partial(LMA,
+devices=..., residual_fn=torch.sub)`` is one. The checkpoint holds the
 LMA's state (λ, ν, step count) and its last step report.
 """
 
@@ -52,7 +53,8 @@ def is_lma(obj: Any) -> bool:
 _FACTORY_HINT = (
     "pass a factory instead, Trainer(model, make_lma, config) with make_lma(model, "
     "process_group) returning LMA(model, devices, residual_fn, process_group=process_group), "
-    "defined at module level; each process calls it after joining the process group"
+    "defined at module level (or functools.partial(LMA, devices=devices, "
+    "residual_fn=torch.sub)); each process calls it after joining the process group"
 )
 
 
@@ -83,7 +85,7 @@ def check_single_process(launcher: str, world_size: int) -> None:
 def build_lma(factory: Callable[[nn.Module, Any], Any], model: nn.Module, world_size: int) -> Any:
     """``factory(model, "default" | None)``, checked to be an LMA of ``model`` for the world."""
     group = "default" if world_size > 1 else None
-    lma = factory(model, group)
+    lma = factory(model, process_group=group)
     if not is_lma(lma):
         raise ConfigError(
             f"the LMA factory {getattr(factory, '__name__', factory)!r} returned a "
