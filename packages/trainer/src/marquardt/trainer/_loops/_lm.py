@@ -82,7 +82,7 @@ def check_single_process(launcher: str, world_size: int) -> None:
         )
 
 
-def build_lma(factory: Callable[[nn.Module, Any], Any], model: nn.Module, world_size: int) -> Any:
+def build_lma(factory: Callable[..., Any], model: nn.Module, world_size: int) -> Any:
     """``factory(model, "default" | None)``, checked to be an LMA of ``model`` for the world."""
     group = "default" if world_size > 1 else None
     lma = factory(model, process_group=group)
@@ -116,7 +116,7 @@ class LMLoop:
     optimizer_name = "LMA"
 
     def __init__(self, model: nn.Module, lma: Any, config: TrainConfig) -> None:
-        self.factory: Callable[[nn.Module, Any], Any] | None = None
+        self.factory: Callable[..., Any] | None = None
         if is_lma(lma):
             check_lma(lma, model, config)
         else:
