@@ -26,6 +26,8 @@ from _support import (
 )
 from slurm_cluster import SlurmCluster
 
+FIT_LM = Path(__file__).resolve().parent / "scripts" / "fit_lm.py"
+
 pytestmark = [pytest.mark.slurm, pytest.mark.multiprocess]
 
 CPU = {"COMPUTE_SETUP": "cpu", "BACKEND": "gloo"}
@@ -134,3 +136,29 @@ def test_wrong_nprocs_fails_fast_with_a_hint(slurm: SlurmCluster, tmp_path: Path
     assert job.returncode != 0 and job.state == "FAILED", job.describe()
     assert "HINT" in job.output and "nprocs" in job.output, job.output
     assert losses(job.output) == []
+
+
+LM_CASES = [
+    # One task that spawns the 2 processes.
+    Case("multi_gpu.sbatch", ("--cpus-per-task=2",), (("NPROCS", "2"),), 2, SPAWNING, 2),
+    # Two tasks, one process each.
+    Case("single_gpu.sbatch", ("--ntasks=2", "--cpus-per-task=1"), (("NPROCS", "2"),), 2,
+         "slurm (one task per process)", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", LM_CASES, ids=lambda c: c.recipe)
+def test_lm_loop_in_two_processes(case: Case, slurm: SlurmCluster, tmp_path: Path) -> None:
+    """The LM loop with an LMA in the process group, in both srun layouts: the loss falls
+    and both ranks end with the same parameters."""
+    env = {**CPU, "SCRIPT": str(FIT_LM), **dict(case.env)}
+    job = _submit(slurm, case.recipe, case.sbatch_args, env, tmp_path)
+    assert job.returncode == 0 and job.state == "COMPLETED", job.describe()
+    assert_trained(job.output, world_size=2, steps=20, print_every=10)
+    head = describe_lines(job.output)[0]
+    assert head["loop"] == "LM loop" and head["where"] == case.launcher, job.output
+    ranks = assert_ranks(job.output, 2)
+    assert sorted(r.rank for r in ranks) == [0, 1]
+    finals = sorted(line.split(" ", 3)[3] for line in job.output.splitlines()
+                    if line.startswith("lm-params: rank "))  # fmt: skip
+    assert len(finals) == 2 and finals[0] == finals[1], finals

@@ -21,8 +21,8 @@ from marquardt.trainer import (
     TrainConfig,
     Trainer,
 )
-from marquardt.trainer import _callback_state as callback_state
-from marquardt.trainer import _checkpoint as ckpt
+from marquardt.trainer._persistence import _callback_state as callback_state
+from marquardt.trainer._persistence import _files as ckpt
 
 #: Validation losses that improve, stall, improve and stall for good.
 VALUES = [1.0, 0.9, 0.95, 0.92, 0.8, 0.85, 0.81, 0.82, 0.83, 0.84]
@@ -221,16 +221,23 @@ def test_resuming_without_a_stateful_callback_fails_before_any_work(tmp_path: Pa
 
 
 def test_a_spawning_caller_gets_rank_zero_s_callback_state_back(tmp_path: Path) -> None:
-    from marquardt.trainer._handback import apply_result, read_result, write_result
+    from marquardt.trainer._persistence._handback import apply_result, read_result, write_result
 
     run = _stopper()
     worker = _fit(tmp_path, 12, run)  # stands for rank 0 of a spawn
     assert run.best is not None
-    write_result(worker, str(tmp_path / "result.pt"))
+    write_result(worker.run_context(), str(tmp_path / "result.pt"))
     caller_stopper = _stopper()
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
     config = TrainConfig(root_folder=tmp_path / "caller", verbose=False, callbacks=[caller_stopper])
     caller = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5), config)
-    apply_result(caller, read_result(str(tmp_path / "result.pt")))
+    apply_result(
+        read_result(str(tmp_path / "result.pt")),
+        caller.model,
+        caller.optimizer,
+        None,
+        config.callbacks,
+        caller.state,
+    )
     assert caller_stopper.state_dict() == run.state_dict()

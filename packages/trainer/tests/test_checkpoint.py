@@ -20,7 +20,7 @@ from marquardt.trainer import (
     TrainConfig,
     Trainer,
 )
-from marquardt.trainer import _checkpoint as ckpt
+from marquardt.trainer._persistence import _files as ckpt
 
 from .conftest import SCRIPTS, Processes
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from marquardt.trainer import ConfigError, EarlyStopping, LaunchError, TrainConfig, _settings
-from marquardt.trainer._distributed import resolve_compute
+from marquardt.trainer._compute import resolve_compute
 
 
 def test_defaults_are_valid_and_serialisable() -> None:

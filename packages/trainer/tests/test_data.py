@@ -17,7 +17,12 @@ from torch.utils.data import (
 )
 
 from marquardt.trainer import ConfigError
-from marquardt.trainer._data import RankShard, ResumableSampler, prepare_loader, shards_itself
+from marquardt.trainer._data._loaders import (
+    RankShard,
+    ResumableSampler,
+    prepare_loader,
+    shards_itself,
+)
 
 
 def _dataset(n: int = 20) -> TensorDataset:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from marquardt.trainer import _checkpoint as ckpt
+from marquardt.trainer._persistence import _files as ckpt
 
 from .conftest import SCRIPTS, Processes, clean_env, read_csv, read_json
 

@@ -18,7 +18,7 @@ from marquardt.trainer import (
     LaunchError,
     TrainConfig,
     Trainer,
-    _distributed,
+    _compute,
 )
 from marquardt.trainer.optimize_step import optimize_step
 
@@ -316,7 +316,7 @@ def test_empty_loader_is_refused_before_work(tmp_path: Path) -> None:
 def test_gpu_setups_without_gpus(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(_distributed, "visible_gpu_count", lambda: 0)
+    monkeypatch.setattr(_compute, "visible_gpu_count", lambda: 0)
     model = _model()
     with pytest.raises(LaunchError, match=r"compute_setup='gpu'\) but no GPU.*HINT"):
         Trainer(
@@ -396,7 +396,9 @@ def test_lm_loop_stops_when_lm_terminates(tmp_path: Path) -> None:
 
 def test_lm_loop_refuses_several_processes(tmp_path: Path) -> None:
     model, lma, _ = _lm_setup()
-    with pytest.raises(ConfigError, match=r"nprocs=2\) with an LMA.*HINT: set nprocs=1"):
+    with pytest.raises(
+        ConfigError, match=r"nprocs=2\) with an LMA built beforehand.*HINT: pass a factory"
+    ):
         Trainer(model, lma, _config(tmp_path, nprocs=2))
 
 

@@ -9,6 +9,7 @@ holds the callback's best value and the step it stopped at.
 """
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -38,6 +39,33 @@ class Fault(Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+def residual(outputs, targets, kill_rank=None, kill_call=None, calls=[0]):  # noqa: B006
+    """r = outputs - targets; with ``kill_rank``, that rank SIGKILLs itself inside an LM step
+    (at its ``kill_call``-th residual evaluation: Jacobian slices and trial forwards)."""
+    if kill_rank is not None and torch.distributed.get_rank() == kill_rank:
+        calls[0] += 1
+        if calls[0] == kill_call:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return outputs - targets
+
+
+def make_lma(model, process_group, kill_rank=None, kill_call=None):
+    """The LMA factory: built in each training process, in the process group if there is one."""
+    from marquardt.solver import LMA
+
+    fn = functools.partial(residual, kill_rank=kill_rank, kill_call=kill_call)
+    return LMA(model, [torch.device("cpu")], residual_fn=fn, process_group=process_group)
+
+
+class Params(Callback):
+    """Every rank writes its final parameters to params_<rank>.json (do the ranks agree?)."""
+
+    def on_train_end(self, trainer):
+        flat = torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).tolist()
+        with open(f"params_{trainer.state.rank}.json", "w") as handle:
+            json.dump(flat, handle)
+
+
 def sinc_data(n):
     x = torch.linspace(-1, 1, n).unsqueeze(1)
     return x, torch.sinc(3 * x)
@@ -64,19 +92,29 @@ def main(argv=None):
     p.add_argument("--patience", type=int, default=0)
     p.add_argument("--min-delta", type=float, default=0.0)
     p.add_argument("--out", default=None)
+    p.add_argument(
+        "--lm-factory", action="store_true", help="an LMA factory (always with nprocs > 1)"
+    )
+    p.add_argument("--kill-in-step", type=int, nargs=2, default=None, metavar=("RANK", "CALL"))
+    p.add_argument("--rank-params", action="store_true")
     args = p.parse_args(argv)
 
     torch.manual_seed(0)
     x, y = sinc_data(args.samples)
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=args.shuffle)
     model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
-    if args.loop == "lm":
+    if args.loop == "lm" and (args.lm_factory or args.nprocs > 1):
+        kill = args.kill_in_step or (None, None)
+        optimizer = functools.partial(make_lma, kill_rank=kill[0], kill_call=kill[1])
+    elif args.loop == "lm":
         from marquardt.solver import LMA
 
         optimizer = LMA(model, [torch.device("cpu")], residual_fn=lambda a, b: a - b)
     else:
         optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
     callbacks = [Fault(args.fault, args.fault_step, args.fault_rank)] if args.fault else []
+    if args.rank_params:
+        callbacks.append(Params())
     stopper = None
     val_loader = None
     if args.patience:

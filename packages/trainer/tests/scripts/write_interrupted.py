@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from marquardt.trainer import _checkpoint as ckpt
+from marquardt.trainer._persistence import _files as ckpt
 
 
 def payload(step):

@@ -11,7 +11,7 @@ its processes) and ``legate`` (the LM loop)::
     model, optimizer = Trainer(model, optimizer, config, loss_fn="mse").fit(loader)
 """
 
-from ._callbacks import Callback, EarlyStopping
+from ._callbacks import Callback, EarlyStopping, WallClockBudget
 from ._config import TrainConfig
 from ._environments import (
     LaunchEnvironment,
@@ -34,9 +34,15 @@ from ._errors import (
     TrainerError,
     WorkerFailedError,
 )
-from ._trainer import Trainer, TrainerState
+from ._logging._base import Logger
+from ._logging._csv import CSVLogger
+from ._logging._mlflow import MLflowLogger
+from ._logging._tensorboard import TensorBoardLogger
+from ._state import TrainerState
+from ._trainer import Trainer
 
 __all__ = [
+    "CSVLogger",
     "Callback",
     "CheckpointCorruptError",
     "CheckpointError",
@@ -47,16 +53,20 @@ __all__ = [
     "LaunchEnvironment",
     "LaunchError",
     "LegateEnvironment",
+    "Logger",
+    "MLflowLogger",
     "PlainEnvironment",
     "ProcessLayout",
     "SlurmTaskPerNode",
     "SlurmTaskPerProcess",
     "SpawnEnvironment",
+    "TensorBoardLogger",
     "TorchrunEnvironment",
     "TrainConfig",
     "Trainer",
     "TrainerError",
     "TrainerState",
+    "WallClockBudget",
     "WorkerFailedError",
     "detect_environment",
 ]

@@ -1,4 +1,4 @@
-"""Callbacks: user code run at fixed points of the training loop, and ``EarlyStopping``.
+"""Callbacks: user code run at fixed points of the loop; ``EarlyStopping``, ``WallClockBudget``.
 
 Callbacks run in every training process (so a callback that stops training takes the same
 decision everywhere; the trainer also combines ``should_stop`` across processes each step,
@@ -10,17 +10,29 @@ A callback that keeps state across steps (``EarlyStopping``'s best value and cou
 validations without improvement) returns it from ``state_dict()`` and takes it back in
 ``load_state_dict()``; the trainer stores it in every checkpoint under the callback's
 ``state_key``, so a resumed run decides exactly as the uninterrupted one would
-(:mod:`marquardt.trainer._callback_state` has the rule for a callback list that changed).
+(:mod:`marquardt.trainer._persistence._callback_state` has the rule for a callback list
+that changed).
+
+Hooks receive the running ``Trainer`` (in a spawned process, the one built there); they
+are typed with :class:`RunningTrainer`, the protocol the ``Trainer`` satisfies (its ``state``), so
+this module depends on nothing above it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from ._trainer import Trainer
+from ._state import TrainerState
+
+
+class RunningTrainer(Protocol):
+    """What a hook may rely on in the object it receives: the run's :class:`TrainerState`."""
+
+    @property
+    def state(self) -> TrainerState: ...
 
 
 class Callback:
@@ -52,28 +64,28 @@ class Callback:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Take back what :meth:`state_dict` returned (called on resume, before training)."""
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, trainer: RunningTrainer) -> None:
         """Before the first step (after any resume)."""
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def on_train_end(self, trainer: RunningTrainer) -> None:
         """After the last step and the final checkpoint."""
 
-    def on_epoch_start(self, trainer: Trainer, epoch: int) -> None:
+    def on_epoch_start(self, trainer: RunningTrainer, epoch: int) -> None:
         """Before the first batch of ``epoch`` (0-based)."""
 
-    def on_epoch_end(self, trainer: Trainer, epoch: int) -> None:
+    def on_epoch_end(self, trainer: RunningTrainer, epoch: int) -> None:
         """After the last batch of ``epoch``."""
 
-    def on_batch_start(self, trainer: Trainer, batch: Any) -> None:
+    def on_batch_start(self, trainer: RunningTrainer, batch: Any) -> None:
         """Before the step that will consume ``batch``."""
 
-    def on_batch_end(self, trainer: Trainer, loss: float, metrics: dict[str, float]) -> None:
+    def on_batch_end(self, trainer: RunningTrainer, loss: float, metrics: dict[str, float]) -> None:
         """After the step; ``trainer.state.step`` already counts it."""
 
-    def on_validation_start(self, trainer: Trainer) -> None:
+    def on_validation_start(self, trainer: RunningTrainer) -> None:
         """Before a validation pass."""
 
-    def on_validation_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_validation_end(self, trainer: RunningTrainer, metrics: dict[str, float]) -> None:
         """After a validation pass; ``metrics`` holds ``val_loss`` and the other ``val_*``."""
 
 
@@ -147,7 +159,7 @@ class EarlyStopping(Callback):
             return value < self.best - self.min_delta
         return value > self.best + self.min_delta
 
-    def on_validation_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_validation_end(self, trainer: RunningTrainer, metrics: dict[str, float]) -> None:
         if self.monitor not in metrics:
             raise KeyError(
                 f"EarlyStopping monitors {self.monitor!r} but validation produced "
@@ -168,7 +180,49 @@ class EarlyStopping(Callback):
             )
 
 
-def run_hook(trainer: Trainer, hook: str, *args: Any) -> None:
-    """Call ``hook`` of every callback in ``trainer.config.callbacks``, in order."""
-    for callback in trainer.config.callbacks:
-        getattr(callback, hook)(trainer, *args)
+class WallClockBudget(Callback):
+    """Stop, with a checkpoint, once this invocation of ``fit`` has trained ``seconds``.
+
+    The clock starts at ``on_train_start`` (after any resume), so a requeued job gets its
+    budget afresh; the check is made after each step, so leave the length of a step (and
+    of writing a checkpoint) as a margin below a scheduler's hard limit. Every rank checks
+    its own clock and one rank asking is enough: every rank stops at the same step, and the
+    checkpoint is written even with ``checkpoint_best_only``.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
+            raise ValueError(
+                f"WallClockBudget(seconds={seconds!r}): seconds must be a finite number > 0. "
+                "HINT: e.g. WallClockBudget(seconds=3.5 * 3600) for a 4-hour job"
+            )
+        self.seconds = float(seconds)
+        self._started: float | None = None
+
+    def on_train_start(self, trainer: RunningTrainer) -> None:
+        self._started = time.monotonic()
+
+    def on_batch_end(self, trainer: RunningTrainer, loss: float, metrics: dict[str, float]) -> None:
+        if self._started is None or time.monotonic() - self._started < self.seconds:
+            return
+        state = trainer.state
+        state.should_stop = True
+        state.checkpoint_requested = True
+        state.stop_reason = state.stop_reason or (f"wall-clock budget of {self.seconds:g} s spent")
+
+
+class Hooks:
+    """The run's callbacks, called in order with the object they are given as ``trainer``."""
+
+    def __init__(self, callbacks: Sequence[Callback], owner: RunningTrainer) -> None:
+        self.callbacks = list(callbacks)
+        self.owner = owner
+
+    def __call__(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self.owner, *args)

@@ -19,10 +19,12 @@ import torch
 
 from ._callbacks import Callback
 from ._errors import ConfigError
+from ._logging._base import Logger, is_logger
 
 COMPUTE_SETUPS = ("cpu", "gpu", "auto")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
-TRACKING_TOOLS = ("csv", "tensorboard")
+TRACKING_TOOLS = ("csv", "tensorboard", "mlflow")
+SCHEDULER_INTERVALS = ("epoch", "step")
 _DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
@@ -70,6 +72,15 @@ class TrainConfig:
     time-stamped subfolder per run when ``create_subfolder_per_run``). It holds
     ``metrics.csv``, ``hparams.json``, TensorBoard events and ``checkpoints/``.
 
+    ``checkpoint_best_only``: write ``checkpoints/best.pt`` at each new lowest validation
+    loss and no numbered checkpoint, except when a stop must leave one (SIGTERM, a
+    ``WallClockBudget``), so that the run can be resumed.
+
+    LR scheduler (``Trainer(..., scheduler=...)``): stepped after every epoch
+    (``scheduler_interval="epoch"``) or every optimizer step (``"step"``);
+    ``ReduceLROnPlateau`` is stepped after each validation with the validation metric
+    ``scheduler_monitor``.
+
     ``resume_from``: ``None`` starts afresh (except in a Slurm job that was requeued, where
     it means ``"latest"``), ``"latest"`` resumes from the newest checkpoint under the run
     folder (or under ``root_folder``'s run subfolders) and starts afresh if there is none,
@@ -95,7 +106,7 @@ class TrainConfig:
     create_subfolder_per_run: bool = False
     resume_from: str | Path | None = None
     callbacks: list[Callback] = field(default_factory=list)
-    tracking_tool: str | Sequence[str] | None = "csv"
+    tracking_tool: str | Logger | Sequence[str | Logger] | None = "csv"
     hyperparams: dict[str, Any] = field(default_factory=dict)
     nprocs: int = 1
     compute_setup: str = "auto"
@@ -109,6 +120,9 @@ class TrainConfig:
     keep_checkpoints: int = 3
     dist_timeout: float = 300.0
     slice_size: int | None = None
+    checkpoint_best_only: bool = False
+    scheduler_interval: str = "epoch"
+    scheduler_monitor: str = "val_loss"
 
     def __post_init__(self) -> None:
         _check_int("max_iter", self.max_iter, 1, "give the number of optimizer steps, e.g. 1000")
@@ -148,7 +162,26 @@ class TrainConfig:
             )
         self.dtype = self._checked_dtype(self.dtype)
         self._check_tracking()
-        for name in ("create_subfolder_per_run", "all_reduce_metrics", "verbose"):
+        if self.scheduler_interval not in SCHEDULER_INTERVALS:
+            raise _fail(
+                "scheduler_interval",
+                self.scheduler_interval,
+                "scheduler_interval must be 'epoch' or 'step'",
+                "'epoch' steps the LR scheduler after each epoch, 'step' after each optimizer step",
+            )
+        if not isinstance(self.scheduler_monitor, str) or not self.scheduler_monitor:
+            raise _fail(
+                "scheduler_monitor",
+                self.scheduler_monitor,
+                "scheduler_monitor must name a validation metric",
+                "e.g. scheduler_monitor='val_loss' (what ReduceLROnPlateau watches)",
+            )
+        for name in (
+            "create_subfolder_per_run",
+            "all_reduce_metrics",
+            "verbose",
+            "checkpoint_best_only",
+        ):
             if not isinstance(getattr(self, name), bool):
                 raise _fail(
                     name, getattr(self, name), f"{name} must be True or False", f"e.g. {name}=True"
@@ -210,15 +243,16 @@ class TrainConfig:
         return dtype
 
     def _check_tracking(self) -> None:
-        tools = self.trackers
-        unknown = [t for t in tools if t not in TRACKING_TOOLS]
+        unknown = [t for t in self.tracking if isinstance(t, str) and t not in TRACKING_TOOLS]
+        unknown += [repr(t) for t in self.tracking if not isinstance(t, str) and not is_logger(t)]
         if unknown:
             raise _fail(
                 "tracking_tool",
                 self.tracking_tool,
-                f"tracking tools must be among {', '.join(TRACKING_TOOLS)}; "
+                f"tracking tools must be among {', '.join(TRACKING_TOOLS)}, or loggers "
+                f"(objects with start, log_hyperparams, log_metrics, log_artifact and close); "
                 f"unknown: {', '.join(map(repr, unknown))}",
-                "e.g. tracking_tool='csv' or tracking_tool=['csv', 'tensorboard']",
+                "e.g. tracking_tool='csv' or tracking_tool=['csv', MLflowLogger()]",
             )
 
     def _check_paths(self) -> None:
@@ -243,16 +277,19 @@ class TrainConfig:
         return self.dtype if isinstance(self.dtype, torch.dtype) else None
 
     @property
-    def trackers(self) -> tuple[str, ...]:
-        """The tracking tools as a tuple of names (``tracking_tool`` normalised)."""
+    def tracking(self) -> tuple[Any, ...]:
+        """The tracking tools as a tuple: names (lower case) and logger instances."""
         tool = self.tracking_tool
         if tool is None:
             return ()
-        if isinstance(tool, str):
-            return (tool.lower(),)
-        if isinstance(tool, Sequence):
-            return tuple(str(t).lower() for t in tool)
-        return (repr(tool),)
+        if isinstance(tool, str) or not isinstance(tool, Sequence):
+            tool = [tool]
+        return tuple(t.lower() if isinstance(t, str) else t for t in tool)
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The tracking tools by name (a logger instance by its class name)."""
+        return tuple(t if isinstance(t, str) else type(t).__name__ for t in self.tracking)
 
     def to_dict(self) -> dict[str, Any]:
         """The configuration as plain values (stored in checkpoints and hparams.json)."""
@@ -261,6 +298,8 @@ class TrainConfig:
             value = getattr(self, f.name)
             if f.name == "callbacks":
                 value = [type(c).__name__ for c in value]
+            elif f.name == "tracking_tool":
+                value = list(self.trackers)
             elif isinstance(value, Path | torch.dtype):
                 value = str(value)
             elif isinstance(value, tuple):

@@ -1,4 +1,4 @@
-"""The process group: backend and device resolution, rendezvous with a timeout, collectives.
+"""The process group: rendezvous with a timeout, collectives, and what to do when a peer dies.
 
 A data-parallel step is only correct if every process joins every collective. Two things
 keep a fault from turning into a hang: the process group has a timeout
@@ -13,70 +13,15 @@ import contextlib
 import datetime
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
 
-from marquardt.devices import get_available_gpus
-
 from . import _settings
 from ._config import TrainConfig
 from ._environments import ProcessLayout
 from ._errors import LaunchError, WorkerFailedError
-
-
-def visible_gpu_count() -> int:
-    """GPUs this process may use, counted through NVML (no CUDA context is created)."""
-    try:
-        return sum(1 for d in get_available_gpus(cpu_fallback=True) if d.type == "cuda")
-    except Exception:
-        # NVML missing or broken: a machine whose GPUs cannot be counted trains on the CPU.
-        return 0
-
-
-@dataclass(frozen=True)
-class Compute:
-    """The resolved ``compute_setup`` / ``backend``, and notices for the user."""
-
-    use_gpu: bool
-    backend: str
-    notices: tuple[str, ...] = field(default=())
-
-    @property
-    def device_type(self) -> str:
-        return "cuda" if self.use_gpu else "cpu"
-
-
-def resolve_compute(config: TrainConfig, gpu_count: int) -> Compute:
-    """Decide CPU or GPU, and the backend, from the configuration and the GPUs present.
-
-    ``gpu`` without GPUs is an error; ``auto`` without GPUs trains on the CPU, and then a
-    requested ``nccl`` (GPU-only) is replaced by ``gloo`` with a notice, so the seeds'
-    defaults (``backend="nccl"``, ``compute_setup="auto"``) run on a laptop.
-    """
-    setup, backend = config.compute_setup, config.backend
-    if setup == "gpu" and gpu_count == 0:
-        raise LaunchError(
-            "TrainConfig(compute_setup='gpu') but no GPU is visible to this process (NVML finds "
-            "none, or CUDA_VISIBLE_DEVICES hides them all). HINT: use compute_setup='auto' or "
-            "'cpu' (with backend='gloo') to train on CPUs, or run on a node with GPUs"
-        )
-    use_gpu = setup == "gpu" or (setup == "auto" and gpu_count > 0)
-    notices: list[str] = []
-    if not use_gpu:
-        if backend == "nccl":
-            notices.append(
-                "no GPU found: compute_setup='auto' trains on the CPU, and the GPU-only backend "
-                "'nccl' is replaced by 'gloo' (pass --backend gloo to silence this notice)"
-            )
-            backend = "gloo"
-        elif backend == "auto":
-            backend = "gloo"
-    elif backend == "auto":
-        backend = "nccl"
-    return Compute(use_gpu=use_gpu, backend=backend, notices=tuple(notices))
 
 
 def check_backend_available(backend: str) -> None:
@@ -99,11 +44,12 @@ def timeout_seconds(config: TrainConfig) -> float:
     return _settings.dist_timeout_override() or float(config.dist_timeout)
 
 
-def init_process_group(layout: ProcessLayout, backend: str, seconds: float, env_init: bool) -> None:
-    """Join the process group of ``layout`` (torchrun: through its store, ``env://``)."""
+def init_process_group(
+    layout: ProcessLayout, backend: str, seconds: float, init_method: str
+) -> None:
+    """Join the process group of ``layout`` at ``init_method`` (torchrun's: ``env://``)."""
     check_backend_available(backend)
     timeout = datetime.timedelta(seconds=seconds)
-    init_method = "env://" if env_init else f"tcp://{layout.master_addr}:{layout.master_port}"
     try:
         dist.init_process_group(
             backend=backend,
@@ -166,7 +112,8 @@ def mean_over_ranks(values: dict[str, float], device: torch.device) -> dict[str,
 
 def is_collective_failure(exc: BaseException) -> bool:
     """Whether ``exc`` comes from a collective that lost a peer (or timed out)."""
-    if isinstance(exc, dist.DistError):
+    if isinstance(exc, dist.DistError) or type(exc).__name__ == "RankFailureError":
+        # RankFailureError: marquardt.solver's LMA lost a peer inside a step's collective.
         return True
     text = str(exc)
     markers = (

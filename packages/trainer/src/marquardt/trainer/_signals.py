@@ -1,4 +1,4 @@
-"""SIGTERM: finish the step, write a checkpoint, exit cleanly.
+"""SIGTERM: finish the step, write a checkpoint, exit cleanly; children that die with their parent.
 
 Slurm sends SIGTERM before preemption and at the time limit (then SIGKILL after
 ``KillWait`` seconds); torchrun and a spawning parent forward it to their workers. The

@@ -27,6 +27,8 @@ class TrainerState:
     should_stop: bool = False
     stop_reason: str = ""
     interrupted: bool = False
+    #: Set (with ``should_stop``) by a callback whose stop must leave a checkpoint.
+    checkpoint_requested: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
     val_metrics: dict[str, float] = field(default_factory=dict)
     best_val: float | None = None

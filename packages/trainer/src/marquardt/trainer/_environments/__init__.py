@@ -15,6 +15,7 @@ from ._legate import LegateEnvironment
 from ._plain import PlainEnvironment
 from ._slurm import SlurmTaskPerNode, SlurmTaskPerProcess, port_from_job_id
 from ._spawn import SpawnEnvironment, free_port
+from ._spawned import SpawnedProcess
 from ._torchrun import TorchrunEnvironment
 
 ENVIRONMENTS: tuple[type[LaunchEnvironment], ...] = (
@@ -46,6 +47,7 @@ __all__ = [
     "SlurmTaskPerNode",
     "SlurmTaskPerProcess",
     "SpawnEnvironment",
+    "SpawnedProcess",
     "TorchrunEnvironment",
     "detect_environment",
     "expand_hostlist",

@@ -81,6 +81,10 @@ class LaunchEnvironment(ABC):
         """How many training processes run on this node."""
         return 1
 
+    def init_method(self, layout: ProcessLayout) -> str:
+        """Where the processes of ``layout`` meet (torch.distributed's ``init_method``)."""
+        return f"tcp://{layout.master_addr}:{layout.master_port}"
+
     def describe(self) -> str:
         """One line for the start-up notice."""
         return f"{self.name}: world size {self.world_size}"

@@ -68,6 +68,10 @@ class TorchrunEnvironment(LaunchEnvironment):
     def local_processes(self) -> int:
         return self._int("LOCAL_WORLD_SIZE", default=self.world_size)
 
+    def init_method(self, layout: ProcessLayout) -> str:
+        """torchrun's workers meet through the variables it set (``env://``)."""
+        return "env://"
+
     def layouts(self) -> list[ProcessLayout]:
         return [
             ProcessLayout(

@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from ._callbacks import Callback
-from ._errors import CheckpointMismatchError, ConfigError
+from .._callbacks import Callback
+from .._errors import CheckpointMismatchError, ConfigError
 
 #: The checkpoint entry that holds the callbacks' states (one mapping per rank).
 ENTRY = "callbacks"

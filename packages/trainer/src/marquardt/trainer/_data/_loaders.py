@@ -1,4 +1,4 @@
-"""The training loader in a data-parallel run: sharded by global rank, resumable mid-epoch.
+"""Each rank's training loader: sharded by global rank (DistributedSampler), resumable mid-epoch.
 
 A ``DataLoader`` with a plain random or sequential sampler is re-made around a
 :class:`ResumableSampler` (a ``DistributedSampler`` given the *global* rank and the world
@@ -25,7 +25,7 @@ one process the loader is used as given, as plain PyTorch would.
 
 Ranks of a stream can run out of batches at different steps (``W·n`` does not divide the
 stream, or a dataset splits itself unevenly); the training loop then ends the epoch on
-every rank when the first one runs out (:func:`marquardt.trainer._loop.batches`).
+every rank when the first one runs out (:func:`marquardt.trainer._loops._runner.batches`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from ._errors import ConfigError
+from .._errors import ConfigError
 
 
 class ResumableSampler(DistributedSampler):

@@ -1,4 +1,4 @@
-"""The run plan: the run folder, the checkpoint to resume from and the sampler seed.
+"""The run plan: the run folder (its layout), the checkpoint to resume from, the sampler seed.
 
 Every rank must agree on these before the first step (a different folder or seed on one
 rank would split the run), so rank 0 decides and broadcasts its decision; an error on
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _checkpoint as ckpt
-from . import _distributed as pg
-from . import _settings
-from ._config import TrainConfig
-from ._logging import notice
+from .. import _distributed as pg
+from .. import _settings
+from .._config import TrainConfig
+from .._logging._base import notice
+from . import _files as ckpt
 
 
 @dataclass(frozen=True)

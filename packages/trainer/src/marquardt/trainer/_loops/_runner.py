@@ -1,11 +1,13 @@
-"""The training loop both loops share: steps over cycled epochs, stops, checkpoints.
+"""The schedule both loops share: steps over cycled epochs, reports, validation, stops, checkpoints.
 
-The loop counts optimizer steps up to ``max_iter`` (one LM step, or one gradient step
-over ``accumulate_grad_batches`` batches), cycling the loader over epochs. After each
-step it reports the metrics, validates every ``val_every`` steps, and agrees with the
-other ranks on whether to stop (SIGTERM on any rank, or a callback or LM asking): one
-small all-reduce, so every rank stops at the same step. It checkpoints every
-``checkpoint_every`` steps, on SIGTERM and at the end.
+The runner counts steps of the :class:`~._base.Loop` up to ``max_iter`` (one LM step, or
+one gradient step over ``accumulate_grad_batches`` batches), cycling the loader over
+epochs. After each step it steps the LR schedule, reports the metrics, validates every
+``val_every`` steps, and agrees with the other ranks on whether to stop (SIGTERM on any
+rank, or a callback or the loop asking): one small all-reduce, so every rank stops at the
+same step. It checkpoints every ``checkpoint_every`` steps, on SIGTERM, when a callback
+asks (``WallClockBudget``) and at the end; with ``checkpoint_best_only`` only the last
+two, and ``best.pt`` at each new lowest validation loss.
 
 A stream (an ``IterableDataset``) in a data-parallel run can leave ranks with different
 numbers of batches in an epoch. Left alone, the ranks would drift apart: one would start
@@ -25,25 +27,16 @@ would read data ahead of the step that uses it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-from torch import nn
 
-from . import _distributed as pg
-from ._callbacks import run_hook
-from ._ddp import gradient_step
-from ._errors import ConfigError
-from ._lm import lm_step
-from ._logging import RunLogger
-from ._metrics import report_step
-from ._resume import save
-from ._signals import GracefulStop
+from .. import _distributed as pg
+from .._errors import ConfigError
+from .._signals import GracefulStop
+from ._context import RunContext
+from ._report import report_step
 from ._validation import validate
-
-if TYPE_CHECKING:
-    from ._trainer import Trainer
 
 
 def _while_every_rank_has_one(iterator: Iterator[Any], device: torch.device) -> Iterator[Any]:
@@ -57,9 +50,9 @@ def _while_every_rank_has_one(iterator: Iterator[Any], device: torch.device) -> 
         yield batch
 
 
-def batches(trainer: Trainer, loader: Any, sampler: Any) -> Iterator[Any]:
-    """Batches forever, epoch after epoch, from the position in ``trainer.state``."""
-    state = trainer.state
+def batches(context: RunContext, loader: Any, sampler: Any) -> Iterator[Any]:
+    """Batches forever, epoch after epoch, from the position in ``context.state``."""
+    state = context.state
     batch_size = getattr(loader, "batch_size", None) or 1
     while True:
         if sampler is not None:
@@ -78,7 +71,7 @@ def batches(trainer: Trainer, loader: Any, sampler: Any) -> Iterator[Any]:
             iterator = _while_every_rank_has_one(iterator, state.device)
         fresh = state.batch_in_epoch == 0
         if fresh:
-            run_hook(trainer, "on_epoch_start", state.epoch)
+            context.hooks("on_epoch_start", state.epoch)
         produced = False
         for batch in iterator:
             produced = True
@@ -90,54 +83,56 @@ def batches(trainer: Trainer, loader: Any, sampler: Any) -> Iterator[Any]:
                 "dataset is not empty (and, with several processes, has at least one "
                 "batch per process)"
             )
-        run_hook(trainer, "on_epoch_end", state.epoch)
+        context.hooks("on_epoch_end", state.epoch)
+        context.schedule.after_epoch()
         state.epoch += 1
         state.batch_in_epoch = 0
 
 
 def run_loop(
-    trainer: Trainer,
-    net: nn.Module,
-    loader: Any,
-    sampler: Any,
-    val_loader: Any,
-    logger: RunLogger,
-    stop: GracefulStop,
-    folder: Path,
+    context: RunContext, loader: Any, sampler: Any, val_loader: Any, stop: GracefulStop
 ) -> None:
-    """Train from ``trainer.state`` to ``max_iter`` steps, or until a stop is agreed."""
-    cfg, state = trainer.config, trainer.state
-    stream = batches(trainer, loader, sampler)
-    run_hook(trainer, "on_train_start")
+    """Train from ``context.state`` to ``max_iter`` steps, or until a stop is agreed."""
+    cfg, state, loop, logger = context.config, context.state, context.loop, context.logger
+    checkpoints = context.checkpoints
+    assert logger is not None and checkpoints is not None
+    stream = batches(context, loader, sampler)
+    validating = val_loader is not None and bool(cfg.val_every)
+    context.hooks("on_train_start")
     saved_at = -1
-    net.train()
+    loop.train()
     while state.step < cfg.max_iter:
-        if trainer.is_lm:
-            loss, metrics = lm_step(trainer, stream)
-        else:
-            loss, metrics = gradient_step(trainer, net, stream)
+        result = loop.step(stream, context.hooks, state.device)
         state.step += 1
-        state.metrics = {"loss": loss, **metrics}
-        run_hook(trainer, "on_batch_end", loss, metrics)
+        state.metrics = {"loss": result.loss, **result.metrics}
+        if result.stop_reason is not None:
+            state.should_stop = True
+            state.stop_reason = result.stop_reason
+        context.schedule.after_step()
+        context.hooks("on_batch_end", result.loss, result.metrics)
         report_step(cfg, state, logger)
-        if val_loader is not None and cfg.val_every and state.step % cfg.val_every == 0:
-            validate(trainer, val_loader, logger, folder)
-        interrupted, wants_stop = pg.flags_any([stop.requested, state.should_stop], state.device)
+        if validating and state.step % cfg.val_every == 0:
+            validate(context, val_loader)
+        interrupted, wants_stop, wants_checkpoint = pg.flags_any(
+            [stop.requested, state.should_stop, state.checkpoint_requested], state.device
+        )
         if interrupted:
             state.interrupted = True
             state.stop_reason = state.stop_reason or "SIGTERM"
         if wants_stop and not state.should_stop:
             state.should_stop = True
             state.stop_reason = state.stop_reason or "another rank asked to stop"
-        if (cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0) or interrupted:
-            save(trainer, folder)
+        state.checkpoint_requested = wants_checkpoint
+        periodic = bool(cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0)
+        if (periodic and not cfg.checkpoint_best_only) or interrupted or wants_checkpoint:
+            checkpoints.save()
             saved_at = state.step
         if interrupted or state.should_stop:
             break
-    if val_loader is not None and cfg.val_every and state.step % cfg.val_every != 0:
-        validate(trainer, val_loader, logger, folder)
-    if saved_at != state.step:
-        save(trainer, folder)
+    if validating and state.step % cfg.val_every != 0:
+        validate(context, val_loader)
+    if saved_at != state.step and not cfg.checkpoint_best_only:
+        checkpoints.save()
     if state.interrupted:
         logger.message(
             f"SIGTERM: stopped after step {state.step}; checkpoint "
@@ -146,4 +141,6 @@ def run_loop(
         )
     elif state.should_stop:
         logger.message(f"stopped at step {state.step}: {state.stop_reason}")
-    run_hook(trainer, "on_train_end")
+    if state.last_checkpoint is not None and state.rank == 0:
+        logger.artifact(state.last_checkpoint)
+    context.hooks("on_train_end")

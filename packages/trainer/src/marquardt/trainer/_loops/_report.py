@@ -9,10 +9,10 @@ due; only rank 0 prints (every ``print_every`` steps and at the last one) and wr
 
 from __future__ import annotations
 
-from . import _distributed as pg
-from ._config import TrainConfig
-from ._logging import RunLogger
-from ._state import TrainerState
+from .. import _distributed as pg
+from .._config import TrainConfig
+from .._logging._run_logger import RunLogger
+from .._state import TrainerState
 
 
 def report_step(config: TrainConfig, state: TrainerState, logger: RunLogger) -> None:

@@ -1,4 +1,4 @@
-"""Checkpoints: written atomically, checked before anything is loaded.
+"""The checkpoint file: its name and format, atomic writes, RNG states, and checks on reading.
 
 Atomicity: a checkpoint is written to a temporary file in the same folder, flushed and
 ``fsync``-ed, then renamed over its final name (``os.replace`` is atomic on POSIX), and
@@ -30,11 +30,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._errors import CheckpointCorruptError, CheckpointMismatchError, CheckpointNotFoundError
+from .._errors import CheckpointCorruptError, CheckpointMismatchError, CheckpointNotFoundError
 
 FORMAT = "marquardt.trainer.checkpoint"
 VERSION = 1
 CHECKPOINT_DIR = "checkpoints"
+#: The checkpoint at the best validation loss so far.
+BEST_NAME = "best.pt"
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 #: Called between writing the temporary file and renaming it (tests inject crashes here).
 _before_rename: Callable[[Path], None] | None = None

@@ -9,43 +9,26 @@ lowest ``val_loss`` writes ``checkpoints/best.pt``.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from ._callbacks import run_hook
-from ._logging import RunLogger
-from ._resume import save_best
-from .optimize_step import _split
-
-if TYPE_CHECKING:
-    from ._trainer import Trainer
+from ._context import RunContext
 
 
-def validate(trainer: Trainer, val_loader: Any, logger: RunLogger, folder: Path) -> None:
+def validate(context: RunContext, val_loader: Any) -> None:
     """Mean loss over the whole validation loader, on every rank (no communication)."""
-    state = trainer.state
-    run_hook(trainer, "on_validation_start")
-    model = trainer.model
+    state, loop, logger = context.state, context.loop, context.logger
+    context.hooks("on_validation_start")
+    model = loop.model
     was_training = model.training
     model.eval()
-    device = state.device
-    dtype = trainer.config.torch_dtype
     total, count = 0.0, 0
     extra: dict[str, float] = {}
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         for batch in val_loader:
-            inputs, targets = _split(batch)
-            if not trainer.is_lm:
-                inputs = inputs.to(device=device, dtype=dtype or inputs.dtype)
-                targets = targets.to(
-                    device=device,
-                    dtype=dtype if targets.is_floating_point() and dtype else targets.dtype,
-                )
-            else:
-                inputs, targets = inputs.to(device), targets.to(device)
-            output = trainer.loss_fn(model(inputs), targets)
+            inputs, targets = loop.eval_batch(batch, state.device)
+            output = context.loss_fn(model(inputs), targets)
             loss, metrics = output if isinstance(output, tuple) else (output, {})
             size = int(inputs.shape[0]) if hasattr(inputs, "shape") else 1
             total += float(loss) * size
@@ -56,9 +39,12 @@ def validate(trainer: Trainer, val_loader: Any, logger: RunLogger, folder: Path)
     results = {"val_loss": total / max(count, 1)}
     results.update({k: v / max(count, 1) for k, v in extra.items()})
     state.val_metrics = results
-    logger.write(state.step, state.epoch, results, phase="val")
-    logger.print_line(state.step, state.epoch, results, phase="val")
+    if logger is not None:
+        logger.write(state.step, state.epoch, results, phase="val")
+        logger.print_line(state.step, state.epoch, results, phase="val")
     if state.best_val is None or results["val_loss"] < state.best_val:
         state.best_val = results["val_loss"]
-        save_best(trainer, folder)
-    run_hook(trainer, "on_validation_end", results)
+        assert context.checkpoints is not None
+        context.checkpoints.save_best()
+    context.schedule.after_validation(results)
+    context.hooks("on_validation_end", results)

@@ -1,0 +1,83 @@
+"""The LM loop under the launchers: the seeds' command line, an LMA built in each process.
+
+Same command line as ``train.py`` (``--nprocs``, ``--compute_setup``, ``--backend``), so
+every launcher recipe runs it. Each process builds its ``LMA`` with the factory
+``make_lma(model, process_group)`` after the rendezvous, takes its share of each global
+batch, and prints ``fit-rank: ...`` when training starts (as ``fit.py`` does) and
+``lm-params: rank R sum S norm N`` at the end, so a test can check that the ranks agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from marquardt.solver import LMA
+from marquardt.trainer import Callback, TrainConfig, Trainer
+
+Trainer.set_use_grad(False)
+
+
+def residual(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return outputs - targets
+
+
+def make_lma(model: nn.Module, process_group: str | None) -> LMA:
+    return LMA(model, [torch.device("cpu")], residual, process_group=process_group)
+
+
+class ReportRank(Callback):
+    """Where this process sits (at the start), and its final parameters (at the end)."""
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        state = trainer.state
+        print(
+            f"fit-rank: rank {state.rank} local_rank {state.local_rank} "
+            f"world_size {state.world_size} host {socket.gethostname()} "
+            f"cuda_visible_devices {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}",
+            flush=True,
+        )
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        flat = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
+        print(
+            f"lm-params: rank {trainer.state.rank} sum {float(flat.sum())!r} "
+            f"norm {float(flat.norm())!r}",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nprocs", type=int, default=1, help="Number of processes.")
+    parser.add_argument("--compute_setup", default="auto", choices=["cpu", "gpu", "auto"])
+    parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo", "mpi"])
+    parser.add_argument("--max_iter", type=int, default=20, help="LM steps.")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    x = torch.linspace(0, 1, 100).reshape(-1, 1)
+    y = torch.sin(2 * torch.pi * x)
+    # Global batches of 50 (25 per rank with 2 ranks): two steps an epoch.
+    per_rank = max(1, 50 // max(args.nprocs, 1))
+    dataloader = DataLoader(TensorDataset(x, y), batch_size=per_rank, shuffle=True)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    config = TrainConfig(
+        backend=args.backend,
+        nprocs=args.nprocs,
+        compute_setup=args.compute_setup,
+        print_every=10,
+        max_iter=args.max_iter,
+        seed=0,
+        callbacks=[ReportRank()],
+    )
+    Trainer(model, make_lma, config, loss_fn="mse").fit(dataloader)
+
+
+if __name__ == "__main__":
+    main()

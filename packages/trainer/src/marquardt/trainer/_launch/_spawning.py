@@ -1,0 +1,125 @@
+"""A spawn: this process starts the training processes, waits, and takes the result back.
+
+Used when nothing launched the run (``python train.py`` with ``nprocs > 1``) or when each
+Slurm task spawns its share. A :class:`~._spec.WorkerSpec` is pickled once and sent to
+every child (started with ``torch.multiprocessing``, method ``spawn``, which is safe with
+CUDA), which builds its ``Trainer`` from it and trains; SIGTERM is forwarded to them; when
+one dies the others are stopped and the error names the rank that failed first; and rank
+0's result file (:mod:`marquardt.trainer._persistence._handback`) is read back for the
+caller.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+from typing import Any
+
+import torch.multiprocessing as mp
+
+from .._environments import ProcessLayout
+from .._errors import ConfigError, WorkerFailedError
+from .._persistence._handback import read_result
+from .._signals import SignalForwarder, exit_with_parent
+from ._spec import WorkerSpec
+from ._worker import PEER_FAILED_EXIT, run_worker
+
+
+def fit_spawn(spec: WorkerSpec, layouts: list[ProcessLayout]) -> dict[str, Any]:
+    """Train in one new process per layout; return rank 0's result (the trained state)."""
+    workdir = tempfile.mkdtemp(prefix="marquardt-spawn-")
+    spec.result_path = os.path.join(workdir, "result.pt")
+    try:
+        # Plain pickle copies tensors (torch's own reducer would share the caller's
+        # storage with every child, which would then all write to it).
+        data = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise ConfigError(
+            f"{spec.launcher}: the model, optimizer, loss, callbacks and data (loaders, "
+            f"datasets or dataset factories) are sent to {len(layouts)} new processes, but one "
+            f"of them cannot be pickled ({type(exc).__name__}: {exc}). HINT: define functions "
+            "and classes at module level (no lambdas or local classes), keep the training code "
+            "under if __name__ == '__main__':, and pass data that cannot be pickled as a "
+            "module-level dataset factory (fit(train_dataset=make_dataset, batch_size=...))"
+        ) from exc
+    try:
+        _join_spawned(data, layouts)
+        return read_result(spec.result_path)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _join_spawned(data: bytes, layouts: list[ProcessLayout]) -> None:
+    """Start one process per layout, forward SIGTERM to them and wait; none outlives this."""
+    context = mp.start_processes(
+        _spawn_entry,
+        args=(data, layouts),
+        nprocs=len(layouts),
+        join=False,
+        start_method="spawn",
+    )
+    forwarder = SignalForwarder(lambda: [p.pid for p in context.processes if p.is_alive()])
+    forwarder.install()
+    try:
+        while not context.join(timeout=0.5):
+            pass
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+        raise _spawn_failure(context, layouts, exc) from None
+    finally:
+        forwarder.uninstall()
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+
+
+def _spawn_failure(context: Any, layouts: list[ProcessLayout], exc: Exception) -> WorkerFailedError:
+    """The error naming the rank that failed first, how, and every rank's exit status."""
+    codes = {layouts[i].rank: p.exitcode for i, p in enumerate(context.processes)}
+    index = getattr(exc, "error_index", 0)
+    culprit = layouts[index].rank
+    # Prefer a process that died on its own (a signal it did not get from us, or an
+    # error) over one that only stopped because its peer was gone.
+    for i, code in sorted(codes.items()):
+        if code not in (0, None, PEER_FAILED_EXIT, -15):
+            culprit = i
+            break
+    code = codes.get(culprit)
+    if isinstance(code, int) and code < 0:
+        try:
+            how = f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with status {code}"
+    detail = ""
+    if isinstance(exc, mp.ProcessRaisedException):
+        detail = f"\n--- traceback of rank {layouts[index].rank} ---\n{exc}"
+    return WorkerFailedError(
+        f"spawn: rank {culprit} {how}; the other training processes were stopped "
+        f"(exit statuses by rank: {codes}). HINT: rank {culprit}'s output above says why; "
+        f"a kill by SIGKILL is often the out-of-memory killer{detail}",
+        rank=culprit,
+    )
+
+
+def _spawn_entry(index: int, data: bytes, layouts: list[ProcessLayout]) -> None:
+    """A spawned training process: build the ``Trainer`` from the spec and train."""
+    exit_with_parent()
+    spec: WorkerSpec = pickle.loads(data)
+    layout = layouts[index]
+    trainer = spec.build(layout)
+    # A lost peer ends this process inside run_worker with PEER_FAILED_EXIT, which tells
+    # the parent this rank is not the culprit.
+    run_worker(
+        trainer.run_context(),
+        trainer.environment,
+        layout,
+        spec.plan,
+        spec.data,
+        spec.result_path if index == 0 else None,
+    )

@@ -1,0 +1,1 @@
+"""What a run reports: the ``Logger`` protocol, its CSV, TensorBoard and MLflow loggers, the console."""

@@ -1,0 +1,95 @@
+"""``MLflowLogger``: parameters, metrics per step and the final checkpoint in an MLflow run.
+
+Needs the ``mlflow`` extra (``mlflow-skinny``). It talks to the tracking store through an
+``MlflowClient`` of its own (no global active run), so it works beside user code that uses
+MLflow itself. The store is ``tracking_uri`` if given, else ``MLFLOW_TRACKING_URI``, else a
+file store in ``<run folder>/mlruns``; the experiment is ``experiment`` if given, else
+``MLFLOW_EXPERIMENT_NAME``, else ``"marquardt"``. Each invocation of ``fit`` is one MLflow
+run; a resumed run logs its steps from where it resumed. Recent MLflow keeps its file store
+in maintenance mode and refuses it unless ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import _settings
+from .._errors import ConfigError
+from ._base import flatten
+
+#: MLflow refuses parameter values longer than this.
+_PARAM_LIMIT = 6000
+
+
+class MLflowLogger:
+    """An MLflow run: ``log_params`` once, ``log_batch`` of metrics per step, the final model."""
+
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        experiment: str | None = None,
+        run_name: str | None = None,
+    ) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.run_name = run_name
+        self.run_id: str | None = None
+        self._client: Any = None
+
+    def start(self, folder: Path, start_step: int) -> None:
+        try:
+            from mlflow.tracking import MlflowClient
+        except ImportError:
+            raise ConfigError(
+                "tracking_tool 'mlflow' asked for but mlflow is not installed. HINT: pip "
+                "install marquardt-trainer[mlflow]"
+            ) from None
+        uri = (
+            self.tracking_uri
+            or _settings.get("MLFLOW_TRACKING_URI")
+            or (folder / "mlruns").resolve().as_uri()
+        )
+        name = self.experiment or _settings.get("MLFLOW_EXPERIMENT_NAME") or "marquardt"
+        try:
+            client = MlflowClient(tracking_uri=uri)
+            found = client.get_experiment_by_name(name)
+            experiment_id = found.experiment_id if found else client.create_experiment(name)
+            run = client.create_run(experiment_id, run_name=self.run_name)
+        except Exception as exc:
+            raise ConfigError(
+                f"MLflow: cannot open a run in experiment {name!r} at {uri} "
+                f"({type(exc).__name__}: {str(exc)[:400]}). HINT: check the tracking URI; a "
+                "local file store needs MLFLOW_ALLOW_FILE_STORE=true with recent MLflow"
+            ) from exc
+        self._client = client
+        self.tracking_uri = uri
+        self.run_id = run.info.run_id
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        flat = flatten(params)
+        entries = [Param(k, str(v)[:_PARAM_LIMIT]) for k, v in sorted(flat.items())]
+        for i in range(0, len(entries), 100):  # MLflow takes at most 100 params per batch
+            self._client.log_batch(self.run_id, params=entries[i : i + 100])
+
+    def log_metrics(
+        self, metrics: Mapping[str, float], step: int, *, epoch: int, phase: str
+    ) -> None:
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        entries = [Metric(k, float(v), stamp, step) for k, v in metrics.items()]
+        entries.append(Metric(f"{phase}_epoch", float(epoch), stamp, step))
+        self._client.log_batch(self.run_id, metrics=entries)
+
+    def log_artifact(self, path: Path) -> None:
+        self._client.log_artifact(self.run_id, str(path), artifact_path="model")
+
+    def close(self) -> None:
+        if self._client is not None and self.run_id is not None:
+            self._client.set_terminated(self.run_id)
+            self._client = None

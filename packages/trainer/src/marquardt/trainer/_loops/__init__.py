@@ -1,0 +1,1 @@
+"""The training loops: the ``Loop`` protocol, the gradient (DDP) and LM loops, and their runner."""

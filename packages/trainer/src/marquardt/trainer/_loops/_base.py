@@ -1,0 +1,70 @@
+"""The ``Loop`` protocol: what differs between the gradient (DDP) loop and the LM loop.
+
+A loop owns the model and its optimizer (a torch optimizer, or an ``LMA``). The runner
+(:mod:`._runner`) owns the schedule both share: counting steps over cycled epochs,
+reporting, validating, agreeing on stops, checkpointing. A loop answers, once per run,
+where it computes and how it joins a world of processes, and then, per step, takes the
+next batch(es) and returns a :class:`StepResult` value; it saves and restores its own
+optimizer state and prepares validation batches. Nothing else in the trainer asks which
+loop runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from .._callbacks import Hooks
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step's loss and metrics; ``stop_reason`` when the loop asks the run to stop."""
+
+    loss: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    stop_reason: str | None = None
+
+
+class Loop(Protocol):
+    """One training loop: a model, its optimizer, and how a step is taken."""
+
+    #: The loop's name in checkpoints (a checkpoint resumes only the same kind).
+    kind: str
+    model: nn.Module
+    optimizer: Any
+
+    @property
+    def optimizer_name(self) -> str:
+        """The optimizer's class name, which a resumed run must share."""
+
+    def describe(self, backend: str) -> str:
+        """How the run's opening line names this loop, e.g. ``DDP loop (gloo)``."""
+
+    def check_world(self, launcher: str, world_size: int) -> None:
+        """Raise ``ConfigError`` if this loop cannot run in ``world_size`` processes."""
+
+    def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
+        """This process's device (``gpu_index()`` gives the GPU its layout names)."""
+
+    def setup(self, device: torch.device, world_size: int) -> None:
+        """Move and wrap the model for ``world_size`` processes, before the first step."""
+
+    def train(self) -> None:
+        """Put the model in training mode."""
+
+    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
+        """Take one optimizer (or LM) step on the next batch(es), calling ``on_batch_start``."""
+
+    def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
+        """A validation batch's inputs and targets, on ``device`` and in the training dtype."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's (or LMA's) state, under the checkpoint entries this loop owns."""
+
+    def load_state_dict(self, entries: Mapping[str, Any]) -> None:
+        """Take back what :meth:`state_dict` gave (from a checked checkpoint)."""

@@ -1,0 +1,156 @@
+"""``GradientLoop``: a torch optimizer, one ``optimize_step`` per step, DDP over processes.
+
+DDP (Li et al. 2020, "PyTorch Distributed"): every process holds a replica of the model
+and takes its own share of each global batch; the backward pass averages the gradients,
+ḡ = (1/W) Σ_r ∇L_r(θ), so every replica takes the same optimizer step and the replicas
+stay identical. With equal per-rank batches and a mean loss, ḡ is the gradient of the
+mean loss over the global batch: W processes of batch b follow the same path as one
+process of batch W·b. With ``accumulate_grad_batches = a`` a step averages a batches
+(:func:`marquardt.trainer.optimize_step._accumulate_step`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._callbacks import Hooks
+from .._config import TrainConfig
+from .._errors import ConfigError
+from ..optimize_step import _accumulate_step, _split, optimize_step
+from ._base import StepResult
+
+
+def check_torch_optimizer(
+    optimizer: Any, model: nn.Module, config: TrainConfig, step_fn: Callable[..., Any]
+) -> None:
+    """The optimizer is a torch optimizer over this model's parameters, and ``config``'s
+    accumulation and clipping work with it and with ``step_fn``."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        hint = (
+            "install the lm extra (pip install marquardt-trainer[lm]) for LMA"
+            if type(optimizer).__name__ == "LMA"
+            else "e.g. torch.optim.SGD(model.parameters(), lr=0.01)"
+        )
+        raise ConfigError(
+            f"Trainer(optimizer=...): expected a torch.optim.Optimizer or a "
+            f"marquardt.solver.LMA, got {type(optimizer).__name__}. HINT: {hint}"
+        )
+    own = {id(p) for p in model.parameters()}
+    foreign = sum(1 for g in optimizer.param_groups for p in g["params"] if id(p) not in own)
+    if foreign:
+        raise ConfigError(
+            f"the optimizer holds {foreign} parameter(s) that are not the model's. HINT: "
+            "build it from this model, e.g. SGD(model.parameters(), lr=0.01)"
+        )
+    custom_step = step_fn is not optimize_step
+    if config.accumulate_grad_batches > 1:
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise ConfigError(
+                "accumulate_grad_batches > 1 with LBFGS: L-BFGS re-evaluates the loss inside "
+                "its step, which needs every batch at once. HINT: use a larger batch_size "
+                "instead, or accumulate_grad_batches=1"
+            )
+        if custom_step:
+            raise ConfigError(
+                "accumulate_grad_batches > 1 with a custom optimize_step: the trainer "
+                "accumulates with its own step. HINT: accumulate inside your optimize_step "
+                "and keep accumulate_grad_batches=1"
+            )
+    if config.grad_clip is not None and custom_step:
+        params = inspect.signature(step_fn).parameters
+        if "grad_clip" not in params and not any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        ):
+            raise ConfigError(
+                "TrainConfig.grad_clip is set but the custom optimize_step takes no "
+                "grad_clip argument. HINT: add a keyword argument grad_clip=None to it, or "
+                "clip inside it and leave grad_clip=None"
+            )
+
+
+class GradientLoop:
+    """The DDP loop: ``optimize_step`` (or accumulation over several batches) per step."""
+
+    kind = "ddp"
+
+    @property
+    def optimizer_name(self) -> str:
+        return type(self.optimizer).__name__
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss_fn: Callable[..., Any],
+        step_fn: Callable[..., Any],
+        config: TrainConfig,
+    ) -> None:
+        check_torch_optimizer(optimizer, model, config, step_fn)
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.step_fn = step_fn
+        self.accumulate = config.accumulate_grad_batches
+        self.grad_clip = config.grad_clip
+        self.dtype = config.torch_dtype
+        self.net: nn.Module = model
+
+    def describe(self, backend: str) -> str:
+        return f"DDP loop ({backend})"
+
+    def check_world(self, launcher: str, world_size: int) -> None:
+        """Any number of processes: DDP averages their gradients."""
+
+    def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
+        if not use_gpu:
+            return torch.device("cpu")
+        index = gpu_index()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+
+    def setup(self, device: torch.device, world_size: int) -> None:
+        self.model.to(device=device)
+        if self.dtype is not None:
+            self.model.to(dtype=self.dtype)
+        if world_size > 1:
+            device_ids = [device.index] if device.type == "cuda" else None
+            self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
+
+    def train(self) -> None:
+        self.net.train()
+
+    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
+        """One optimizer step on the next ``accumulate_grad_batches`` batches."""
+        group = [next(batches) for _ in range(self.accumulate)]
+        hooks("on_batch_start", group[0] if self.accumulate == 1 else group)
+        extra = {} if self.grad_clip is None else {"grad_clip": self.grad_clip}
+        if self.accumulate == 1:
+            loss, raw = self.step_fn(
+                self.net, self.optimizer, self.loss_fn, group[0], device, self.dtype, **extra
+            )
+        else:
+            loss, raw = _accumulate_step(
+                self.net, self.optimizer, self.loss_fn, group, device, self.dtype, **extra
+            )
+        return StepResult(float(loss), {k: float(v) for k, v in raw.items()})
+
+    def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
+        inputs, targets = _split(batch)
+        dtype = self.dtype
+        inputs = inputs.to(device=device, dtype=dtype or inputs.dtype)
+        targets = targets.to(
+            device=device,
+            dtype=dtype if targets.is_floating_point() and dtype else targets.dtype,
+        )
+        return inputs, targets
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "lma": None}
+
+    def load_state_dict(self, entries: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(entries["optimizer"])

@@ -1,0 +1,1 @@
+"""What a run keeps on disk: the checkpoint file format, the run state in it, the run folder."""

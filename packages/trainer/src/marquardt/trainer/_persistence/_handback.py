@@ -1,0 +1,63 @@
+"""The result a spawned run hands back: rank 0's trained state, written for the spawning parent.
+
+Rank 0 writes the trained model, optimizer and scheduler states, its callbacks' states and
+the final step to a file (atomically), which the parent loads into the caller's own model,
+optimizer, scheduler and callbacks (so ``EarlyStopping.best`` reads the same in the caller
+as in the run); every rank holds the same weights, so rank 0's are the run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._callbacks import Callback
+from .._loops._context import RunContext
+from .._state import TrainerState
+from . import _callback_state as callback_state
+from . import _files as ckpt
+
+
+def write_result(context: RunContext, path: str) -> None:
+    """Rank 0 of a spawn: the trained state, for the parent."""
+    state = context.state
+    ckpt.atomic_save(
+        {
+            "model": ckpt.bare_state_dict(context.model),
+            "optimizer": context.loop.optimizer.state_dict(),
+            "scheduler": context.schedule.state_dict(),
+            "step": state.step,
+            "interrupted": state.interrupted,
+            "stop_reason": state.stop_reason,
+            callback_state.ENTRY: [callback_state.capture(context.hooks.callbacks)],
+        },
+        path,
+    )
+
+
+def read_result(path: str) -> dict[str, Any]:
+    """In the parent: what rank 0 wrote with :func:`write_result`."""
+    result: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
+    return result
+
+
+def apply_result(
+    result: dict[str, Any],
+    model: nn.Module,
+    optimizer: Any,
+    scheduler: Any,
+    callbacks: Sequence[Callback],
+    state: TrainerState,
+) -> None:
+    """In the parent: the caller's objects get rank 0's trained state."""
+    model.load_state_dict(result["model"])
+    optimizer.load_state_dict(result["optimizer"])
+    if scheduler is not None and result.get("scheduler") is not None:
+        scheduler.load_state_dict(result["scheduler"])
+    state.step = int(result["step"])
+    state.stop_reason = str(result.get("stop_reason", ""))
+    state.interrupted = bool(result["interrupted"])
+    callback_state.restore(result, callbacks, rank=0, world_size=1)
