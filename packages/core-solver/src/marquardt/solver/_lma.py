@@ -51,6 +51,7 @@ from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_optio
 from ._report import StepReport
 from ._robust import check_robust_loss, robust_residual_fn
 from ._state import checked_state, solver_state
+from ._subsets import ParamSelection, Selector, SubsetBackend, check_selection
 
 __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
 
@@ -77,6 +78,10 @@ class LMA:
     ``robust_loss`` ("soft_l1", "huber", "cauchy", "arctan", "linear"; None: least squares)
     with ``f_scale`` minimises the mean of c²ρ((r/c)²) over the residuals instead, with
     SciPy's ρ, by IRLS rows (``_robust``); the reported loss is that mean.
+    ``params_per_step=k`` makes every step a block step on k parameters only (their k
+    Jacobian columns alone are formed and a k × k, or N × N, system is solved), chosen by
+    ``param_selection`` ("layer", "random" with ``seed``, or a function (step, P) ->
+    indices; see ``_subsets``).
 
     CUDA ``devices`` that Legate holds are refused (``marquardt.devices.DeviceError``)
     before anything is built; so are models with no trainable parameter or on a device not
@@ -108,6 +113,9 @@ class LMA:
         jacobian_mode: str = "auto",
         robust_loss: str | None = None,
         f_scale: float = 1.0,
+        params_per_step: int | None = None,
+        param_selection: str | Selector = "random",
+        seed: int | None = None,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
         options = check_options(
@@ -132,6 +140,7 @@ class LMA:
             gtol=gtol,
         )
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
+        check_selection(params_per_step, param_selection, seed, gtol)
         if robust is not None:
             residual_fn = robust_residual_fn(residual_fn, *robust)
         device_list = options.devices
@@ -155,6 +164,11 @@ class LMA:
         self._stopping = options.stopping
         self._steps = 0
         self.report: StepReport | None = None
+        self._selection = (
+            None
+            if params_per_step is None
+            else ParamSelection(params_per_step, param_selection, self._replicas[0].sizes, seed)
+        )
 
     # -- properties ----------------------------------------------------------------------
     @property
@@ -229,14 +243,27 @@ class LMA:
             dtype=self._replicas.dtype,
             home=self._replicas.devices,
         )
+        if self._selection is None:
+            return self._step(inputs, targets, slice_size, None)
+        with self._selection.drawn(self._steps) as index:
+            return self._step(inputs, targets, slice_size, index)
+
+    def _step(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None,
+        index: torch.Tensor | None,
+    ) -> tuple[float, bool]:
         t_begin = time.perf_counter()
         params = self._replicas.num_params
+        columns = None if index is None else self._engine.columns(index)
         # Checked above (NaN/inf included); planned once here, and reused by the assembly
         # and every trial forward of this step.
         batch = self._engine.prepare(
-            inputs, targets, slice_size, strategy=self._strategy, checked=True
+            inputs, targets, slice_size, strategy=self._strategy, checked=True, columns=columns
         )
-        built = assemble(self._engine, self._backend, batch, dtype=self._dtype, params=params)
+        built = assemble(self._engine, self._backend, batch, dtype=self._dtype, params=batch.params)
         system = built.system
         n = system.rows
         mse_before = system.rss / n
@@ -261,6 +288,7 @@ class LMA:
             backend=self._backend.name,
             rows=n,
             params=params,
+            selected=0 if columns is None else columns.size,
             seconds_jacobian=built.seconds_jacobian,
             seconds_transfer=built.seconds_transfer,
             seconds_assembly=built.seconds_assembly,
@@ -275,7 +303,9 @@ class LMA:
             return self._finish(report, t_begin, loss_before, terminated=True)
 
         how = Attempts(
-            backend=self._backend,
+            backend=self._backend
+            if columns is None
+            else SubsetBackend(self._backend, columns.index, params),
             rule=self._rule,
             scaling=self._scaling,
             attempts=self._attempts,
@@ -353,12 +383,23 @@ class LMA:
     def state_dict(self) -> dict[str, Any]:
         """The solver's state: the damping rule's state (λ, ν), step count, settings.
 
-        The model's parameters are not included (save ``lma.model.state_dict()``).
+        The model's parameters are not included (save ``lma.model.state_dict()``). With
+        ``params_per_step``, ``"param_selection"`` holds the selection's state (the layer
+        cursor, the random generator), so a resumed run selects what it would have.
         """
-        return solver_state(self._rule, self._steps, self._learning_rate, self._scaling)
+        state = solver_state(self._rule, self._steps, self._learning_rate, self._scaling)
+        if self._selection is not None:
+            state["param_selection"] = self._selection.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; checks everything before changing anything."""
+        selection = None
+        if self._selection is not None and isinstance(state, dict):
+            state = dict(state)
+            selection = state.pop("param_selection", None)
         damping_state, steps = checked_state(state, self._rule)
+        if self._selection is not None:
+            self._selection.load_state_dict(selection)
         self._rule.load_state_dict(damping_state)
         self._steps = steps
