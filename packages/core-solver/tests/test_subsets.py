@@ -167,8 +167,12 @@ def test_state_without_selection_is_refused() -> None:
     subset = LMA(model, ["cpu"], _residual, params_per_step=8, seed=1)
     with pytest.raises(SolverStateError, match="param_selection"):
         subset.load_state_dict(plain.state_dict())
+    forced = LMA(copy.deepcopy(model), ["cpu"], _residual, strategy="accumulate")
     with pytest.raises(SolverStateError, match="param_selection"):
-        plain.load_state_dict(subset.state_dict())
+        forced.load_state_dict(subset.state_dict())
+    # Left to the planner, a solver resumes a subset run as subsets.
+    plain.load_state_dict(subset.state_dict())
+    assert plain.state_dict()["param_selection"]["k"] == 8
 
 
 def test_subset_larger_than_batch_uses_the_dual_system() -> None:
@@ -179,3 +183,49 @@ def test_subset_larger_than_batch_uses_the_dual_system() -> None:
     loss, _ = lma.step(x, y)
     assert lma.report is not None and lma.report.strategy == "explicit"
     assert lma.report.selected == 60 and loss <= lma.report.loss_before
+
+
+def test_planner_switches_to_subsets_when_memory_is_short() -> None:
+    """P = 97: the full step (N = 40 < P: the 40 × 40 dual with J whole) needs 111,128 B; with 100,000 B the
+    planner picks the largest subset whose 24·k² takes half of what is left."""
+    model, x, y = _problem()
+    lma = LMA(model, ["cpu"], _residual, memory_limit=100_000, seed=4)
+    with pytest.warns(UserWarning, match=r"random subsets of k = \d+"):
+        loss, _ = lma.step(x, y)
+    report = lma.report
+    assert report is not None and 0 < report.selected < 97
+    assert loss < report.loss_before
+    state = lma.state_dict()
+    assert state["param_selection"]["k"] == report.selected
+    # A fresh solver resumes into the same subsets without another switch.
+    other = LMA(copy.deepcopy(model), ["cpu"], _residual, memory_limit=100_000, seed=8)
+    other.load_state_dict(state)
+    assert other.state_dict()["param_selection"]["k"] == report.selected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "what"),
+    [
+        ({"strategy": "accumulate"}, "strategy='accumulate' on all 97 parameters"),
+        ({"params_per_step": 90}, "params_per_step=90"),
+    ],
+)
+def test_forced_plan_that_cannot_fit_is_refused_before_any_work(
+    kwargs: dict[str, object], what: str
+) -> None:
+    model, x, y = _problem()
+    before = Replicas(copy.deepcopy(model), ["cpu"]).flat_params()
+    lma = LMA(model, ["cpu"], _residual, memory_limit=100_000, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(SolverConfigError) as caught:
+        lma.step(x, y)
+    text = str(caught.value)
+    assert what in text and "memory_limit=100000" in text
+    assert "HINT: pass params_per_step=" in text
+    assert lma.steps == 0 and lma.report is None
+    torch.testing.assert_close(lma._replicas.flat_params(), before, rtol=0, atol=0)
+
+
+def test_memory_limit_is_checked() -> None:
+    model, _, _ = _problem()
+    with pytest.raises(SolverConfigError, match="memory_limit"):
+        LMA(model, ["cpu"], _residual, memory_limit=0)

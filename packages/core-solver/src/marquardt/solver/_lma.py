@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ from ._batch import check_batch
 from ._covariance import batch_covariance
 from ._damping import DampingRule
 from ._errors import SolverConfigError, message
+from ._memory_fit import check_limit, step_memory, usable_memory
 from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_options
 from ._report import StepReport
 from ._robust import check_robust_loss, robust_residual_fn
@@ -81,7 +83,11 @@ class LMA:
     ``params_per_step=k`` makes every step a block step on k parameters only (their k
     Jacobian columns alone are formed and a k × k, or N × N, system is solved), chosen by
     ``param_selection`` ("layer", "random" with ``seed``, or a function (step, P) ->
-    indices; see ``_subsets``).
+    indices; see ``_subsets``). Before any Jacobian is formed a step checks that it fits
+    ``memory_limit`` bytes (None: 0.8 × the free memory of the solver's device); with
+    ``strategy="auto"`` and no ``params_per_step`` a step that would not fit switches to
+    random subsets of the largest k that does (a ``UserWarning`` says so), and a forced
+    strategy or k that does not fit is refused before any work (``_memory_fit``).
 
     CUDA ``devices`` that Legate holds are refused (``marquardt.devices.DeviceError``)
     before anything is built; so are models with no trainable parameter or on a device not
@@ -116,6 +122,7 @@ class LMA:
         params_per_step: int | None = None,
         param_selection: str | Selector = "random",
         seed: int | None = None,
+        memory_limit: int | None = None,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
         options = check_options(
@@ -141,6 +148,7 @@ class LMA:
         )
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
         check_selection(params_per_step, param_selection, seed, gtol)
+        check_limit(memory_limit)
         if robust is not None:
             residual_fn = robust_residual_fn(residual_fn, *robust)
         device_list = options.devices
@@ -169,6 +177,10 @@ class LMA:
             if params_per_step is None
             else ParamSelection(params_per_step, param_selection, self._replicas[0].sizes, seed)
         )
+        self._seed = seed
+        self._memory_limit = memory_limit
+        # The planner may choose subsets itself only when nothing was forced.
+        self._auto_subsets = params_per_step is None and strategy == "auto"
 
     # -- properties ----------------------------------------------------------------------
     @property
@@ -263,6 +275,9 @@ class LMA:
         batch = self._engine.prepare(
             inputs, targets, slice_size, strategy=self._strategy, checked=True, columns=columns
         )
+        if not self._fits(batch):
+            # Too large for the memory, chosen by the planner: subsets from now on.
+            return self.step(inputs, targets, slice_size)
         built = assemble(self._engine, self._backend, batch, dtype=self._dtype, params=batch.params)
         system = built.system
         n = system.rows
@@ -322,6 +337,42 @@ class LMA:
             seconds_trial=seconds_trial,
         )
         return self._finish(report, t_begin, loss_after, terminated=terminated)
+
+    def _fits(self, batch: PreparedBatch) -> bool:
+        """True when the step of ``batch`` fits the memory; False when it does not and the
+        solver switched to subsets (nothing forced); raises when a forced choice does not
+        fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here."""
+        if self._backend.name == "cupynumeric":
+            return True
+        device = torch.device("cpu") if self._backend.name == "numpy" else self.devices[0]
+        item = self._replicas.dtype.itemsize
+        fit = step_memory(
+            batch.plan,
+            self._replicas.num_params,
+            item,
+            len(self.devices),
+            usable_memory(device, self._memory_limit),
+        )
+        if fit.fits:
+            return True
+        if batch.columns is None and self._auto_subsets and fit.fitting_k >= 1:
+            sizes = self._replicas[0].sizes
+            self._selection = ParamSelection(fit.fitting_k, "random", sizes, self._seed)
+            warnings.warn(
+                f"an LM step on all {self._replicas.num_params} parameters needs "
+                f"{fit.formula} = {fit.needed} B but {fit.usable} B are usable "
+                f"({fit.source}): stepping on random subsets of k = {fit.fitting_k} "
+                "parameters (pass params_per_step= and param_selection= to choose)",
+                UserWarning,
+                stacklevel=3,
+            )
+            return False
+        what = (
+            f"strategy={batch.strategy!r} on all {self._replicas.num_params} parameters"
+            if batch.columns is None
+            else f"params_per_step={batch.columns.size} (strategy={batch.strategy!r})"
+        )
+        raise fit.refuse(what)
 
     def _finish(
         self, report: StepReport, t_begin: float, loss: float, *, terminated: bool
@@ -395,6 +446,13 @@ class LMA:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; checks everything before changing anything."""
         selection = None
+        saved = state.get("param_selection") if isinstance(state, dict) else None
+        if self._selection is None and self._auto_subsets and isinstance(saved, dict):
+            # Saved after the planner switched to subsets: switch the same way first.
+            rule = saved.get("rule") if saved.get("rule") in ("layer", "random") else "random"
+            self._selection = ParamSelection(
+                int(saved.get("k", 1)), str(rule), self._replicas[0].sizes, self._seed
+            )
         if self._selection is not None and isinstance(state, dict):
             state = dict(state)
             selection = state.pop("param_selection", None)
