@@ -170,6 +170,13 @@ def test_state_without_selection_is_refused() -> None:
     forced = LMA(copy.deepcopy(model), ["cpu"], _residual, strategy="accumulate")
     with pytest.raises(SolverStateError, match="param_selection"):
         forced.load_state_dict(subset.state_dict())
+    # A bad state changes nothing, not even the choice of subsets.
+    bad = dict(subset.state_dict())
+    bad["steps"] = -1
+    fresh = LMA(copy.deepcopy(model), ["cpu"], _residual)
+    with pytest.raises(SolverStateError, match="steps"):
+        fresh.load_state_dict(bad)
+    assert "param_selection" not in fresh.state_dict()
     # Left to the planner, a solver resumes a subset run as subsets.
     plain.load_state_dict(subset.state_dict())
     assert plain.state_dict()["param_selection"]["k"] == 8

@@ -445,19 +445,16 @@ class LMA:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; checks everything before changing anything."""
-        selection = None
+        selection = self._selection
         saved = state.get("param_selection") if isinstance(state, dict) else None
-        if self._selection is None and self._auto_subsets and isinstance(saved, dict):
-            # Saved after the planner switched to subsets: switch the same way first.
-            rule = saved.get("rule") if saved.get("rule") in ("layer", "random") else "random"
-            self._selection = ParamSelection(
-                int(saved.get("k", 1)), str(rule), self._replicas[0].sizes, self._seed
-            )
-        if self._selection is not None and isinstance(state, dict):
-            state = dict(state)
-            selection = state.pop("param_selection", None)
+        if selection is None and self._auto_subsets and saved is not None:
+            # Saved after the planner switched to subsets: resume the same way.
+            selection = ParamSelection.resumed(saved, self._replicas[0].sizes, self._seed)
+        if selection is not None and isinstance(state, dict):
+            state = {k: v for k, v in state.items() if k != "param_selection"}
         damping_state, steps = checked_state(state, self._rule)
-        if self._selection is not None:
-            self._selection.load_state_dict(selection)
+        if selection is not None:
+            selection.load_state_dict(saved)
+        self._selection = selection
         self._rule.load_state_dict(damping_state)
         self._steps = steps

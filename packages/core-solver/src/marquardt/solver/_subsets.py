@@ -139,6 +139,23 @@ class ParamSelection:
         else:
             self._generator.manual_seed(seed)
 
+    @classmethod
+    def resumed(cls, state: object, sizes: Sequence[int], seed: int | None) -> ParamSelection:
+        """A selection for a saved ``state`` of the "layer" or "random" rule (the solver
+        chose subsets itself before it was saved); its state is loaded by the caller."""
+        rule = state.get("rule") if isinstance(state, dict) else None
+        k = state.get("k") if isinstance(state, dict) else None
+        if rule not in SELECTIONS or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SolverStateError(
+                message(
+                    "a param_selection state of rule 'layer' or 'random' with k ≥ 1 was expected",
+                    f"got rule {rule!r} and k {k!r}",
+                    "pass what LMA.state_dict() returned, unedited, or construct the LMA "
+                    "with the params_per_step and param_selection it was saved with",
+                )
+            )
+        return cls(k, str(rule), sizes, seed)
+
     @property
     def blocks(self) -> list[tuple[int, int]]:
         """The layer rule's blocks (empty for the other rules)."""
