@@ -111,3 +111,17 @@ def test_subset_plan_is_for_k_columns() -> None:
     assert batch.params == 2
     assert batch.strategy == "accumulate"  # 7 rows ≥ 2 columns
     assert batch.plan.params == 2
+
+
+def test_subsets_of_changing_size_on_one_engine() -> None:
+    """Steps of k = 2, then 5, then 3 columns reuse the engine's chunk workspace."""
+    problem = make_problem("multi_output")
+    replicas = Replicas(problem.model, ["cpu"])
+    engine = JacobianEngine(replicas, problem.residual_fn, mode="layers")
+    ref_j, _ = reference_jacobian(problem, replicas.names, replicas.flat_params())
+    for index in ([0, 1], [3, 4, 5, 9, 20], [2, 7, 26]):
+        columns = engine.columns(index)
+        batch = engine.prepare(problem.x, problem.y, strategy="accumulate", columns=columns)
+        jtj = engine.normal_products(batch).jtj
+        cols = ref_j[:, index]
+        torch.testing.assert_close(jtj, cols.T @ cols, rtol=1e-10, atol=1e-12)

@@ -167,7 +167,13 @@ class Workspaces:
     ) -> torch.Tensor:
         """A ``rows × params`` buffer for replica ``index`` on ``device``, reused across calls."""
         held = self._held.get(index)
-        if held is None or held.dtype != dtype or held.device != device or held.shape[0] < rows:
+        if (
+            held is None
+            or held.dtype != dtype
+            or held.device != device
+            or held.shape[0] < rows
+            or held.shape[1] != params  # a subset step of another size
+        ):
             held = torch.empty(rows, params, dtype=dtype, device=device)
             self._held[index] = held
         return held[:rows]
