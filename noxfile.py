@@ -164,8 +164,9 @@ def install_wheels(session: nox.Session) -> None:
 def integration_tests(session: nox.Session) -> None:
     """Multi-process and multi-component tests: torchrun, a real Slurm, legate, PBS."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
-    # matplotlib: the docs' executed code blocks draw plots (curve fitting's uncertainty band).
-    session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric", "matplotlib")
+    # matplotlib: the docs' executed code blocks draw plots (curve fitting's uncertainty band);
+    # scikit-learn: the digits tutorial loads its data set.
+    session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric", "matplotlib", "scikit-learn")
     session.install(*TOOL_CONSTRAINTS, "import-linter")  # test_layering.py runs lint-imports
     session.run(
         "pytest", str(ROOT / "integration_tests"), "-p", "no:cacheprovider", "-ra", *session.posargs

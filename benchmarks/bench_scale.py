@@ -28,7 +28,13 @@ it — data, model and optimizer built, the peak-RSS mark reset to the current R
 growth of the peak over it during the step (CPU only; ``bench_gpu.py`` measures GPU memory).
 
 Targets: ours ≤ 0.67× the peer's median step; ours ≤ 1.5× the floor; our peak RSS growth
-≤ the peer's. ``python benchmarks/bench_scale.py [--quick] [--device cpu]``; ``main()``
+≤ the peer's.
+
+Parameter subsets (``_scale_subsets.py``): the 1-512-512-512-1 MLP (P = 526,849) at
+N = 10000 with k = 4096 parameters per step, ours by layer and at random against the peer's
+random selection, each for the same wall time, and Adam at its best learning rate; time per
+step, peak RSS and the MSE on the full data after the budget (about 6 minutes in all).
+``--subsets-only`` runs that part alone (``results/scale-subsets.json``). ``python benchmarks/bench_scale.py [--quick] [--device cpu]``; ``main()``
 writes ``results/scale.json`` and ``results/scale.png`` (``scale-quick.*`` with ``--quick``).
 """
 
@@ -43,6 +49,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import _common as c
+import _scale_subsets as subsets
 import _versus as v
 import torch
 from _floor import random_floor
@@ -160,7 +167,7 @@ def measure_shape(
     return entry
 
 
-def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
+def main(quick: bool = False, device: str = "cpu", *, with_subsets: bool = True) -> dict[str, Any]:
     c.setup_threads()
     where = torch.device(device)
     shapes = QUICK_SHAPES if quick else SHAPES
@@ -193,6 +200,8 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
                 "error": v.describe_error(exc),
             }
             v.release(where)
+    if with_subsets and not quick and where.type == "cpu":
+        results["subsets"] = subsets.measure(__file__)
     results["load_average"]["after"] = c.load_average()
     c.write_json("scale-quick" if quick else "scale", results)
     _plot(results, "scale-quick.png" if quick else "scale.png")
@@ -255,6 +264,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                     "(growth of one step, fresh process each)",
                 )
             )
+    if "subsets" in results:
+        rows.extend(subsets.summary(results["subsets"]))
     return rows
 
 
@@ -326,8 +337,21 @@ def _cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes (development)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu)")
+    parser.add_argument("--subsets-only", action="store_true", help="the P = 526,849 part alone")
     parser.add_argument("--child-rss", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--child-subsets", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_subsets:
+        print(subsets.child(args.child_subsets))
+        return 0
+    if args.subsets_only:
+        part = {"machine": c.machine(), "subsets": subsets.measure(__file__)}
+        c.write_json("scale-subsets", part)
+        print(
+            json.dumps({k: v for k, v in part["subsets"].items() if k != "rss"}, default=str)[:3000]
+        )
+        print(c.format_rows(subsets.summary(part["subsets"])))
+        return 0
     if args.child_rss:
         spec = json.loads(args.child_rss)
         print(json.dumps(rss_child(spec["kind"], spec["widths"], spec["n"])))

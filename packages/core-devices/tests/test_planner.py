@@ -62,7 +62,7 @@ def test_wide_model_needs_two_gpus_for_j() -> None:
 
 def test_busy_first_gpu_limits_every_share() -> None:
     # Legate splits its 4.02 GB evenly: cuda:0, with 1.6 GiB usable, cannot hold a half.
-    busy = plan(1_000_000, 1000, gpus=[gpu(0, free=2 * GiB), gpu(1), gpu(2)])
+    busy = plan(1_000_000, 1000, gpus=[gpu(0, free=2 * GiB), gpu(1), gpu(2)], strategy="explicit")
     assert busy.strategy == "explicit" and busy.legate_gpus == 2 and not busy.fits
     assert "CUDA_VISIBLE_DEVICES" in busy.explain()
     assert busy.fbmem_mib == 1638  # the smallest Legate GPU's usable memory, in MiB
@@ -73,7 +73,9 @@ def test_busy_first_gpu_limits_every_share() -> None:
 
 
 def test_too_big_says_so() -> None:
-    result = plan(100_000, 1_000_000, gpus=[gpu(0, free=GiB), gpu(1, free=GiB)])
+    result = plan(
+        100_000, 1_000_000, gpus=[gpu(0, free=GiB), gpu(1, free=GiB)], strategy="accumulate"
+    )
     assert result.strategy == "accumulate"
     assert result.legate_gpus == 1  # as many as can be spared
     assert not result.fits
@@ -103,8 +105,30 @@ def test_no_gpu_too_little_ram() -> None:
     result = plan(50_000, 10, gpus=[], host=HostMemory(GiB, "test"))
     # 10 x 50000 x 4 for J + 2 x 10^2 x 8: fits; one sample's slice needs 600 kB: fits.
     assert result.strategy == "explicit" and result.fits
-    big = plan(200_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"))
+    big = plan(200_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"), strategy="accumulate")
     assert not big.fits  # JtJ alone is 2 x 200000^2 x 8 bytes
+
+
+def test_subsets_when_neither_strategy_fits() -> None:
+    # 1 GiB x 0.8 = 858993459.2 B usable; theta, backup, delta: 200000 x (2 x 4 + 8) = 3.2 MB;
+    # half the rest / 24 = 17829030.4 -> isqrt 4222 -> 4160 (a multiple of 64).
+    result = plan(200_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"))
+    assert (result.strategy, result.params_per_step, result.backend) == ("subsets", 4160, "numpy")
+    assert result.solver_bytes == 24 * 4160**2 and result.fits
+    # Slices: (858993459.2 - 3.2e6 - 415334400) // (3 x 4160 x 4) = 8823 samples.
+    assert result.slice_size == 8823
+    assert result.command("train.py") == (
+        "python train.py --slice-size 8823 --params-per-step 4160"
+    )
+    text = result.explain()
+    assert "neither strategy fits" in text and "k = 4160 (a multiple of 64)" in text
+    # On one GPU the subsets run on it, in torch.
+    on_gpu = plan(200_000, 1_000_000, gpus=[gpu(0, free=GiB)])
+    assert on_gpu.strategy == "subsets" and on_gpu.backend == "torch"
+    assert on_gpu.params_per_step == 4160 and on_gpu.model_devices == ("cuda:0",)
+    # Nothing fits: not even the parameters.
+    hopeless = plan(200_000_000, 10, gpus=[], host=HostMemory(GiB, "test"))
+    assert hopeless.params_per_step == 0 and not hopeless.fits
 
 
 def test_forced_choices() -> None:

@@ -9,13 +9,15 @@ from __future__ import annotations
 from ._discovery import GpuInfo, GpuProcess, discover_gpus
 from ._errors import DeviceError, LegateConfigError, NvmlError
 from ._legate import LegateShare, legate_gpu_count, legate_share
-from ._planner import Plan, plan
+from ._memory import HostMemory, host_memory
+from ._planner import Plan, plan, subset_size
 from ._split import Split, check_model_devices, current_split, get_available_gpus
 
 __all__ = [
     "DeviceError",
     "GpuInfo",
     "GpuProcess",
+    "HostMemory",
     "LegateConfigError",
     "LegateShare",
     "NvmlError",
@@ -25,7 +27,9 @@ __all__ = [
     "current_split",
     "discover_gpus",
     "get_available_gpus",
+    "host_memory",
     "legate_gpu_count",
     "legate_share",
     "plan",
+    "subset_size",
 ]

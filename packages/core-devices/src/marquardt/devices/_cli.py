@@ -118,8 +118,11 @@ def _plan_lines(args: argparse.Namespace, gpus: Sequence[GpuInfo]) -> list[str]:
     lines = ["", f"Plan for P={args.params}, N={args.batch}, m={args.outputs}, {args.dtype}:"]
     lines.extend(f"  {line}" for line in result.explain().splitlines())
     devices = ", ".join(result.model_devices)
+    subsets = (
+        f", params_per_step={result.params_per_step}" if result.params_per_step is not None else ""
+    )
     lines.append(
-        f"Recommendation: strategy={result.strategy}, backend={result.backend}, "
+        f"Recommendation: strategy={result.strategy}{subsets}, backend={result.backend}, "
         f"Legate GPUs={result.legate_gpus}, model devices={devices}, "
         f"slice_size={result.slice_size}" + ("" if result.fits else " (does NOT fit)")
     )

@@ -29,6 +29,14 @@ step, plus :data:`SYSMEM_MARGIN`. With ``accumulate`` the model devices sum thei
 its residuals) goes through a fresh pinned host buffer that Legate attaches and copies into
 its ``J``; the Jacobian engine keeps at most 2 slices per model device in flight. Either way
 δ (``P`` float64) comes back through the host once per attempt.
+
+When neither fits (and the strategy was not forced), the plan is a step on parameter
+subsets (``LMA(params_per_step=k)``, :func:`_plan_subsets`): each step forms only ``k``
+columns of ``J`` and solves a ``k × k`` system, on the first model device (or in RAM).
+Besides ``θ``, its backup and the scattered δ (``P·(2b + 8)`` bytes), half of the usable
+memory goes to the system, ``3·8·k²`` bytes (the accumulated ``J_SᵀJ_S`` in float64, the
+matrix the backend factorises and its damped copy), and the rest to slices of
+``SLICE_FACTOR·m·k·b`` bytes per sample; ``k`` is the largest multiple of 64 that fits.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ from typing import Any, Literal
 from ._discovery import GpuInfo, survey
 from ._memory import HostMemory, host_memory
 
-Strategy = Literal["explicit", "accumulate"]
+Strategy = Literal["explicit", "accumulate", "subsets"]
 Backend = Literal["cupynumeric", "torch", "numpy"]
 
 MiB = 1 << 20
@@ -100,9 +108,15 @@ class Plan:
     fbmem_mib: int | None
     sysmem_mib: int | None
     lines: tuple[str, ...] = field(default=(), repr=False)
+    params_per_step: int | None = None
 
     def command(self, script: str = "script.py") -> str:
         """The command line that runs ``script`` with this split."""
+        if self.params_per_step is not None:
+            return (
+                f"python {script} --slice-size {self.slice_size} "
+                f"--params-per-step {self.params_per_step}"
+            )
         if self.legate_gpus == 0:
             return f"python {script} --slice-size {self.slice_size}"
         return (
@@ -221,9 +235,69 @@ def plan(
     )  # fmt: skip
     per_sample = SLICE_FACTOR * outputs * params * item
     partial = normal if chosen == "accumulate" else 0
+    host = host or host_memory()
     if not visible:
-        return _plan_cpu(host or host_memory(), keep, per_sample, partial, lines, common)
-    return _plan_gpus(visible, legate_gpus, keep, per_sample, partial, lines, common)
+        full = _plan_cpu(host, keep, per_sample, partial, lines, common)
+    else:
+        full = _plan_gpus(visible, legate_gpus, keep, per_sample, partial, lines, common)
+    if full.fits or strategy != "auto" or legate_gpus is not None:
+        return full
+    return _plan_subsets(full, visible, host, keep, item)
+
+
+#: Subset sizes are rounded down to a multiple of this many parameters.
+SUBSET_ROUNDING = 64
+
+
+def subset_size(usable: float, params: int, item: int) -> int:
+    """The largest ``k`` (a multiple of ``SUBSET_ROUNDING`` when possible, at most ``P``)
+    whose ``3·8·k²`` system bytes take at most half of ``usable`` after ``P·(2b + 8)``
+    (θ, its backup, the scattered δ); 0 when not even one parameter fits."""
+    room = (usable - params * (2 * item + 8)) / 2
+    if room < 24:
+        return 0
+    k = min(params, math.isqrt(int(room // 24)))
+    return k - k % SUBSET_ROUNDING if k >= 2 * SUBSET_ROUNDING else k
+
+
+def _plan_subsets(
+    full: Plan, visible: list[GpuInfo], host: HostMemory, keep: float, item: int
+) -> Plan:
+    """Parameter subsets per step, solved on the first model device (torch) or in RAM."""
+    params, batch, outputs = full.params, full.batch, full.outputs
+    lines = list(full.lines)
+    if visible:
+        usable = min(gpu.memory_free for gpu in visible) * keep
+        where = f"on cuda:{visible[0].ordinal}"
+    else:
+        usable = host.available * keep
+        where = "in RAM"
+    k = subset_size(usable, params, item)
+    fixed = params * (2 * item + 8)
+    system = 24 * k * k
+    lines.append(
+        f"neither strategy fits: parameter subsets per step (LMA(params_per_step=k)). "
+        f"theta, its backup and delta: P x ({2 * item} + 8) = {_fmt(fixed)}; the k x k system: "
+        f"3 x k^2 x 8 (JtJ_S, the float64 matrix and its damped copy), at most half of the "
+        f"{_fmt(usable - fixed)} left {where} -> k = {k}"
+        + (f" (a multiple of {SUBSET_ROUNDING})" if k >= 2 * SUBSET_ROUNDING else "")
+        + f", {_fmt(system)}."
+    )
+    devices = max(1, len(visible))
+    per_sample = SLICE_FACTOR * outputs * max(k, 1) * item
+    size, slice_fits = _slice_lines(
+        usable - fixed - system, per_sample, batch, devices, _reserved(system, 0), lines, "k"
+    )
+    fits = k >= 1 and slice_fits
+    lines.append(_verdict(fits, where, fixed + system + size * per_sample, usable))
+    return Plan(
+        params=params, batch=batch, outputs=outputs, dtype=full.dtype, rows=full.rows,
+        strategy="subsets", jacobian_bytes=full.jacobian_bytes, normal_bytes=full.normal_bytes,
+        solver_bytes=system, backend="torch" if visible else "numpy", legate_gpus=0,
+        model_devices=tuple(f"cuda:{g.ordinal}" for g in visible) or ("cpu",),
+        slice_size=size, slice_bytes=size * per_sample, fits=fits, fbmem_mib=None,
+        sysmem_mib=None, lines=tuple(lines), params_per_step=k,
+    )  # fmt: skip
 
 
 def _slice(budget: float, per_sample: int, batch: int, devices: int) -> tuple[int, int]:
@@ -233,12 +307,18 @@ def _slice(budget: float, per_sample: int, batch: int, devices: int) -> tuple[in
 
 
 def _slice_lines(
-    budget: float, per_sample: int, batch: int, devices: int, reserved: str, lines: list[str]
+    budget: float,
+    per_sample: int,
+    batch: int,
+    devices: int,
+    reserved: str,
+    lines: list[str],
+    columns: str = "P",
 ) -> tuple[int, bool]:
     size, by_memory = _slice(budget, per_sample, batch, devices)
     extra = f" after {reserved}" if reserved else ""
     lines.append(
-        f"slice memory: {SLICE_FACTOR} x m x P x b = {_fmt(per_sample)} per sample; "
+        f"slice memory: {SLICE_FACTOR} x m x {columns} x b = {_fmt(per_sample)} per sample; "
         f"{_fmt(max(budget, 0))} usable per model device{extra} -> at most {by_memory} samples."
     )
     lines.append(
@@ -284,7 +364,7 @@ def _plan_cpu(
 
 def _verdict(fits: bool, where: str, need: float, have: float) -> str:
     if fits:
-        return f"fits: {_fmt(need)} needed of {_fmt(have)} usable {where}."
+        return f"fits: {_fmt(need)} needed of {_fmt(have)} usable {where.removeprefix('in ')}."
     return (
         f"does NOT fit: {_fmt(need)} needed but {_fmt(have)} usable {where}. HINT: use a "
         "smaller batch, float32, more GPUs for Legate, or hide busy GPUs with "

@@ -8,6 +8,7 @@ either the slices of ``J`` or the Levenberg-Marquardt normal products ``JᵀJ`` 
 
 from __future__ import annotations
 
+from ._columns import ColumnSubset
 from ._engine import JacobianEngine
 from ._errors import (
     BatchLengthError,
@@ -32,6 +33,7 @@ from ._replicas import Replicas
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
+    "ColumnSubset",
     "DeviceMismatchError",
     "EmptyBatchError",
     "JacobianEngine",

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from ._columns import ColumnSubset
 from ._errors import ResidualNotFiniteError, message
 from ._forward import forward_slices
 from ._gram import GramAccumulator
@@ -37,6 +38,7 @@ def accumulate_products(
     batch: int,
     size: int,
     dtype: torch.dtype,
+    columns: ColumnSubset | None = None,
 ) -> NormalProducts:
     """The normal products of the batch in ``dtype``, with the seconds spent (jacobian,
     gram, reduce, transfer). Slices of ``size`` samples go round-robin to the devices.
@@ -44,8 +46,10 @@ def accumulate_products(
     Residuals are not scanned chunk by chunk (on a GPU each scan is a host
     synchronisation): ``rᵀr`` is finite exactly when every residual is, so it is tested
     once, and only a non-finite sum pays a forward pass to name the first bad sample.
+    With ``columns`` the products are those of ``J_S`` (``k × k``, ``k``), and only the
+    ``k`` columns are ever formed.
     """
-    params = replicas.num_params
+    params = replicas.num_params if columns is None else columns.size
     accumulators: dict[int, GramAccumulator] = {}
     chunk_buffers: dict[int, torch.Tensor | None] = {}
     start = time.perf_counter()
@@ -65,7 +69,7 @@ def accumulate_products(
         x = to_device(inputs[lo:hi], replica.device)
         y = to_device(targets[lo:hi], replica.device)
         chunks = jacobian_chunks(
-            replica, residual_fn, x, y, plan, chunk_buffers[dev], lo, check=False
+            replica, residual_fn, x, y, plan, chunk_buffers[dev], lo, check=False, columns=columns
         )
         for jac, res in chunks:
             t0 = time.perf_counter()

@@ -18,6 +18,7 @@ import torch
 
 from . import _settings
 from ._accumulate import accumulate_products
+from ._columns import ColumnSubset
 from ._errors import UnknownModeError, message
 from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
 from ._host_heap import keep_host_heap
@@ -120,6 +121,7 @@ class JacobianEngine:
         *,
         strategy: str = "auto",
         checked: bool = False,
+        columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
         """Check the batch, probe the model once and plan: what one step's calls reuse.
 
@@ -127,12 +129,22 @@ class JacobianEngine:
         training mode, residuals that are detached or not finite on the first samples).
         ``checked=True`` skips the scan for NaN/inf in inputs and targets, for a caller that
         made it already (``LMA.step`` does, with its own message). The plan is kept in
-        ``last_plan``.
+        ``last_plan``. ``columns`` (from :meth:`columns`) restricts the step's products to
+        those parameter columns: the plan is made for their number ``k``, and only they
+        are formed.
         """
         batch = check_batch(inputs, targets, scan=not checked)
         size = check_slice_size(slice_size, batch, len(self.replicas))
         check_batchnorm(self.replicas.model)
-        plan = self._plan(inputs, targets, batch, size, strategy, cap=slice_size is None)
+        plan = self._plan(
+            inputs,
+            targets,
+            batch,
+            size,
+            strategy,
+            cap=slice_size is None,
+            params=None if columns is None else columns.size,
+        )
         return PreparedBatch(
             inputs=inputs,
             targets=targets,
@@ -140,7 +152,13 @@ class JacobianEngine:
             plan=plan,
             slice_samples=plan.slice_samples or size,
             forward_samples=self._forward_size(size, capped=slice_size is None),
+            columns=columns,
         )
+
+    def columns(self, indices: torch.Tensor | Sequence[int]) -> ColumnSubset:
+        """The subset of flat parameter ``indices`` (the order of ``replicas.names``),
+        checked, for :meth:`prepare`."""
+        return ColumnSubset.of(indices, self.replicas[0].sizes)
 
     def _probe(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
         """``(m, activations per sample)`` from a forward pass on the first samples."""
@@ -184,6 +202,7 @@ class JacobianEngine:
         strategy: str,
         *,
         cap: bool = False,
+        params: int | None = None,
     ) -> JacobianPlan:
         m, activations = self._probe(inputs, targets)
         if self.mode in ("auto", "layers") and self._layers_ok is None:
@@ -194,7 +213,7 @@ class JacobianEngine:
                 self._layers_reason = why
         plan = plan_jacobian(
             batch * m,
-            self.replicas.num_params,
+            self.replicas.num_params if params is None else params,
             m,
             self.replicas.dtype,
             self._budget(),
@@ -260,10 +279,11 @@ class JacobianEngine:
                 lo,
                 hi,
                 plan,
-                params=self.replicas.num_params,
+                params=batch.params,
                 dtype=self.replicas.dtype,
                 output_device=output_device,
                 out=out,
+                columns=batch.columns,
             )
 
         return [bound(lo, hi) for lo, hi in batch.slices()]
@@ -294,7 +314,7 @@ class JacobianEngine:
         parameters' dtype for the in-place path.
         """
         plan = self._with_strategy(batch, "explicit").plan
-        rows, params = plan.rows, self.replicas.num_params
+        rows, params = plan.rows, batch.params
         if tuple(jacobian.shape) != (rows, params) or tuple(residuals.shape) != (rows,):
             raise ValueError(
                 message(
@@ -361,6 +381,7 @@ class JacobianEngine:
             batch=batch.samples,
             size=batch.slice_samples,
             dtype=acc_dtype,
+            columns=batch.columns,
         )
 
     def residuals(

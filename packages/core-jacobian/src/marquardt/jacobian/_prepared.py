@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ._columns import ColumnSubset
 from ._planner import JacobianPlan
 from ._slicing import slice_ranges
 
@@ -26,6 +27,8 @@ class PreparedBatch:
     ``slice_samples`` is how many samples one Jacobian slice holds (the caller's
     ``slice_size``, or the plan's default); ``forward_samples`` how many one forward-only
     slice holds (the same with a ``slice_size``, else bounded by the memory budget).
+    ``columns``, when set, is the parameter subset whose columns alone the step's products
+    are formed for (the plan was made for their number).
     """
 
     inputs: torch.Tensor
@@ -34,11 +37,17 @@ class PreparedBatch:
     plan: JacobianPlan
     slice_samples: int
     forward_samples: int
+    columns: ColumnSubset | None = None
 
     @property
     def rows(self) -> int:
         """``R = N·m``, the residual rows of the batch."""
         return self.plan.rows
+
+    @property
+    def params(self) -> int:
+        """The columns of ``J`` the products hold: ``k`` for a subset, else ``P``."""
+        return self.plan.params
 
     @property
     def strategy(self) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ._modes import ResidualFn, jacfwd_jacobian, layers_jacobian, vmap_jacobian
+from ._columns import ColumnSubset
+from ._modes import ResidualFn, jacfwd_jacobian, layers_jacobian, subset_jacobian, vmap_jacobian
 from ._planner import JacobianPlan
 from ._replicas import Replica
 from ._slicing import to_device, to_host_fresh
@@ -34,6 +35,7 @@ def jacobian_chunks(
     *,
     fill: bool = False,
     check: bool = True,
+    columns: ColumnSubset | None = None,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``(J, r)`` of successive chunks of at most ``plan.samples_per_chunk`` samples.
 
@@ -44,6 +46,7 @@ def jacobian_chunks(
     own rows (explicit: one slice-sized ``J``, no concatenation of chunk copies).
     ``check`` scans each chunk's residuals for NaN/inf (a host synchronisation per chunk
     on a GPU); a caller that checks a sum of the residuals instead passes False.
+    With ``columns``, only those columns of ``J`` are formed (``_modes._subset``).
     """
     step = plan.samples_per_chunk
     m = plan.outputs_per_sample
@@ -51,7 +54,19 @@ def jacobian_chunks(
         xs, ys = x[lo : lo + step], y[lo : lo + step]
         first = lo * m if fill else 0
         out = None if workspace is None else workspace[first : first + int(xs.shape[0]) * m]
-        if plan.mode == "layers":
+        if columns is not None:
+            jac, res = subset_jacobian(
+                replica,
+                residual_fn,
+                xs,
+                ys,
+                columns,
+                plan.mode,
+                samples_per_call=step,
+                param_chunk=plan.param_chunk,
+                out=out if plan.mode == "layers" else None,
+            )
+        elif plan.mode == "layers":
             jac, res = layers_jacobian(replica, residual_fn, xs, ys, out=out)
         elif plan.mode == "jacfwd":
             jac, res = jacfwd_jacobian(
@@ -79,12 +94,14 @@ def slice_jacobian(
     dtype: torch.dtype,
     output_device: torch.device,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
+    columns: ColumnSubset | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
     """``(J_s, r_s, transfer seconds)`` of samples ``[lo, hi)``, fresh on ``output_device``.
 
     With ``out`` = (J, r) of the whole batch, the slice's rows are written there instead
     (straight into J when it lives on the replica's device: no slice-sized copy) and the
-    returned tensors are those rows.
+    returned tensors are those rows. With ``columns``, ``J_s`` holds those columns only
+    (``params`` is then their number).
     """
     device = replica.device
     x = to_device(inputs[lo:hi], device)
@@ -94,7 +111,11 @@ def slice_jacobian(
     if out is not None:
         jac_rows, res_rows = out[0][lo * m : hi * m], out[1][lo * m : hi * m]
         if jac_rows.device == device and jac_rows.dtype == dtype:
-            parts = list(jacobian_chunks(replica, residual_fn, x, y, plan, jac_rows, lo, fill=True))
+            parts = list(
+                jacobian_chunks(
+                    replica, residual_fn, x, y, plan, jac_rows, lo, fill=True, columns=columns
+                )
+            )
             start = time.perf_counter()
             res_rows.copy_(torch.cat([p[1] for p in parts]) if len(parts) > 1 else parts[0][1])
             return jac_rows, res_rows, time.perf_counter() - start
@@ -109,6 +130,7 @@ def slice_jacobian(
             params=params,
             dtype=dtype,
             output_device=device,
+            columns=columns,
         )
         start = time.perf_counter()
         jac_rows.copy_(jac)
@@ -119,7 +141,9 @@ def slice_jacobian(
         jac_all = torch.empty(
             (hi - lo) * plan.outputs_per_sample, params, dtype=dtype, device=device
         )
-    parts = list(jacobian_chunks(replica, residual_fn, x, y, plan, jac_all, lo, fill=True))
+    parts = list(
+        jacobian_chunks(replica, residual_fn, x, y, plan, jac_all, lo, fill=True, columns=columns)
+    )
     if jac_all is None:
         jac, res = parts[0]
     else:
@@ -143,7 +167,13 @@ class Workspaces:
     ) -> torch.Tensor:
         """A ``rows × params`` buffer for replica ``index`` on ``device``, reused across calls."""
         held = self._held.get(index)
-        if held is None or held.dtype != dtype or held.device != device or held.shape[0] < rows:
+        if (
+            held is None
+            or held.dtype != dtype
+            or held.device != device
+            or held.shape[0] < rows
+            or held.shape[1] != params  # a subset step of another size
+        ):
             held = torch.empty(rows, params, dtype=dtype, device=device)
             self._held[index] = held
         return held[:rows]

@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from marquardt.jacobian import (
+    ColumnSubset,
     JacobianEngine,
     JacobianSlice,
     NormalProducts,
@@ -98,6 +99,8 @@ class StepScope(Protocol):
         targets: torch.Tensor,
         slice_size: int | None,
         strategy: str,
+        *,
+        columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
         """The local batch, planned with the strategy the *global* batch needs."""
         ...
@@ -116,6 +119,14 @@ class StepScope(Protocol):
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         """The global loss from this rank's loss on its batch."""
+        ...
+
+    def common_seed(self, seed: int | None) -> int | None:
+        """The seed every rank draws parameter subsets from (rank 0's)."""
+        ...
+
+    def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
+        """The smallest of each value over the ranks (a memory plan all ranks can take)."""
         ...
 
     def finish(self, report: StepReport, replicas: Replicas) -> None:
@@ -138,8 +149,12 @@ class LocalScope:
         targets: torch.Tensor,
         slice_size: int | None,
         strategy: str,
+        *,
+        columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
-        return engine.prepare(inputs, targets, slice_size, strategy=strategy, checked=True)
+        return engine.prepare(
+            inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
+        )
 
     def assemble(
         self,
@@ -154,6 +169,12 @@ class LocalScope:
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         return loss
+
+    def common_seed(self, seed: int | None) -> int | None:
+        return seed
+
+    def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
+        return values
 
     def finish(self, report: StepReport, replicas: Replicas) -> None:
         """Nothing to check."""
@@ -243,12 +264,32 @@ class GroupScope:
             dist.all_reduce(buf, group=self.group)
         return buf.to(tensor.device)
 
+    def _source(self) -> int:
+        """The global rank of the group's rank 0."""
+        return 0 if self.group is None else dist.get_global_rank(self.group, 0)
+
+    def common_seed(self, seed: int | None) -> int | None:
+        """Rank 0's seed on every rank (drawn there when None), so that random parameter
+        subsets select the same columns on every rank."""
+        if seed is None and self.rank == 0:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        value = torch.tensor([0 if seed is None else seed], dtype=torch.int64, device=self.device)
+        with self._collective("broadcast of the subset seed"):
+            dist.broadcast(value, src=self._source(), group=self.group)
+        return int(value.item())
+
+    def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
+        """The smallest of each value over the ranks."""
+        buf = torch.tensor(values, dtype=torch.int64, device=self.device)
+        with self._collective("minimum of the memory plans"):
+            dist.all_reduce(buf, op=dist.ReduceOp.MIN, group=self.group)
+        return tuple(int(v) for v in buf.tolist())
+
     def sync_parameters(self, replicas: Replicas) -> None:
         """θ of the group's rank 0 on every rank (as DDP does when it wraps a model)."""
         flat = replicas.flat_params().to(self.device)
         with self._collective("broadcast of the parameters"):
-            source = 0 if self.group is None else dist.get_global_rank(self.group, 0)
-            dist.broadcast(flat, src=source, group=self.group)
+            dist.broadcast(flat, src=self._source(), group=self.group)
         replicas.set_flat_params(flat)
 
     def prepare(
@@ -258,18 +299,24 @@ class GroupScope:
         targets: torch.Tensor,
         slice_size: int | None,
         strategy: str,
+        *,
+        columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
         """The local batch; with ``strategy="auto"`` the global N decides (N ≥ P: accumulate)."""
-        batch = engine.prepare(inputs, targets, slice_size, strategy=strategy, checked=True)
+        batch = engine.prepare(
+            inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
+        )
         if strategy != "auto":
             return batch
         rows = self._all_reduce(
             torch.tensor([float(batch.rows)], dtype=torch.float64), "sum of the row counts"
         )
-        wanted = "accumulate" if int(rows[0]) >= engine.replicas.num_params else "explicit"
+        wanted = "accumulate" if int(rows[0]) >= batch.params else "explicit"
         if wanted == batch.strategy:
             return batch
-        return engine.prepare(inputs, targets, slice_size, strategy=wanted, checked=True)
+        return engine.prepare(
+            inputs, targets, slice_size, strategy=wanted, checked=True, columns=columns
+        )
 
     def assemble(
         self,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,10 +48,12 @@ from ._covariance import batch_covariance
 from ._damping import DampingRule
 from ._distributed import StepScope, step_scope
 from ._errors import SolverConfigError, message
+from ._memory_fit import check_limit, step_memory, usable_memory
 from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_options
 from ._report import StepReport
 from ._robust import check_robust_loss, robust_residual_fn
 from ._state import checked_state, solver_state
+from ._subsets import ParamSelection, Selector, SubsetBackend, check_selection
 
 __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
 
@@ -77,6 +80,14 @@ class LMA:
     ``robust_loss`` ("soft_l1", "huber", "cauchy", "arctan", "linear"; None: least squares)
     with ``f_scale`` minimises the mean of c²ρ((r/c)²) over the residuals instead, with
     SciPy's ρ, by IRLS rows (``_robust``); the reported loss is that mean.
+    ``params_per_step=k`` makes every step a block step on k parameters only (their k
+    Jacobian columns alone are formed and a k × k, or N × N, system is solved), chosen by
+    ``param_selection`` ("layer", "random" with ``seed``, or a function (step, P) ->
+    indices; see ``_subsets``). Before any Jacobian is formed a step checks that it fits
+    ``memory_limit`` bytes (None: 0.8 × the free memory of the solver's device); with
+    ``strategy="auto"`` and no ``params_per_step`` a step that would not fit switches to
+    random subsets of the largest k that does (a ``UserWarning`` says so), and a forced
+    strategy or k that does not fit is refused before any work (``_memory_fit``).
 
     ``process_group``: None (the default) is one process, even inside a script that has
     initialised torch.distributed (a DDP script fitting a model per rank, or curve fits on
@@ -103,6 +114,9 @@ class LMA:
     fail with ``RankFailureError`` (naming the rank that saw it and those that did not
     answer a roll call), within the group's ``timeout``. ``MARQUARDT_SOLVER_CHECK_RANKS=1``
     checks after every step that the ranks agree (``RanksDisagreeError`` otherwise).
+    With ``params_per_step`` every rank selects the same columns: random subsets draw from
+    rank 0's ``seed`` (one drawn there when none is given, broadcast when the LMA is
+    built), and the memory check takes the plan the tightest rank can take.
 
     CUDA ``devices`` that Legate holds are refused (``marquardt.devices.DeviceError``)
     before anything is built; so are models with no trainable parameter or on a device not
@@ -134,6 +148,10 @@ class LMA:
         jacobian_mode: str = "auto",
         robust_loss: str | None = None,
         f_scale: float = 1.0,
+        params_per_step: int | None = None,
+        param_selection: str | Selector = "random",
+        seed: int | None = None,
+        memory_limit: int | None = None,
         process_group: torch.distributed.ProcessGroup | str | None = None,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
@@ -159,6 +177,8 @@ class LMA:
             gtol=gtol,
         )
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
+        check_selection(params_per_step, param_selection, seed, gtol)
+        check_limit(memory_limit)
         if robust is not None:
             residual_fn = robust_residual_fn(residual_fn, *robust)
         device_list = options.devices
@@ -170,6 +190,8 @@ class LMA:
         self._scope: StepScope = step_scope(process_group, [torch.device(d) for d in device_list])
         self._replicas = Replicas(model, device_list)
         self._scope.sync_parameters(self._replicas)
+        # Random subsets must select the same columns on every rank of a group.
+        seed = self._scope.common_seed(seed)
         self._engine = JacobianEngine(self._replicas, residual_fn, mode=jacobian_mode)
         self._backend = resolve_backend(options.backend, self._replicas.devices[0])
         self._rule = options.rule
@@ -184,6 +206,15 @@ class LMA:
         self._stopping = options.stopping
         self._steps = 0
         self.report: StepReport | None = None
+        self._selection = (
+            None
+            if params_per_step is None
+            else ParamSelection(params_per_step, param_selection, self._replicas[0].sizes, seed)
+        )
+        self._seed = seed
+        self._memory_limit = memory_limit
+        # The planner may choose subsets itself only when nothing was forced.
+        self._auto_subsets = params_per_step is None and strategy == "auto"
 
     # -- properties ----------------------------------------------------------------------
     @property
@@ -267,13 +298,31 @@ class LMA:
             dtype=self._replicas.dtype,
             home=self._replicas.devices,
         )
+        if self._selection is None:
+            return self._step(inputs, targets, slice_size, None)
+        with self._selection.drawn(self._steps) as index:
+            return self._step(inputs, targets, slice_size, index)
+
+    def _step(
+        self,
+        inputs: torch.Tensor,
+        targets: torch.Tensor,
+        slice_size: int | None,
+        index: torch.Tensor | None,
+    ) -> tuple[float, bool]:
         t_begin = time.perf_counter()
         params = self._replicas.num_params
+        columns = None if index is None else self._engine.columns(index)
         # Checked above (NaN/inf included); planned once here, and reused by the assembly
         # and every trial forward of this step.
-        batch = self._scope.prepare(self._engine, inputs, targets, slice_size, self._strategy)
+        batch = self._scope.prepare(
+            self._engine, inputs, targets, slice_size, self._strategy, columns=columns
+        )
+        if not self._fits(batch):
+            # Too large for the memory, chosen by the planner: subsets from now on.
+            return self.step(inputs, targets, slice_size)
         built = self._scope.assemble(
-            self._engine, self._backend, batch, dtype=self._dtype, params=params
+            self._engine, self._backend, batch, dtype=self._dtype, params=batch.params
         )
         system = built.system
         n = system.rows
@@ -299,6 +348,7 @@ class LMA:
             backend=self._backend.name,
             rows=n,
             params=params,
+            selected=0 if columns is None else columns.size,
             seconds_jacobian=built.seconds_jacobian,
             seconds_transfer=built.seconds_transfer,
             seconds_assembly=built.seconds_assembly,
@@ -314,7 +364,9 @@ class LMA:
             return self._finish(report, t_begin, loss_before, terminated=True)
 
         how = Attempts(
-            backend=self._backend,
+            backend=self._backend
+            if columns is None
+            else SubsetBackend(self._backend, columns.index, params),
             rule=self._rule,
             scaling=self._scaling,
             attempts=self._attempts,
@@ -331,6 +383,52 @@ class LMA:
             seconds_trial=seconds_trial,
         )
         return self._finish(report, t_begin, loss_after, terminated=terminated)
+
+    def _fits(self, batch: PreparedBatch) -> bool:
+        """True when the step of ``batch`` fits the memory; False when it does not and the
+        solver switched to subsets (nothing forced); raises when a forced choice does not
+        fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here."""
+        if self._backend.name == "cupynumeric":
+            return True
+        device = torch.device("cpu") if self._backend.name == "numpy" else self.devices[0]
+        item = self._replicas.dtype.itemsize
+        fit = step_memory(
+            batch.plan,
+            self._replicas.num_params,
+            item,
+            len(self.devices),
+            usable_memory(device, self._memory_limit),
+        )
+        # In a process group every rank takes the plan the tightest rank can take.
+        fits, fitting_k = self._scope.least((int(fit.fits), fit.fitting_k))
+        if fits:
+            return True
+        if batch.columns is None and self._auto_subsets and fitting_k >= 1:
+            sizes = self._replicas[0].sizes
+            self._selection = ParamSelection(fitting_k, "random", sizes, self._seed)
+            warnings.warn(
+                f"an LM step on all {self._replicas.num_params} parameters needs "
+                f"{fit.formula} = {fit.needed} B but {fit.usable} B are usable "
+                f"({fit.source}): stepping on random subsets of k = {fitting_k} "
+                "parameters (pass params_per_step= and param_selection= to choose)",
+                UserWarning,
+                stacklevel=3,
+            )
+            return False
+        if fit.fits:
+            raise SolverConfigError(
+                message(
+                    "this step fits this rank's memory",
+                    "another rank of the process group has too little memory for it",
+                    "read that rank's error; give every rank the same memory_limit and devices",
+                )
+            )
+        what = (
+            f"strategy={batch.strategy!r} on all {self._replicas.num_params} parameters"
+            if batch.columns is None
+            else f"params_per_step={batch.columns.size} (strategy={batch.strategy!r})"
+        )
+        raise fit.refuse(what)
 
     def _finish(
         self, report: StepReport, t_begin: float, loss: float, *, terminated: bool
@@ -393,12 +491,27 @@ class LMA:
     def state_dict(self) -> dict[str, Any]:
         """The solver's state: the damping rule's state (λ, ν), step count, settings.
 
-        The model's parameters are not included (save ``lma.model.state_dict()``).
+        The model's parameters are not included (save ``lma.model.state_dict()``). With
+        ``params_per_step``, ``"param_selection"`` holds the selection's state (the layer
+        cursor, the random generator), so a resumed run selects what it would have.
         """
-        return solver_state(self._rule, self._steps, self._learning_rate, self._scaling)
+        state = solver_state(self._rule, self._steps, self._learning_rate, self._scaling)
+        if self._selection is not None:
+            state["param_selection"] = self._selection.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; checks everything before changing anything."""
+        selection = self._selection
+        saved = state.get("param_selection") if isinstance(state, dict) else None
+        if selection is None and self._auto_subsets and saved is not None:
+            # Saved after the planner switched to subsets: resume the same way.
+            selection = ParamSelection.resumed(saved, self._replicas[0].sizes, self._seed)
+        if selection is not None and isinstance(state, dict):
+            state = {k: v for k, v in state.items() if k != "param_selection"}
         damping_state, steps = checked_state(state, self._rule)
+        if selection is not None:
+            selection.load_state_dict(saved)
+        self._selection = selection
         self._rule.load_state_dict(damping_state)
         self._steps = steps

@@ -37,7 +37,7 @@ class StepReport:
     process group's all-reduce or all-gather of the products; 0 in one process), ``seconds_solve`` (all
     damped factorisations and solves), ``seconds_trial`` (trial forwards),
     ``seconds_total``. ``strategy`` / ``backend`` say how the step ran; ``rows`` and
-    ``params`` are N and P.
+    ``params`` are N and P; ``selected`` is k for a step on a parameter subset (0: all P).
     """
 
     damping: float
@@ -64,6 +64,7 @@ class StepReport:
     backend: str = ""
     rows: int = 0
     params: int = 0
+    selected: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain Python values (for logging)."""

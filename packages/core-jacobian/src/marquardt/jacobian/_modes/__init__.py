@@ -10,6 +10,14 @@ from __future__ import annotations
 from ._common import ResidualFn
 from ._jacfwd import jacfwd_jacobian
 from ._layers import layers_jacobian, layers_support
+from ._subset import subset_jacobian
 from ._vmap import vmap_jacobian
 
-__all__ = ["ResidualFn", "jacfwd_jacobian", "layers_jacobian", "layers_support", "vmap_jacobian"]
+__all__ = [
+    "ResidualFn",
+    "jacfwd_jacobian",
+    "layers_jacobian",
+    "layers_support",
+    "subset_jacobian",
+    "vmap_jacobian",
+]

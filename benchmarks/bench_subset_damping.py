@@ -1,0 +1,70 @@
+"""λ for block steps: one λ shared by all blocks, or one λ per block? Measured, not assumed.
+
+Problem: the 1-64-64-1 tanh MLP (P = 4,353) on ``sinc(10 x)``, shuffled batches of
+N = 2000, float32, 2 threads; ``LMA(params_per_step=512, param_selection="layer")``
+(10 blocks: W1 and b1; W2 in 8 runs of 512; b2, W3, b3), ``STEPS`` steps from the same
+start and batches, for seeds 0, 1, 2. "shared" is LMA as it is (the damping rule holds
+one λ); "per block" keeps one damping state per block and loads it before the block's
+step (``damping_rule.load_state_dict``), which is what a per-block λ would do.
+Reported: full-data MSE at the end, rejected attempts and seconds, per variant and seed.
+``python benchmarks/bench_subset_damping.py``; writes ``results/subset-damping.json``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import _common as c
+import torch
+
+WIDTHS = (1, 64, 64, 1)
+N = 2000
+K = 512
+STEPS = 60
+SEEDS = (0, 1, 2)
+
+
+def _run(seed: int, per_block: bool) -> dict[str, Any]:
+    from marquardt.solver import LMA
+
+    model = c.tanh_mlp(WIDTHS, seed)
+    lma = LMA(model, ["cpu"], lambda a, b: a - b, params_per_step=K, param_selection="layer")
+    x_all, y_all = c.sinc_dataset()
+    batches = c.shuffled_batches(x_all, y_all, N, seed)
+    states: dict[int, dict[str, float]] = {}
+    rejected = 0
+    start = time.perf_counter()
+    for _ in range(STEPS):
+        block = lma.state_dict()["param_selection"]["cursor"]
+        if per_block and block in states:
+            lma.damping_rule.load_state_dict(states[block])
+        x, y = next(batches)
+        lma.step(x, y)
+        assert lma.report is not None
+        rejected += lma.report.attempts - int(lma.report.accepted)
+        if per_block:
+            states[block] = dict(lma.damping_rule.state_dict())
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        mse = float(((model(x_all) - y_all) ** 2).mean())
+    return {"mse": mse, "rejected": rejected, "seconds": seconds}
+
+
+def main() -> dict[str, Any]:
+    c.setup_threads()
+    out: dict[str, Any] = {"machine": c.machine(), "load_before": c.load_average(), "runs": {}}
+    for seed in SEEDS:
+        for per_block in (False, True):
+            name = f"{'per-block' if per_block else 'shared'} seed {seed}"
+            out["runs"][name] = _run(seed, per_block)
+            print(name, out["runs"][name], flush=True)
+    out["load_after"] = c.load_average()
+    c.write_json("subset-damping", out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

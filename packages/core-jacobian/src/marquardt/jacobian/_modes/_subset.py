@@ -1,0 +1,257 @@
+"""The columns ``J_S`` of a parameter subset ``S``, without forming the other columns.
+
+Every mode differentiates with respect to the parameter tensors ``S`` touches only; the
+other tensors are constants of the forward pass.
+
+* ``layers``: the per-sample rules of ``_layers``, evaluated at the selected entries only.
+  For ``z = W a + b`` the column of ``W_{oj}`` is ``g_o·a_j`` per sample (summed over
+  positions for sequences), so ``k`` columns cost ``b·k`` products and the outer product
+  ``g aᵀ`` is never formed. Convolutions and embeddings form their own tensor's block and
+  keep the selected columns (their tensors are small next to ``P``).
+* ``vmap``: per-sample ``jacrev`` with respect to the touched tensors (``b·m·Σ|touched|``
+  numbers, ``|touched|`` the sizes of the tensors ``S`` touches), then the selected entries.
+* ``jacfwd``: one forward-mode pass per selected column, whose tangent is non-zero in one
+  entry of one touched tensor.
+
+Columns come out in the order of ``S.index`` (sorted flat indices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.func import functional_call, jacrev, jvp, vmap
+
+from .._columns import ColumnSubset
+from .._replicas import Replica
+from ._common import ResidualFn, require_graph, rows_of
+from ._layers import _apply_rule
+
+__all__ = ["subset_jacobian"]
+
+
+def subset_jacobian(
+    replica: Replica,
+    residual_fn: ResidualFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    columns: ColumnSubset,
+    mode: str,
+    *,
+    samples_per_call: int,
+    param_chunk: int,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(J_S, r)`` for the ``b`` samples of ``x``: ``J_S`` is ``(b·m) × k``.
+
+    ``out``, when given (layers mode), is a contiguous ``(b·m) × k`` tensor that receives
+    ``J_S``.
+    """
+    if mode == "layers":
+        return _layers(replica, residual_fn, x, y, columns, out)
+    if mode == "jacfwd":
+        return _jacfwd(replica, residual_fn, x, y, columns, param_chunk)
+    return _vmap(replica, residual_fn, x, y, columns, samples_per_call)
+
+
+def _linear_columns(
+    module: nn.Linear, param: torch.Tensor, a: torch.Tensor, g: torch.Tensor, local: torch.Tensor
+) -> torch.Tensor:
+    """``b × len(local)``: the selected entries of the per-sample ``g aᵀ`` (weight) or
+    ``g`` (bias), summed over positions for inputs with more than two dimensions."""
+    b = a.shape[0]
+    a3 = a.reshape(b, -1, a.shape[-1])
+    g3 = g.reshape(b, -1, g.shape[-1])
+    if param is module.bias:
+        picked = g3.index_select(2, local)
+    else:
+        width = int(module.weight.shape[1])
+        picked = g3.index_select(2, local // width) * a3.index_select(2, local % width)
+    return picked.sum(1) if picked.shape[1] > 1 else picked[:, 0]
+
+
+def _layers(
+    replica: Replica,
+    residual_fn: ResidualFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    columns: ColumnSubset,
+    out: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    model = replica.module
+    device = replica.flat.device
+    wanted = {
+        id(replica.params[part.tensor]): (part.local.to(device), part.positions.to(device))
+        for part in columns.parts
+    }
+    records: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        records.append((module, args[0].detach(), output))
+
+    owners = [
+        m for m in model.modules() if any(id(p) in wanted for p in m.parameters(recurse=False))
+    ]
+    handles = [m.register_forward_hook(hook) for m in owners]
+    try:
+        with torch.enable_grad():
+            prediction = model(x)
+            res = rows_of(residual_fn(prediction, y), x.shape[0])
+    finally:
+        for h in handles:
+            h.remove()
+    require_graph(res)
+    batch, m = res.shape
+    k = columns.size
+    jac = (
+        torch.empty(batch, m, k, dtype=replica.flat.dtype, device=device)
+        if out is None
+        else out.view(batch, m, k)
+    )
+    jac.zero_()
+    outputs = [rec[2] for rec in records]
+    for row in range(m):
+        target = jac[:, row, :]
+
+        def put(
+            param: torch.Tensor,
+            compute: Callable[[torch.Tensor | None], torch.Tensor],
+            target: torch.Tensor = target,
+        ) -> None:
+            entry = wanted.get(id(param))
+            if entry is not None:
+                local, positions = entry
+                block = compute(None).reshape(batch, -1)
+                target.index_add_(1, positions, block.index_select(1, local))
+
+        if not outputs:
+            continue
+        grads = torch.autograd.grad(
+            res[:, row].sum(), outputs, retain_graph=row < m - 1, allow_unused=True
+        )
+        for (module, a, _), g in zip(records, grads, strict=True):
+            if g is None:
+                continue
+            g = g.detach()
+            if isinstance(module, nn.Linear):
+                for param in module.parameters(recurse=False):
+                    entry = wanted.get(id(param))
+                    if entry is not None:
+                        local, positions = entry
+                        target.index_add_(1, positions, _linear_columns(module, param, a, g, local))
+            else:
+                _apply_rule(module, a, g, put)
+    return jac.reshape(batch * m, k), res.detach().reshape(-1)
+
+
+def _touched(
+    replica: Replica, columns: ColumnSubset
+) -> tuple[list[str], list[torch.Tensor], dict[str, torch.Tensor]]:
+    """Names and values of the touched tensors, and the dict of the others (constants)."""
+    values = replica.param_dict(replica.flat.detach())
+    names = [replica.names[t] for t in columns.tensors]
+    primals = [values.pop(n) for n in names]
+    return names, primals, values
+
+
+def _vmap(
+    replica: Replica,
+    residual_fn: ResidualFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    columns: ColumnSubset,
+    samples_per_call: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    module = replica.module
+    names, primals, constants = _touched(replica, columns)
+    batch = x.shape[0]
+
+    def one_sample(
+        tensors: tuple[torch.Tensor, ...], xi: torch.Tensor, yi: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        params = dict(constants)
+        params.update(zip(names, tensors, strict=True))
+        out = functional_call(module, params, (xi.unsqueeze(0),))
+        r = rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
+        return r, r
+
+    per_sample = vmap(
+        jacrev(one_sample, has_aux=True),
+        in_dims=(None, 0, 0),
+        randomness="different",
+        chunk_size=max(1, min(samples_per_call, batch)),
+    )
+    with torch.enable_grad():
+        grads, res = per_sample(tuple(primals), x, y)
+    m = res.shape[1] if res.dim() > 1 else 1
+    device = replica.flat.device
+    jac = torch.zeros(batch * m, columns.size, dtype=replica.flat.dtype, device=device)
+    for part, grad in zip(columns.parts, grads, strict=True):
+        block = grad.reshape(batch * m, -1)
+        jac.index_copy_(1, part.positions.to(device), block.index_select(1, part.local.to(device)))
+    return jac, res.reshape(-1).detach()
+
+
+def _jacfwd(
+    replica: Replica,
+    residual_fn: ResidualFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    columns: ColumnSubset,
+    param_chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    module = replica.module
+    names, primals, constants = _touched(replica, columns)
+    batch = x.shape[0]
+    device = replica.flat.device
+
+    def residuals(*tensors: torch.Tensor) -> torch.Tensor:
+        params = dict(constants)
+        params.update(zip(names, tensors, strict=True))
+        out = functional_call(module, params, (x,))
+        return rows_of(residual_fn(out, y), batch).reshape(-1)
+
+    with torch.no_grad():
+        res = residuals(*primals)
+    jac = torch.empty(res.numel(), columns.size, dtype=replica.flat.dtype, device=device)
+    # Column c of J_S: the tangent is the unit vector of its entry in its tensor.
+    owner = torch.empty(columns.size, dtype=torch.int64)
+    local = torch.empty(columns.size, dtype=torch.int64)
+    for i, part in enumerate(columns.parts):
+        owner[part.positions] = i
+        local[part.positions] = part.local
+    chunk = max(1, min(param_chunk, columns.size))
+    for c0 in range(0, columns.size, chunk):
+        c1 = min(c0 + chunk, columns.size)
+        tangents = []
+        for i, p in enumerate(primals):
+            basis = torch.zeros(c1 - c0, p.numel(), dtype=p.dtype, device=device)
+            rows = torch.nonzero(owner[c0:c1] == i).reshape(-1)
+            if rows.numel():
+                basis[rows.to(device), local[c0:c1][rows].to(device)] = 1
+            tangents.append(basis.view(c1 - c0, *p.shape))
+
+        def tangent(*ts: torch.Tensor) -> torch.Tensor:
+            pushed: torch.Tensor = jvp(residuals, tuple(primals), ts)[1]
+            return pushed
+
+        with torch.no_grad():
+            jac[:, c0:c1] = vmap(tangent, randomness="different")(*tangents).t()
+    _zero_padding_columns(replica, columns, jac)
+    return jac, res
+
+
+def _zero_padding_columns(replica: Replica, columns: ColumnSubset, jac: torch.Tensor) -> None:
+    """Zero the columns of embedding padding rows, as reverse mode defines them (see
+    ``_jacfwd._zero_padding_columns``)."""
+    parts = {id(replica.params[p.tensor]): p for p in columns.parts}
+    for module in replica.module.modules():
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            part = parts.get(id(module.weight))
+            if part is not None:
+                dim = int(module.weight.shape[1])
+                row = int(module.padding_idx) % int(module.weight.shape[0])
+                hit = (part.local // dim) == row
+                jac[:, part.positions[hit].to(jac.device)] = 0
