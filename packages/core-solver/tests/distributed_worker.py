@@ -39,6 +39,9 @@ CONFIGS: dict[str, tuple[int, int, dict[str, Any]]] = {
     "accumulate-uneven-robust": (200, 130, {"robust_loss": "soft_l1", "f_scale": 0.3}),
     "accumulate-loss-fn": (200, 100, {"loss_fn": "half-mse"}),
     "accumulate-tolerances": (200, 100, {"ftol": 0.1, "xtol": 0.025, "gtol": 1e-12}),
+    # Ranks given different seeds: every rank must draw rank 0's subsets.
+    "subsets-random": (200, 100, {"params_per_step": 20, "seed": "rank-0-wins"}),
+    "subsets-layer": (40, 23, {"params_per_step": 20, "param_selection": "layer"}),
 }
 
 
@@ -65,6 +68,8 @@ def build(options: dict[str, Any], group: bool) -> LMA:
     opts = dict(options)
     if opts.get("loss_fn") == "half-mse":
         opts["loss_fn"] = _half_mse
+    if opts.get("seed") == "rank-0-wins":
+        opts["seed"] = 5 if not group or dist.get_rank() == 0 else 6
     return LMA(
         make_model(),
         ["cpu"],
