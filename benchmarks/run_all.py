@@ -39,6 +39,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("scale", "bench_scale", {}, {"quick": True}),
     ("strategy", "bench_strategy", {}, {}),
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
+    ("curve_fit", "bench_curve_fit", {}, {"quick": True}),
     (
         "quality",
         "bench_quality",
@@ -386,6 +387,12 @@ SECTIONS = {
     "strategy": ("Planner choices", "strategy.png", _strategy_section, "bench_strategy.py"),
     "jacobian": ("Jacobian", None, _jacobian_section, "bench_jacobian.py"),
     "backends": ("Array backends", None, _backends_section, "bench_backends.py"),
+    "curve_fit": (
+        "curve_fit against SciPy",
+        None,
+        lambda r: __import__("bench_curve_fit").section(r),
+        "bench_curve_fit.py",
+    ),
 }
 
 
