@@ -8,7 +8,12 @@ N = 10⁴, 10⁵, 10⁶, 10⁷.
 Sides, timed interleaved (ours, lm, trf, ours, …) so that they share the load:
 
 * ours: ``marquardt.solver.curve_fit(f, x, y, p0)`` with its defaults, f written with
-  torch operations, on ``--device`` (the CPU here), 2 torch threads;
+  torch operations, on ``--device`` (the CPU here), with ``OURS_THREADS`` = 1 torch
+  thread: its work is element-wise on chunks of 2¹⁶ points that stay in cache, where a
+  second OpenMP thread gains little on an idle machine and costs much on a busy one (each
+  operation ends at a barrier: one Jacobian pass at N = 10⁶ took 412 ms with 2 threads
+  and 24.5 ms with 1 at a load average of 6.6 on these 2 cores; the whole fit 28.6 s
+  against 1.1 s). NumPy's element-wise work on SciPy's side is single-threaded too;
 * SciPy ``curve_fit(..., method="lm")`` (MINPACK's lmdif) and ``method="trf"``, with
   their defaults, f written with NumPy — as users call them (Jacobian by finite
   differences, since curve_fit users rarely write one).
@@ -46,6 +51,7 @@ import torch
 
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 QUICK_SIZES = (2_000, 20_000)
+OURS_THREADS = 1
 REPEATS = {10_000: 3, 100_000: 3, 1_000_000: 3, 10_000_000: 1}
 TRUE = (2.0, 0.3, 0.8, 0.5)
 P0 = (1.0, 0.0, 1.0, 0.0)
@@ -182,7 +188,7 @@ def first_call(device: torch.device) -> float:
 
 
 def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
-    c.setup_threads()
+    torch.set_num_threads(OURS_THREADS)
     results = run(torch.device(device), quick=quick)
     c.write_json("curve_fit-quick" if quick else "curve_fit", results)
     return results
@@ -194,7 +200,8 @@ def run(where: torch.device, *, quick: bool, target_from: int = TARGET_FROM) -> 
     sizes = QUICK_SIZES if quick else SIZES
     results: dict[str, Any] = {
         "problem": "Gaussian plus offset a·exp(−½((x−μ)/s)²) + c (P = 4), x in [−5, 5], "
-        f"true {TRUE}, noise σ = {NOISE}, p0 = {P0}, float64, {c.THREADS} threads, "
+        f"true {TRUE}, noise σ = {NOISE}, p0 = {P0}, float64, {torch.get_num_threads()} "
+        "torch thread(s), "
         f"device {where}",
         "ours_config": "marquardt.solver.curve_fit(f, x, y, p0) with its defaults",
         "scipy_config": "scipy.optimize.curve_fit(f, x, y, p0, method='lm' | 'trf'), "
