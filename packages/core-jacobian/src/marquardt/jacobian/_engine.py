@@ -22,6 +22,7 @@ from ._errors import UnknownModeError, message
 from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
 from ._host_heap import keep_host_heap
 from ._modes import ResidualFn, broadcast_support, layers_support
+from ._modes._broadcast import BROADCAST_CHUNK
 from ._planner import MODES, JacobianPlan, plan_jacobian
 from ._prepared import PreparedBatch
 from ._probe import default_budget, probe, verify_broadcast, verify_layers
@@ -176,6 +177,8 @@ class JacobianEngine:
         if not capped:
             return size
         fits = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
+        if self.last_plan is not None and self.last_plan.mode == "broadcast":
+            fits = min(fits, BROADCAST_CHUNK)  # element-wise work: chunks that stay in cache
         return min(size, fits)
 
     def _plan(
