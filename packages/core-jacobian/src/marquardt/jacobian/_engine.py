@@ -38,8 +38,8 @@ __all__ = ["JacobianEngine"]
 class JacobianEngine:
     """Computes ``r`` and ``J = ∂r/∂θ`` (or ``JᵀJ``, ``Jᵀr``) on every replica's device.
 
-    ``mode`` is ``"auto"``, ``"vmap"``, ``"jacfwd"``, ``"layers"`` or ``"broadcast"``; ``memory_budget``
-    bounds the intermediate bytes of one chunk on one device (default from
+    ``mode`` is ``"auto"``, ``"vmap"``, ``"jacfwd"``, ``"layers"`` or ``"broadcast"``;
+    ``memory_budget`` bounds the intermediate bytes of one chunk on one device (default from
     ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else 256 MiB on CPU, half the free GPU memory).
     Without a ``slice_size`` the budget also caps ``accumulate`` slices (one chunk each)
     and forward-only slices (loss, residuals), so memory does not grow with the batch.
