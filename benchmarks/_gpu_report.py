@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+import bench_curve_fit
 
 MIB = 2**20
 TARGET_PEER = 0.5
@@ -145,6 +146,11 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 + (syncs["ours"].get("error") or "sites in the JSON"),
             )
         )
+    fits = results.get("curve_fit", {})
+    if "error" in fits:
+        rows.append(c.row("gpu curve_fit: did not complete", None, None, detail=fits["error"]))
+    elif fits.get("sizes"):
+        rows.extend(bench_curve_fit.summary(fits, prefix="gpu "))
     for e in results.get("shapes", {}).values():
         rows.extend(shape_rows(e))
     return rows
@@ -319,6 +325,13 @@ def _sync_lines(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _curve_fit_text(results: dict[str, Any]) -> str:
+    fits = results.get("curve_fit", {})
+    if "error" in fits:
+        return f"Did not complete: {fits['error']}"
+    return bench_curve_fit.section(fits) if fits.get("sizes") else "Not measured."
+
+
 def markdown(results: dict[str, Any], png: Path | None, md: Path) -> str:
     m = results["machine"]
     largest = results.get("largest", {})
@@ -383,6 +396,10 @@ def markdown(results: dict[str, Any], png: Path | None, md: Path) -> str:
         "",
         "Training wall time (batch transfer and step; the clock stops for the evaluations on "
         "all 100000 points).",
+        "",
+        "## curve_fit against SciPy (`bench_curve_fit.py`'s problem; SciPy on the host)",
+        "",
+        _curve_fit_text(results),
         "",
         "## Host synchronisations in one LM step",
         "",

@@ -23,6 +23,8 @@ models and Jacobians, against torch-levenberg-marquardt driven as in ``bench_ste
   shuffled batches of 10000 moved to the device each step, ours with ``slice_size=5000``;
   training wall time until the MSE on all points reaches 1e-3 … 1e-6 (the clock stops for
   the evaluations), each side in turn, capped.
+* curve_fit (``bench_curve_fit.py``'s Gaussian plus offset, N = 10⁴ … 10⁷): ours on the
+  device against SciPy's ``curve_fit`` (lm, trf) on the host; target ≤ 0.5× at every N.
 * Host synchronisations in one of our steps on that loop (after a warm-up step), counted
   with ``torch.cuda.set_sync_debug_mode("warn")``; the peer's for reference.
 
@@ -56,6 +58,7 @@ from typing import Any
 import _common as c
 import _gpu_report as report
 import _versus as v
+import bench_curve_fit
 import torch
 from _floor import random_floor
 
@@ -492,6 +495,8 @@ def main(
             results["quality"][kind] = {"kind": kind, "error": v.describe_error(exc)}
         v.release(where)
         save()
+    results["curve_fit"] = curve_fit_part(where, quick)
+    save()
     for widths, n in shapes:
         is_largest = n == LARGEST
         if is_largest:
@@ -530,6 +535,18 @@ def main(
         save()
     save()
     return results
+
+
+def curve_fit_part(device: torch.device, quick: bool) -> dict[str, Any]:
+    """``bench_curve_fit.py``'s problem with ours on ``device`` and SciPy on the host; on a
+    GPU the target (ours ≤ 0.5× SciPy) holds at every N."""
+    try:
+        target_from = 0 if device.type == "cuda" else bench_curve_fit.TARGET_FROM
+        return bench_curve_fit.run(device, quick=quick, target_from=target_from)
+    except Exception as exc:  # a failure is a result; the rest of the run goes on
+        return {"error": v.describe_error(exc)}
+    finally:
+        v.release(device)
 
 
 def _warm(device: torch.device) -> None:

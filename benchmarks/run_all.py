@@ -40,6 +40,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("strategy", "bench_strategy", {}, {}),
     ("distributed", "bench_distributed", {}, {"quick": True}),
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
+    ("curve_fit", "bench_curve_fit", {}, {"quick": True}),
     (
         "quality",
         "bench_quality",
@@ -392,6 +393,12 @@ SECTIONS = {
         None,
         lambda d: __import__("bench_distributed").section(d),
         "bench_distributed.py",
+    ),
+    "curve_fit": (
+        "curve_fit against SciPy",
+        None,
+        lambda r: __import__("bench_curve_fit").section(r),
+        "bench_curve_fit.py",
     ),
 }
 

@@ -1,4 +1,5 @@
 // MathJax set-up for pymdownx.arithmatex (generic mode): \( \) inline, \[ \] display.
+// The script itself (js/mathjax/tex-svg.js) is served from the site: tools/mkdocs_mathjax.py.
 window.MathJax = {
   tex: {
     inlineMath: [["\\(", "\\)"]],
@@ -13,7 +14,7 @@ window.MathJax = {
 };
 
 document$.subscribe(() => {
-  MathJax.startup.output.clearCache();
+  if (MathJax.startup.output.clearCache) MathJax.startup.output.clearCache();
   MathJax.typesetClear();
   MathJax.texReset();
   MathJax.typesetPromise();

@@ -85,12 +85,14 @@ def test_every_iterate_is_feasible() -> None:
 
     def watched(x: torch.Tensor, *p: torch.Tensor) -> torch.Tensor:
         if not torch._C._functorch.is_functorch_wrapped_tensor(p[0]):  # plain evaluations
-            seen.append(torch.stack([v.detach() for v in p]))
+            # One row per parameter vector: p holds scalars, or one value per point when
+            # the Jacobian pass gives each point its own copy of the parameters.
+            seen.append(torch.stack([v.detach().reshape(-1) for v in p]).T)
         return _decay(x, *p)
 
     lower, upper = [0.0, 0.0, 0.6], [10.0, 1.2, 2.0]
     curve_fit(watched, X, Y, [1.0, 0.5, 1.0], bounds=(lower, upper))
-    values = torch.stack(seen)
+    values = torch.cat(seen)
     assert len(seen) > 10
     assert bool((values >= torch.tensor(lower, dtype=torch.float64)).all())
     assert bool((values <= torch.tensor(upper, dtype=torch.float64)).all())

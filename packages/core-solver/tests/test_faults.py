@@ -176,7 +176,7 @@ def test_parameters_are_those_of_the_last_accepted_step() -> None:
     assert torch.equal(_flat(model), accepted)
 
 
-def test_converged_run_ends_at_the_ceiling_without_moving() -> None:
+def test_converged_run_ends_at_rounding_without_moving() -> None:
     prob = problem("linear")
     model = prob.make_model()
     lma = LMA(
@@ -196,7 +196,10 @@ def test_converged_run_ends_at_the_ceiling_without_moving() -> None:
         if terminated:
             break
     assert terminated and lma.report is not None
-    assert lma.report.termination == "damping_max"
+    # At the solution the quadratic model predicts no decrease beyond rounding: the step
+    # ends after its first attempt instead of climbing to the ceiling.
+    assert lma.report.termination == "rounding" and lma.report.attempts == 1
+    assert "rounding" in lma.report.reason
     torch.testing.assert_close(_flat(model), solution, rtol=1e-12, atol=1e-14)
 
 

@@ -72,7 +72,27 @@ def test_one_probe_one_plan_and_one_scan_of_the_batch_per_step(
         assert lma.report.attempts >= 1
     assert len(probes) == 3
     assert len(plans) == 3
-    assert scans == {"inputs": 3, "targets": 3}
+    # The first step scanned this batch; passed again unchanged, it is not scanned again.
+    assert scans == {"inputs": 0, "targets": 0}
+    with torch.no_grad():
+        y.add_(0.0)  # an in-place write: the targets must be scanned again
+    lma.step(x, y, 40)
+    assert scans == {"inputs": 0, "targets": 1}
+
+
+def test_a_new_batch_with_nan_is_refused_after_a_clean_one() -> None:
+    x, y = _sinc(50)
+    lma = LMA(_mlp(8), ["cpu"], residual_fn=lambda a, b: a - b)
+    lma.step(x, y)
+    y_bad = y.clone()
+    y_bad[3] = float("nan")
+    with pytest.raises(Exception, match="finite targets"):
+        lma.step(x, y_bad)
+    with torch.no_grad():
+        y[5] = float("inf")  # the scanned tensor itself, written in place
+    with pytest.raises(Exception, match="finite targets"):
+        lma.step(x, y)
+    assert lma.steps == 1
 
 
 def test_bad_batch_is_still_refused_before_any_work() -> None:

@@ -22,10 +22,11 @@ from ._columns import ColumnSubset
 from ._errors import UnknownModeError, message
 from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
 from ._host_heap import keep_host_heap
-from ._modes import ResidualFn, layers_support
+from ._modes import ResidualFn, broadcast_support, layers_support
+from ._modes._broadcast import BROADCAST_CHUNK
 from ._planner import MODES, JacobianPlan, plan_jacobian
 from ._prepared import PreparedBatch
-from ._probe import default_budget, probe, verify_layers
+from ._probe import default_budget, probe, verify_broadcast, verify_layers
 from ._products import JacobianSlice, NormalProducts, SliceStream
 from ._replicas import Replicas
 from ._slice_work import Workspaces, slice_jacobian
@@ -38,8 +39,8 @@ __all__ = ["JacobianEngine"]
 class JacobianEngine:
     """Computes ``r`` and ``J = ∂r/∂θ`` (or ``JᵀJ``, ``Jᵀr``) on every replica's device.
 
-    ``mode`` is ``"auto"``, ``"vmap"``, ``"jacfwd"`` or ``"layers"``; ``memory_budget``
-    bounds the intermediate bytes of one chunk on one device (default from
+    ``mode`` is ``"auto"``, ``"vmap"``, ``"jacfwd"``, ``"layers"`` or ``"broadcast"``;
+    ``memory_budget`` bounds the intermediate bytes of one chunk on one device (default from
     ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else 256 MiB on CPU, half the free GPU memory).
     Without a ``slice_size`` the budget also caps ``accumulate`` slices (one chunk each)
     and forward-only slices (loss, residuals), so memory does not grow with the batch.
@@ -109,6 +110,9 @@ class JacobianEngine:
         supported, why = layers_support(replicas.model)
         self._layers_ok: bool | None = None if supported else False
         self._layers_reason = why
+        declared, why = broadcast_support(replicas.model)
+        self._broadcast_ok: bool | None = None if declared else False
+        self._broadcast_reason = why
         if any(d.type == "cpu" for d in replicas.devices):
             keep_host_heap()  # each step's freed host blocks serve the next step
 
@@ -191,6 +195,8 @@ class JacobianEngine:
         if not capped:
             return size
         fits = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
+        if self.last_plan is not None and self.last_plan.mode == "broadcast":
+            fits = min(fits, BROADCAST_CHUNK)  # element-wise work: chunks that stay in cache
         return min(size, fits)
 
     def _plan(
@@ -211,6 +217,11 @@ class JacobianEngine:
             self._layers_ok = why is None
             if why is not None:
                 self._layers_reason = why
+        if self.mode in ("auto", "broadcast") and self._broadcast_ok is None:
+            why = verify_broadcast(self.replicas[0], self.residual_fn, inputs, targets)
+            self._broadcast_ok = why is None
+            if why is not None:
+                self._broadcast_reason = why
         plan = plan_jacobian(
             batch * m,
             self.replicas.num_params if params is None else params,
@@ -221,6 +232,8 @@ class JacobianEngine:
             mode=self.mode,
             layers_supported=bool(self._layers_ok),
             layers_reason=self._layers_reason,
+            broadcast_supported=bool(self._broadcast_ok),
+            broadcast_reason=self._broadcast_reason,
             activations_per_sample=activations,
             slice_samples=size,
             cap_slices=cap,

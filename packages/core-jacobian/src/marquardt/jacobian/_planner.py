@@ -11,6 +11,9 @@ Mode. The costs, for ``b`` samples, ``a`` activations per sample:
 * ``layers``: one forward and ``m`` backward passes over the whole chunk, then outer
   products; extra memory ``≈ b·(m·P + 2a)`` numbers. The fastest when it applies.
 * ``vmap``: per-sample ``jacrev``; memory ``≈ b·(3·m·P + (m+1)·a)`` per call.
+* ``broadcast``: per-sample copies of the parameters (models that declare it), one
+  forward and ``m`` backward passes; memory ``≈ b·((m+1)·P + 3a)``, chunks of at most
+  ``BROADCAST_CHUNK`` samples so the element-wise work stays in cache. Chosen first.
 * ``jacfwd``: ``P`` forward-mode passes; memory ``≈ b·c·(2a + m)`` for ``c`` columns
   per call. Chosen automatically only when ``P < m`` (forward mode wins when there
   are fewer inputs than outputs); always chunked over columns and samples, because
@@ -30,10 +33,11 @@ from dataclasses import dataclass
 import torch
 
 from ._errors import UnknownModeError, message
+from ._modes._broadcast import BROADCAST_CHUNK
 
 __all__ = ["MODES", "STRATEGIES", "JacobianPlan", "plan_jacobian"]
 
-MODES = ("auto", "vmap", "jacfwd", "layers")
+MODES = ("auto", "vmap", "jacfwd", "layers", "broadcast")
 STRATEGIES = ("auto", "explicit", "accumulate")
 
 
@@ -92,6 +96,8 @@ def plan_jacobian(
     mode: str = "auto",
     layers_supported: bool = True,
     layers_reason: str = "",
+    broadcast_supported: bool = False,
+    broadcast_reason: str = "",
     activations_per_sample: int | None = None,
     slice_samples: int | None = None,
     cap_slices: bool = False,
@@ -125,7 +131,13 @@ def plan_jacobian(
     else:
         reasons.append(f"{strategy}: forced")
 
-    if mode == "auto":
+    if mode == "broadcast" and not broadcast_supported:
+        mode = "jacfwd"
+        reasons.append("jacfwd: broadcast was requested but " + broadcast_reason)
+    elif mode in ("auto", "broadcast") and broadcast_supported:
+        mode = "broadcast"
+        reasons.append("broadcast: " + broadcast_reason)
+    elif mode == "auto":
         if layers_supported:
             mode = "layers"
             reasons.append("layers: " + (layers_reason or "every layer has a per-sample rule"))
@@ -144,7 +156,11 @@ def plan_jacobian(
         reasons.append(f"{mode}: forced")
 
     param_chunk = params
-    if mode == "layers":
+    if mode == "broadcast":
+        per_sample = item * ((m + 1) * params + 3 * act)
+        chunk = max(1, min(slice_n, budget // per_sample, BROADCAST_CHUNK))
+        chunk_bytes = chunk * per_sample
+    elif mode == "layers":
         per_sample = item * (m * params + 2 * act * m)
         chunk = max(1, min(slice_n, budget // per_sample))
         chunk_bytes = chunk * per_sample

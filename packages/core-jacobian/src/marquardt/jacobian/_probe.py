@@ -1,5 +1,5 @@
 """What the engine learns from the first samples before planning: :func:`probe`,
-:func:`verify_layers`, and the default memory budget.
+:func:`verify_layers`, :func:`verify_broadcast`, and the default memory budget.
 
 One forward pass on a few samples gives ``m``, the residual rows per sample (the Jacobian
 has ``R = N·m`` rows), the activations per sample (which size forward-only slices), and
@@ -14,14 +14,14 @@ import torch
 from torch import nn
 
 from . import _settings
-from ._modes import ResidualFn, layers_jacobian
+from ._modes import ResidualFn, broadcast_jacobian, layers_jacobian
 from ._modes._common import require_graph, rows_of
 from ._modes._reference import reference_jacobian
 from ._replicas import Replica
 from ._slicing import to_device
 from ._validate import check_finite_residuals
 
-__all__ = ["PROBE_SAMPLES", "default_budget", "probe", "verify_layers"]
+__all__ = ["PROBE_SAMPLES", "default_budget", "probe", "verify_broadcast", "verify_layers"]
 
 #: Samples the probe and the layer-rule check run on.
 PROBE_SAMPLES = 4
@@ -93,4 +93,36 @@ def verify_layers(
     return (
         f"the layer rules disagree with per-sample reverse mode by {diff:.3g} (> {tol:.3g}) on "
         "this model (a weight used outside its layer, or an in-place op on a layer output)"
+    )
+
+
+def verify_broadcast(
+    replica: Replica, residual_fn: ResidualFn, inputs: torch.Tensor, targets: torch.Tensor
+) -> str | None:
+    """``None`` when per-sample parameters (``broadcast`` mode) give the Jacobian of plain
+    per-sample reverse mode on the first samples, else why not.
+
+    A model that declares ``per_sample_parameters`` but mixes the samples' parameters (a
+    reduction over the sample axis, a parameter used as a shape or a Python number) fails
+    here, by an error or by the comparison, and the engine uses another mode.
+    """
+    x, y, _k = _first_samples(replica, inputs, targets)
+    try:
+        j_rule, _ = broadcast_jacobian(replica, residual_fn, x, y)
+    except (RuntimeError, ValueError, TypeError, IndexError) as err:
+        return f"the model failed with per-sample parameters ({type(err).__name__}: {err})"
+    j_ref, _ = reference_jacobian(replica, residual_fn, x, y)
+    if j_rule.shape != j_ref.shape:
+        return (
+            f"per-sample parameters gave a Jacobian of shape {tuple(j_rule.shape)}, "
+            f"plain reverse mode {tuple(j_ref.shape)}"
+        )
+    scale = max(1.0, float(j_ref.abs().max()))
+    tol = 1e3 * torch.finfo(j_ref.dtype).eps * scale
+    diff = float((j_rule - j_ref).abs().max())
+    if diff <= tol:
+        return None
+    return (
+        f"per-sample parameters disagree with per-sample reverse mode by {diff:.3g} "
+        f"(> {tol:.3g}) on this model (its forward mixes the samples' parameters)"
     )

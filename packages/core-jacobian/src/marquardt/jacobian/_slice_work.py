@@ -4,7 +4,8 @@ A slice of ``s`` samples gives ``s·m`` residual rows and their Jacobian rows
 ``J_s = ∂r_s/∂θ`` (``s·m × P``). It is computed in chunks of at most
 ``plan.samples_per_chunk`` samples, so that one chunk's intermediates fit the memory budget,
 by the mode the planner chose: per-sample ``vmap(jacrev)``, ``jacfwd`` over parameter
-chunks, or the layer rules (one forward and one backward pass per chunk).
+chunks, the layer rules (one forward and one backward pass per chunk) or per-sample
+parameters (``broadcast``: one forward and one backward pass, for models that declare it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from collections.abc import Iterator
 import torch
 
 from ._columns import ColumnSubset
-from ._modes import ResidualFn, jacfwd_jacobian, layers_jacobian, subset_jacobian, vmap_jacobian
+from ._modes import (
+    ResidualFn,
+    broadcast_jacobian,
+    jacfwd_jacobian,
+    layers_jacobian,
+    subset_jacobian,
+    vmap_jacobian,
+)
 from ._planner import JacobianPlan
 from ._replicas import Replica
 from ._slicing import to_device, to_host_fresh
@@ -68,6 +76,8 @@ def jacobian_chunks(
             )
         elif plan.mode == "layers":
             jac, res = layers_jacobian(replica, residual_fn, xs, ys, out=out)
+        elif plan.mode == "broadcast":
+            jac, res = broadcast_jacobian(replica, residual_fn, xs, ys)
         elif plan.mode == "jacfwd":
             jac, res = jacfwd_jacobian(
                 replica, residual_fn, xs, ys, samples_per_call=step, param_chunk=plan.param_chunk

@@ -116,7 +116,7 @@ def solve(
                 ftol=limits.ftol,
                 xtol=limits.xtol,
                 gtol=limits.gtol,
-                jacobian_mode="jacfwd",
+                jacobian_mode="broadcast",
             )
             terminated = False
             while steps < limits.max_steps and not terminated:

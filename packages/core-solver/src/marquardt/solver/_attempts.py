@@ -6,8 +6,9 @@ moves θ ← θ − lr·δ and evaluates the trial loss. The damping rule accept
 reduction is positive) and lowers λ, or θ is restored and λ raised for the next attempt.
 A failed Cholesky factorisation, a non-finite δ and a non-finite trial loss are rejected
 attempts, never errors. The loop ends on acceptance, when λ reaches its ceiling (no damping
-makes progress), or after ``attempts`` solves; an accepted step may also meet the MINPACK
-ftol / xtol tests (Moré 1978). θ is always the last accepted point afterwards.
+makes progress), when a rejected attempt's predicted decrease is itself below the rounding
+of the loss (more damping only shrinks it: the point is converged to rounding), or after
+``attempts`` solves; an accepted step may also meet the MINPACK ftol / xtol tests (Moré 1978). θ is always the last accepted point afterwards.
 """
 
 from __future__ import annotations
@@ -181,6 +182,17 @@ def run_attempts(
                     report.predicted_reduction = predicted
                     report.gain_ratio = gain_ratio(actual, predicted)
                     report.rejections.append(_rejection(trial.loss, actual))
+                    if 0.0 <= predicted <= noise * abs(loss_before):
+                        # More damping only shrinks the predicted decrease: no attempt can
+                        # pass the rounding test, so stop here instead of climbing to the
+                        # ceiling one trial forward at a time.
+                        terminated, report.termination = True, "rounding"
+                        report.reason = (
+                            f"the quadratic model predicts a decrease of {predicted:.3g}, "
+                            f"below the rounding of the loss ({noise * abs(loss_before):.3g}): "
+                            "no damped step can lower it"
+                        )
+                        break
                 rule.on_reject()
             if rule.at_ceiling:
                 terminated, report.termination = True, "damping_max"

@@ -9,18 +9,37 @@ parameters, λ, the step count and the report as they were.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
 
 from ._errors import SolverInputError, message
 
-__all__ = ["check_batch", "same_device"]
+__all__ = ["FiniteScans", "check_batch", "same_device"]
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:
     """Whether two devices are the same (``cuda`` without an index is ``cuda:0``)."""
     return a.type == b.type and (a.index or 0) == (b.index or 0)
+
+
+class FiniteScans:
+    """The last tensors found finite, so that a batch passed again, unchanged, is not
+    scanned again (a full-batch fit passes the same data every step).
+
+    A tensor is known by a weak reference (the same object, still alive: its memory was
+    not reused) and its version counter (unchanged: nothing wrote into it in place).
+    """
+
+    def __init__(self) -> None:
+        self._known: list[tuple[weakref.ref[torch.Tensor], int]] = []
+
+    def known(self, value: torch.Tensor) -> bool:
+        return any(ref() is value and value._version == v for ref, v in self._known)
+
+    def remember(self, *values: torch.Tensor) -> None:
+        self._known = [(weakref.ref(t), t._version) for t in values]
 
 
 def check_batch(
@@ -30,8 +49,12 @@ def check_batch(
     *,
     dtype: torch.dtype,
     home: Sequence[torch.device],
+    scans: FiniteScans | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int | None]:
-    """``(inputs, targets, slice_size)`` checked for a model of ``dtype`` on ``home``."""
+    """``(inputs, targets, slice_size)`` checked for a model of ``dtype`` on ``home``.
+
+    With ``scans``, tensors it saw finite and unchanged are not scanned for NaN/inf again.
+    """
     for name, value in (("inputs", inputs), ("targets", targets)):
         if not isinstance(value, torch.Tensor):
             raise SolverInputError(
@@ -88,6 +111,8 @@ def check_batch(
             )
     for name, value in (("inputs", inputs), ("targets", targets)):
         floating = value.is_floating_point() or value.is_complex()
+        if scans is not None and scans.known(value):
+            continue
         if floating and not bool(torch.isfinite(value).all()):
             raise SolverInputError(
                 message(
@@ -96,6 +121,8 @@ def check_batch(
                     "clean the data; nothing was changed",
                 )
             )
+    if scans is not None:
+        scans.remember(inputs, targets)
     if slice_size is None:
         return inputs, targets, None
     if isinstance(slice_size, bool) or not isinstance(slice_size, int) or slice_size < 1:

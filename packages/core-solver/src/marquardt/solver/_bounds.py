@@ -73,17 +73,22 @@ class Bounds:
         """p = φ(q), differentiable; works on any device and inside ``torch.func`` transforms."""
         if not self.active:
             return q
-        lower = self.lower.to(q.device, q.dtype)
-        upper = self.upper.to(q.device, q.dtype)
+        # q may carry trailing axes (one column per sample, ``broadcast`` Jacobians).
+        trail = (1,) * (q.dim() - 1)
+        lower = self.lower.to(q.device, q.dtype).reshape(-1, *trail)
+        upper = self.upper.to(q.device, q.dtype).reshape(-1, *trail)
+        both = self.both.to(q.device).reshape(-1, *trail)
+        lower_only = self.lower_only.to(q.device).reshape(-1, *trail)
+        upper_only = self.upper_only.to(q.device).reshape(-1, *trail)
         lo = torch.where(torch.isfinite(lower), lower, torch.zeros_like(lower))
         hi = torch.where(torch.isfinite(upper), upper, torch.zeros_like(upper))
         root = torch.sqrt(q * q + 1.0)
         p_both = lo + (hi - lo) * (1.0 + torch.sin(q)) * 0.5
         p_lower = lo - 1.0 + root
         p_upper = hi + 1.0 - root
-        p = torch.where(self.both.to(q.device), p_both, q)
-        p = torch.where(self.lower_only.to(q.device), p_lower, p)
-        p = torch.where(self.upper_only.to(q.device), p_upper, p)
+        p = torch.where(both, p_both, q)
+        p = torch.where(lower_only, p_lower, p)
+        p = torch.where(upper_only, p_upper, p)
         # Rounding can put l + (u − l)·1 a hair outside [l, u]; clamp so every iterate the
         # model sees is feasible. (The clamp is inactive, with derivative 1, inside.)
         p = torch.minimum(p, torch.where(torch.isfinite(upper), upper, p))

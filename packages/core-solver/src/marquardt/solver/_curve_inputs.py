@@ -34,7 +34,7 @@ class CurveFitInputError(SolverInputError):
 
 @dataclass(frozen=True)
 class CurveInputs:
-    """The checked data: ``x`` with samples along dim 0, ``targets`` (N × 2: y and 1/σ),
+    """The checked data: ``x`` with samples along dim 0, ``targets`` (N × 2: y and 1/σ; N × 1 without σ),
     ``p0``, ``lower`` and ``upper`` (P, float64 on the CPU), and the device and dtype."""
 
     x: torch.Tensor
@@ -244,9 +244,8 @@ def check_curve_inputs(
     x, samples_last = _layout(_tensor("xdata", xdata, dtype), samples)
     _finite("xdata", x)
     _finite("ydata", y)
-    if sigma is None:
-        weights = torch.ones_like(y)
-    else:
+    weights: torch.Tensor | None = None
+    if sigma is not None:
         s = _tensor("sigma", sigma, dtype)
         if s.dim() != 1 or s.numel() != samples:
             raise _fail(
@@ -265,7 +264,8 @@ def check_curve_inputs(
         weights = 1.0 / s
     start = _p0(p0, f)
     lower, upper = _bounds(bounds, start)
-    targets = torch.stack([y, weights], dim=1)
+    # Without σ the targets are y alone (N × 1): the residual reads one contiguous column.
+    targets = y.unsqueeze(1) if weights is None else torch.stack([y, weights], dim=1)
     inputs = CurveInputs(
         x=x.to(dev),
         targets=targets.to(dev),

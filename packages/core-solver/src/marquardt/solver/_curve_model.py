@@ -5,7 +5,7 @@ variables q of ``_bounds`` (MINUIT's transform; q = p_F when unbounded), and par
 at a bound by the active set (``_active_set``), p_H. The module's only trainable parameter
 is q; its forward is f(x, *p) with p = E_F φ(q) + p_H, E_F the 0/1 matrix placing the free
 entries (exact: the sum only adds zeros). The residuals are rᵢ = (f(xᵢ, p) − yᵢ)/σᵢ, with
-(yᵢ, 1/σᵢ) carried in the targets so that slices of the data keep their weights; robust
+(yᵢ, 1/σᵢ) (or yᵢ alone, without σ) carried in the targets so that slices of the data keep their weights; robust
 losses replace each rᵢ by the two rows of ``_robust.robust_rows``.
 """
 
@@ -23,12 +23,17 @@ __all__ = ["CurveModel", "curve_residual_fn", "weighted_residuals"]
 
 
 class CurveModel(nn.Module):
-    """f(x, *p) with p = E_F φ(q) + p_H (module docstring); x has samples first.
+    """f(x, *p) with p = E_F φ(q) + p_H (module docstring); x has samples first. q may
+    have a trailing sample axis (F × b: one parameter vector per sample).
 
     ``held`` (P,) holds the values of the held parameters (zeros where free); ``free`` (P,
     bool) marks the free ones, whose starting internal values are ``start`` (F,); ``bounds``
     are the free parameters' bounds (None: unbounded).
     """
+
+    #: f treats each data point on its own, so p may be given per sample (a trailing
+    #: sample axis on q): the Jacobian engine then forms J in one backward pass.
+    per_sample_parameters = True
 
     def __init__(
         self,
@@ -61,7 +66,7 @@ class CurveModel(nn.Module):
             return values
         placing, held = self.placing, self.held
         assert isinstance(placing, torch.Tensor) and isinstance(held, torch.Tensor)
-        return placing @ values + held
+        return placing @ values + held.reshape(-1, *(1,) * (values.dim() - 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xs = x.movedim(0, -1) if self.samples_last else x
@@ -69,8 +74,9 @@ class CurveModel(nn.Module):
 
 
 def weighted_residuals(out: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """r = (f − y)/σ, with targets holding (y, 1/σ) per point."""
-    return (out.reshape(-1) - targets[:, 0]) * targets[:, 1]
+    """r = (f − y)/σ, with targets holding (y, 1/σ) per point (or y alone: σ = 1)."""
+    r = out.reshape(-1) - targets[:, 0]
+    return r if targets.shape[1] == 1 else r * targets[:, 1]
 
 
 def curve_residual_fn(

@@ -26,12 +26,17 @@ from ._curve_inputs import CurveInputs
 from ._curve_model import CurveModel, weighted_residuals
 from ._robust import rho, scipy_row_scale
 
-__all__ = ["REFINE_LIMIT", "REFINE_STEPS", "AtPoint", "at_point", "refined"]
+__all__ = ["REFINE_LIMIT", "REFINE_STEPS", "ROUNDING", "AtPoint", "at_point", "refined"]
 
 #: The largest Gauss-Newton correction applied after LM, relative to each parameter.
 REFINE_LIMIT = 1e-6
+#: A correction this small relative to each parameter is rounding: none is applied.
+ROUNDING = 4 * torch.finfo(torch.float64).eps
 #: At most this many such corrections (each one pass over the data).
 REFINE_STEPS = 3
+#: Samples per slice of that pass when the caller gives no slice size: a slice's J and
+#: its QR stay in cache (2¹⁶ float64 rows of P + 1 columns), and J is never held whole.
+PASS_SLICE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,14 @@ def at_point(
         free=everything,
         samples_last=data.samples_last,
     )
-    engine = JacobianEngine(Replicas(model, [data.device]), weighted_residuals, mode="jacfwd")
+    engine = JacobianEngine(Replicas(model, [data.device]), weighted_residuals, mode="broadcast")
     reduced = TriangularFactor()
     pieces: list[torch.Tensor] = []
-    for piece in engine.slices(data.x, data.targets, slice_size):
+    # Without a slice size, slices of one cache-sized chunk: J is never held whole.
+    size = slice_size or min(data.samples, PASS_SLICE)
+    # The data were checked by check_curve_inputs: no second scan for NaN/inf.
+    batch = engine.prepare(data.x, data.targets, size, strategy="explicit", checked=True)
+    for piece in engine.jacobian_slices(batch):
         r = piece.residuals.to(torch.float64)
         jac = piece.jacobian.to(torch.float64)
         pieces.append(r.cpu())
@@ -140,6 +149,8 @@ def refined(
     p = point.params
     if not bool((step.abs() <= REFINE_LIMIT * p.abs()).all()):
         return None
+    if bool((step.abs() <= ROUNDING * p.abs()).all()):
+        return None  # within rounding of p already: another pass would change nothing
     moved = p - step
     if bool(((moved < lower) | (moved > upper)).any()):
         return None

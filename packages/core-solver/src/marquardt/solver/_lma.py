@@ -43,7 +43,7 @@ from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas
 from ._attempts import Attempts, run_attempts
 from ._backend_choice import resolve_backend
 from ._backends.base import ArrayBackend, host_vector
-from ._batch import check_batch
+from ._batch import FiniteScans, check_batch
 from ._covariance import batch_covariance
 from ._damping import DampingRule
 from ._distributed import StepScope, step_scope
@@ -205,6 +205,7 @@ class LMA:
         self._dtype = options.dtype
         self._stopping = options.stopping
         self._steps = 0
+        self._scans = FiniteScans()  # the same batch, unchanged, is scanned once
         self.report: StepReport | None = None
         self._selection = (
             None
@@ -297,6 +298,7 @@ class LMA:
             slice_size,
             dtype=self._replicas.dtype,
             home=self._replicas.devices,
+            scans=self._scans,
         )
         if self._selection is None:
             return self._step(inputs, targets, slice_size, None)

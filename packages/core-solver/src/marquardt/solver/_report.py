@@ -15,8 +15,10 @@ __all__ = ["TERMINATION_REASONS", "StepReport"]
 #: "damping_max": λ reached its ceiling (the model cannot be improved at this point);
 #: "ftol": actual and predicted relative reductions of the loss both ≤ ftol;
 #: "xtol": the step is ≤ xtol relative to the parameters;
-#: "gtol": the residual is orthogonal to every Jacobian column to within gtol.
-TERMINATION_REASONS: tuple[str, ...] = ("damping_max", "ftol", "xtol", "gtol")
+#: "gtol": the residual is orthogonal to every Jacobian column to within gtol;
+#: "rounding": a rejected attempt's predicted decrease was below the loss's rounding
+#: (converged to rounding: more damping could not help either).
+TERMINATION_REASONS: tuple[str, ...] = ("damping_max", "ftol", "xtol", "gtol", "rounding")
 
 
 @dataclass

@@ -7,6 +7,7 @@ shape ``(b·m) × P`` and ``r`` of shape ``(b·m,)``, rows ordered sample-major 
 
 from __future__ import annotations
 
+from ._broadcast import broadcast_jacobian, broadcast_support
 from ._common import ResidualFn
 from ._jacfwd import jacfwd_jacobian
 from ._layers import layers_jacobian, layers_support
@@ -15,6 +16,8 @@ from ._vmap import vmap_jacobian
 
 __all__ = [
     "ResidualFn",
+    "broadcast_jacobian",
+    "broadcast_support",
     "jacfwd_jacobian",
     "layers_jacobian",
     "layers_support",
