@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+from torch import nn
+from torch.func import jacrev, vmap
 
 from .._errors import ResidualDetachedError, ResidualShapeError, message
 
-__all__ = ["ResidualFn", "require_graph", "rows_of"]
+__all__ = ["ResidualFn", "per_sample_jacrev", "recorded_forward", "require_graph", "rows_of"]
+
+Record = tuple[nn.Module, torch.Tensor, torch.Tensor]
 
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -39,3 +44,49 @@ def require_graph(residuals: torch.Tensor) -> None:
                 "do not detach the model output or call .item()/.numpy() in residual_fn",
             )
         )
+
+
+def recorded_forward(
+    model: nn.Module,
+    owners: Sequence[nn.Module],
+    residual_fn: ResidualFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> tuple[list[Record], torch.Tensor]:
+    """One forward pass with a graph, recording (module, its input, its output) of every
+    module in ``owners``; returns the records and the ``b × m`` residuals (graph checked)."""
+    records: list[Record] = []
+
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        records.append((module, args[0].detach(), output))
+
+    handles = [m.register_forward_hook(hook) for m in owners]
+    try:
+        with torch.enable_grad():
+            prediction = model(x)
+            res = rows_of(residual_fn(prediction, y), x.shape[0])
+    finally:
+        for h in handles:
+            h.remove()
+    require_graph(res)
+    return records, res
+
+
+def per_sample_jacrev(
+    residual_of: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor],
+    samples_per_call: int,
+    batch: int,
+) -> Callable[..., tuple[Any, torch.Tensor]]:
+    """``f(primals, x, y) -> (∂r/∂primals, r)`` per sample, vmapped over the batch in chunks
+    of ``samples_per_call``; ``residual_of(primals, xi, yi)`` is one sample's residuals."""
+
+    def one_sample(primals: Any, xi: torch.Tensor, yi: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        r = residual_of(primals, xi, yi)
+        return r, r
+
+    return vmap(
+        jacrev(one_sample, has_aux=True),
+        in_dims=(None, 0, 0),
+        randomness="different",
+        chunk_size=max(1, min(samples_per_call, batch)),
+    )

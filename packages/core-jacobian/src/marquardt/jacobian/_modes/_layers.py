@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._replicas import Replica
-from ._common import ResidualFn, require_graph, rows_of
+from ._common import ResidualFn, recorded_forward
 
 __all__ = ["layers_jacobian", "layers_support"]
 
@@ -182,24 +182,10 @@ def layers_jacobian(
         columns[id(p)] = (offset, size)
         offset += size
 
-    records: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
-
-    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        records.append((module, args[0].detach(), output))
-
-    handles = [
-        m.register_forward_hook(hook)
-        for m in model.modules()
-        if any(p.requires_grad for p in m.parameters(recurse=False))
+    owners = [
+        m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))
     ]
-    try:
-        with torch.enable_grad():
-            prediction = model(x)
-            res = rows_of(residual_fn(prediction, y), x.shape[0])
-    finally:
-        for h in handles:
-            h.remove()
-    require_graph(res)
+    records, res = recorded_forward(model, owners, residual_fn, x, y)
     batch, m = res.shape
     if out is None:
         jac = torch.empty(batch, m, params, dtype=flat.dtype, device=flat.device)

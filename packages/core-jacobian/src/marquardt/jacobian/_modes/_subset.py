@@ -22,11 +22,11 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, jacrev, jvp, vmap
+from torch.func import functional_call, jvp, vmap
 
 from .._columns import ColumnSubset
 from .._replicas import Replica
-from ._common import ResidualFn, require_graph, rows_of
+from ._common import ResidualFn, per_sample_jacrev, recorded_forward, rows_of
 from ._layers import _apply_rule
 
 __all__ = ["subset_jacobian"]
@@ -86,23 +86,10 @@ def _layers(
         id(replica.params[part.tensor]): (part.local.to(device), part.positions.to(device))
         for part in columns.parts
     }
-    records: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
-
-    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        records.append((module, args[0].detach(), output))
-
     owners = [
         m for m in model.modules() if any(id(p) in wanted for p in m.parameters(recurse=False))
     ]
-    handles = [m.register_forward_hook(hook) for m in owners]
-    try:
-        with torch.enable_grad():
-            prediction = model(x)
-            res = rows_of(residual_fn(prediction, y), x.shape[0])
-    finally:
-        for h in handles:
-            h.remove()
-    require_graph(res)
+    records, res = recorded_forward(model, owners, residual_fn, x, y)
     batch, m = res.shape
     k = columns.size
     jac = (
@@ -168,21 +155,15 @@ def _vmap(
     names, primals, constants = _touched(replica, columns)
     batch = x.shape[0]
 
-    def one_sample(
+    def residual_of(
         tensors: tuple[torch.Tensor, ...], xi: torch.Tensor, yi: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> torch.Tensor:
         params = dict(constants)
         params.update(zip(names, tensors, strict=True))
         out = functional_call(module, params, (xi.unsqueeze(0),))
-        r = rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
-        return r, r
+        return rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
 
-    per_sample = vmap(
-        jacrev(one_sample, has_aux=True),
-        in_dims=(None, 0, 0),
-        randomness="different",
-        chunk_size=max(1, min(samples_per_call, batch)),
-    )
+    per_sample = per_sample_jacrev(residual_of, samples_per_call, batch)
     with torch.enable_grad():
         grads, res = per_sample(tuple(primals), x, y)
     m = res.shape[1] if res.dim() > 1 else 1

@@ -9,10 +9,10 @@ vector-Jacobian products) and ``vmap`` batches that over samples, in calls of at
 from __future__ import annotations
 
 import torch
-from torch.func import functional_call, jacrev, vmap
+from torch.func import functional_call
 
 from .._replicas import Replica
-from ._common import ResidualFn, rows_of
+from ._common import ResidualFn, per_sample_jacrev, rows_of
 
 __all__ = ["vmap_jacobian"]
 
@@ -29,19 +29,11 @@ def vmap_jacobian(
     module = replica.module
     batch = x.shape[0]
 
-    def one_sample(
-        flat: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def residual_of(flat: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
         out = functional_call(module, replica.param_dict(flat), (xi.unsqueeze(0),))
-        r = rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
-        return r, r
+        return rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
 
-    per_sample = vmap(
-        jacrev(one_sample, has_aux=True),
-        in_dims=(None, 0, 0),
-        randomness="different",
-        chunk_size=max(1, min(samples_per_call, batch)),
-    )
+    per_sample = per_sample_jacrev(residual_of, samples_per_call, batch)
     with torch.enable_grad():
         jac, res = per_sample(replica.flat.detach(), x, y)
     params = replica.flat.numel()
