@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -151,6 +152,16 @@ def _mse(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 def test_interrupts_at_random_moments_leave_the_last_accepted_point() -> None:
     """KeyboardInterrupt during trial forwards, solves and updates: afterwards θ is the
     point the step began at or an accepted one (lower loss), never a rejected trial."""
+    # interrupt_main does nothing where SIGINT is ignored (a shell's background job
+    # inherits SIG_IGN): Python's own handler makes it raise KeyboardInterrupt anywhere.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_at_random_moments()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_at_random_moments() -> None:
     x, y = _sinc(600)
     # Small fixed damping and many attempts: most attempts are rejected trial points.
     lma = LMA(
