@@ -84,6 +84,7 @@ def run_worker(
             raise
     finally:
         stop.uninstall()
+        context.loop.teardown()
         pg.destroy_process_group()
 
 

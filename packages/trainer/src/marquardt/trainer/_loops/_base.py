@@ -57,6 +57,9 @@ class Loop(Protocol):
     def train(self) -> None:
         """Put the model in training mode."""
 
+    def teardown(self) -> None:
+        """Let go of whatever holds the process group, before the process leaves it."""
+
     def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
         """Take one optimizer (or LM) step on the next batch(es), calling ``on_batch_start``."""
 

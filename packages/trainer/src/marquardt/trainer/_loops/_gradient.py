@@ -124,6 +124,12 @@ class GradientLoop:
     def train(self) -> None:
         self.net.train()
 
+    def teardown(self) -> None:
+        """Drop the DDP wrapper: its reducer holds the process group, and a group still held
+        when the interpreter exits after ``destroy_process_group`` makes gloo abort the
+        process ("terminate called without an active exception")."""
+        self.net = self.model
+
     def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
         """One optimizer step on the next ``accumulate_grad_batches`` batches."""
         group = [next(batches) for _ in range(self.accumulate)]

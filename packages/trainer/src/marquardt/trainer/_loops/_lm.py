@@ -167,6 +167,9 @@ class LMLoop:
             stop = f"LM terminated: {reason}".rstrip(": ")
         return StepResult(float(loss), metrics, stop)
 
+    def teardown(self) -> None:
+        """Nothing: an LMA looks the default group up at each collective, never holds it."""
+
     def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
         inputs, targets = _split(batch)
         return inputs.to(device), targets.to(device)
