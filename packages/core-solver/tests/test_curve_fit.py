@@ -112,6 +112,77 @@ def test_slices_give_the_same_fit() -> None:
     torch.testing.assert_close(sliced.pcov, whole.pcov, rtol=1e-8, atol=0)
 
 
+def test_many_slices_keep_the_factor_for_the_last_digits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Over more than one slice of the final pass, the last Gauss-Newton correction is
+    checked with a forward pass only and J's factor is kept: popt, pcov, residuals and cost
+    still match SciPy's tight fit and the data at popt."""
+    from scipy.optimize import least_squares
+
+    from marquardt.solver import _curve_fit
+
+    n = 3 * (1 << 16) + 11
+    rng = np.random.default_rng(7)
+    x = np.linspace(-5.0, 5.0, n)
+    sigma = 0.05 + 0.02 * rng.random(n)
+    truth = (2.0, 0.3, 0.8, 0.5)
+
+    def gaussian(xs: np.ndarray, a: float, mu: float, s: float, c: float) -> np.ndarray:
+        return a * np.exp(-0.5 * ((xs - mu) / s) ** 2) + c
+
+    y = gaussian(x, *truth) + sigma * rng.standard_normal(n)
+
+    def residuals(p: np.ndarray) -> np.ndarray:
+        return (gaussian(x, *p) - y) / sigma
+
+    def jacobian(p: np.ndarray) -> np.ndarray:
+        a, mu, s, _ = p
+        z = (x - mu) / s
+        e = np.exp(-0.5 * z * z)
+        return np.stack([e, a * e * z / s, a * e * z * z / s, np.ones_like(x)], 1) / sigma[:, None]
+
+    ref = least_squares(
+        residuals,
+        [1.0, 0.0, 1.0, 0.0],
+        jac=jacobian,
+        method="lm",
+        ftol=1e-15,
+        xtol=1e-15,
+        gtol=1e-15,
+    )
+    jac = jacobian(ref.x)
+    pcov_ref = np.linalg.inv(jac.T @ jac) * (2 * ref.cost / (n - 4))
+    forward_only: list[int] = []
+    real = _curve_fit.residuals_at
+
+    def spy(*args: object, **kwargs: object) -> object:
+        forward_only.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_curve_fit, "residuals_at", spy)
+
+    def f(
+        xs: torch.Tensor, a: torch.Tensor, mu: torch.Tensor, s: torch.Tensor, c: torch.Tensor
+    ) -> torch.Tensor:
+        return a * torch.exp(-0.5 * ((xs - mu) / s) ** 2) + c
+
+    result = curve_fit(
+        f,
+        torch.from_numpy(x),
+        torch.from_numpy(y),
+        [1.0, 0.0, 1.0, 0.0],
+        sigma=torch.from_numpy(sigma),
+        full_output=True,
+    )
+    assert forward_only, "the fit never took the forward-only last correction"
+    np.testing.assert_allclose(result.popt.numpy(), ref.x, rtol=1e-8, atol=0)
+    assert_pcov_close(result.pcov.numpy(), pcov_ref, 1e-6)
+    expected = residuals(result.popt.numpy())
+    np.testing.assert_allclose(result.residuals.numpy(), expected, rtol=1e-10, atol=1e-12)
+    assert result.cost == pytest.approx(0.5 * float(expected @ expected), rel=1e-12)
+
+
 def test_rank_deficient_jacobian_gives_inf_and_a_warning() -> None:
     x = np.linspace(0.0, 1.0, 20)
     y = 3.0 * x

@@ -31,7 +31,15 @@ import torch
 from ._active_set import Tolerances, solve
 from ._covariance import covariance_from_factor
 from ._curve_inputs import CurveFitInputError, check_curve_inputs
-from ._curve_point import REFINE_STEPS, at_point, refined
+from ._curve_point import (
+    PASS_SLICE,
+    REFINE_STEPS,
+    REUSE_LIMIT,
+    Residuals,
+    at_point,
+    refined,
+    residuals_at,
+)
 from ._errors import OptimizeWarning
 from ._report import StepReport
 
@@ -142,18 +150,30 @@ def curve_fit(
             stacklevel=2,
         )
     point = at_point(f, solved.params, data, loss=loss, f_scale=scale, slice_size=slice_size)
+    final = Residuals(point.params, point.residuals, point.cost)
     for _ in range(REFINE_STEPS):
         moved = refined(point, data.lower, data.upper, solved.free)
         if moved is None:
+            break
+        tiny = bool(((moved - point.params).abs() <= REUSE_LIMIT * point.params.abs()).all())
+        if tiny and data.samples > PASS_SLICE:
+            # A last-digits move over data of many slices: J's factor stays valid, only r
+            # is evaluated there (one forward pass instead of a Jacobian pass); a further
+            # step would gain digits only at the rounding level. One slice: J is cheap,
+            # the loop goes on as for larger moves.
+            last = residuals_at(f, moved, data, loss=loss, f_scale=scale, slice_size=slice_size)
+            if last.cost <= final.cost * (1.0 + 1e-12):
+                final = last
             break
         better = at_point(f, moved, data, loss=loss, f_scale=scale, slice_size=slice_size)
         # The step corrects the last digits; a cost above rounding means it did not.
         if not better.cost <= point.cost * (1.0 + 1e-12):
             break
         point = better
-    popt = point.params
+        final = Residuals(point.params, point.residuals, point.cost)
+    popt = final.params
     cov = covariance_from_factor(
-        point.factor, point.rows, 2.0 * point.cost, absolute_sigma=absolute_sigma
+        point.factor, point.rows, 2.0 * final.cost, absolute_sigma=absolute_sigma
     )
     if not full_output:
         return popt, cov.pcov
@@ -161,8 +181,8 @@ def curve_fit(
         popt=popt,
         pcov=cov.pcov,
         perr=cov.standard_errors,
-        residuals=point.residuals,
-        cost=point.cost,
+        residuals=final.residuals,
+        cost=final.cost,
         jacobian_rank=cov.rank,
         singular_values=cov.singular_values,
         steps=steps,

@@ -26,7 +26,18 @@ from ._curve_inputs import CurveInputs
 from ._curve_model import CurveModel, weighted_residuals
 from ._robust import rho, scipy_row_scale
 
-__all__ = ["REFINE_LIMIT", "REFINE_STEPS", "ROUNDING", "AtPoint", "at_point", "refined"]
+__all__ = [
+    "PASS_SLICE",
+    "REFINE_LIMIT",
+    "REFINE_STEPS",
+    "REUSE_LIMIT",
+    "ROUNDING",
+    "AtPoint",
+    "Residuals",
+    "at_point",
+    "refined",
+    "residuals_at",
+]
 
 #: The largest Gauss-Newton correction applied after LM, relative to each parameter.
 REFINE_LIMIT = 1e-6
@@ -34,6 +45,9 @@ REFINE_LIMIT = 1e-6
 ROUNDING = 4 * torch.finfo(torch.float64).eps
 #: At most this many such corrections (each one pass over the data).
 REFINE_STEPS = 3
+#: A correction this small relative to each parameter moves J by less than the
+#: covariance's own accuracy needs: J's factor is kept and only r is evaluated anew.
+REUSE_LIMIT = 1e-9
 #: Samples per slice of that pass when the caller gives no slice size: a slice's J and
 #: its QR stay in cache (2¹⁶ float64 rows of P + 1 columns), and J is never held whole.
 PASS_SLICE = 1 << 16
@@ -123,13 +137,51 @@ def at_point(
             _, first, _ = rho(loss, (r / f_scale) ** 2)
             a = scipy_row_scale(r, loss, f_scale)
             jac, r = jac * a.unsqueeze(1), r * (first / a)
-        reduced.add(torch.cat([jac, r.unsqueeze(1)], dim=1))
+        # [J | r] as the transposed view of its (P+1) × b rows: column-major, the layout
+        # the QR wants, and one copy fewer than concatenating along columns.
+        reduced.add(torch.cat([jac.t(), r.unsqueeze(0)]).t())
     augmented = reduced.factor
     assert augmented is not None  # the batch is not empty (checked)
     residuals = torch.cat(pieces)
     value, _, _ = rho(loss, (residuals / f_scale) ** 2)
     cost = 0.5 * float(f_scale * f_scale * value.sum())
     return AtPoint(params, augmented, reduced.rows, residuals, cost)
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """r = (f − y)/σ at ``params`` (CPU, float64) and the cost C = ½ Σ c²ρ(z) there."""
+
+    params: torch.Tensor
+    residuals: torch.Tensor
+    cost: float
+
+
+def residuals_at(
+    f: Callable[..., torch.Tensor],
+    params: torch.Tensor,
+    data: CurveInputs,
+    *,
+    loss: str,
+    f_scale: float,
+    slice_size: int | None,
+) -> Residuals:
+    """r and the cost at ``params``: forward passes only, slice by slice (no J)."""
+    start = params.to(data.device, data.dtype)
+    everything = torch.ones(start.numel(), dtype=torch.bool, device=data.device)
+    model = CurveModel(
+        f, start, bounds=None, held=start, free=everything, samples_last=data.samples_last
+    )
+    size = slice_size or min(data.samples, PASS_SLICE)
+    pieces = []
+    with torch.no_grad():
+        for lo in range(0, data.samples, size):
+            out = model(data.x[lo : lo + size])
+            r = weighted_residuals(out, data.targets[lo : lo + size])
+            pieces.append(r.to("cpu", torch.float64))
+    residuals = torch.cat(pieces)
+    value, _, _ = rho(loss, (residuals / f_scale) ** 2)
+    return Residuals(params, residuals, 0.5 * float(f_scale * f_scale * value.sum()))
 
 
 def refined(
