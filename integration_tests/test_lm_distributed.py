@@ -20,8 +20,11 @@ from slurm_cluster import SlurmCluster
 
 EXAMPLE = ROOT / "examples" / "lm_distributed.py"
 STEPS = 15
-_RANK = re.compile(r"lm-rank: rank (\d+) world (\d+) damping (\S+) theta-sum (\S+)")
-_SUMMARY = re.compile(r"lm-summary: world (\d+) steps (\d+) first (\S+) last (\S+)")
+# Numbers as Python prints floats: the ranks share one stdout, and a line of one rank can
+# be followed by another's without a line break between them.
+_FLOAT = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan))"
+_RANK = re.compile(rf"lm-rank: rank (\d+) world (\d+) damping {_FLOAT} theta-sum {_FLOAT}")
+_SUMMARY = re.compile(rf"lm-summary: world (\d+) steps (\d+) first {_FLOAT} last {_FLOAT}")
 
 
 def _free_port() -> int:
