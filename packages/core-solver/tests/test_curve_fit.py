@@ -120,7 +120,7 @@ def test_many_slices_keep_the_factor_for_the_last_digits(
     still match SciPy's tight fit and the data at popt."""
     from scipy.optimize import least_squares
 
-    from marquardt.solver import _curve_fit
+    from marquardt.solver import _curve_point
 
     n = 3 * (1 << 16) + 11
     rng = np.random.default_rng(7)
@@ -154,13 +154,13 @@ def test_many_slices_keep_the_factor_for_the_last_digits(
     jac = jacobian(ref.x)
     pcov_ref = np.linalg.inv(jac.T @ jac) * (2 * ref.cost / (n - 4))
     forward_only: list[int] = []
-    real = _curve_fit.residuals_at
+    real = _curve_point.PointPasses.residuals
 
-    def spy(*args: object, **kwargs: object) -> object:
+    def spy(self: _curve_point.PointPasses, params: torch.Tensor) -> _curve_point.Residuals:
         forward_only.append(1)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return real(self, params)
 
-    monkeypatch.setattr(_curve_fit, "residuals_at", spy)
+    monkeypatch.setattr(_curve_point.PointPasses, "residuals", spy)
 
     def f(
         xs: torch.Tensor, a: torch.Tensor, mu: torch.Tensor, s: torch.Tensor, c: torch.Tensor

@@ -49,7 +49,7 @@ def _counting(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[i
 @pytest.mark.parametrize(
     ("width", "strategy"), [(8, "accumulate"), (64, "explicit")], ids=["accumulate", "explicit"]
 )
-def test_one_probe_one_plan_and_one_scan_of_the_batch_per_step(
+def test_an_unchanged_batch_is_probed_planned_and_scanned_once(
     monkeypatch: pytest.MonkeyPatch, width: int, strategy: str
 ) -> None:
     x, y = _sinc(120)
@@ -71,14 +71,18 @@ def test_one_probe_one_plan_and_one_scan_of_the_batch_per_step(
         lma.step(x, y, 40)
         assert lma.report is not None and lma.report.strategy == strategy
         assert lma.report.attempts >= 1
-    assert len(probes) == 3
-    assert len(plans) == 3
-    # The first step scanned this batch; passed again unchanged, it is not scanned again.
+    # The first step probed, planned and scanned this batch; passed again unchanged, its
+    # plan is kept and it is not scanned again.
+    assert (len(probes), len(plans)) == (0, 0)
     assert scans == {"inputs": 0, "targets": 0}
     with torch.no_grad():
-        y.add_(0.0)  # an in-place write: the targets must be scanned again
+        y.add_(0.0)  # an in-place write: scanned, probed and planned again
     lma.step(x, y, 40)
     assert scans == {"inputs": 0, "targets": 1}
+    assert (len(probes), len(plans)) == (1, 1)
+    lma.step(x, y, 20)  # another slicing: planned anew
+    assert (len(probes), len(plans)) == (2, 2)
+    assert lma.report is not None and lma.report.strategy == strategy
 
 
 def test_a_new_batch_with_nan_is_refused_after_a_clean_one() -> None:

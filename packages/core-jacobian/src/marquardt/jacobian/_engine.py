@@ -24,6 +24,7 @@ from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward
 from ._host_heap import keep_host_heap
 from ._modes import ResidualFn, broadcast_support, layers_support
 from ._modes._broadcast import BROADCAST_CHUNK
+from ._plan_memo import PlanMemo
 from ._planner import MODES, JacobianPlan, plan_jacobian
 from ._prepared import PreparedBatch
 from ._probe import default_budget, probe, verify_broadcast, verify_layers
@@ -103,6 +104,7 @@ class JacobianEngine:
             torch.device(output_device) if output_device is not None else replicas.devices[0]
         )
         self.last_plan: JacobianPlan | None = None
+        self._memo = PlanMemo()  # the same batch, unchanged, is probed and planned once
         self._workers = DeviceWorkers(replicas.devices)
         self._workspaces = Workspaces()
         # Activations per sample from the last probe: sizes forward-only slices.
@@ -210,6 +212,11 @@ class JacobianEngine:
         cap: bool = False,
         params: int | None = None,
     ) -> JacobianPlan:
+        settings = (batch, size, strategy, cap, params, self.memory_budget, self.residual_fn)
+        known = self._memo.get(inputs, targets, settings)
+        if known is not None:
+            self.last_plan = known
+            return known
         m, activations = self._probe(inputs, targets)
         if self.mode in ("auto", "layers") and self._layers_ok is None:
             # Checked once per engine: where the rules disagree, vmap is used instead.
@@ -239,6 +246,7 @@ class JacobianEngine:
             cap_slices=cap,
         )
         self.last_plan = plan
+        self._memo.keep(inputs, targets, settings, plan)
         return plan
 
     def _with_strategy(self, batch: PreparedBatch, strategy: str) -> PreparedBatch:

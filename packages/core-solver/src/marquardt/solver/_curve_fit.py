@@ -35,10 +35,9 @@ from ._curve_point import (
     PASS_SLICE,
     REFINE_STEPS,
     REUSE_LIMIT,
+    PointPasses,
     Residuals,
-    at_point,
     refined,
-    residuals_at,
 )
 from ._errors import OptimizeWarning
 from ._report import StepReport
@@ -149,7 +148,8 @@ def curve_fit(
             OptimizeWarning,
             stacklevel=2,
         )
-    point = at_point(f, solved.params, data, loss=loss, f_scale=scale, slice_size=slice_size)
+    passes = PointPasses(f, data, loss=loss, f_scale=scale, slice_size=slice_size)
+    point = passes.at(solved.params)
     final = Residuals(point.params, point.residuals, point.cost)
     for _ in range(REFINE_STEPS):
         moved = refined(point, data.lower, data.upper, solved.free)
@@ -161,11 +161,11 @@ def curve_fit(
             # is evaluated there (one forward pass instead of a Jacobian pass); a further
             # step would gain digits only at the rounding level. One slice: J is cheap,
             # the loop goes on as for larger moves.
-            last = residuals_at(f, moved, data, loss=loss, f_scale=scale, slice_size=slice_size)
+            last = passes.residuals(moved)
             if last.cost <= final.cost * (1.0 + 1e-12):
                 final = last
             break
-        better = at_point(f, moved, data, loss=loss, f_scale=scale, slice_size=slice_size)
+        better = passes.at(moved)
         # The step corrects the last digits; a cost above rounding means it did not.
         if not better.cost <= point.cost * (1.0 + 1e-12):
             break

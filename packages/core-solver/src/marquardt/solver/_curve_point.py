@@ -33,10 +33,10 @@ __all__ = [
     "REUSE_LIMIT",
     "ROUNDING",
     "AtPoint",
+    "PointPasses",
     "Residuals",
     "at_point",
     "refined",
-    "residuals_at",
 ]
 
 #: The largest Gauss-Newton correction applied after LM, relative to each parameter.
@@ -96,56 +96,81 @@ class AtPoint:
         return full
 
 
-def at_point(
-    f: Callable[..., torch.Tensor],
-    params: torch.Tensor,
-    data: CurveInputs,
-    *,
-    loss: str,
-    f_scale: float,
-    slice_size: int | None,
-) -> AtPoint:
-    """J with respect to p itself (not the internal q) and r, reduced slice by slice.
+class PointPasses:
+    """Passes over the data at given parameters p, with one model and one Jacobian engine
+    (planned and checked once) for every point asked: :meth:`at` (J's factor, r and the
+    cost) and :meth:`residuals` (r and the cost alone)."""
 
-    [a·J | (ρ'/a)·r] is reduced to its triangular factor [[R, q], [0, ·]] (a = 1 for the
-    linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust one, ``scipy_row_scale``): R is
-    the factor of J for the covariance, as ``scipy.optimize.curve_fit`` forms it, and
-    δ = R⁻¹q is the Gauss-Newton step (for a robust loss with the second-order correction).
-    """
-    start = params.to(data.device, data.dtype)
-    everything = torch.ones(start.numel(), dtype=torch.bool, device=data.device)
-    model = CurveModel(
-        f,
-        start,
-        bounds=None,
-        held=start,
-        free=everything,
-        samples_last=data.samples_last,
-    )
-    engine = JacobianEngine(Replicas(model, [data.device]), weighted_residuals, mode="broadcast")
-    reduced = TriangularFactor()
-    pieces: list[torch.Tensor] = []
-    # Without a slice size, slices of one cache-sized chunk: J is never held whole.
-    size = slice_size or min(data.samples, PASS_SLICE)
-    # The data were checked by check_curve_inputs: no second scan for NaN/inf.
-    batch = engine.prepare(data.x, data.targets, size, strategy="explicit", checked=True)
-    for piece in engine.jacobian_slices(batch):
-        r = piece.residuals.to(torch.float64)
-        jac = piece.jacobian.to(torch.float64)
-        pieces.append(r.cpu())
-        if loss != "linear":
-            _, first, _ = rho(loss, (r / f_scale) ** 2)
-            a = scipy_row_scale(r, loss, f_scale)
-            jac, r = jac * a.unsqueeze(1), r * (first / a)
-        # [J | r] as the transposed view of its (P+1) × b rows: column-major, the layout
-        # the QR wants, and one copy fewer than concatenating along columns.
-        reduced.add(torch.cat([jac.t(), r.unsqueeze(0)]).t())
-    augmented = reduced.factor
-    assert augmented is not None  # the batch is not empty (checked)
-    residuals = torch.cat(pieces)
-    value, _, _ = rho(loss, (residuals / f_scale) ** 2)
-    cost = 0.5 * float(f_scale * f_scale * value.sum())
-    return AtPoint(params, augmented, reduced.rows, residuals, cost)
+    def __init__(
+        self,
+        f: Callable[..., torch.Tensor],
+        data: CurveInputs,
+        *,
+        loss: str,
+        f_scale: float,
+        slice_size: int | None,
+    ) -> None:
+        self.data, self.loss, self.f_scale = data, loss, f_scale
+        start = data.p0.to(data.device, data.dtype)
+        everything = torch.ones(start.numel(), dtype=torch.bool, device=data.device)
+        self.model = CurveModel(
+            f, start, bounds=None, held=start, free=everything, samples_last=data.samples_last
+        )
+        self.engine = JacobianEngine(
+            Replicas(self.model, [data.device]), weighted_residuals, mode="broadcast"
+        )
+        # Without a slice size, slices of one cache-sized chunk: J is never held whole.
+        self.size = slice_size or min(data.samples, PASS_SLICE)
+
+    def _cost(self, residuals: torch.Tensor) -> float:
+        value, _, _ = rho(self.loss, (residuals / self.f_scale) ** 2)
+        return 0.5 * float(self.f_scale * self.f_scale * value.sum())
+
+    def at(self, params: torch.Tensor) -> AtPoint:
+        """J with respect to p itself (not the internal q) and r, reduced slice by slice.
+
+        [a·J | (ρ'/a)·r] is reduced to its triangular factor [[R, q], [0, ·]] (a = 1 for
+        the linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust one,
+        ``scipy_row_scale``): R is the factor of J for the covariance, as
+        ``scipy.optimize.curve_fit`` forms it, and δ = R⁻¹q is the Gauss-Newton step (for
+        a robust loss with the second-order correction).
+        """
+        data, loss, f_scale = self.data, self.loss, self.f_scale
+        self.engine.replicas.set_flat_params(params.to(data.device, data.dtype))
+        reduced = TriangularFactor()
+        pieces: list[torch.Tensor] = []
+        # The data were checked by check_curve_inputs: no second scan for NaN/inf.
+        batch = self.engine.prepare(
+            data.x, data.targets, self.size, strategy="explicit", checked=True
+        )
+        for piece in self.engine.jacobian_slices(batch):
+            r = piece.residuals.to(torch.float64)
+            jac = piece.jacobian.to(torch.float64)
+            pieces.append(r.cpu())
+            if loss != "linear":
+                _, first, _ = rho(loss, (r / f_scale) ** 2)
+                a = scipy_row_scale(r, loss, f_scale)
+                jac, r = jac * a.unsqueeze(1), r * (first / a)
+            # [J | r] as the transposed view of its (P+1) × b rows: column-major, the
+            # layout the QR wants, and one copy fewer than concatenating along columns.
+            reduced.add(torch.cat([jac.t(), r.unsqueeze(0)]).t())
+        augmented = reduced.factor
+        assert augmented is not None  # the batch is not empty (checked)
+        residuals = torch.cat(pieces)
+        return AtPoint(params, augmented, reduced.rows, residuals, self._cost(residuals))
+
+    def residuals(self, params: torch.Tensor) -> Residuals:
+        """r and the cost at ``params``: forward passes only, slice by slice (no J)."""
+        data = self.data
+        self.engine.replicas.set_flat_params(params.to(data.device, data.dtype))
+        pieces = []
+        with torch.no_grad():
+            for lo in range(0, data.samples, self.size):
+                out = self.model(data.x[lo : lo + self.size])
+                r = weighted_residuals(out, data.targets[lo : lo + self.size])
+                pieces.append(r.to("cpu", torch.float64))
+        residuals = torch.cat(pieces)
+        return Residuals(params, residuals, self._cost(residuals))
 
 
 @dataclass(frozen=True)
@@ -157,7 +182,7 @@ class Residuals:
     cost: float
 
 
-def residuals_at(
+def at_point(
     f: Callable[..., torch.Tensor],
     params: torch.Tensor,
     data: CurveInputs,
@@ -165,23 +190,10 @@ def residuals_at(
     loss: str,
     f_scale: float,
     slice_size: int | None,
-) -> Residuals:
-    """r and the cost at ``params``: forward passes only, slice by slice (no J)."""
-    start = params.to(data.device, data.dtype)
-    everything = torch.ones(start.numel(), dtype=torch.bool, device=data.device)
-    model = CurveModel(
-        f, start, bounds=None, held=start, free=everything, samples_last=data.samples_last
-    )
-    size = slice_size or min(data.samples, PASS_SLICE)
-    pieces = []
-    with torch.no_grad():
-        for lo in range(0, data.samples, size):
-            out = model(data.x[lo : lo + size])
-            r = weighted_residuals(out, data.targets[lo : lo + size])
-            pieces.append(r.to("cpu", torch.float64))
-    residuals = torch.cat(pieces)
-    value, _, _ = rho(loss, (residuals / f_scale) ** 2)
-    return Residuals(params, residuals, 0.5 * float(f_scale * f_scale * value.sum()))
+) -> AtPoint:
+    """One :meth:`PointPasses.at` pass at ``params``."""
+    passes = PointPasses(f, data, loss=loss, f_scale=f_scale, slice_size=slice_size)
+    return passes.at(params)
 
 
 def refined(
