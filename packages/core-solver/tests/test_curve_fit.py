@@ -183,6 +183,31 @@ def test_many_slices_keep_the_factor_for_the_last_digits(
     assert result.cost == pytest.approx(0.5 * float(expected @ expected), rel=1e-12)
 
 
+def test_lm_hands_over_to_gauss_newton_near_the_optimum() -> None:
+    """LM stops after an accepted step that lowered the cost by ≤ 1e-6 relative with its
+    model holding, and Gauss-Newton corrections finish: the same popt and pcov as SciPy."""
+    popt_ref, pcov_ref = scipy_reference("gaussian", "sigma")
+    result = _fit("gaussian", "sigma")
+    assert result.success and result.termination == "gauss-newton", result.reason
+    assert result.report is not None and result.report.accepted
+    np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-8, atol=0)
+    assert_pcov_close(result.pcov.numpy(), pcov_ref, 1e-6)
+
+
+def test_lm_goes_on_when_gauss_newton_cannot_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no Gauss-Newton correction allowed, LM resumes from where it handed over and
+    terminates by its own tests, at the same optimum."""
+    from marquardt.solver import _curve_point
+
+    handed = _fit("gaussian", "sigma")
+    monkeypatch.setattr(_curve_point, "REFINE_LIMIT", 0.0)
+    popt_ref, _ = scipy_reference("gaussian", "sigma")
+    result = _fit("gaussian", "sigma")
+    assert result.success and result.termination not in (None, "gauss-newton")
+    assert result.steps > handed.steps
+    np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-8, atol=0)
+
+
 def test_rank_deficient_jacobian_gives_inf_and_a_warning() -> None:
     x = np.linspace(0.0, 1.0, 20)
     y = 3.0 * x

@@ -12,6 +12,13 @@ the gradient ∇C of the cost (``_curve_point``): a parameter held at its lower 
 ∂C/∂p_j < 0 (or at its upper bound with ∂C/∂p_j > 0) would lower the cost by moving
 inside, so it is released, for good, and LM resumes. Each round holds or releases at least
 one parameter, so there are at most 2P + 1 rounds.
+
+Without bounds, LM may hand over to Gauss-Newton (``Tolerances.handoff``): after an
+accepted step that lowered the cost by at most ``handoff`` relative while its quadratic
+model held (gain ratio within ``HANDOFF_RATIO`` of 1), the point is where Gauss-Newton
+converges, and the step LM would take next (a Jacobian pass and a trial whose decrease is
+below rounding) is left to the QR-based corrections of ``_curve_point.polish``; LM goes on
+when those cannot finish.
 """
 
 from __future__ import annotations
@@ -28,32 +35,47 @@ from ._curve_point import at_point
 from ._lma import LMA
 from ._report import StepReport
 
-__all__ = ["AT_BOUND", "Solved", "bound_sides", "solve"]
+__all__ = ["AT_BOUND", "HANDOFF_RATIO", "Solved", "bound_sides", "solve"]
 
 #: A parameter this close to a bound (relative to its range) is held there.
 AT_BOUND = 1e-7
+#: A step hands over to Gauss-Newton only when its gain ratio is within this of 1.
+HANDOFF_RATIO = 0.1
 
 
 @dataclass(frozen=True)
 class Solved:
     """Where LM ended: p (float64, CPU), which parameters are free (the others held at a
-    bound), the number of steps, whether the last run terminated, and its last report."""
+    bound), the number of steps, whether the last run terminated (or handed over to
+    Gauss-Newton: ``handed_off``), and its last report."""
 
     params: torch.Tensor
     free: torch.Tensor
     steps: int
     terminated: bool
     report: StepReport | None
+    handed_off: bool = False
 
 
 @dataclass(frozen=True)
 class Tolerances:
-    """MINPACK's stopping tests handed to each ``LMA``, and the step budget."""
+    """MINPACK's stopping tests handed to each ``LMA``, the step budget, and the relative
+    decrease at which LM hands over to Gauss-Newton (None: never; module docstring)."""
 
     ftol: float | None
     xtol: float | None
     gtol: float | None
     max_steps: int
+    handoff: float | None = None
+
+
+def _hands_off(report: StepReport | None, handoff: float | None) -> bool:
+    """Whether this accepted step lowered the cost by at most ``handoff`` relative with
+    its quadratic model holding."""
+    if handoff is None or report is None or not report.accepted or report.loss_before <= 0:
+        return False
+    decrease = (report.loss_before - report.loss_after) / report.loss_before
+    return decrease <= handoff and abs(report.gain_ratio - 1.0) <= HANDOFF_RATIO
 
 
 def bound_sides(p: torch.Tensor, lower: torch.Tensor, upper: torch.Tensor) -> torch.Tensor:
@@ -123,6 +145,10 @@ def solve(
                 _, terminated = lma.step(data.x, data.targets, slice_size)
                 steps += 1
                 report = lma.report
+                if not bounded and not terminated and _hands_off(report, limits.handoff):
+                    with torch.no_grad():
+                        p = model.external().detach().to("cpu", torch.float64)
+                    return Solved(p, free, steps, True, report, handed_off=True)
                 with torch.no_grad():
                     p = model.external().detach().to("cpu", torch.float64)
                 if bounded:

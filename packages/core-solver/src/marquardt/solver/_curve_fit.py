@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -31,20 +31,16 @@ import torch
 from ._active_set import Tolerances, solve
 from ._covariance import covariance_from_factor
 from ._curve_inputs import CurveFitInputError, check_curve_inputs
-from ._curve_point import (
-    PASS_SLICE,
-    REFINE_STEPS,
-    REUSE_LIMIT,
-    PointPasses,
-    Residuals,
-    refined,
-)
+from ._curve_point import PointPasses, polish
 from ._errors import OptimizeWarning
 from ._report import StepReport
 
 __all__ = ["CurveFitResult", "curve_fit"]
 
 _INF = float("inf")
+#: LM hands over to Gauss-Newton after an accepted step that lowered the cost by at most
+#: this, relative, with its quadratic model holding (``_active_set``).
+HANDOFF = 1e-6
 
 
 @dataclass(frozen=True)
@@ -130,17 +126,26 @@ def curve_fit(
         device=device,
         dtype=dtype,
     )
-    solved = solve(
-        f,
-        data,
-        loss=loss,
-        f_scale=scale,
-        limits=Tolerances(ftol=ftol, xtol=xtol, gtol=gtol, max_steps=max_steps),
-        slice_size=slice_size,
-    )
-    terminated, steps = solved.terminated, solved.steps
+    limits = Tolerances(ftol=ftol, xtol=xtol, gtol=gtol, max_steps=max_steps, handoff=HANDOFF)
+    solved = solve(f, data, loss=loss, f_scale=scale, limits=limits, slice_size=slice_size)
+
+    passes = PointPasses(f, data, loss=loss, f_scale=scale, slice_size=slice_size)
+    done = polish(passes, solved.params, data.lower, data.upper, solved.free)
+    if solved.handed_off and not done.finished:
+        # Gauss-Newton could not finish from where LM handed over: LM goes on from there.
+        more = solve(
+            f,
+            replace(data, p0=done.final.params),
+            loss=loss,
+            f_scale=scale,
+            limits=replace(limits, max_steps=max_steps - solved.steps, handoff=None),
+            slice_size=slice_size,
+        )
+        solved = replace(more, steps=solved.steps + more.steps)
+        done = polish(passes, solved.params, data.lower, data.upper, solved.free)
+    point, final = done.point, done.final
     report = solved.report
-    if not terminated:
+    if not solved.terminated:
         warnings.warn(
             f"curve_fit stopped after max_steps={max_steps} LM steps without meeting a "
             "stopping test; the parameters may not be optimal. HINT: raise max_steps or "
@@ -148,29 +153,19 @@ def curve_fit(
             OptimizeWarning,
             stacklevel=2,
         )
-    passes = PointPasses(f, data, loss=loss, f_scale=scale, slice_size=slice_size)
-    point = passes.at(solved.params)
-    final = Residuals(point.params, point.residuals, point.cost)
-    for _ in range(REFINE_STEPS):
-        moved = refined(point, data.lower, data.upper, solved.free)
-        if moved is None:
-            break
-        tiny = bool(((moved - point.params).abs() <= REUSE_LIMIT * point.params.abs()).all())
-        if tiny and data.samples > PASS_SLICE:
-            # A last-digits move over data of many slices: J's factor stays valid, only r
-            # is evaluated there (one forward pass instead of a Jacobian pass); a further
-            # step would gain digits only at the rounding level. One slice: J is cheap,
-            # the loop goes on as for larger moves.
-            last = passes.residuals(moved)
-            if last.cost <= final.cost * (1.0 + 1e-12):
-                final = last
-            break
-        better = passes.at(moved)
-        # The step corrects the last digits; a cost above rounding means it did not.
-        if not better.cost <= point.cost * (1.0 + 1e-12):
-            break
-        point = better
-        final = Residuals(point.params, point.residuals, point.cost)
+    termination: str | None
+    if solved.handed_off:
+        termination, reason = (
+            "gauss-newton",
+            (
+                f"LM's last step lowered the cost by at most {HANDOFF:g} relative with its "
+                "quadratic model holding; Gauss-Newton steps from J's QR factor finished the "
+                "fit to rounding"
+            ),
+        )
+    else:
+        termination = report.termination if report is not None else None
+        reason = report.reason if report is not None else ""
     popt = final.params
     cov = covariance_from_factor(
         point.factor, point.rows, 2.0 * final.cost, absolute_sigma=absolute_sigma
@@ -185,9 +180,9 @@ def curve_fit(
         cost=final.cost,
         jacobian_rank=cov.rank,
         singular_values=cov.singular_values,
-        steps=steps,
-        success=terminated,
-        termination=report.termination if report is not None else None,
-        reason=report.reason if report is not None else "",
+        steps=solved.steps,
+        success=solved.terminated,
+        termination=termination,
+        reason=reason,
         report=report,
     )

@@ -34,8 +34,10 @@ __all__ = [
     "ROUNDING",
     "AtPoint",
     "PointPasses",
+    "Polished",
     "Residuals",
     "at_point",
+    "polish",
     "refined",
 ]
 
@@ -198,9 +200,10 @@ def at_point(
 
 def refined(
     point: AtPoint, lower: torch.Tensor, upper: torch.Tensor, free: torch.Tensor
-) -> torch.Tensor | None:
-    """p − δ when the Gauss-Newton step over the ``free`` parameters is a last-digits
-    correction that stays within the bounds; else None.
+) -> tuple[torch.Tensor | None, bool]:
+    """(p − δ, False) when the Gauss-Newton step over the ``free`` parameters is a
+    last-digits correction that stays within the bounds; (None, True) when δ is within
+    rounding of p already (another pass would change nothing); else (None, False).
 
     LM accepts a step only when the cost falls by more than its rounding error, which
     leaves p̂ up to about √ε·(standard error) from the optimum; a Gauss-Newton step from
@@ -209,13 +212,57 @@ def refined(
     """
     step = point.step(free)
     if step is None:
-        return None
+        return None, False
     p = point.params
     if not bool((step.abs() <= REFINE_LIMIT * p.abs()).all()):
-        return None
+        return None, False
     if bool((step.abs() <= ROUNDING * p.abs()).all()):
-        return None  # within rounding of p already: another pass would change nothing
+        return None, True
     moved = p - step
     if bool(((moved < lower) | (moved > upper)).any()):
-        return None
-    return moved
+        return None, False
+    return moved, False
+
+
+@dataclass(frozen=True)
+class Polished:
+    """The passes after LM: ``point`` (J's factor for the covariance), ``final`` (popt, its
+    residuals and cost) and whether Gauss-Newton steps reached rounding (``finished``)."""
+
+    point: AtPoint
+    final: Residuals
+    finished: bool
+
+
+def polish(
+    passes: PointPasses,
+    params: torch.Tensor,
+    lower: torch.Tensor,
+    upper: torch.Tensor,
+    free: torch.Tensor,
+) -> Polished:
+    """J's factor at ``params`` and up to ``REFINE_STEPS`` last-digits corrections.
+
+    A correction of at most ``REUSE_LIMIT`` relative over data of more than one slice is
+    checked with a forward pass alone and J's factor is kept (it moves by about as much as
+    p does); a further step would gain digits only at the rounding level. One slice: J
+    is cheap, and the loop goes on as for larger moves.
+    """
+    point = passes.at(params)
+    final = Residuals(point.params, point.residuals, point.cost)
+    for _ in range(REFINE_STEPS):
+        moved, at_rounding = refined(point, lower, upper, free)
+        if moved is None:
+            return Polished(point, final, at_rounding)
+        tiny = bool(((moved - point.params).abs() <= REUSE_LIMIT * point.params.abs()).all())
+        if tiny and passes.data.samples > PASS_SLICE:
+            last = passes.residuals(moved)
+            # The step corrects the last digits; a cost above rounding means it did not.
+            lower_cost = last.cost <= final.cost * (1.0 + 1e-12)
+            return Polished(point, last if lower_cost else final, lower_cost)
+        better = passes.at(moved)
+        if not better.cost <= point.cost * (1.0 + 1e-12):
+            return Polished(point, final, False)
+        point = better
+        final = Residuals(point.params, point.residuals, point.cost)
+    return Polished(point, final, True)
