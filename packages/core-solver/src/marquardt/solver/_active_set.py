@@ -28,10 +28,14 @@ from ._curve_point import at_point
 from ._lma import LMA
 from ._report import StepReport
 
-__all__ = ["AT_BOUND", "Solved", "bound_sides", "solve"]
+__all__ = ["AT_BOUND", "CURVE_LMA_OPTIONS", "Solved", "bound_sides", "solve"]
 
 #: A parameter this close to a bound (relative to its range) is held there.
 AT_BOUND = 1e-7
+
+#: The ``LMA`` options of every curve fit, chosen on the NIST StRD problems from both of
+#: their starts (``benchmarks/bench_nist.py``; docs/algorithm.md, "Poor starts").
+CURVE_LMA_OPTIONS: dict[str, object] = {"damping_min": 1e-12}
 
 
 @dataclass(frozen=True)
@@ -112,11 +116,11 @@ def solve(
                 model,
                 [data.device],
                 residual_fn,
-                damping_min=1e-12,
                 ftol=limits.ftol,
                 xtol=limits.xtol,
                 gtol=limits.gtol,
                 jacobian_mode="broadcast",
+                **CURVE_LMA_OPTIONS,  # type: ignore[arg-type]
             )
             terminated = False
             while steps < limits.max_steps and not terminated:
