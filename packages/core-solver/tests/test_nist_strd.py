@@ -34,8 +34,9 @@ from marquardt.solver import LMA, SolverConfigError, _active_set, curve_fit
 #: Fits curve_fit's defaults do not reach, and why (see docs/algorithm.md, "Poor starts").
 KNOWN = {
     ("BoxBOD", 1): "from (1, 1) LM drives b2 up to where exp(−b2·x) ≈ 0 and the b2 column "
-    "vanishes, a flat minimum at b1 = mean(y); Transtrum's rejecting rule "
-    "(geodesic_reject=True) reaches it, at up to 5 more steps on the easy problems",
+    "vanishes, a flat minimum at b1 = mean(y); Transtrum's rejecting rule from the first "
+    "step (geodesic_reject=True) reaches it, at up to 4–7 more steps on easy problems and "
+    "the acceleration's cost on every step, so it is not the default",
     ("MGH10", 1): "from (2, 4e5, 2.5e4) every candidate follows the valley b2/(x + b3) ≈ "
     "const towards b2, b3 → ∞ with b1 → 0 (20,000 steps do not turn back); MINPACK fails too",
 }
