@@ -135,7 +135,9 @@ class GeodesicAcceleration:
             return solution
         system = self._system
         g = _native(terms / system.rows, system.g)
-        second = dataclasses.replace(system, g=g, gradient=g if system.underdetermined else None)
+        # The same damped system with Jᵀr_vv/N (or r_vv/N) in place of Jᵀr/N (or r/N).
+        gradient = system.gradient if system.underdetermined else None
+        second = dataclasses.replace(system, g=g, gradient=gradient)
         solved = self._backend.solve(second, damping, self._scaling)
         if solved is None:
             self.dropped += 1
