@@ -84,10 +84,11 @@ class LMA:
     ``geodesic=α`` adds Transtrum's geodesic acceleration to every attempt, dropped where
     2‖a‖/‖v‖ > α, or with ``geodesic_reject=True`` rejecting the attempt there as
     Transtrum & Sethna (2012) do; ``geodesic_after=k`` applies it from the k-th step on
-    (``_geodesic``: one more forward, Jacobian pass and solve per attempt; not with ``process_group``, ``params_per_step`` or the cuPyNumeric
-    backend). The defaults are the measured best on the
-    seed's sinc loop (fewer rejected attempts per step, lower loss per step). At most
-    ``attempts`` damped solves per step. ``strategy``: "accumulate" (JᵀJ, Jᵀr summed on
+    (``_geodesic``: one more forward, Jacobian pass and solve per attempt; not with
+    ``process_group``, ``params_per_step`` or the cuPyNumeric backend; ``curve_fit``'s
+    choice is measured in docs/algorithm.md, "Poor starts"). The defaults are the
+    measured best on the seed's sinc loop (fewer rejected attempts per step, lower loss
+    per step). At most ``attempts`` damped solves per step. ``strategy``: "accumulate" (JᵀJ, Jᵀr summed on
     the model devices), "explicit" (J assembled by the backend; needed for the
     under-determined form) or "auto" (the Jacobian planner: accumulate when N ≥ P).
     ``backend``: "auto", "cupynumeric", "torch", "numpy" or an ``ArrayBackend``. ``dtype``
