@@ -41,6 +41,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("distributed", "bench_distributed", {}, {"quick": True}),
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
     ("curve_fit", "bench_curve_fit", {}, {"quick": True}),
+    ("nist", "bench_nist", {}, {"quick": True}),
     (
         "quality",
         "bench_quality",
@@ -399,6 +400,12 @@ SECTIONS = {
         None,
         lambda r: __import__("bench_curve_fit").section(r),
         "bench_curve_fit.py",
+    ),
+    "nist": (
+        "NIST StRD nonlinear regression, both starts",
+        None,
+        lambda r: __import__("bench_nist").section(r),
+        "bench_nist.py",
     ),
 }
 

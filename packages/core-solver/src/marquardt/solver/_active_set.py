@@ -35,12 +35,24 @@ from ._curve_point import at_point
 from ._lma import LMA
 from ._report import StepReport
 
-__all__ = ["AT_BOUND", "HANDOFF_RATIO", "Solved", "bound_sides", "solve"]
+__all__ = ["AT_BOUND", "CURVE_LMA_OPTIONS", "HANDOFF_RATIO", "Solved", "bound_sides", "solve"]
 
 #: A parameter this close to a bound (relative to its range) is held there.
 AT_BOUND = 1e-7
 #: A step hands over to Gauss-Newton only when its gain ratio is within this of 1.
 HANDOFF_RATIO = 0.1
+
+#: The ``LMA`` options of every curve fit, chosen on the NIST StRD problems from both of
+#: their starts (``benchmarks/bench_nist.py``; docs/algorithm.md, "Poor starts"): a
+#: scaling that remembers its last D at half weight (MINPACK's running maximum, decaying),
+#: and geodesic acceleration (α = 0.75) from the 20th step, so that fits that converge in
+#: fewer steps pay nothing for it.
+CURVE_LMA_OPTIONS: dict[str, object] = {
+    "damping_min": 1e-12,
+    "scaling_memory": 0.5,
+    "geodesic": 0.75,
+    "geodesic_after": 20,
+}
 
 
 @dataclass(frozen=True)
@@ -134,11 +146,11 @@ def solve(
                 model,
                 [data.device],
                 residual_fn,
-                damping_min=1e-12,
                 ftol=limits.ftol,
                 xtol=limits.xtol,
                 gtol=limits.gtol,
                 jacobian_mode="broadcast",
+                **CURVE_LMA_OPTIONS,  # type: ignore[arg-type]
             )
             terminated = False
             while steps < limits.max_steps and not terminated:

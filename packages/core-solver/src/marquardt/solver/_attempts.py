@@ -9,6 +9,8 @@ attempts, never errors. The loop ends on acceptance, when λ reaches its ceiling
 makes progress), when a rejected attempt's predicted decrease is itself below the rounding
 of the loss (more damping only shrinks it: the point is converged to rounding), or after
 ``attempts`` solves; an accepted step may also meet the MINPACK ftol / xtol tests (Moré 1978). θ is always the last accepted point afterwards.
+With ``accelerate`` (``_geodesic``), each solved δ receives its second-order correction
+before it is tried, or the attempt is rejected (the hook returns the reason in words).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Attempts:
     attempts: int
     learning_rate: float
     stopping: StoppingCriteria
+    accelerate: Callable[[Solution, float], Solution | str] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,9 +139,17 @@ def run_attempts(
             report.damping_used = lam
             report.attempts += 1
             t = time.perf_counter()
-            solution = backend.solve(system, lam, how.scaling)
+            solved = backend.solve(system, lam, how.scaling)
             seconds_solve += time.perf_counter() - t
-            if solution is None:
+            solution: Solution | str | None = solved
+            if solved is not None and how.accelerate is not None:
+                t = time.perf_counter()
+                solution = how.accelerate(solved, lam)
+                seconds_trial += time.perf_counter() - t
+            if isinstance(solution, str):
+                report.rejections.append(solution)
+                rule.on_reject()
+            elif solution is None:
                 report.rejections.append("cholesky failed")
                 rule.on_reject()
             else:

@@ -28,6 +28,7 @@ loop correct for batches that change every step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
@@ -48,10 +49,19 @@ from ._covariance import batch_covariance
 from ._damping import DampingRule
 from ._distributed import StepScope, step_scope
 from ._errors import SolverConfigError, message
+from ._geodesic import GeodesicAcceleration
 from ._memory_fit import check_limit, step_memory, usable_memory
-from ._options import DAMPING_RULES, STRATEGIES, LossFn, ResidualFn, check_options
+from ._options import (
+    DAMPING_RULES,
+    STRATEGIES,
+    LossFn,
+    ResidualFn,
+    check_options,
+    check_poor_start_options,
+)
 from ._report import StepReport
 from ._robust import check_robust_loss, robust_residual_fn
+from ._scaling import remembered
 from ._state import checked_state, solver_state
 from ._subsets import ParamSelection, Selector, SubsetBackend, check_selection
 
@@ -68,9 +78,17 @@ class LMA:
     "nielsen" (the default: Nielsen's gain-ratio rule) or "fixed" (λ·up on rejection,
     λ·down on acceptance), or any ``DampingRule``; λ starts at ``damping_start`` and stays
     in [damping_min, damping_max]. ``scaling`` is "marquardt" (the default: D =
-    diag(JᵀJ)/N, clamped) or "identity" (D = I). The defaults are the measured best on the
-    seed's sinc loop (fewer rejected attempts per step, lower loss per step). At most
-    ``attempts`` damped solves per step. ``strategy``: "accumulate" (JᵀJ, Jᵀr summed on
+    diag(JᵀJ)/N, clamped) or "identity" (D = I); ``scaling_memory`` γ ∈ [0, 1] makes
+    Marquardt's D_k = max(diag_k, γ·D_{k−1}) (0, the default: this step's alone; 1:
+    MINPACK's running maximum; see ``_scaling``; it restarts after ``load_state_dict``).
+    ``geodesic=α`` adds Transtrum's geodesic acceleration to every attempt, dropped where
+    2‖a‖/‖v‖ > α, or with ``geodesic_reject=True`` rejecting the attempt there as
+    Transtrum & Sethna (2012) do; ``geodesic_after=k`` applies it from the k-th step on
+    (``_geodesic``: one more forward, Jacobian pass and solve per attempt; not with
+    ``process_group``, ``params_per_step`` or the cuPyNumeric backend; ``curve_fit``'s
+    choice is measured in docs/algorithm.md, "Poor starts"). The defaults are the
+    measured best on the seed's sinc loop (fewer rejected attempts per step, lower loss
+    per step). At most ``attempts`` damped solves per step. ``strategy``: "accumulate" (JᵀJ, Jᵀr summed on
     the model devices), "explicit" (J assembled by the backend; needed for the
     under-determined form) or "auto" (the Jacobian planner: accumulate when N ≥ P).
     ``backend``: "auto", "cupynumeric", "torch", "numpy" or an ``ArrayBackend``. ``dtype``
@@ -153,6 +171,10 @@ class LMA:
         seed: int | None = None,
         memory_limit: int | None = None,
         process_group: torch.distributed.ProcessGroup | str | None = None,
+        geodesic: float | None = None,
+        geodesic_reject: bool = False,
+        geodesic_after: int = 0,
+        scaling_memory: float = 0.0,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
         options = check_options(
@@ -176,6 +198,16 @@ class LMA:
             xtol=xtol,
             gtol=gtol,
         )
+        self._geodesic, self._scaling_memory = check_poor_start_options(
+            geodesic,
+            scaling_memory,
+            geodesic_reject=geodesic_reject,
+            geodesic_after=geodesic_after,
+            scaling=scaling,
+            backend=backend,
+            params_per_step=params_per_step,
+            process_group=process_group,
+        )
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
         check_selection(params_per_step, param_selection, seed, gtol)
         check_limit(memory_limit)
@@ -194,6 +226,20 @@ class LMA:
         seed = self._scope.common_seed(seed)
         self._engine = JacobianEngine(self._replicas, residual_fn, mode=jacobian_mode)
         self._backend = resolve_backend(options.backend, self._replicas.devices[0])
+        # "auto" may have chosen cuPyNumeric: the same refusal as for naming it.
+        check_poor_start_options(
+            geodesic,
+            scaling_memory,
+            geodesic_reject=geodesic_reject,
+            geodesic_after=geodesic_after,
+            scaling=scaling,
+            backend=self._backend,
+            params_per_step=params_per_step,
+            process_group=process_group,
+        )
+        self._diag: Any = None  # the remembered D of the last step (scaling_memory)
+        self._geodesic_reject = geodesic_reject
+        self._geodesic_after = geodesic_after
         self._rule = options.rule
         self._residual_fn = residual_fn
         self._robust = robust
@@ -365,6 +411,25 @@ class LMA:
             report.reason = "gtol: the residual is orthogonal to the Jacobian columns"
             return self._finish(report, t_begin, loss_before, terminated=True)
 
+        if self._scaling_memory > 0.0 and not system.underdetermined:
+            diag = remembered(system.diag, self._diag, self._scaling_memory)
+            system = dataclasses.replace(system, diag=diag)
+            self._diag = diag
+        accelerate = (
+            None
+            if self._geodesic is None or self._steps < self._geodesic_after
+            else GeodesicAcceleration(
+                self._geodesic,
+                reject=self._geodesic_reject,
+                engine=self._engine,
+                batch=batch,
+                backend=self._backend,
+                system=system,
+                scaling=self._scaling,
+                replicas=self._replicas,
+                learning_rate=self._learning_rate,
+            )
+        )
         how = Attempts(
             backend=self._backend
             if columns is None
@@ -374,6 +439,7 @@ class LMA:
             attempts=self._attempts,
             learning_rate=self._learning_rate,
             stopping=self._stopping,
+            accelerate=accelerate,
         )
         loss_after, terminated = run_attempts(
             how,

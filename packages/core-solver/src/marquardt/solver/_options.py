@@ -24,7 +24,15 @@ from ._errors import SolverConfigError, message
 from ._scaling import SCALINGS
 from ._stopping import StoppingCriteria
 
-__all__ = ["DAMPING_RULES", "STRATEGIES", "LossFn", "Options", "ResidualFn", "check_options"]
+__all__ = [
+    "DAMPING_RULES",
+    "STRATEGIES",
+    "LossFn",
+    "Options",
+    "ResidualFn",
+    "check_options",
+    "check_poor_start_options",
+]
 
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 LossFn = Callable[..., Any]
@@ -247,3 +255,89 @@ def check_options(
         dtype=dtype,
         stopping=StoppingCriteria(**tolerances),
     )
+
+
+def check_poor_start_options(
+    geodesic: object,
+    scaling_memory: object,
+    *,
+    geodesic_reject: object,
+    geodesic_after: object,
+    scaling: str,
+    backend: object,
+    params_per_step: object,
+    process_group: object,
+) -> tuple[float | None, float]:
+    """``geodesic`` (α of the geodesic acceleration, ``_geodesic``; None: off) and
+    ``scaling_memory`` (γ of D_k = max(diag_k, γ·D_{k−1}), ``_scaling``), checked against
+    the options they cannot be combined with; returns them as floats."""
+    alpha = None if geodesic is None else _positive_number("geodesic", geodesic)
+    if not isinstance(geodesic_reject, bool) or (geodesic_reject and alpha is None):
+        raise SolverConfigError(
+            message(
+                "LMA(geodesic_reject=...) expects True or False, with geodesic=α set for True",
+                f"got geodesic_reject={geodesic_reject!r}, geodesic={geodesic!r}",
+                "pass e.g. geodesic=0.75, geodesic_reject=True",
+            )
+        )
+    if (
+        isinstance(geodesic_after, bool)
+        or not isinstance(geodesic_after, int)
+        or geodesic_after < 0
+    ):
+        raise SolverConfigError(
+            message(
+                "LMA(geodesic_after=...) expects an integer ≥ 0 (the step it starts at)",
+                f"got {geodesic_after!r}",
+                "pass e.g. geodesic_after=0 (from the first step)",
+            )
+        )
+    memory = _positive_number("scaling_memory", scaling_memory, allow_zero=True)
+    if memory > 1.0:
+        raise SolverConfigError(
+            message(
+                "LMA(scaling_memory=...) expects a number in [0, 1]",
+                f"got {scaling_memory!r}",
+                "pass 0 (D from this step's Jacobian alone), 1 (MINPACK's running maximum) "
+                "or a decay in between, e.g. 0.5",
+            )
+        )
+    if memory > 0.0 and scaling != "marquardt":
+        raise SolverConfigError(
+            message(
+                "LMA(scaling_memory=...) remembers Marquardt's scaling D = diag(JᵀJ)/N",
+                f"scaling={scaling!r}",
+                "pass scaling='marquardt', or leave scaling_memory=0",
+            )
+        )
+    for name, value in (("geodesic", alpha), ("scaling_memory", memory or None)):
+        if value is None:
+            continue
+        if params_per_step is not None:
+            raise SolverConfigError(
+                message(
+                    f"LMA({name}=...) needs every step on all the parameters",
+                    f"params_per_step={params_per_step!r} steps on subsets, whose columns "
+                    "change from step to step",
+                    f"leave {name} unset with params_per_step",
+                )
+            )
+        if name == "geodesic" and process_group is not None:
+            raise SolverConfigError(
+                message(
+                    "LMA(geodesic=...) evaluates its correction on one process's batch",
+                    f"process_group={process_group!r} shares every step between ranks",
+                    "leave geodesic unset with a process_group",
+                )
+            )
+        if name == "geodesic" and (
+            backend == "cupynumeric" or getattr(backend, "name", None) == "cupynumeric"
+        ):
+            raise SolverConfigError(
+                message(
+                    "LMA(geodesic=...) solves its correction with the torch or NumPy backend",
+                    "backend='cupynumeric'",
+                    "pass backend='torch' (or 'numpy'), or leave geodesic unset",
+                )
+            )
+    return alpha, memory

@@ -1,0 +1,156 @@
+"""Geodesic acceleration of an LM step (Transtrum & Sethna 2012): :class:`GeodesicAcceleration`.
+
+The damped step δ of (A + λD) δ = g moves θ along v = −lr·δ, the first-order ("velocity")
+term of a path on the model manifold. Transtrum & Sethna ("Improvements to the
+Levenberg-Marquardt algorithm for nonlinear least-squares minimization", 2012) add the
+second-order term: with r_vv the second directional derivative of the residuals along v,
+estimated by one extra residual evaluation
+
+    r_vv ≈ (2/h)·[(r(θ + h·v) − r(θ))/h − J·v]        (h = ``STEP``),
+
+the acceleration a = −(JᵀJ + λD)⁻¹ Jᵀ r_vv solves the same damped system with Jᵀr_vv in
+place of Jᵀr (in the under-determined form, (JJᵀ/N + λI) u = r_vv/N and a = −Jᵀu), and
+the trial point is θ + v + ½a. Where the acceleration is large next to the velocity,
+2‖a‖_D / ‖v‖_D > α (norms weighted by the scaling D), the second-order expansion is not
+to be trusted. Transtrum rejects the attempt then and raises λ (``reject=True``); by
+default the plain step θ + v is tried instead, which on the NIST problems took no more
+steps than plain LM on the easy ones, where rejecting took up to 5 more (docs/
+algorithm.md, "Poor starts"). The predicted reduction that the damping rule compares
+with stays the velocity's.
+
+Cost per attempt: one forward at θ + h·v, one Jacobian pass at θ (its slices stream; J
+is never held whole) and one more damped solve. Not for ``process_group`` or
+``params_per_step`` LMAs (refused when they are built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas, ResidualNotFiniteError
+
+from ._backends.base import ArrayBackend, LinearSystem, Solution, host_vector, read_values
+from ._scaling import scaling_diagonal_numpy
+
+__all__ = ["STEP", "GeodesicAcceleration"]
+
+#: h of the finite-difference estimate of r_vv (Transtrum & Sethna 2012 use 0.1).
+STEP = 0.1
+
+
+def _native(vector: torch.Tensor, like: Any) -> Any:
+    """``vector`` (float64) as an array of the kind and device of ``like``."""
+    if isinstance(like, torch.Tensor):
+        return vector.to(like.device, torch.float64)
+    return np.asarray(vector.detach().cpu().numpy())
+
+
+class GeodesicAcceleration:
+    """The second-order correction of the attempts of one step (module docstring).
+
+    Built per step with the step's system and prepared batch; called by ``run_attempts``
+    with each attempt's solution and λ, it returns the solution whose δ includes the
+    correction (or the solution unchanged, or with ``reject`` the reason the attempt is
+    rejected), with θ back where it was.
+    """
+
+    def __init__(
+        self,
+        alpha: float,
+        *,
+        reject: bool,
+        engine: JacobianEngine,
+        batch: PreparedBatch,
+        backend: ArrayBackend,
+        system: LinearSystem,
+        scaling: str,
+        replicas: Replicas,
+        learning_rate: float,
+    ) -> None:
+        self.alpha = alpha
+        self.reject = reject
+        self._engine = engine
+        self._batch = batch
+        self._backend = backend
+        self._system = system
+        self._scaling = scaling
+        self._replicas = replicas
+        self._lr = learning_rate
+        self._weights: np.ndarray[Any, np.dtype[np.float64]] | None = None
+        #: How many attempts of this step took the correction, and how many dropped it.
+        self.taken = 0
+        self.dropped = 0
+
+    def _scaled_norm(self, vector: torch.Tensor) -> float:
+        if self._weights is None:
+            diag = host_vector(self._system.diag)
+            scaling = "identity" if self._system.underdetermined else self._scaling
+            self._weights = np.sqrt(scaling_diagonal_numpy(diag, scaling))
+        return float(np.linalg.norm(self._weights * vector.detach().cpu().double().numpy()))
+
+    def _second_derivative_terms(self, velocity: torch.Tensor) -> torch.Tensor | None:
+        """Jᵀr_vv (over-determined) or r_vv (under-determined), float64 on the CPU; None
+        when the residuals at θ + h·v are not finite (no acceleration can be estimated)."""
+        h = STEP
+        batch = self._batch
+        if batch.strategy != "explicit":
+            # J's slices are streamed, never summed: plan them once for this step.
+            batch = self._batch = self._engine.prepare(
+                batch.inputs, batch.targets, batch.slice_samples, strategy="explicit", checked=True
+            )
+        self._replicas.add_(velocity, alpha=h, check=False)
+        try:
+            with torch.no_grad():
+                ahead = self._engine.residuals(batch.inputs, batch.targets).reshape(-1)
+        except ResidualNotFiniteError:
+            return None
+        finally:
+            self._replicas.restore()
+        parts: list[torch.Tensor] = []
+        total = torch.zeros(velocity.numel(), dtype=torch.float64)
+        for piece in self._engine.jacobian_slices(batch):
+            jac = piece.jacobian.detach()
+            v = velocity.to(jac.device, jac.dtype)
+            here = piece.residuals.detach().reshape(-1)
+            rvv = (2.0 / h) * ((ahead[piece.start : piece.stop].to(here) - here) / h - jac @ v)
+            if self._system.underdetermined:
+                parts.append(rvv.to("cpu", torch.float64))
+            else:
+                total += (jac.T @ rvv).to("cpu", torch.float64)
+        return torch.cat(parts) if self._system.underdetermined else total
+
+    def __call__(self, solution: Solution, damping: float) -> Solution | str:
+        status, finite = read_values([solution.status, solution.delta.norm()])
+        if status != 0.0 or not math.isfinite(finite):
+            return solution  # rejected by the attempt loop as it is
+        velocity = (-self._lr) * solution.delta.detach()
+        terms = self._second_derivative_terms(velocity)
+        if terms is None or not bool(torch.isfinite(terms).all()):
+            self.dropped += 1
+            return solution
+        system = self._system
+        g = _native(terms / system.rows, system.g)
+        # The same damped system with Jᵀr_vv/N (or r_vv/N) in place of Jᵀr/N (or r/N).
+        gradient = system.gradient if system.underdetermined else None
+        second = dataclasses.replace(system, g=g, gradient=gradient)
+        solved = self._backend.solve(second, damping, self._scaling)
+        if solved is None:
+            self.dropped += 1
+            return solution
+        (accel_status,) = read_values([solved.status])
+        # a = −(A + λD)⁻¹ Jᵀr_vv/N; the trial point θ + v + ½a is θ − lr·(δ + (δ_a/(2·lr))).
+        accel = -solved.delta.detach().to(velocity)
+        ratio = 2.0 * self._scaled_norm(accel) / max(self._scaled_norm(velocity), 1e-300)
+        if accel_status != 0.0 or not math.isfinite(ratio) or ratio > self.alpha:
+            self.dropped += 1
+            if self.reject and accel_status == 0.0:
+                return f"geodesic acceleration too large (2‖a‖/‖v‖ = {ratio:.3g} > {self.alpha:g})"
+            return solution
+        self.taken += 1
+        delta = solution.delta - (0.5 / self._lr) * accel.to(solution.delta)
+        return dataclasses.replace(solution, delta=delta)
