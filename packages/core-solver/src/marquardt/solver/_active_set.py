@@ -17,8 +17,8 @@ Without bounds, LM may hand over to Gauss-Newton (``Tolerances.handoff``): after
 accepted step that lowered the cost by at most ``handoff`` relative while its quadratic
 model held (gain ratio within ``HANDOFF_RATIO`` of 1), the point is where Gauss-Newton
 converges, and the step LM would take next (a Jacobian pass and a trial whose decrease is
-below rounding) is left to the QR-based corrections of ``_curve_point.polish``; LM goes on
-when those cannot finish.
+below rounding) is left to the QR-based corrections of ``_curve_point.polish``; the same
+LM goes on when those cannot finish.
 """
 
 from __future__ import annotations
@@ -35,12 +35,23 @@ from ._curve_point import at_point
 from ._lma import LMA
 from ._report import StepReport
 
-__all__ = ["AT_BOUND", "CURVE_LMA_OPTIONS", "HANDOFF_RATIO", "Solved", "bound_sides", "solve"]
+__all__ = [
+    "AT_BOUND",
+    "CURVE_LMA_OPTIONS",
+    "HANDOFF_RATIO",
+    "HANDOFF_TRIES",
+    "Solved",
+    "bound_sides",
+    "solve",
+]
 
 #: A parameter this close to a bound (relative to its range) is held there.
 AT_BOUND = 1e-7
 #: A step hands over to Gauss-Newton only when its gain ratio is within this of 1.
 HANDOFF_RATIO = 0.1
+#: Hand-overs tried per fit: each one that Gauss-Newton cannot finish costs a Jacobian
+#: pass, and a fit that crawls along a valley meets the test at many steps.
+HANDOFF_TRIES = 2
 
 #: The ``LMA`` options of every curve fit, chosen on the NIST StRD problems from both of
 #: their starts (``benchmarks/bench_nist.py``; docs/algorithm.md, "Poor starts"): a
@@ -127,10 +138,17 @@ def solve(
     f_scale: float,
     limits: Tolerances,
     slice_size: int | None,
+    finish: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
 ) -> Solved:
     """Run LM from ``data.p0`` until it terminates with the KKT conditions met, or the
-    step budget is spent (module docstring)."""
+    step budget is spent (module docstring).
+
+    ``finish(p, free)`` is asked at a point where LM may hand over (``limits.handoff``)
+    whether Gauss-Newton finishes from there; when it does not, the same LM goes on (at
+    most ``HANDOFF_TRIES`` such questions per fit).
+    """
     count = data.p0.numel()
+    tries = HANDOFF_TRIES if finish is not None else 0
     bounded = Bounds(data.lower, data.upper).active
     p = Bounds(data.lower, data.upper).interior(data.p0) if bounded else data.p0.clone()
     free = torch.ones(count, dtype=torch.bool)
@@ -157,12 +175,13 @@ def solve(
                 _, terminated = lma.step(data.x, data.targets, slice_size)
                 steps += 1
                 report = lma.report
-                if not bounded and not terminated and _hands_off(report, limits.handoff):
-                    with torch.no_grad():
-                        p = model.external().detach().to("cpu", torch.float64)
-                    return Solved(p, free, steps, True, report, handed_off=True)
                 with torch.no_grad():
                     p = model.external().detach().to("cpu", torch.float64)
+                if tries and not bounded and not terminated and _hands_off(report, limits.handoff):
+                    assert finish is not None
+                    if finish(p, free):
+                        return Solved(p, free, steps, True, report, handed_off=True)
+                    tries -= 1
                 if bounded:
                     near = bound_sides(p, data.lower, data.upper)
                     holding = (near != 0) & free & ~released

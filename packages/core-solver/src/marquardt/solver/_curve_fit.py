@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ import torch
 from ._active_set import Tolerances, solve
 from ._covariance import covariance_from_factor
 from ._curve_inputs import CurveFitInputError, check_curve_inputs
-from ._curve_point import PointPasses, polish
+from ._curve_point import PointPasses, Polished, polish
 from ._errors import OptimizeWarning
 from ._report import StepReport
 
@@ -127,22 +127,21 @@ def curve_fit(
         dtype=dtype,
     )
     limits = Tolerances(ftol=ftol, xtol=xtol, gtol=gtol, max_steps=max_steps, handoff=HANDOFF)
-    solved = solve(f, data, loss=loss, f_scale=scale, limits=limits, slice_size=slice_size)
-
     passes = PointPasses(f, data, loss=loss, f_scale=scale, slice_size=slice_size)
-    done = polish(passes, solved.params, data.lower, data.upper, solved.free)
-    if solved.handed_off and not done.finished:
-        # Gauss-Newton could not finish from where LM handed over: LM goes on from there.
-        more = solve(
-            f,
-            replace(data, p0=done.final.params),
-            loss=loss,
-            f_scale=scale,
-            limits=replace(limits, max_steps=max_steps - solved.steps, handoff=None),
-            slice_size=slice_size,
-        )
-        solved = replace(more, steps=solved.steps + more.steps)
-        done = polish(passes, solved.params, data.lower, data.upper, solved.free)
+    tried: list[Polished] = []
+
+    def finish(params: torch.Tensor, free: torch.Tensor) -> bool:
+        tried.append(polish(passes, params, data.lower, data.upper, free))
+        return tried[-1].finished
+
+    solved = solve(
+        f, data, loss=loss, f_scale=scale, limits=limits, slice_size=slice_size, finish=finish
+    )
+    done = (
+        tried[-1]
+        if solved.handed_off
+        else polish(passes, solved.params, data.lower, data.upper, solved.free)
+    )
     point, final = done.point, done.final
     report = solved.report
     if not solved.terminated:
