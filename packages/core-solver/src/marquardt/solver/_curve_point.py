@@ -27,6 +27,7 @@ from ._curve_model import CurveModel, weighted_residuals
 from ._robust import rho, scipy_row_scale
 
 __all__ = [
+    "CONVERGED",
     "PASS_SLICE",
     "REFINE_LIMIT",
     "REFINE_STEPS",
@@ -50,6 +51,9 @@ REFINE_STEPS = 3
 #: A correction this small relative to each parameter moves J by less than the
 #: covariance's own accuracy needs: J's factor is kept and only r is evaluated anew.
 REUSE_LIMIT = 1e-9
+#: Gauss-Newton steps that shrink by this factor or more from one to the next converge
+#: fast enough for the last one to leave rounding only (``polish``).
+CONVERGED = 1e-3
 #: Samples per slice of that pass when the caller gives no slice size: a slice's J and
 #: its QR stay in cache (2¹⁶ float64 rows of P + 1 columns), and J is never held whole.
 PASS_SLICE = 1 << 16
@@ -227,11 +231,17 @@ def refined(
 @dataclass(frozen=True)
 class Polished:
     """The passes after LM: ``point`` (J's factor for the covariance), ``final`` (popt, its
-    residuals and cost) and whether Gauss-Newton steps reached rounding (``finished``)."""
+    residuals and cost) and whether Gauss-Newton steps reached rounding (``finished``: the
+    last step was within rounding, or a last-digits step checked by a forward pass)."""
 
     point: AtPoint
     final: Residuals
     finished: bool
+
+
+def _relative(step: torch.Tensor, p: torch.Tensor) -> float:
+    """max_j |δ_j| / |p_j| (inf where p_j = 0 and δ_j ≠ 0)."""
+    return float((step.abs() / p.abs()).nan_to_num(nan=0.0).max())
 
 
 def polish(
@@ -245,24 +255,34 @@ def polish(
 
     A correction of at most ``REUSE_LIMIT`` relative over data of more than one slice is
     checked with a forward pass alone and J's factor is kept (it moves by about as much as
-    p does); a further step would gain digits only at the rounding level. One slice: J
-    is cheap, and the loop goes on as for larger moves.
+    p does). One slice: J is cheap, and the loop goes on as for larger moves.
+
+    ``finished`` says that what is left is rounding: the last step was within rounding;
+    or the forward-checked one was at most ``CONVERGED`` of the step before it (Gauss-
+    Newton converging fast, so the next one is below ``REUSE_LIMIT·CONVERGED``); or, after
+    ``REFINE_STEPS`` corrections, the next step (from the factor at hand, no pass) is below
+    ``REUSE_LIMIT·CONVERGED``. Otherwise Gauss-Newton converges slowly here (a large
+    residual curvature) and the caller's LM may go on.
     """
     point = passes.at(params)
     final = Residuals(point.params, point.residuals, point.cost)
+    previous = float("inf")
     for _ in range(REFINE_STEPS):
         moved, at_rounding = refined(point, lower, upper, free)
         if moved is None:
             return Polished(point, final, at_rounding)
-        tiny = bool(((moved - point.params).abs() <= REUSE_LIMIT * point.params.abs()).all())
-        if tiny and passes.data.samples > PASS_SLICE:
+        size = _relative(moved - point.params, point.params)
+        if size <= REUSE_LIMIT and passes.data.samples > PASS_SLICE:
             last = passes.residuals(moved)
             # The step corrects the last digits; a cost above rounding means it did not.
             lower_cost = last.cost <= final.cost * (1.0 + 1e-12)
-            return Polished(point, last if lower_cost else final, lower_cost)
+            fast = size <= CONVERGED * previous
+            return Polished(point, last if lower_cost else final, lower_cost and fast)
         better = passes.at(moved)
         if not better.cost <= point.cost * (1.0 + 1e-12):
             return Polished(point, final, False)
-        point = better
+        point, previous = better, size
         final = Residuals(point.params, point.residuals, point.cost)
-    return Polished(point, final, True)
+    step = point.step(free)
+    left = float("inf") if step is None else _relative(step, point.params)
+    return Polished(point, final, left <= REUSE_LIMIT * CONVERGED)
