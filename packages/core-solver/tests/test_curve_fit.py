@@ -331,3 +331,75 @@ def test_cuda_matches_cpu(name: str) -> None:
     )
     torch.testing.assert_close(gpu.popt, cpu.popt, rtol=1e-10, atol=0)
     torch.testing.assert_close(gpu.pcov, cpu.pcov, rtol=1e-10, atol=1e-300)
+
+
+def _blocks(m: torch.Tensor, size: int) -> list[torch.Tensor]:
+    return [m[lo : lo + size] for lo in range(0, m.shape[0], size)]
+
+
+def test_gram_factor_matches_the_qr_one_when_well_conditioned() -> None:
+    """RᵀR from the Gram matrix equals MᵀM and R equals QR's R up to the rows' signs."""
+    from marquardt.solver._covariance import GramFactor, TriangularFactor
+
+    gen = torch.Generator().manual_seed(3)
+    m = torch.randn(10_000, 5, generator=gen, dtype=torch.float64) * torch.tensor(
+        [1e-3, 1.0, 1e3, 5.0, 1e6], dtype=torch.float64
+    )
+    gram, qr = GramFactor(), TriangularFactor()
+    for block in _blocks(m, 3_000):
+        gram.add(block.T)
+        qr.add(block)
+    factor = gram.factor(1e4)
+    assert factor is not None and gram.rows == qr.rows == 10_000
+    assert qr.factor is not None
+    signs = torch.sign(torch.diagonal(qr.factor)).unsqueeze(1)
+    torch.testing.assert_close(factor, signs * qr.factor, rtol=1e-10, atol=1e-12 * 1e6)
+
+
+def test_gram_factor_declines_an_ill_conditioned_matrix() -> None:
+    """Columns 1, x, …, x⁷ on [0, 1] (κ ≈ 7.7·10⁴ after scaling): ε·κ² is too coarse, so
+    the Gram route says None and the caller falls back to QR; a zero column is declined."""
+    from marquardt.solver._covariance import GramFactor
+
+    x = torch.linspace(0.0, 1.0, 5_000, dtype=torch.float64)
+    vandermonde = torch.stack([x**k for k in range(8)], dim=1)
+    gram = GramFactor()
+    gram.add(vandermonde.T)
+    assert gram.factor(1e4) is None
+    assert gram.factor(1e12) is not None
+    zero = GramFactor()
+    zero.add(torch.cat([vandermonde[:, :2], torch.zeros(5_000, 1, dtype=torch.float64)], 1).T)
+    assert zero.factor(1e4) is None
+
+
+def test_an_ill_conditioned_fit_takes_the_qr_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A degree-7 polynomial on [0, 1] (scaled κ ≈ 7.7·10⁴): the final pass falls back to
+    QR, and popt and pcov are the least-squares ones to the accuracy κ allows."""
+    from marquardt.solver import _curve_point
+
+    routes: list[str] = []
+    real = _curve_point.TriangularFactor.add
+
+    def spy(self: _curve_point.TriangularFactor, block: torch.Tensor) -> None:
+        routes.append("qr")
+        real(self, block)
+
+    monkeypatch.setattr(_curve_point.TriangularFactor, "add", spy)
+    rng = np.random.default_rng(11)
+    x = np.linspace(0.0, 1.0, 5_000)
+    truth = np.array([1.0, -2.0, 3.0, 0.5, -1.0, 2.0, -0.7, 0.3])
+    vandermonde = np.stack([x**k for k in range(8)], axis=1)
+    y = vandermonde @ truth + 0.01 * rng.standard_normal(x.size)
+
+    def poly(xs: torch.Tensor, *c: torch.Tensor) -> torch.Tensor:
+        return sum((ck * xs**k for k, ck in enumerate(c)), torch.zeros_like(xs))
+
+    popt, pcov = curve_fit(poly, torch.from_numpy(x), torch.from_numpy(y), [0.0] * 8)
+    assert routes, "the QR route was not taken"
+    best, *_ = np.linalg.lstsq(vandermonde, y, rcond=None)
+    np.testing.assert_allclose(popt.numpy(), best, rtol=1e-7, atol=0)
+    residual = vandermonde @ best - y
+    r = np.linalg.qr(vandermonde, mode="r")
+    inverse = np.linalg.inv(r)
+    expected = inverse @ inverse.T * float(residual @ residual) / (x.size - 8)
+    assert_pcov_close(pcov.numpy(), expected, 1e-6)

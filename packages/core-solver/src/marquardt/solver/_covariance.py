@@ -33,6 +33,7 @@ from ._errors import OptimizeWarning
 __all__ = [
     "Covariance",
     "CovarianceWarning",
+    "GramFactor",
     "TriangularFactor",
     "batch_covariance",
     "covariance_from_factor",
@@ -73,6 +74,49 @@ class TriangularFactor:
         self.rows += int(m.shape[0])
         stacked = m if self.factor is None else torch.cat([self.factor, m])
         self.factor = torch.linalg.qr(stacked, mode="r").R
+
+
+class GramFactor:
+    """R of a tall matrix given block by block, from its Gram matrix MᵀM (float64, on the
+    blocks' device), when that is accurate enough; see :meth:`factor`.
+
+    Forming MᵀM costs a matrix product per block where the QR of ``TriangularFactor``
+    costs a Householder sweep, but squares the condition number: R from the Cholesky
+    factor of the Gram matrix has a relative error of about ε·κ², against ε·κ from QR.
+    """
+
+    def __init__(self) -> None:
+        self.gram: torch.Tensor | None = None
+        self.rows = 0
+
+    def add(self, rows: torch.Tensor) -> None:
+        """Add the block whose *transpose* is ``rows`` ((P+1) × b: one row per column)."""
+        m = rows.detach().to(torch.float64)
+        self.rows += int(m.shape[1])
+        if self.gram is None:
+            self.gram = m @ m.T
+        else:
+            self.gram.addmm_(m, m.T)
+
+    def factor(self, condition: float) -> torch.Tensor | None:
+        """R (RᵀR = MᵀM, on the CPU), or None when the columns, scaled to unit norm, have a
+        condition number above ``condition`` (or are singular): then ε·κ² is too coarse,
+        and the caller reduces the blocks by QR instead."""
+        if self.gram is None:
+            return None
+        gram = self.gram.to("cpu")
+        norms = torch.sqrt(torch.diagonal(gram))
+        if not bool((norms > 0).all()) or not bool(torch.isfinite(gram).all()):
+            return None
+        scaled = gram / norms.unsqueeze(0) / norms.unsqueeze(1)
+        lower, info = torch.linalg.cholesky_ex(scaled)
+        if int(info) != 0:
+            return None
+        sv = torch.linalg.svdvals(lower)
+        if not float(sv[0]) <= condition * float(sv[-1]):
+            return None
+        factor: torch.Tensor = lower.T * norms.unsqueeze(0)
+        return factor
 
 
 def triangular_factor(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, int]:

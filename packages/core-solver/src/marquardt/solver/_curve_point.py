@@ -21,13 +21,14 @@ import torch
 
 from marquardt.jacobian import JacobianEngine, Replicas
 
-from ._covariance import TriangularFactor
+from ._covariance import GramFactor, TriangularFactor
 from ._curve_inputs import CurveInputs
 from ._curve_model import CurveModel, weighted_residuals
 from ._robust import rho, scipy_row_scale
 
 __all__ = [
     "CONVERGED",
+    "GRAM_CONDITION",
     "PASS_SLICE",
     "REFINE_LIMIT",
     "REFINE_STEPS",
@@ -51,6 +52,9 @@ REFINE_STEPS = 3
 #: A correction this small relative to each parameter moves J by less than the
 #: covariance's own accuracy needs: J's factor is kept and only r is evaluated anew.
 REUSE_LIMIT = 1e-9
+#: The largest condition number of J's scaled columns (with r) for which its factor is
+#: taken from the Gram matrix (``PointPasses.at``).
+GRAM_CONDITION = 1e4
 #: Gauss-Newton steps that shrink by this factor or more from one to the next converge
 #: fast enough for the last one to leave rounding only (``polish``).
 CONVERGED = 1e-3
@@ -139,11 +143,26 @@ class PointPasses:
         the linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust one,
         ``scipy_row_scale``): R is the factor of J for the covariance, as
         ``scipy.optimize.curve_fit`` forms it, and δ = R⁻¹q is the Gauss-Newton step (for
-        a robust loss with the second-order correction).
+        a robust loss with the second-order correction). The factor comes from the Gram
+        matrix when the scaled columns' condition number is at most ``GRAM_CONDITION``
+        (ε·κ² ≤ 2·10⁻⁸: well within what the covariance needs); otherwise the pass is
+        made again with a QR of every slice (``TriangularFactor``).
         """
+        self.engine.replicas.set_flat_params(params.to(self.data.device, self.data.dtype))
+        gram = GramFactor()
+        residuals = self._pass(gram.add)
+        factor = gram.factor(GRAM_CONDITION)
+        if factor is None:
+            reduced = TriangularFactor()
+            self._pass(lambda rows: reduced.add(rows.t()))
+            factor = reduced.factor
+        assert factor is not None  # the batch is not empty (checked)
+        return AtPoint(params, factor, gram.rows, residuals, self._cost(residuals))
+
+    def _pass(self, reduce: Callable[[torch.Tensor], None]) -> torch.Tensor:
+        """One pass: each slice's [a·J | (ρ'/a)·r], as its (P+1) × b rows, to ``reduce``;
+        returns r (CPU, float64)."""
         data, loss, f_scale = self.data, self.loss, self.f_scale
-        self.engine.replicas.set_flat_params(params.to(data.device, data.dtype))
-        reduced = TriangularFactor()
         pieces: list[torch.Tensor] = []
         # The data were checked by check_curve_inputs: no second scan for NaN/inf.
         batch = self.engine.prepare(
@@ -157,13 +176,10 @@ class PointPasses:
                 _, first, _ = rho(loss, (r / f_scale) ** 2)
                 a = scipy_row_scale(r, loss, f_scale)
                 jac, r = jac * a.unsqueeze(1), r * (first / a)
-            # [J | r] as the transposed view of its (P+1) × b rows: column-major, the
-            # layout the QR wants, and one copy fewer than concatenating along columns.
-            reduced.add(torch.cat([jac.t(), r.unsqueeze(0)]).t())
-        augmented = reduced.factor
-        assert augmented is not None  # the batch is not empty (checked)
-        residuals = torch.cat(pieces)
-        return AtPoint(params, augmented, reduced.rows, residuals, self._cost(residuals))
+            # [J | r] as its (P+1) × b rows: their transpose is column-major, the layout a
+            # QR wants, and the Gram matrix is one product of them with their transpose.
+            reduce(torch.cat([jac.t(), r.unsqueeze(0)]))
+        return torch.cat(pieces)
 
     def residuals(self, params: torch.Tensor) -> Residuals:
         """r and the cost at ``params``: forward passes only, slice by slice (no J)."""
