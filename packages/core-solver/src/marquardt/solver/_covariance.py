@@ -37,6 +37,7 @@ __all__ = [
     "TriangularFactor",
     "batch_covariance",
     "covariance_from_factor",
+    "factor_from_gram",
     "triangular_factor",
 ]
 
@@ -99,24 +100,27 @@ class GramFactor:
             self.gram.addmm_(m, m.T)
 
     def factor(self, condition: float) -> torch.Tensor | None:
-        """R (RᵀR = MᵀM, on the CPU), or None when the columns, scaled to unit norm, have a
-        condition number above ``condition`` (or are singular): then ε·κ² is too coarse,
-        and the caller reduces the blocks by QR instead."""
-        if self.gram is None:
-            return None
-        gram = self.gram.to("cpu")
-        norms = torch.sqrt(torch.diagonal(gram))
-        if not bool((norms > 0).all()) or not bool(torch.isfinite(gram).all()):
-            return None
-        scaled = gram / norms.unsqueeze(0) / norms.unsqueeze(1)
-        lower, info = torch.linalg.cholesky_ex(scaled)
-        if int(info) != 0:
-            return None
-        sv = torch.linalg.svdvals(lower)
-        if not float(sv[0]) <= condition * float(sv[-1]):
-            return None
-        factor: torch.Tensor = lower.T * norms.unsqueeze(0)
-        return factor
+        """:func:`factor_from_gram` of the blocks given so far."""
+        return None if self.gram is None else factor_from_gram(self.gram, condition)
+
+
+def factor_from_gram(gram: torch.Tensor, condition: float) -> torch.Tensor | None:
+    """R with RᵀR = ``gram`` (= MᵀM; on the CPU, float64), or None when M's columns,
+    scaled to unit norm, have a condition number above ``condition`` (or are singular):
+    then ε·κ² is too coarse, and the caller reduces M by QR instead."""
+    gram = gram.to("cpu", torch.float64)
+    norms = torch.sqrt(torch.diagonal(gram))
+    if not bool((norms > 0).all()) or not bool(torch.isfinite(gram).all()):
+        return None
+    scaled = gram / norms.unsqueeze(0) / norms.unsqueeze(1)
+    lower, info = torch.linalg.cholesky_ex(scaled)
+    if int(info) != 0:
+        return None
+    sv = torch.linalg.svdvals(lower)
+    if not float(sv[0]) <= condition * float(sv[-1]):
+        return None
+    factor: torch.Tensor = lower.T * norms.unsqueeze(0)
+    return factor
 
 
 def triangular_factor(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, int]:

@@ -21,7 +21,7 @@ import torch
 
 from marquardt.jacobian import JacobianEngine, Replicas
 
-from ._covariance import GramFactor, TriangularFactor
+from ._covariance import GramFactor, TriangularFactor, factor_from_gram
 from ._curve_inputs import CurveInputs
 from ._curve_model import CurveModel, weighted_residuals
 from ._robust import rho, scipy_row_scale
@@ -66,12 +66,13 @@ PASS_SLICE = 1 << 16
 @dataclass(frozen=True)
 class AtPoint:
     """One pass over the data at ``params``: the factor [[R, q], [0, ·]], the residuals
+    (None when the pass formed JᵀJ, Jᵀr and rᵀr without keeping r: ``PointPasses.at``)
     r = (f − y)/σ (CPU, float64), their number and the cost C = ½ Σ c²ρ(z)."""
 
     params: torch.Tensor
     augmented: torch.Tensor
     rows: int
-    residuals: torch.Tensor
+    residuals: torch.Tensor | None
     cost: float
 
     @property
@@ -131,6 +132,7 @@ class PointPasses:
         )
         # Without a slice size, slices of one cache-sized chunk: J is never held whole.
         self.size = slice_size or min(data.samples, PASS_SLICE)
+        self.slice_size = slice_size
 
     def _cost(self, residuals: torch.Tensor) -> float:
         value, _, _ = rho(self.loss, (residuals / self.f_scale) ** 2)
@@ -149,6 +151,26 @@ class PointPasses:
         made again with a QR of every slice (``TriangularFactor``).
         """
         self.engine.replicas.set_flat_params(params.to(self.data.device, self.data.dtype))
+        if self.loss == "linear":
+            # The LM step's own products (JᵀJ, Jᵀr, rᵀr: the Gram matrix of [J | r]), with
+            # its reused workspaces; r itself is not kept (``polish`` evaluates it at the
+            # end, with a forward pass).
+            batch = self.engine.prepare(
+                self.data.x,
+                self.data.targets,
+                self.slice_size,
+                strategy="accumulate",
+                checked=True,
+            )
+            products = self.engine.normal_products(batch, dtype=torch.float64)
+            count = int(products.jtr.numel())
+            matrix = torch.empty(count + 1, count + 1, dtype=torch.float64)
+            matrix[:count, :count] = products.jtj.to("cpu", torch.float64)
+            matrix[:count, count] = matrix[count, :count] = products.jtr.to("cpu", torch.float64)
+            matrix[count, count] = products.rss
+            factor = factor_from_gram(matrix, GRAM_CONDITION)
+            if factor is not None:
+                return AtPoint(params, factor, products.rows, None, 0.5 * products.rss)
         gram = GramFactor()
         residuals = self._pass(gram.add)
         factor = gram.factor(GRAM_CONDITION)
@@ -202,6 +224,13 @@ class Residuals:
     params: torch.Tensor
     residuals: torch.Tensor
     cost: float
+
+
+def _final(passes: PointPasses, point: AtPoint) -> Residuals:
+    """r and the cost at ``point`` (a forward pass when the point did not keep r)."""
+    if point.residuals is None:
+        return passes.residuals(point.params)
+    return Residuals(point.params, point.residuals, point.cost)
 
 
 def at_point(
@@ -281,24 +310,22 @@ def polish(
     residual curvature) and the caller's LM may go on.
     """
     point = passes.at(params)
-    final = Residuals(point.params, point.residuals, point.cost)
     previous = float("inf")
     for _ in range(REFINE_STEPS):
         moved, at_rounding = refined(point, lower, upper, free)
         if moved is None:
-            return Polished(point, final, at_rounding)
+            return Polished(point, _final(passes, point), at_rounding)
         size = _relative(moved - point.params, point.params)
         if size <= REUSE_LIMIT and passes.data.samples > PASS_SLICE:
             last = passes.residuals(moved)
             # The step corrects the last digits; a cost above rounding means it did not.
-            lower_cost = last.cost <= final.cost * (1.0 + 1e-12)
-            fast = size <= CONVERGED * previous
-            return Polished(point, last if lower_cost else final, lower_cost and fast)
+            if not last.cost <= point.cost * (1.0 + 1e-12):
+                return Polished(point, _final(passes, point), False)
+            return Polished(point, last, size <= CONVERGED * previous)
         better = passes.at(moved)
         if not better.cost <= point.cost * (1.0 + 1e-12):
-            return Polished(point, final, False)
+            return Polished(point, _final(passes, point), False)
         point, previous = better, size
-        final = Residuals(point.params, point.residuals, point.cost)
     step = point.step(free)
     left = float("inf") if step is None else _relative(step, point.params)
-    return Polished(point, final, left <= REUSE_LIMIT * CONVERGED)
+    return Polished(point, _final(passes, point), left <= REUSE_LIMIT * CONVERGED)
