@@ -8,10 +8,12 @@ al., Numerical Recipes §15.5), with SciPy's ``curve_fit`` conventions:
   linear loss); the covariance does not depend on the scale of σ;
 * ``absolute_sigma=True``: s² = 1, σ are taken as absolute standard deviations.
 
-(JᵀJ)⁻¹ is never formed from JᵀJ, whose condition number is κ(J)²: J is reduced slice by
-slice to its triangular factor R (J = QR; the tall-skinny QR of Demmel et al. 2012,
+(JᵀJ)⁻¹ is never formed by inverting JᵀJ, whose condition number is κ(J)²: J is reduced
+slice by slice to its triangular factor R (J = QR; the tall-skinny QR of Demmel et al. 2012,
 R ← qr([R; J_s]).R), so only P × P is ever held besides one slice, and R = UΣVᵀ gives
-(JᵀJ)⁻¹ = V Σ⁻² Vᵀ, as SciPy computes it from the SVD of J. Singular values at or below
+(JᵀJ)⁻¹ = V Σ⁻² Vᵀ, as SciPy computes it from the SVD of J. R may also come from the
+Cholesky factor of the Gram matrix JᵀJ (``factor_from_gram``), but only while J's scaled
+columns have a condition number small enough for its ε·κ² error. Singular values at or below
 ε·max(N, P)·σ₁ (SciPy's threshold) count as zero; a J of lower rank than P, or N ≤ P
 without ``absolute_sigma``, leaves the covariance undetermined: every entry is inf and a
 :class:`CovarianceWarning` is issued (SciPy's ``curve_fit`` does the same for

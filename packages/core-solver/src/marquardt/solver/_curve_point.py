@@ -1,15 +1,17 @@
-"""One pass over the data at given parameters: J's factor, the Gauss-Newton step, the cost.
+"""Passes over the data at given parameters: J's factor, the Gauss-Newton step, the cost.
 
 At p, J = ∂r/∂p (with respect to p itself, not the internal variables of the bounds'
-transform) and r are computed slice by slice and reduced at once to the triangular factor
-of [a·J | (ρ'/a)·r] (a = 1 for the linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust
-one, as ``scipy.optimize.least_squares`` scales its rows, Triggs et al. 2000 §4.3):
+transform) and r are reduced at once to the triangular factor of [a·J | (ρ'/a)·r] (a = 1
+for the linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust one, as
+``scipy.optimize.least_squares`` scales its rows, Triggs et al. 2000 §4.3):
 
     [a·J | (ρ'/a)·r] = Q [[R, q], [0, ·]],
 
 so RᵀR = JᵀJ (for the covariance, ``_covariance``), Rᵀq = ∇C (the gradient of the cost),
 and δ = R⁻¹q is the Gauss-Newton step (for a robust loss, with the second-order
-correction). ``refined`` uses it to remove the last digits LM leaves (see there).
+correction). The factor comes from the Gram matrix of [a·J | (ρ'/a)·r] while its scaled
+columns are well conditioned (``GRAM_CONDITION``), else from a QR of every slice.
+``polish`` uses it to remove the last digits LM leaves (see there).
 """
 
 from __future__ import annotations
