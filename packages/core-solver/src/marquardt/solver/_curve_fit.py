@@ -131,7 +131,7 @@ def curve_fit(
     tried: list[Polished] = []
 
     def finish(params: torch.Tensor, free: torch.Tensor) -> bool:
-        tried.append(polish(passes, params, data.lower, data.upper, free))
+        tried.append(polish(passes, params, data.lower, data.upper, free, handing_over=True))
         return tried[-1].finished
 
     solved = solve(

@@ -29,6 +29,7 @@ from ._curve_model import CurveModel, weighted_residuals
 from ._robust import rho, scipy_row_scale
 
 __all__ = [
+    "CONTRACTION",
     "CONVERGED",
     "GRAM_CONDITION",
     "PASS_SLICE",
@@ -49,8 +50,13 @@ __all__ = [
 REFINE_LIMIT = 1e-6
 #: A correction this small relative to each parameter is rounding: none is applied.
 ROUNDING = 4 * torch.finfo(torch.float64).eps
-#: At most this many such corrections (each one pass over the data).
-REFINE_STEPS = 3
+#: At most this many such corrections (each one pass over the data), while each is
+#: smaller than the one before.
+REFINE_STEPS = 8
+#: Gauss-Newton converges linearly where the residuals are not small, at a rate set by
+#: their curvature; at a hand-over, a step larger than this fraction of the one before is
+#: not converging fast enough to leave LM for (``polish``).
+CONTRACTION = 0.5
 #: A correction this small relative to each parameter moves J by less than the
 #: covariance's own accuracy needs: J's factor is kept and only r is evaluated anew.
 REUSE_LIMIT = 1e-9
@@ -297,19 +303,23 @@ def polish(
     lower: torch.Tensor,
     upper: torch.Tensor,
     free: torch.Tensor,
+    *,
+    handing_over: bool = False,
 ) -> Polished:
-    """J's factor at ``params`` and up to ``REFINE_STEPS`` last-digits corrections.
+    """J's factor at ``params`` and up to ``REFINE_STEPS`` last-digits corrections, each
+    smaller than the one before (``handing_over``: at most ``CONTRACTION`` of it, so that a
+    hand-over Gauss-Newton cannot finish costs few passes before LM goes on).
 
-    A correction of at most ``REUSE_LIMIT`` relative over data of more than one slice is
-    checked with a forward pass alone and J's factor is kept (it moves by about as much as
-    p does). One slice: J is cheap, and the loop goes on as for larger moves.
+    From the second correction on, one of at most ``REUSE_LIMIT`` relative over data of
+    more than one slice is checked with a forward pass alone and J's factor is kept (it
+    moves by about as much as p does). One slice: J is cheap, and the loop goes on.
 
-    ``finished`` says that what is left is rounding: the last step was within rounding;
-    or the forward-checked one was at most ``CONVERGED`` of the step before it (Gauss-
-    Newton converging fast, so the next one is below ``REUSE_LIMIT·CONVERGED``); or, after
-    ``REFINE_STEPS`` corrections, the next step (from the factor at hand, no pass) is below
-    ``REUSE_LIMIT·CONVERGED``. Otherwise Gauss-Newton converges slowly here (a large
-    residual curvature) and the caller's LM may go on.
+    ``finished`` says that what is left is rounding: the last step was within rounding; or
+    the last step taken was below ``REUSE_LIMIT·CONVERGED``; or the forward-checked one
+    was at most ``CONVERGED`` of the step before it (the next one is then below
+    ``REUSE_LIMIT·CONVERGED``); or, after ``REFINE_STEPS``, the next step (from the factor
+    at hand, no pass) is below that. Otherwise (Gauss-Newton contracting slowly or not at
+    all, a step too large or leaving the bounds) the caller's LM may go on.
     """
     point = passes.at(params)
     previous = float("inf")
@@ -318,7 +328,9 @@ def polish(
         if moved is None:
             return Polished(point, _final(passes, point), at_rounding)
         size = _relative(moved - point.params, point.params)
-        if size <= REUSE_LIMIT and passes.data.samples > PASS_SLICE:
+        if size > (CONTRACTION if handing_over else 1.0) * previous:
+            return Polished(point, _final(passes, point), False)
+        if size <= REUSE_LIMIT and previous < float("inf") and passes.data.samples > PASS_SLICE:
             last = passes.residuals(moved)
             # The step corrects the last digits; a cost above rounding means it did not.
             if not last.cost <= point.cost * (1.0 + 1e-12):
@@ -328,6 +340,8 @@ def polish(
         if not better.cost <= point.cost * (1.0 + 1e-12):
             return Polished(point, _final(passes, point), False)
         point, previous = better, size
+        if size <= REUSE_LIMIT * CONVERGED:
+            return Polished(point, _final(passes, point), True)
     step = point.step(free)
     left = float("inf") if step is None else _relative(step, point.params)
     return Polished(point, _final(passes, point), left <= REUSE_LIMIT * CONVERGED)
