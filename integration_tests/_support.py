@@ -39,6 +39,12 @@ _DESCRIBE = re.compile(
 _LM_STEP = re.compile(r"epoch +\d+ step +(\d+) +loss ([-+0-9.eE]+|nan|inf) ")
 # "... on cpu with the cupynumeric solver backend."
 _LM_BACKEND = re.compile(r"Summary: .* with the (\w+) solver backend")
+# A number as Python prints a float. Ranks share one stdout, and a line of one rank can be
+# followed by another's with no line break between them: numbers are matched as numbers,
+# never as "anything up to a space".
+FLOAT = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan))"
+# "lm-params: rank 1 sum -325.26 norm 169.60" (integration_tests/scripts/fit_lm.py)
+_LM_PARAMS = re.compile(rf"lm-params: rank (\d+) sum {FLOAT} norm {FLOAT}")
 # "fit-rank: rank 1 local_rank 1 world_size 2 host vm cuda_visible_devices 0,1"
 _RANK = re.compile(
     r"fit-rank: rank (\d+) local_rank (\d+) world_size (\d+) host (\S+) "
@@ -185,6 +191,11 @@ def assert_trained(text: str, *, world_size: int, steps: int, print_every: int) 
     heads = describe_lines(text)
     assert len(heads) == 1, f"expected one opening line (rank 0 only), got {heads}\n{text}"
     assert int(heads[0]["world"]) == world_size, heads
+
+
+def lm_params(text: str) -> dict[int, tuple[str, str]]:
+    """rank → (sum, norm) of its final parameters, from the ``lm-params`` lines."""
+    return {int(rank): (total, norm) for rank, total, norm in _LM_PARAMS.findall(text)}
 
 
 def assert_ranks(text: str, world_size: int) -> list[RankLine]:

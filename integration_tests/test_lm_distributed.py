@@ -15,16 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from _support import LAUNCH, ROOT, base_env, run
+from _support import FLOAT, LAUNCH, ROOT, base_env, run
 from slurm_cluster import SlurmCluster
 
 EXAMPLE = ROOT / "examples" / "lm_distributed.py"
 STEPS = 15
-# Numbers as Python prints floats: the ranks share one stdout, and a line of one rank can
-# be followed by another's without a line break between them.
-_FLOAT = r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan))"
-_RANK = re.compile(rf"lm-rank: rank (\d+) world (\d+) damping {_FLOAT} theta-sum {_FLOAT}")
-_SUMMARY = re.compile(rf"lm-summary: world (\d+) steps (\d+) first {_FLOAT} last {_FLOAT}")
+# Numbers are matched as numbers (``_support.FLOAT``): the ranks share one stdout.
+_RANK = re.compile(rf"lm-rank: rank (\d+) world (\d+) damping {FLOAT} theta-sum {FLOAT}")
+_SUMMARY = re.compile(rf"lm-summary: world (\d+) steps (\d+) first {FLOAT} last {FLOAT}")
 
 
 def _free_port() -> int:

@@ -22,6 +22,7 @@ from _support import (
     assert_trained,
     base_env,
     describe_lines,
+    lm_params,
     losses,
 )
 from slurm_cluster import SlurmCluster
@@ -159,6 +160,5 @@ def test_lm_loop_in_two_processes(case: Case, slurm: SlurmCluster, tmp_path: Pat
     assert head["loop"] == "LM loop" and head["where"] == case.launcher, job.output
     ranks = assert_ranks(job.output, 2)
     assert sorted(r.rank for r in ranks) == [0, 1]
-    finals = sorted(line.split(" ", 3)[3] for line in job.output.splitlines()
-                    if line.startswith("lm-params: rank "))  # fmt: skip
-    assert len(finals) == 2 and finals[0] == finals[1], finals
+    finals = lm_params(job.output)
+    assert sorted(finals) == [0, 1] and finals[0] == finals[1], finals
