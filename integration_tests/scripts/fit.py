@@ -11,48 +11,26 @@ starts, so a test can check the layout the launcher produced.
 
 from __future__ import annotations
 
-import argparse
-import os
-import socket
-
 import torch
-from torch import nn, optim
+from _launched import ReportRank, command_line, sine_data, sine_model
+from torch import optim
 from torch.utils.data import DataLoader, TensorDataset
 
-from marquardt.trainer import Callback, TrainConfig, Trainer
+from marquardt.trainer import TrainConfig, Trainer
 from marquardt.trainer.optimize_step import optimize_step
 
 Trainer.set_use_grad(True)
 
 
-class ReportRank(Callback):
-    """Print where this process sits in the run (every process, once)."""
-
-    def on_train_start(self, trainer: Trainer) -> None:
-        state = trainer.state
-        print(
-            f"fit-rank: rank {state.rank} local_rank {state.local_rank} "
-            f"world_size {state.world_size} host {socket.gethostname()} "
-            f"cuda_visible_devices {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}",
-            flush=True,
-        )
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nprocs", type=int, default=1, help="Number of processes (GPUs).")
-    parser.add_argument("--compute_setup", default="auto", choices=["cpu", "gpu", "auto"])
-    parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo", "mpi"])
-    parser.add_argument("--max_iter", type=int, default=60, help="Optimizer steps.")
+    parser = command_line(60, "Optimizer steps.")
     parser.add_argument("--lr", type=float, default=0.02, help="Adam's learning rate.")
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    x = torch.linspace(0, 1, 100).reshape(-1, 1)
-    y = torch.sin(2 * torch.pi * x)
     # One batch per rank per epoch: a rank's shard is at most 100 samples.
-    dataloader = DataLoader(TensorDataset(x, y), batch_size=100, shuffle=True)
-    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    dataloader = DataLoader(TensorDataset(*sine_data()), batch_size=100, shuffle=True)
+    model = sine_model()
     optimizer = optim.Adam(model.parameters(), lr=args.lr)
     config = TrainConfig(
         backend=args.backend,

@@ -9,16 +9,13 @@ batch, and prints ``fit-rank: ...`` when training starts (as ``fit.py`` does) an
 
 from __future__ import annotations
 
-import argparse
-import os
-import socket
-
 import torch
+from _launched import ReportRank, command_line, sine_data, sine_model
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.solver import LMA
-from marquardt.trainer import Callback, TrainConfig, Trainer
+from marquardt.trainer import TrainConfig, Trainer
 
 Trainer.set_use_grad(False)
 
@@ -31,17 +28,8 @@ def make_lma(model: nn.Module, process_group: str | None) -> LMA:
     return LMA(model, [torch.device("cpu")], residual, process_group=process_group)
 
 
-class ReportRank(Callback):
+class ReportParams(ReportRank):
     """Where this process sits (at the start), and its final parameters (at the end)."""
-
-    def on_train_start(self, trainer: Trainer) -> None:
-        state = trainer.state
-        print(
-            f"fit-rank: rank {state.rank} local_rank {state.local_rank} "
-            f"world_size {state.world_size} host {socket.gethostname()} "
-            f"cuda_visible_devices {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}",
-            flush=True,
-        )
 
     def on_train_end(self, trainer: Trainer) -> None:
         flat = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
@@ -53,20 +41,13 @@ class ReportRank(Callback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nprocs", type=int, default=1, help="Number of processes.")
-    parser.add_argument("--compute_setup", default="auto", choices=["cpu", "gpu", "auto"])
-    parser.add_argument("--backend", default="nccl", choices=["nccl", "gloo", "mpi"])
-    parser.add_argument("--max_iter", type=int, default=20, help="LM steps.")
-    args = parser.parse_args()
+    args = command_line(20, "LM steps.").parse_args()
 
     torch.manual_seed(0)
-    x = torch.linspace(0, 1, 100).reshape(-1, 1)
-    y = torch.sin(2 * torch.pi * x)
     # Global batches of 50 (25 per rank with 2 ranks): two steps an epoch.
     per_rank = max(1, 50 // max(args.nprocs, 1))
-    dataloader = DataLoader(TensorDataset(x, y), batch_size=per_rank, shuffle=True)
-    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    dataloader = DataLoader(TensorDataset(*sine_data()), batch_size=per_rank, shuffle=True)
+    model = sine_model()
     config = TrainConfig(
         backend=args.backend,
         nprocs=args.nprocs,
@@ -74,7 +55,7 @@ def main() -> None:
         print_every=10,
         max_iter=args.max_iter,
         seed=0,
-        callbacks=[ReportRank()],
+        callbacks=[ReportParams()],
     )
     Trainer(model, make_lma, config, loss_fn="mse").fit(dataloader)
 
