@@ -141,6 +141,13 @@ def time_calls(
     return out
 
 
+def seconds_text(value: float | None) -> str:
+    """A duration for the tables: "1.23 s" from a second up, "45 ms" below, "—" for none."""
+    if value is None:
+        return "—"
+    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
+
+
 def load_average() -> float:
     """The 1-minute load average (NaN where the OS does not tell)."""
     try:

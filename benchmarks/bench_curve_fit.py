@@ -219,10 +219,6 @@ def run(where: torch.device, *, quick: bool, target_from: int = TARGET_FROM) -> 
     return results
 
 
-def _t(seconds: float) -> str:
-    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1e3:.0f} ms"
-
-
 def summary(results: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
     """The ratios with their targets, for the aggregate table."""
     rows = []
@@ -230,7 +226,7 @@ def summary(results: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
         med, lres = e["median"], e["lre"]
         target = results["target"] if e["n"] >= results["target_from"] else None
         detail = (
-            f"ours {_t(med['ours'])}, lm {_t(med['lm'])}, trf {_t(med['trf'])} (medians of "
+            f"ours {c.seconds_text(med['ours'])}, lm {c.seconds_text(med['lm'])}, trf {c.seconds_text(med['trf'])} (medians of "
             f"{e['repeats']}); LRE ours {lres['ours']:.1f}, lm {lres['lm']:.1f}, trf "
             f"{lres['trf']:.1f}; load {e['load_before']:.1f} → {e['load_after']:.1f}"
         )
@@ -251,7 +247,7 @@ def section(results: dict[str, Any]) -> str:
         f"{results['problem']}. Ours: {results['ours_config']}; SciPy: "
         f"{results['scipy_config']}. Interleaved calls, medians; LRE against "
         f"{results['reference']}. Ours' first call in a process (one-time start of torch's "
-        f"functorch included): {_t(results['first_call_seconds'])} at N = 10,000.",
+        f"functorch included): {c.seconds_text(results['first_call_seconds'])} at N = 10,000.",
         "",
         "| N | repeats | ours | SciPy lm | SciPy trf | ours / lm | ours / trf | "
         "LRE ours / lm / trf | load |",
@@ -260,8 +256,8 @@ def section(results: dict[str, Any]) -> str:
     for e in results["sizes"].values():
         med, r, lres = e["median"], e["ratios"], e["lre"]
         out.append(
-            f"| {e['n']:,} | {e['repeats']} | {_t(med['ours'])} | {_t(med['lm'])} | "
-            f"{_t(med['trf'])} | {r['ours_vs_lm']:.2f}× | {r['ours_vs_trf']:.2f}× | "
+            f"| {e['n']:,} | {e['repeats']} | {c.seconds_text(med['ours'])} | {c.seconds_text(med['lm'])} | "
+            f"{c.seconds_text(med['trf'])} | {r['ours_vs_lm']:.2f}× | {r['ours_vs_trf']:.2f}× | "
             f"{lres['ours']:.1f} / {lres['lm']:.1f} / {lres['trf']:.1f} | "
             f"{e['load_before']:.1f} → {e['load_after']:.1f} |"
         )
@@ -270,7 +266,7 @@ def section(results: dict[str, Any]) -> str:
 
 def _print(results: dict[str, Any]) -> None:
     print(results["problem"])
-    print(f"  first call of ours in this process: {_t(results['first_call_seconds'])}")
+    print(f"  first call of ours in this process: {c.seconds_text(results['first_call_seconds'])}")
     print(section(results))
     print(c.format_rows(summary(results)))
 

@@ -315,10 +315,7 @@ def _step_section(st: dict[str, Any]) -> str:
 
 
 def _scale_section(sc: dict[str, Any]) -> str:
-    def t(value: float | None) -> str:
-        if value is None:
-            return "—"
-        return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
+    t = c.seconds_text
 
     out = [
         f"{sc['problem']}. Ours: {sc['ours_config']}; peer: {sc['peer_config']}. "
