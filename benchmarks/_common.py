@@ -8,6 +8,7 @@ start from the same parameters.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -194,6 +195,26 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def step_rss(step: Callable[[], object]) -> dict[str, Any]:
+    """Run ``step()`` once in this process and measure its peak RSS growth over the RSS
+    before it (after a peak reset where the OS allows one, else over the peak so far) and
+    its seconds."""
+    gc.collect()
+    reset = reset_peak_rss()
+    baseline = rss_mib() if reset else peak_rss_mib()
+    start = time.perf_counter()
+    step()
+    seconds = time.perf_counter() - start
+    peak = peak_rss_mib()
+    return {
+        "baseline_mib": baseline,
+        "baseline_is": "current RSS after a peak reset" if reset else "peak RSS so far",
+        "peak_mib": peak,
+        "growth_mib": peak - baseline,
+        "step_seconds": seconds,
+    }
 
 
 def _cpu_model() -> str:

@@ -143,15 +143,7 @@ def rss_child(kind: str) -> dict[str, Any]:
     x_all, y_all = c.sinc_dataset()
     x, y = next(c.shuffled_batches(x_all, y_all, N, SEED))
     step, _ = make_side(kind)
-    gc.collect()
-    reset = c.reset_peak_rss()
-    baseline = c.rss_mib() if reset else c.peak_rss_mib()
-    t = time.perf_counter()
-    step(x, y)
-    seconds = time.perf_counter() - t
-    peak = c.peak_rss_mib()
-    return {"baseline_mib": baseline, "peak_mib": peak, "growth_mib": peak - baseline,
-            "step_seconds": seconds}  # fmt: skip
+    return c.step_rss(lambda: step(x, y))
 
 
 def measure(script: str) -> dict[str, Any]:

@@ -25,10 +25,8 @@ buffers; the median of three processes is taken for ``accumulate``) — and ours
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
-import time
 from typing import Any
 
 import _common as c
@@ -69,22 +67,7 @@ def child(kind: str, n: int) -> dict[str, Any]:
         def step() -> None:
             module.training_step(x, y)
 
-    gc.collect()
-    reset = c.reset_peak_rss()
-    baseline = c.rss_mib() if reset else c.peak_rss_mib()
-    start = time.perf_counter()
-    step()
-    seconds = time.perf_counter() - start
-    peak = c.peak_rss_mib()
-    return {
-        "kind": kind,
-        "n": n,
-        "baseline_mib": baseline,
-        "baseline_is": "current RSS after a peak reset" if reset else "peak RSS so far",
-        "peak_mib": peak,
-        "growth_mib": peak - baseline,
-        "step_seconds": seconds,
-    }
+    return {"kind": kind, "n": n, **c.step_rss(step)}
 
 
 def main(sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:

@@ -41,10 +41,8 @@ writes ``results/scale.json`` and ``results/scale.png`` (``scale-quick.*`` with 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -89,21 +87,7 @@ def rss_child(kind: str, widths: Sequence[int], n: int) -> dict[str, Any]:
     device = torch.device("cpu")
     ((x, y),) = _batches(widths, n, 1, device)
     step = (v.make_ours if kind == "ours" else v.make_peer)(widths, device)[0]
-    gc.collect()
-    reset = c.reset_peak_rss()
-    baseline = c.rss_mib() if reset else c.peak_rss_mib()
-    start = time.perf_counter()
-    step(x, y)
-    seconds = time.perf_counter() - start
-    peak = c.peak_rss_mib()
-    return {
-        "kind": kind,
-        "baseline_mib": baseline,
-        "baseline_is": "current RSS after a peak reset" if reset else "peak RSS so far",
-        "peak_mib": peak,
-        "growth_mib": peak - baseline,
-        "step_seconds": seconds,
-    }
+    return {"kind": kind, **c.step_rss(lambda: step(x, y))}
 
 
 def _rss(widths: Sequence[int], n: int) -> dict[str, Any]:
