@@ -31,7 +31,7 @@ import torch
 from ._bounds import Bounds
 from ._curve_inputs import CurveInputs
 from ._curve_model import CurveModel, curve_residual_fn
-from ._curve_point import at_point
+from ._curve_point import PointPasses
 from ._lma import LMA
 from ._report import StepReport
 
@@ -138,11 +138,13 @@ def solve(
     f_scale: float,
     limits: Tolerances,
     slice_size: int | None,
+    passes: PointPasses,
     finish: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
 ) -> Solved:
     """Run LM from ``data.p0`` until it terminates with the KKT conditions met, or the
     step budget is spent (module docstring).
 
+    ``passes`` gives the gradient of the cost for the first-order test at the bounds.
     ``finish(p, free)`` is asked at a point where LM may hand over (``limits.handoff``)
     whether Gauss-Newton finishes from there; when it does not, the same LM goes on (at
     most ``HANDOFF_TRIES`` such questions per fit).
@@ -201,7 +203,7 @@ def solve(
             terminated = True
         if bool(free.all()):
             break
-        gradient = at_point(f, p, data, loss=loss, f_scale=f_scale, slice_size=slice_size).gradient
+        gradient = passes.at(p).gradient
         inward = ~free & (((sides < 0) & (gradient < 0)) | ((sides > 0) & (gradient > 0)))
         if not bool(inward.any()):
             break

@@ -135,7 +135,14 @@ def curve_fit(
         return tried[-1].finished
 
     solved = solve(
-        f, data, loss=loss, f_scale=scale, limits=limits, slice_size=slice_size, finish=finish
+        f,
+        data,
+        loss=loss,
+        f_scale=scale,
+        limits=limits,
+        slice_size=slice_size,
+        passes=passes,
+        finish=finish,
     )
     done = (
         tried[-1]

@@ -41,7 +41,6 @@ __all__ = [
     "PointPasses",
     "Polished",
     "Residuals",
-    "at_point",
     "polish",
     "refined",
 ]
@@ -239,20 +238,6 @@ def _final(passes: PointPasses, point: AtPoint) -> Residuals:
     if point.residuals is None:
         return passes.residuals(point.params)
     return Residuals(point.params, point.residuals, point.cost)
-
-
-def at_point(
-    f: Callable[..., torch.Tensor],
-    params: torch.Tensor,
-    data: CurveInputs,
-    *,
-    loss: str,
-    f_scale: float,
-    slice_size: int | None,
-) -> AtPoint:
-    """One :meth:`PointPasses.at` pass at ``params``."""
-    passes = PointPasses(f, data, loss=loss, f_scale=f_scale, slice_size=slice_size)
-    return passes.at(params)
 
 
 def refined(
