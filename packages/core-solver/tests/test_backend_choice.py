@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from marquardt.solver import BackendUnavailableError, SolverConfigError
-from marquardt.solver import _backend_choice as choice
+from marquardt.solver._backends import choice
 from marquardt.solver._backends.numpy_backend import NumpyBackend
 from marquardt.solver._backends.torch_backend import TorchBackend
 

@@ -21,9 +21,9 @@ from marquardt.solver import (
     CurveFitInputError,
     CurveFitResult,
     OptimizeWarning,
-    _active_set,
     curve_fit,
 )
+from marquardt.solver._curve import active_set as _active_set
 
 WEIGHTINGS = ("none", "sigma", "absolute")
 #: Ill-conditioned NIST problems whose optimum float64 pins down to fewer digits.
@@ -120,7 +120,7 @@ def test_many_slices_keep_the_factor_for_the_last_digits(
     still match SciPy's tight fit and the data at popt."""
     from scipy.optimize import least_squares
 
-    from marquardt.solver import _curve_point
+    from marquardt.solver._curve import point as _curve_point
 
     n = 3 * (1 << 16) + 11
     rng = np.random.default_rng(7)
@@ -208,7 +208,7 @@ def test_lm_hands_over_to_gauss_newton_near_the_optimum() -> None:
 def test_lm_goes_on_when_gauss_newton_cannot_finish(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no Gauss-Newton correction allowed, LM resumes from where it handed over and
     terminates by its own tests, at the same optimum."""
-    from marquardt.solver import _curve_point
+    from marquardt.solver._curve import point as _curve_point
 
     handed = _fit("gaussian", "sigma")
     monkeypatch.setattr(_curve_point, "REFINE_LIMIT", 0.0)
@@ -350,7 +350,7 @@ def _blocks(m: torch.Tensor, size: int) -> list[torch.Tensor]:
 
 def test_gram_factor_matches_the_qr_one_when_well_conditioned() -> None:
     """RᵀR from the Gram matrix equals MᵀM and R equals QR's R up to the rows' signs."""
-    from marquardt.solver._covariance import GramFactor, TriangularFactor
+    from marquardt.solver._lm.covariance import GramFactor, TriangularFactor
 
     gen = torch.Generator().manual_seed(3)
     m = torch.randn(10_000, 5, generator=gen, dtype=torch.float64) * torch.tensor(
@@ -370,7 +370,7 @@ def test_gram_factor_matches_the_qr_one_when_well_conditioned() -> None:
 def test_gram_factor_declines_an_ill_conditioned_matrix() -> None:
     """Columns 1, x, …, x⁷ on [0, 1] (κ ≈ 7.7·10⁴ after scaling): ε·κ² is too coarse, so
     the Gram route says None and the caller falls back to QR; a zero column is declined."""
-    from marquardt.solver._covariance import GramFactor
+    from marquardt.solver._lm.covariance import GramFactor
 
     x = torch.linspace(0.0, 1.0, 5_000, dtype=torch.float64)
     vandermonde = torch.stack([x**k for k in range(8)], dim=1)
@@ -386,7 +386,7 @@ def test_gram_factor_declines_an_ill_conditioned_matrix() -> None:
 def test_an_ill_conditioned_fit_takes_the_qr_route(monkeypatch: pytest.MonkeyPatch) -> None:
     """A degree-7 polynomial on [0, 1] (scaled κ ≈ 7.7·10⁴): the final pass falls back to
     QR, and popt and pcov are the least-squares ones to the accuracy κ allows."""
-    from marquardt.solver import _curve_point
+    from marquardt.solver._curve import point as _curve_point
 
     routes: list[str] = []
     real = _curve_point.TriangularFactor.add

@@ -16,8 +16,8 @@ import torch
 from curve_problems import numpy_jacobian, numpy_model
 
 from marquardt.solver import curve_fit
-from marquardt.solver._active_set import AT_BOUND, bound_sides
-from marquardt.solver._bounds import Bounds
+from marquardt.solver._curve.active_set import AT_BOUND, bound_sides
+from marquardt.solver._curve.bounds import Bounds
 
 INF = np.inf
 

@@ -15,7 +15,7 @@ import torch
 from curve_problems import curve_problem, numpy_model
 
 from marquardt.solver import curve_fit
-from marquardt.solver._robust import ROBUST_LOSSES
+from marquardt.solver._lm.robust import ROBUST_LOSSES
 
 pytestmark = [
     pytest.mark.gpu,

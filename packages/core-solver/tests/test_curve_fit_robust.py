@@ -18,7 +18,7 @@ import torch
 from curve_problems import numpy_jacobian, numpy_model
 
 from marquardt.solver import curve_fit
-from marquardt.solver._robust import ROBUST_LOSSES, rho, robust_rows
+from marquardt.solver._lm.robust import ROBUST_LOSSES, rho, robust_rows
 
 
 def _decay(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

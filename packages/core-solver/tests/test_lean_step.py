@@ -17,7 +17,7 @@ from torch import nn
 
 import marquardt.jacobian._engine as engine_module
 from marquardt.solver import LMA
-from marquardt.solver import _attempts as attempts_module
+from marquardt.solver._lm import attempts as attempts_module
 
 
 def _sinc(n: int, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ import torch
 from problems import CurveModel, residual_fn, run_to_convergence
 
 from marquardt.solver import LMA, SolverConfigError
-from marquardt.solver._robust import rho
+from marquardt.solver._lm.robust import rho
 
 
 def _decay(b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

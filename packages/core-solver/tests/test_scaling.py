@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from marquardt.solver._backends.torch_backend import scaling_diagonal_torch
-from marquardt.solver._scaling import RELATIVE_FLOOR, marquardt_floor, scaling_diagonal_numpy
+from marquardt.solver._lm.scaling import RELATIVE_FLOOR, marquardt_floor, scaling_diagonal_numpy
 
 
 def test_identity_is_ones() -> None:

@@ -11,7 +11,7 @@ from torch import nn
 
 from marquardt.jacobian import JacobianEngine, Replicas
 from marquardt.solver import LMA, SolverConfigError, SolverStateError
-from marquardt.solver._subsets import layer_blocks
+from marquardt.solver._lm.subsets import layer_blocks
 
 
 def _problem() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:

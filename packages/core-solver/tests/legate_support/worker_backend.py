@@ -124,7 +124,7 @@ def auto_choice() -> dict[str, Any]:
     """What ``auto`` and ``marquardt.devices`` say inside a running Legate with 0 GPUs."""
     from marquardt.devices import legate_gpu_count
     from marquardt.devices._legate import legate_share
-    from marquardt.solver._backend_choice import resolve_backend
+    from marquardt.solver._backends.choice import resolve_backend
 
     out: dict[str, Any] = {
         "legate_gpu_count": legate_gpu_count(),

@@ -18,11 +18,8 @@ parameters with SciPy's conventions, on the CPU or a GPU, as a thin layer over `
 """
 
 from ._backends.base import ArrayBackend, LinearSystem, Solution
-from ._covariance import CovarianceWarning
-from ._curve_fit import CurveFitResult, curve_fit
-from ._curve_inputs import CurveFitInputError
-from ._damping import DampingRule, FixedDamping, NielsenDamping
-from ._distributed import RankFailureError, RanksDisagreeError
+from ._curve.fit import CurveFitResult, curve_fit
+from ._curve.inputs import CurveFitInputError
 from ._errors import (
     BackendUnavailableError,
     OptimizeWarning,
@@ -30,9 +27,12 @@ from ._errors import (
     SolverInputError,
     SolverStateError,
 )
-from ._lma import LMA
-from ._report import StepReport
-from ._stopping import StoppingCriteria
+from ._lm.covariance import CovarianceWarning
+from ._lm.damping import DampingRule, FixedDamping, NielsenDamping
+from ._lm.distributed import RankFailureError, RanksDisagreeError
+from ._lm.lma import LMA
+from ._lm.report import StepReport
+from ._lm.stopping import StoppingCriteria
 from .timing import time
 
 __all__ = [

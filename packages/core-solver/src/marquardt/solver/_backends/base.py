@@ -46,7 +46,7 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .._scaling import SCALINGS
+from .._lm.scaling import SCALINGS
 
 __all__ = [
     "FAILED_CHOLESKY",
@@ -193,7 +193,7 @@ class ArrayBackend(Protocol):
       under-determined one (JJᵀ/N, r/N, with J kept for δ = Jᵀu). The slices' buffers are
       never reused by their producer, so a backend may attach them without copying.
     * ``solve`` factorises (A + λD) — D per ``scaling`` ("identity": I; "marquardt":
-      diag clamped away from 0, see ``marquardt.solver._scaling``; the under-determined
+      diag clamped away from 0, see ``marquardt.solver._lm.scaling``; the under-determined
       system always uses I) — in float64 by Cholesky and returns the :class:`Solution`, or
       ``None`` when the factorisation fails or δ is not finite. It never raises for a
       numerically bad system: a ``None`` is a rejected attempt and the caller raises λ.

@@ -43,7 +43,7 @@ import torch
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
 from .._errors import BackendUnavailableError
-from .._scaling import SCALINGS, marquardt_floor
+from .._lm.scaling import SCALINGS, marquardt_floor
 from .base import (
     ArrayBackend,
     ArrayOps,

@@ -19,8 +19,7 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .._blas_threads import one_blas_thread
-from .._scaling import scaling_diagonal_numpy
+from .._lm.scaling import scaling_diagonal_numpy
 from .base import (
     ArrayBackend,
     ArrayOps,
@@ -31,6 +30,7 @@ from .base import (
     solution,
     system_from_matrix,
 )
+from .blas_threads import one_blas_thread
 
 __all__ = ["NumpyBackend", "cholesky_solve_numpy", "create_backend"]
 

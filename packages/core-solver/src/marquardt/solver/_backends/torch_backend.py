@@ -21,7 +21,7 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .._scaling import RELATIVE_FLOOR
+from .._lm.scaling import RELATIVE_FLOOR
 from .base import (
     FAILED_CHOLESKY,
     FAILED_NON_FINITE,

@@ -37,8 +37,8 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from ._backends.base import ArrayBackend, LinearSystem, Solution
-from ._errors import SolverConfigError, SolverStateError, message
+from .._backends.base import ArrayBackend, LinearSystem, Solution
+from .._errors import SolverConfigError, SolverStateError, message
 
 __all__ = ["SELECTIONS", "ParamSelection", "SubsetBackend", "layer_blocks"]
 

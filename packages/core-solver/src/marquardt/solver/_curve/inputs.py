@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._errors import SolverInputError, message
-from ._robust import ROBUST_LOSSES
+from .._errors import SolverInputError, message
+from .._lm.robust import ROBUST_LOSSES
 
 __all__ = ["PROBE_SAMPLES", "CurveFitInputError", "CurveInputs", "check_curve_inputs"]
 

@@ -17,9 +17,9 @@ import torch
 
 from marquardt.devices import legate_gpu_count
 
-from . import _settings
-from ._backends.base import ArrayBackend
-from ._errors import BackendUnavailableError, SolverConfigError
+from .. import _settings
+from .._errors import BackendUnavailableError, SolverConfigError
+from .base import ArrayBackend
 
 __all__ = ["BACKEND_CHOICES", "legate_gpus", "resolve_backend"]
 

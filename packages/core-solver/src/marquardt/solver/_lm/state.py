@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ._damping import DampingRule
-from ._errors import SolverStateError, message
+from .._errors import SolverStateError, message
+from .damping import DampingRule
 
 __all__ = ["STATE_FORMAT", "STATE_KEYS", "checked_state", "solver_state"]
 

@@ -52,11 +52,11 @@ from marquardt.jacobian import (
     Replicas,
 )
 
-from ._assembly import Assembly, assemble
-from ._backends.base import ArrayBackend, LinearSystem
-from ._errors import SolverConfigError, message
-from ._report import StepReport
-from ._settings import check_ranks
+from .._backends.base import ArrayBackend, LinearSystem
+from .._errors import SolverConfigError, message
+from .._settings import check_ranks
+from .assembly import Assembly, assemble
+from .report import StepReport
 
 __all__ = [
     "DEFAULT_GROUP",

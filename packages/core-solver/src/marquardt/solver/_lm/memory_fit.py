@@ -29,7 +29,7 @@ import torch
 from marquardt.devices import host_memory, subset_size
 from marquardt.jacobian import JacobianPlan
 
-from ._errors import SolverConfigError, message
+from .._errors import SolverConfigError, message
 
 __all__ = ["HEADROOM", "StepMemory", "check_limit", "step_memory", "usable_memory"]
 

@@ -17,12 +17,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._backend_choice import BACKEND_CHOICES
-from ._backends.base import ArrayBackend
-from ._damping import DampingRule, FixedDamping, NielsenDamping
-from ._errors import SolverConfigError, message
-from ._scaling import SCALINGS
-from ._stopping import StoppingCriteria
+from .._backends.base import ArrayBackend
+from .._backends.choice import BACKEND_CHOICES
+from .._errors import SolverConfigError, message
+from .damping import DampingRule, FixedDamping, NielsenDamping
+from .scaling import SCALINGS
+from .stopping import StoppingCriteria
 
 __all__ = [
     "DAMPING_RULES",

@@ -24,7 +24,7 @@ import torch
 
 from marquardt.jacobian import Replicas
 
-from ._backends.base import (
+from .._backends.base import (
     FAILED_CHOLESKY,
     ArrayBackend,
     LinearSystem,
@@ -32,9 +32,9 @@ from ._backends.base import (
     predicted_reduction,
     read_values,
 )
-from ._damping import DampingRule, gain_ratio
-from ._report import StepReport
-from ._stopping import StoppingCriteria
+from .damping import DampingRule, gain_ratio
+from .report import StepReport
+from .stopping import StoppingCriteria
 
 __all__ = ["NOISE_ULPS", "Attempts", "run_attempts"]
 

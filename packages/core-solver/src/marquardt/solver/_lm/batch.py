@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ._errors import SolverInputError, message
+from .._errors import SolverInputError, message
 
 __all__ = ["FiniteScans", "check_batch", "same_device"]
 

@@ -23,10 +23,10 @@ import torch
 
 from marquardt.jacobian import JacobianEngine, Replicas
 
-from ._covariance import GramFactor, TriangularFactor, factor_from_gram
-from ._curve_inputs import CurveInputs
-from ._curve_model import CurveModel, weighted_residuals
-from ._robust import rho, scipy_row_scale
+from .._lm.covariance import GramFactor, TriangularFactor, factor_from_gram
+from .._lm.robust import rho, scipy_row_scale
+from .inputs import CurveInputs
+from .model import CurveModel, weighted_residuals
 
 __all__ = [
     "CONTRACTION",

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ._bounds import Bounds
-from ._robust import robust_rows
+from .._lm.robust import robust_rows
+from .bounds import Bounds
 
 __all__ = ["CurveModel", "curve_residual_fn", "weighted_residuals"]
 

@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
-from ._active_set import Tolerances, solve
-from ._covariance import covariance_from_factor
-from ._curve_inputs import CurveFitInputError, check_curve_inputs
-from ._curve_point import PointPasses, Polished, polish
-from ._errors import OptimizeWarning
-from ._report import StepReport
+from .._errors import OptimizeWarning
+from .._lm.covariance import covariance_from_factor
+from .._lm.report import StepReport
+from .active_set import Tolerances, solve
+from .inputs import CurveFitInputError, check_curve_inputs
+from .point import PointPasses, Polished, polish
 
 __all__ = ["CurveFitResult", "curve_fit"]
 

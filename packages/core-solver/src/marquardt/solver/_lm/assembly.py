@@ -17,7 +17,7 @@ import torch
 
 from marquardt.jacobian import JacobianEngine, PreparedBatch
 
-from ._backends.base import ArrayBackend, JacobianBuffers, LinearSystem
+from .._backends.base import ArrayBackend, JacobianBuffers, LinearSystem
 
 __all__ = ["Assembly", "assemble"]
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ._bounds import Bounds
-from ._curve_inputs import CurveInputs
-from ._curve_model import CurveModel, curve_residual_fn
-from ._curve_point import PointPasses
-from ._lma import LMA
-from ._report import StepReport
+from .._lm.lma import LMA
+from .._lm.report import StepReport
+from .bounds import Bounds
+from .inputs import CurveInputs
+from .model import CurveModel, curve_residual_fn
+from .point import PointPasses
 
 __all__ = [
     "AT_BOUND",

@@ -30,7 +30,7 @@ import torch
 
 from marquardt.jacobian import JacobianEngine
 
-from ._errors import OptimizeWarning
+from .._errors import OptimizeWarning
 
 __all__ = [
     "Covariance",

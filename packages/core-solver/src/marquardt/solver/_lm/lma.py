@@ -41,17 +41,17 @@ from torch import nn
 from marquardt.devices import check_model_devices
 from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas
 
-from ._attempts import Attempts, run_attempts
-from ._backend_choice import resolve_backend
-from ._backends.base import ArrayBackend, host_vector
-from ._batch import FiniteScans, check_batch
-from ._covariance import batch_covariance
-from ._damping import DampingRule
-from ._distributed import StepScope, step_scope
-from ._errors import SolverConfigError, message
-from ._geodesic import GeodesicAcceleration
-from ._memory_fit import check_limit, step_memory, usable_memory
-from ._options import (
+from .._backends.base import ArrayBackend, host_vector
+from .._backends.choice import resolve_backend
+from .._errors import SolverConfigError, message
+from .attempts import Attempts, run_attempts
+from .batch import FiniteScans, check_batch
+from .covariance import batch_covariance
+from .damping import DampingRule
+from .distributed import StepScope, step_scope
+from .geodesic import GeodesicAcceleration
+from .memory_fit import check_limit, step_memory, usable_memory
+from .options import (
     DAMPING_RULES,
     STRATEGIES,
     LossFn,
@@ -59,11 +59,11 @@ from ._options import (
     check_options,
     check_poor_start_options,
 )
-from ._report import StepReport
-from ._robust import check_robust_loss, robust_residual_fn
-from ._scaling import remembered
-from ._state import checked_state, solver_state
-from ._subsets import ParamSelection, Selector, SubsetBackend, check_selection
+from .report import StepReport
+from .robust import check_robust_loss, robust_residual_fn
+from .scaling import remembered
+from .state import checked_state, solver_state
+from .subsets import ParamSelection, Selector, SubsetBackend, check_selection
 
 __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
 

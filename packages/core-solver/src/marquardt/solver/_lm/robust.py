@@ -42,7 +42,7 @@ from collections.abc import Callable
 
 import torch
 
-from ._errors import SolverConfigError, message
+from .._errors import SolverConfigError, message
 
 __all__ = [
     "ROBUST_LOSSES",
