@@ -55,14 +55,13 @@ _MACHINE_PATH = re.compile(
 PROJECT_PATHS = ("/tmp/marquardt-slurm/",)
 #: A highlighted block of commands the reader types (they may name a folder on purpose).
 _SHELL_BLOCK = re.compile(r"\blanguage-(?:bash|sh|shell|console)\b")
+#: Elements without an end tag.
+_VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
 
 
 class _Page(HTMLParser):
     """One HTML page, parsed once: its text by context, its fetches and its images."""
-
-    _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-             "track", "wbr"}  # fmt: skip
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -95,7 +94,7 @@ class _Page(HTMLParser):
             self.images.append(a["src"])
         if tag == "a" and a.get("href", "").lower().endswith(_IMAGE_SUFFIXES):
             self.images.append(a["href"])
-        if tag in self._VOID:
+        if tag in _VOID:
             return
         maths = "arithmatex" in a.get("class", "").split()
         code = tag in ("pre", "code", "kbd", "samp")
@@ -104,7 +103,7 @@ class _Page(HTMLParser):
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
-        if tag not in self._VOID and self._stack and self._stack[-1][0] == tag:
+        if tag not in _VOID and self._stack and self._stack[-1][0] == tag:
             self._stack.pop()
 
     def handle_endtag(self, tag: str) -> None:

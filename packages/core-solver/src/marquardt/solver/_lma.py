@@ -551,7 +551,7 @@ class LMA:
         *,
         absolute_sigma: bool = False,
     ) -> torch.Tensor:
-        """√diag(pcov) of :meth:`covariance`: one standard error per parameter."""
+        """√diag(pcov) of [`covariance`][marquardt.solver.LMA.covariance]: one standard error per parameter."""
         pcov = self.covariance(inputs, targets, slice_size, absolute_sigma=absolute_sigma)
         return torch.sqrt(torch.diagonal(pcov))
 
