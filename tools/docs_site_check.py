@@ -56,7 +56,23 @@ PROJECT_PATHS = ("/tmp/marquardt-slurm/",)
 #: A highlighted block of commands the reader types (they may name a folder on purpose).
 _SHELL_BLOCK = re.compile(r"\blanguage-(?:bash|sh|shell|console)\b")
 #: Elements without an end tag.
-_VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())
+_VOID = frozenset(
+    [
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "source",
+        "track",
+        "wbr",
+    ]
+)
 _IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp")
 
 
