@@ -193,7 +193,7 @@ class ArrayBackend(Protocol):
       under-determined one (JJᵀ/N, r/N, with J kept for δ = Jᵀu). The slices' buffers are
       never reused by their producer, so a backend may attach them without copying.
     * ``solve`` factorises (A + λD) — D per ``scaling`` ("identity": I; "marquardt":
-      diag clamped away from 0, see ``marquardt.solver._scaling``; the under-determined
+      diag clamped away from 0; the under-determined
       system always uses I) — in float64 by Cholesky and returns the [`Solution`][marquardt.solver.Solution], or
       ``None`` when the factorisation fails or δ is not finite. It never raises for a
       numerically bad system: a ``None`` is a rejected attempt and the caller raises λ.
