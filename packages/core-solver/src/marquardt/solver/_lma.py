@@ -69,7 +69,7 @@ __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
 
 
 class LMA:
-    """Levenberg-Marquardt training of ``model`` (see the module docstring for the maths).
+    """Levenberg-Marquardt training of ``model`` (the maths: the docs' algorithm page).
 
     ``model`` must sit on one of ``devices`` (it is replicated on each for data-parallel
     Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``).
