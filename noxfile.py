@@ -168,6 +168,8 @@ def integration_tests(session: nox.Session) -> None:
     # scikit-learn: the digits tutorial loads its data set.
     session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric", "matplotlib", "scikit-learn")
     session.install(*TOOL_CONSTRAINTS, "import-linter")  # test_layering.py runs lint-imports
+    # test_docs_site.py builds the docs site and checks what a reader of it sees.
+    session.install("-r", str(ROOT / "docs" / "requirements.txt"), *TEST_CONSTRAINTS)
     session.run(
         "pytest", str(ROOT / "integration_tests"), "-p", "no:cacheprovider", "-ra", *session.posargs
     )
@@ -261,6 +263,9 @@ def docs(session: nox.Session) -> None:
         *session.posargs,
         env={"NO_MKDOCS_2_WARNING": "1"},
     )
+    # What a reader would see that they should not (raw TeX, Sphinx roles, remote files,
+    # temporary paths, missing images); integration_tests/test_docs_site.py runs the same.
+    session.run("python", str(ROOT / "tools" / "docs_site_check.py"), str(ROOT / "site"))
 
 
 @nox.session(python=PYTHON)

@@ -302,8 +302,9 @@ def _plot(results: dict[str, Any]) -> None:
     if plt is None:
         return
     models = results["models"]
-    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4), squeeze=False)
-    for ax, (name, entry) in zip(axes[0], models.items(), strict=True):
+    # One panel above the other: the figure stays readable at the docs' column width.
+    fig, axes = plt.subplots(len(models), 1, figsize=(7, 3.6 * len(models)), squeeze=False)
+    for ax, (name, entry) in zip(axes[:, 0], models.items(), strict=True):
         for key, label, color in (
             ("ours", "marquardt LMA", "#4c72b0"),
             ("peer", "torch-levenberg-marquardt", "#dd8452"),

@@ -208,7 +208,7 @@ def discover_gpus() -> list[GpuInfo]:
     """The GPUs this process may use, as ``cuda:0``, ``cuda:1``, … in PyTorch's numbering.
 
     Returns ``[]`` on a machine without NVML, driver or GPU. Only NVML is called: no CUDA
-    context is created. Raises :class:`~marquardt.devices.NvmlError` when NVML is present
+    context is created. Raises [`NvmlError`][marquardt.devices.NvmlError] when NVML is present
     but fails, rather than pretending the machine has no GPU.
     """
     result = survey()

@@ -40,9 +40,9 @@ class Split:
 
 
 def current_split(gpus: Sequence[GpuInfo] | None = None) -> Split:
-    """The split for this process now; ``gpus`` defaults to :func:`discover_gpus`' answer.
+    """The split for this process now; ``gpus`` defaults to [`discover_gpus`][marquardt.devices.discover_gpus]' answer.
 
-    Raises :class:`LegateConfigError` when ``LEGATE_CONFIG`` asks for more GPUs than are
+    Raises [`LegateConfigError`][marquardt.devices.LegateConfigError] when ``LEGATE_CONFIG`` asks for more GPUs than are
     visible (Legate would fail at start-up).
     """
     visible = tuple(survey().gpus if gpus is None else gpus)
@@ -67,7 +67,7 @@ def get_available_gpus(
 ) -> list[torch.device]:
     """The ``torch.device``\\ s left for the model once Legate has taken its GPUs.
 
-    Legate holds the first K visible ordinals (K from :func:`legate_gpu_count`); this returns
+    Legate holds the first K visible ordinals (K from [`legate_gpu_count`][marquardt.devices.legate_gpu_count]); this returns
     ``cuda:K`` … ``cuda:n-1``. With none left it returns ``[torch.device("cpu")]``, so the
     same script runs on a CPU machine, unless ``cpu_fallback`` is false, when it raises.
     ``count`` asks for exactly that many model GPUs (the first ones left) and raises if fewer
@@ -115,7 +115,7 @@ def get_available_gpus(
 
 
 def check_model_devices(devices: Sequence[Any], *, split: Split | None = None) -> None:
-    """Raise :class:`DeviceError` if a model device is held by Legate or is not visible.
+    """Raise [`DeviceError`][marquardt.devices.DeviceError] if a model device is held by Legate or is not visible.
 
     ``devices`` are ``torch.device``\\ s, strings such as ``"cuda:1"`` or ints (ordinals).
     CPU devices always pass. Nothing is changed; the check runs before any work.

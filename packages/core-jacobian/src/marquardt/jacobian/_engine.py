@@ -48,7 +48,7 @@ class JacobianEngine:
     ``output_device`` is where explicit slices and residuals are handed out
     (default ``devices[0]``). After each call, ``last_plan`` says what was chosen and
     why; the seconds spent come back with the products (``NormalProducts.timings``,
-    ``SliceStream.timings``). A step prepares its batch once (:meth:`prepare`: checks,
+    ``SliceStream.timings``). A step prepares its batch once ([`prepare`][marquardt.jacobian.JacobianEngine.prepare]: checks,
     one probe forward, one plan) and every call of that step reuses it.
     """
 
@@ -135,7 +135,7 @@ class JacobianEngine:
         training mode, residuals that are detached or not finite on the first samples).
         ``checked=True`` skips the scan for NaN/inf in inputs and targets, for a caller that
         made it already (``LMA.step`` does, with its own message). The plan is kept in
-        ``last_plan``. ``columns`` (from :meth:`columns`) restricts the step's products to
+        ``last_plan``. ``columns`` (from [`columns`][marquardt.jacobian.JacobianEngine.columns]) restricts the step's products to
         those parameter columns: the plan is made for their number ``k``, and only they
         are formed.
         """
@@ -163,7 +163,7 @@ class JacobianEngine:
 
     def columns(self, indices: torch.Tensor | Sequence[int]) -> ColumnSubset:
         """The subset of flat parameter ``indices`` (the order of ``replicas.names``),
-        checked, for :meth:`prepare`."""
+        checked, for [`prepare`][marquardt.jacobian.JacobianEngine.prepare]."""
         return ColumnSubset.of(indices, self.replicas[0].sizes)
 
     def _probe(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
@@ -380,7 +380,7 @@ class JacobianEngine:
         self, batch: PreparedBatch, *, dtype: torch.dtype | None = None
     ) -> NormalProducts:
         """``JᵀJ``, ``Jᵀr``, ``rᵀr`` of a batch prepared for ``accumulate`` (see
-        :meth:`accumulate`), with the seconds spent in ``NormalProducts.timings``."""
+        [`accumulate`][marquardt.jacobian.JacobianEngine.accumulate]), with the seconds spent in ``NormalProducts.timings``."""
         plan = self._with_strategy(batch, "accumulate").plan
         acc_dtype = dtype or self.replicas.dtype
         if not acc_dtype.is_floating_point:
@@ -433,7 +433,7 @@ class JacobianEngine:
 
     def batch_loss(self, batch: PreparedBatch, loss_fn: LossFn | None = None) -> torch.Tensor:
         """The loss of a prepared batch at the current parameters, as a 0-dim float64
-        tensor on ``devices[0]`` (no host synchronisation; see :meth:`loss`).
+        tensor on ``devices[0]`` (no host synchronisation; see [`loss`][marquardt.jacobian.JacobianEngine.loss]).
 
         The residuals are not scanned for NaN/inf: a non-finite residual makes the loss
         non-finite, which is what a trial point of an LM step needs to know.

@@ -62,7 +62,7 @@ class Callback:
         return {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Take back what :meth:`state_dict` returned (called on resume, before training)."""
+        """Take back what [`state_dict`][marquardt.trainer.Callback.state_dict] returned (called on resume, before training)."""
 
     def on_train_start(self, trainer: RunningTrainer) -> None:
         """Before the first step (after any resume)."""

@@ -55,7 +55,7 @@ class Trainer:
 
     ``loss_fn``: ``"mse"``, ``"cross_entropy"`` or a callable ``(outputs, targets) ->
     loss`` (or ``(loss, metrics)``). ``optimize_step``: the function that takes one step
-    (default :func:`marquardt.trainer.optimize_step.optimize_step`). ``scheduler``: a
+    (default [`optimize_step`][marquardt.trainer.optimize_step.optimize_step]). ``scheduler``: a
     ``torch.optim.lr_scheduler`` scheduler of ``optimizer`` (stepped as
     ``TrainConfig.scheduler_interval`` says; ``ReduceLROnPlateau`` after each validation).
     ``environment``: the launch environment; detected from the process's environment
@@ -171,7 +171,7 @@ class Trainer:
         )
 
     def run_context(self) -> RunContext:
-        """This process's :class:`RunContext` of the run (the parts get it, not the Trainer)."""
+        """This process's `RunContext` of the run (the parts get it, not the Trainer)."""
         return RunContext(
             config=self.config,
             state=self.state,

@@ -134,7 +134,7 @@ class Solution:
 
     A backend on a GPU may leave ``gradient_dot``, ``curvature`` and ``status`` as 0-dim
     tensors on its device, so that a solve never waits for the device: the caller reads
-    them together with the trial loss, in one transfer (:func:`read_values`), and a failed
+    them together with the trial loss, in one transfer (`read_values`), and a failed
     solve is then rejected like a worse trial point.
     """
 
@@ -146,7 +146,7 @@ class Solution:
 
     def predicted_reduction(self, learning_rate: float = 1.0) -> float:
         """The mean-squared-residual reduction the linear model predicts for a step lr·δ
-        (:func:`predicted_reduction`)."""
+        (`predicted_reduction`)."""
         return predicted_reduction(
             float(self.gradient_dot), float(self.curvature), float(learning_rate)
         )
@@ -193,8 +193,8 @@ class ArrayBackend(Protocol):
       under-determined one (JJᵀ/N, r/N, with J kept for δ = Jᵀu). The slices' buffers are
       never reused by their producer, so a backend may attach them without copying.
     * ``solve`` factorises (A + λD) — D per ``scaling`` ("identity": I; "marquardt":
-      diag clamped away from 0, see ``marquardt.solver._lm.scaling``; the under-determined
-      system always uses I) — in float64 by Cholesky and returns the :class:`Solution`, or
+      diag clamped away from 0; the under-determined
+      system always uses I) — in float64 by Cholesky and returns the [`Solution`][marquardt.solver.Solution], or
       ``None`` when the factorisation fails or δ is not finite. It never raises for a
       numerically bad system: a ``None`` is a rejected attempt and the caller raises λ.
     * ``synchronize`` blocks until the backend's queued work is done (for honest timing).

@@ -90,7 +90,7 @@ def curve_fit(
     slice_size: int | None = None,
     full_output: bool = False,
 ) -> Any:
-    """Fit ``f(x, *p)`` to ``ydata``; returns ``(popt, pcov)`` (or a :class:`CurveFitResult`).
+    """Fit ``f(x, *p)`` to ``ydata``; returns ``(popt, pcov)`` (or a [`CurveFitResult`][marquardt.solver.CurveFitResult]).
 
     The arguments are SciPy's (``scipy.optimize.curve_fit``): ``xdata`` of shape (N,) or
     (k, N), ``ydata`` (N,), ``p0`` (P,; None: ones, counted from f's signature), ``sigma``
@@ -103,11 +103,11 @@ def curve_fit(
     ``device`` (None: where ``xdata`` is, else the CPU) and ``dtype`` are where and in what
     precision the fit runs; the results are float64 tensors on the CPU. Steps stop when
     LM terminates (``ftol`` / ``xtol`` / ``gtol`` as in MINPACK, or no further decrease
-    beyond rounding) or after ``max_steps`` (an :class:`OptimizeWarning`; ``full_output``
+    beyond rounding) or after ``max_steps`` (an [`OptimizeWarning`][marquardt.solver.OptimizeWarning]; ``full_output``
     says so in ``success``). A covariance that cannot be estimated (J of rank < P, or
     N ≤ P without ``absolute_sigma``) is all inf, with a ``CovarianceWarning``.
 
-    Bad input raises :class:`CurveFitInputError` before any work.
+    Bad input raises [`CurveFitInputError`][marquardt.solver.CurveFitInputError] before any work.
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise CurveFitInputError(

@@ -69,7 +69,7 @@ __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
 
 
 class LMA:
-    """Levenberg-Marquardt training of ``model`` (see the module docstring for the maths).
+    """Levenberg-Marquardt training of ``model`` (the maths: the docs' algorithm page).
 
     ``model`` must sit on one of ``devices`` (it is replicated on each for data-parallel
     Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``).
@@ -80,11 +80,11 @@ class LMA:
     in [damping_min, damping_max]. ``scaling`` is "marquardt" (the default: D =
     diag(JᵀJ)/N, clamped) or "identity" (D = I); ``scaling_memory`` γ ∈ [0, 1] makes
     Marquardt's D_k = max(diag_k, γ·D_{k−1}) (0, the default: this step's alone; 1:
-    MINPACK's running maximum; see ``_scaling``; it restarts after ``load_state_dict``).
+    MINPACK's running maximum; it restarts after ``load_state_dict``).
     ``geodesic=α`` adds Transtrum's geodesic acceleration to every attempt, dropped where
     2‖a‖/‖v‖ > α, or with ``geodesic_reject=True`` rejecting the attempt there as
     Transtrum & Sethna (2012) do; ``geodesic_after=k`` applies it from the k-th step on
-    (``_geodesic``: one more forward, Jacobian pass and solve per attempt; not with
+    (one more forward, Jacobian pass and solve per attempt; not with
     ``process_group``, ``params_per_step`` or the cuPyNumeric backend; ``curve_fit``'s
     choice is measured in docs/algorithm.md, "Poor starts"). The defaults are the
     measured best on the seed's sinc loop (fewer rejected attempts per step, lower loss
@@ -97,15 +97,15 @@ class LMA:
     stopping tests, off unless set. ``jacobian_mode`` is handed to the Jacobian engine.
     ``robust_loss`` ("soft_l1", "huber", "cauchy", "arctan", "linear"; None: least squares)
     with ``f_scale`` minimises the mean of c²ρ((r/c)²) over the residuals instead, with
-    SciPy's ρ, by IRLS rows (``_robust``); the reported loss is that mean.
+    SciPy's ρ, by IRLS rows; the reported loss is that mean.
     ``params_per_step=k`` makes every step a block step on k parameters only (their k
     Jacobian columns alone are formed and a k × k, or N × N, system is solved), chosen by
     ``param_selection`` ("layer", "random" with ``seed``, or a function (step, P) ->
-    indices; see ``_subsets``). Before any Jacobian is formed a step checks that it fits
+    indices). Before any Jacobian is formed a step checks that it fits
     ``memory_limit`` bytes (None: 0.8 × the free memory of the solver's device); with
     ``strategy="auto"`` and no ``params_per_step`` a step that would not fit switches to
     random subsets of the largest k that does (a ``UserWarning`` says so), and a forced
-    strategy or k that does not fit is refused before any work (``_memory_fit``).
+    strategy or k that does not fit is refused before any work.
 
     ``process_group``: None (the default) is one process, even inside a script that has
     initialised torch.distributed (a DDP script fitting a model per rank, or curve fits on
@@ -523,7 +523,7 @@ class LMA:
         J is the Jacobian of ``residual_fn`` on (inputs, targets), with the parameters in
         ``model.parameters()`` order; s² = ‖r‖²/(N − P) unless ``absolute_sigma`` (s² = 1,
         residuals already divided by known σ). Computed from the QR factor of J, slice by
-        slice, as ``curve_fit`` does (``_covariance``): a P × P float64 tensor on the CPU,
+        slice, as ``curve_fit`` does: a P × P float64 tensor on the CPU,
         all inf (with a ``CovarianceWarning``) when J has rank < P or N ≤ P. For models
         whose P × P matrix fits in memory.
         """
@@ -551,7 +551,7 @@ class LMA:
         *,
         absolute_sigma: bool = False,
     ) -> torch.Tensor:
-        """√diag(pcov) of :meth:`covariance`: one standard error per parameter."""
+        """√diag(pcov) of [`covariance`][marquardt.solver.LMA.covariance]: one standard error per parameter."""
         pcov = self.covariance(inputs, targets, slice_size, absolute_sigma=absolute_sigma)
         return torch.sqrt(torch.diagonal(pcov))
 

@@ -65,7 +65,7 @@ class LaunchEnvironment(ABC):
 
     @abstractmethod
     def validate(self) -> None:
-        """Raise :class:`LaunchError` if the configuration does not fit the launch."""
+        """Raise [`LaunchError`][marquardt.trainer.LaunchError] if the configuration does not fit the launch."""
 
     @abstractmethod
     def layouts(self) -> list[ProcessLayout]:
