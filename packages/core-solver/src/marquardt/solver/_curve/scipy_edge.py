@@ -1,0 +1,522 @@
+"""``curve_fit`` with ``scipy.optimize.curve_fit``'s signature, meanings, errors and returns.
+
+SciPy's arguments are translated here, once, into the fit's own terms: the model kind
+(torch → autodiff; anything else → SciPy's finite differences, ``_curve.providers``), the
+whitening W (1/σ, or L⁻¹ for a covariance matrix σ = LLᵀ), the bounds and SciPy's feasible
+start, the stopping tolerances and evaluation budget, and the path: the small-fit LM of
+``_curve.small`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points on
+the CPU) or the sliced engine of ``_curve.fit`` (large torch fits, GPUs). The results go
+back in SciPy's form: NumPy float64 for NumPy input, torch on the data's device for torch
+input; SciPy's exceptions (``ValueError``, ``TypeError``, ``RuntimeError("Optimal
+parameters not found: ...")``) and ``OptimizeWarning``; pcov from the pseudo-inverse of J
+as ``least_squares``' branch of SciPy computes it.
+
+``method``: ours is one algorithm, LM with projected bounds; "lm", "trf" and "dogbox" are
+all accepted and run it, with SciPy's checks ("lm" refuses bounds) and SciPy's default
+evaluation budget for the named method.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._errors import OptimizeWarning
+from .._lm.covariance import CovarianceWarning
+from .._lm.robust import ROBUST_LOSSES
+from .fit import curve_fit_result
+from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
+from .small import solve_small
+
+__all__ = ["SMALL_POINTS", "curve_fit"]
+
+#: Torch models with at most this many points (on the CPU) take the small-fit path; larger
+#: ones the sliced engine, which bounds memory and runs on GPUs.
+SMALL_POINTS = 200_000
+_METHODS = ("trf", "dogbox", "lm")
+_SCHEMES = ("2-point", "3-point", "cs")
+_SCIPY_KEYWORDS = frozenset(
+    {"maxfev", "max_nfev", "ftol", "xtol", "gtol", "x_scale", "diff_step", "loss", "f_scale",
+     "epsfcn", "factor", "col_deriv", "tr_solver", "tr_options", "verbose", "jac_sparsity",
+     "lsmr_tol", "max_iter"}
+)
+_ENGINE_KEYWORDS = frozenset({"device", "dtype", "slice_size", "max_steps"})
+
+
+def _hinted(kind: type[Exception], scipy_text: str, hint: str) -> Exception:
+    return kind(f"{scipy_text} HINT: {hint}")
+
+
+def _parameter_count(f: Callable[..., Any]) -> int:
+    try:
+        sig = inspect.signature(f)
+    except (TypeError, ValueError) as err:
+        raise _hinted(
+            ValueError, "Unable to determine number of fit parameters.", "pass p0"
+        ) from err
+    positional = [
+        p for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) < 2:
+        raise _hinted(
+            ValueError,
+            "Unable to determine number of fit parameters.",
+            "f(x, *params) has no named parameters to count: pass p0, one value per parameter",
+        )
+    return len(positional) - 1
+
+
+def _bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        from scipy.optimize import Bounds as ScipyBounds
+    except ImportError:  # pragma: no cover
+        ScipyBounds = ()  # type: ignore[assignment,misc]
+    if ScipyBounds and isinstance(bounds, ScipyBounds):
+        lb, ub = bounds.lb, bounds.ub
+    else:
+        try:
+            lb, ub = bounds
+        except (TypeError, ValueError) as err:
+            raise _hinted(
+                ValueError,
+                "`bounds` must contain 2 elements.",
+                "pass bounds=(lower, upper), each a number or one per parameter",
+            ) from err
+    sides = []
+    for side in (lb, ub):
+        a = np.asarray(side, dtype=np.float64)
+        if a.ndim == 0:
+            a = np.full(n, float(a))
+        if a.shape != (n,):
+            raise _hinted(
+                ValueError,
+                "Inconsistent shapes between bounds and `x0`.",
+                f"give each bound as one number or {n} values (one per parameter)",
+            )
+        sides.append(a)
+    lower, upper = sides
+    if np.any(np.isnan(lower)) or np.any(np.isnan(upper)) or np.any(lower >= upper):
+        raise _hinted(
+            ValueError,
+            "Each lower bound must be strictly less than each upper bound.",
+            f"got lower {lower.tolist()}, upper {upper.tolist()}; use ±np.inf for no bound",
+        )
+    return lower, upper
+
+
+def _feasible_start(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """SciPy's start without p0: ones, the middle of two finite bounds, one inside a single one."""
+    p0 = np.ones_like(lower)
+    lo, hi = np.isfinite(lower), np.isfinite(upper)
+    p0[lo & hi] = 0.5 * (lower[lo & hi] + upper[lo & hi])
+    p0[lo & ~hi] = lower[lo & ~hi] + 1.0
+    p0[~lo & hi] = upper[~lo & hi] - 1.0
+    return p0
+
+
+def _float(name: str, value: Any, *, positive: bool = False) -> float:
+    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.floating, np.integer))
+    v = float(value) if ok else math.nan
+    if not ok or math.isnan(v) or v < 0 or (positive and v <= 0):
+        raise _hinted(
+            ValueError,
+            f"`{name}` must be a {'positive' if positive else 'non-negative'} number, got {value!r}.",
+            f"pass e.g. {name}=1e-8",
+        )
+    return v
+
+
+def _numpy_array(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().to(torch.float64).numpy()
+    return np.asarray(value, dtype=np.float64)
+
+
+def _check_finite(name: str, a: np.ndarray) -> None:
+    if not np.all(np.isfinite(a)):
+        raise _hinted(
+            ValueError,
+            "array must not contain infs or NaNs",
+            f"{name} holds {int(np.sum(~np.isfinite(a)))} NaN/inf values: drop them, or pass "
+            "nan_policy='omit'",
+        )
+
+
+def _whitening(sigma: Any, n: int) -> Whitening:
+    if sigma is None:
+        return Whitening(None, None)
+    s = _numpy_array(sigma)
+    if s.size == 1 or s.shape == (n,):
+        if np.any(s <= 0) or not np.all(np.isfinite(s)):
+            raise _hinted(
+                ValueError,
+                "`sigma` must be positive and finite.",
+                "give each point a positive standard deviation",
+            )
+        return Whitening(np.broadcast_to(1.0 / s.reshape(-1), (n,)).copy(), None)
+    if s.shape == (n, n):
+        try:
+            factor = np.linalg.cholesky(s)
+        except np.linalg.LinAlgError as err:
+            raise _hinted(
+                ValueError,
+                "`sigma` must be positive definite.",
+                "a 2-D sigma is the covariance matrix of ydata: symmetric, positive definite",
+            ) from err
+        return Whitening(None, factor)
+    raise _hinted(
+        ValueError,
+        "`sigma` has incorrect shape.",
+        f"pass a scalar, {n} standard deviations, or a {n} × {n} covariance matrix",
+    )
+
+
+def _omit_nan(x: Any, y: np.ndarray, sigma: Any) -> tuple[Any, np.ndarray, Any]:
+    xa = np.asarray(x, dtype=np.float64)
+    bad = np.isnan(xa)
+    bad = bad.any(axis=tuple(range(bad.ndim - 1))) if bad.ndim > 1 else bad
+    bad = bad | np.isnan(y) if bad.ndim else np.isnan(y)
+    keep = ~bad
+    if sigma is not None:
+        s = _numpy_array(sigma)
+        if s.ndim == 1 and s.size == y.size:
+            sigma = s[keep]
+        elif s.ndim == 2:
+            sigma = s[keep][:, keep]
+    return xa[..., keep], y[keep], sigma
+
+
+def _pcov(jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool) -> np.ndarray:
+    """SciPy's least_squares-branch covariance: the pseudo-inverse of JᵀJ by J's SVD."""
+    _, s, vt = np.linalg.svd(jac, full_matrices=False)
+    warn = False
+    if s.size == 0 or not np.all(np.isfinite(s)):
+        pcov = np.full((n_params, n_params), np.inf)
+        warn = True
+    else:
+        keep = s > np.finfo(float).eps * max(jac.shape) * s[0]
+        s, vt = s[keep], vt[: int(keep.sum())]
+        pcov = (vt.T / s**2) @ vt
+        if np.isnan(pcov).any():
+            pcov = np.full((n_params, n_params), np.inf)
+            warn = True
+        elif not absolute:
+            if n_points > n_params:
+                pcov = pcov * (cost2 / (n_points - n_params))
+            else:
+                pcov = np.full((n_params, n_params), np.inf)
+                warn = True
+    if warn:
+        warnings.warn(
+            "Covariance of the parameters could not be estimated",
+            CovarianceWarning,
+            stacklevel=3,
+        )
+    return pcov
+
+
+def curve_fit(
+    f: Callable[..., Any],
+    xdata: Any,
+    ydata: Any,
+    p0: Any = None,
+    sigma: Any = None,
+    absolute_sigma: bool = False,
+    check_finite: bool | None = None,
+    bounds: Any = (-np.inf, np.inf),
+    method: str | None = None,
+    jac: Callable[..., Any] | str | None = None,
+    *,
+    full_output: bool = False,
+    nan_policy: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Fit ``f(xdata, *p)`` to ``ydata`` as ``scipy.optimize.curve_fit`` does.
+
+    Every argument means what it means in SciPy 1.17 (docs/curve-fitting.md#coming-from-scipy
+    lists what differs). ``f`` may be written with NumPy (J by SciPy's finite differences,
+    or ``jac``) or with torch (J by autodiff). Returns ``(popt, pcov)``, or with
+    ``full_output=True`` SciPy's ``(popt, pcov, infodict, mesg, ier)``; NumPy float64 for
+    NumPy input, torch tensors on the data's device for torch input. The richer result
+    (rank, singular values, steps, report) is :func:`curve_fit_result`'s.
+
+    Besides SciPy's keywords (``maxfev`` / ``max_nfev``, ``ftol``, ``xtol``, ``gtol``,
+    ``x_scale``, ``diff_step``, ``loss``, ``f_scale``) a torch model takes the engine's
+    ``device``, ``dtype``, ``slice_size`` and ``max_steps``, which send it to the sliced
+    engine of :func:`curve_fit_result`.
+    """
+    if not callable(f):
+        raise _hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
+    if "args" in kwargs:
+        raise _hinted(
+            ValueError,
+            "'args' is not a supported keyword argument.",
+            "bind extra arguments into f, e.g. lambda x, a, b: g(x, a, b, extra)",
+        )
+    unknown = sorted(set(kwargs) - _SCIPY_KEYWORDS - _ENGINE_KEYWORDS)
+    if unknown:
+        raise _hinted(
+            TypeError,
+            f"curve_fit() got an unexpected keyword argument {unknown[0]!r}.",
+            f"the keywords beyond SciPy's signature are {sorted(_SCIPY_KEYWORDS | _ENGINE_KEYWORDS)}",
+        )
+    torch_out = isinstance(ydata, torch.Tensor) or isinstance(xdata, torch.Tensor)
+    out_device = (
+        ydata.device if isinstance(ydata, torch.Tensor)
+        else xdata.device if isinstance(xdata, torch.Tensor) else None
+    )
+    n = _parameter_count(f) if p0 is None else int(np.atleast_1d(_numpy_array(p0)).size)
+    lower, upper = _bounds(bounds, n)
+    start = _feasible_start(lower, upper) if p0 is None else np.atleast_1d(_numpy_array(p0)).reshape(-1).copy()
+    if not np.all(np.isfinite(start)):
+        raise _hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
+    if np.any((start < lower) | (start > upper)):
+        raise _hinted(
+            ValueError,
+            "`x0` is infeasible.",
+            f"p0 {start.tolist()} lies outside the bounds: start within them, or leave p0 out "
+            "for SciPy's feasible start",
+        )
+    bounded = bool(np.any(np.isfinite(lower) | np.isfinite(upper)))
+    if method is None:
+        method = "trf" if bounded else "lm"
+    if method not in _METHODS:
+        raise _hinted(
+            ValueError,
+            "`method` must be 'trf', 'dogbox' or 'lm'.",
+            f"got {method!r}; all three run the same LM here",
+        )
+    if method == "lm" and bounded:
+        raise _hinted(
+            ValueError,
+            "Method 'lm' only works for unconstrained problems. Use 'trf' or 'dogbox' instead.",
+            "leave method out: with bounds it defaults to 'trf'",
+        )
+    if jac is not None and not callable(jac) and jac not in _SCHEMES:
+        raise _hinted(
+            ValueError,
+            "`jac` must be '2-point', '3-point', 'cs' or callable.",
+            f"got {jac!r}",
+        )
+    if check_finite is None:
+        check_finite = nan_policy is None
+    if nan_policy not in (None, "raise", "omit", "propagate"):
+        raise _hinted(
+            ValueError,
+            "nan_policy must be one of {None, 'raise', 'omit'}",
+            f"got {nan_policy!r}",
+        )
+    y = _numpy_array(ydata).reshape(-1) if _numpy_array(ydata).ndim else _numpy_array(ydata).reshape(1)
+    x = xdata
+    if isinstance(xdata, (list, tuple, np.ndarray)):
+        x = np.asarray(xdata, dtype=np.float64)
+    elif isinstance(xdata, torch.Tensor):
+        x = xdata.detach().cpu().to(torch.float64).numpy()
+    if check_finite:
+        _check_finite("ydata", y)
+        if isinstance(x, np.ndarray):
+            _check_finite("xdata", x)
+    if y.size == 0:
+        raise _hinted(ValueError, "`ydata` must not be empty!", "pass at least one data point")
+    if not check_finite and nan_policy is not None:
+        if nan_policy == "propagate":
+            raise _hinted(
+                ValueError,
+                "`nan_policy='propagate'` is not supported by this function.",
+                "use nan_policy='omit' to drop the NaN points, or 'raise'",
+            )
+        has_nan = bool(np.isnan(y).any()) or (
+            isinstance(x, np.ndarray) and bool(np.isnan(x).any())
+        )
+        if has_nan and nan_policy == "raise":
+            raise _hinted(
+                ValueError,
+                "The input contains nan values",
+                "drop them or pass nan_policy='omit'",
+            )
+        if has_nan:
+            x, y, sigma = _omit_nan(x, y, sigma)
+    if method == "lm" and y.size != 1 and n > y.size:
+        raise _hinted(
+            TypeError,
+            f"The number of func parameters={n} must not exceed the number of data points={y.size}",
+            "fit fewer parameters or give more points",
+        )
+    whitening = _whitening(sigma, y.size)
+    maxfev = kwargs.get("max_nfev", kwargs.get("maxfev"))
+    if maxfev is None:
+        maxfev = 200 * (n + 1) if method == "lm" else 100 * n
+    if isinstance(maxfev, bool) or not isinstance(maxfev, (int, np.integer)) or maxfev < 1:
+        raise _hinted(
+            ValueError,
+            f"`max_nfev` must be None or a positive integer, got {maxfev!r}.",
+            "pass e.g. maxfev=1000",
+        )
+    tol = {k: _float(k, kwargs.get(k, 1e-8)) for k in ("ftol", "xtol", "gtol")}
+    loss = kwargs.get("loss", "linear")
+    if loss not in ROBUST_LOSSES:
+        raise _hinted(
+            ValueError,
+            f"`loss` must be one of {ROBUST_LOSSES} or a callable.",
+            f"got {loss!r}; a callable loss is not supported here: use one of the named ones",
+        )
+    f_scale = _float("f_scale", kwargs.get("f_scale", 1.0), positive=True)
+    x_scale = kwargs.get("x_scale")
+    scale: np.ndarray | None = None
+    if x_scale is not None and not (isinstance(x_scale, str) and x_scale == "jac"):
+        try:
+            scale = np.broadcast_to(np.asarray(x_scale, dtype=np.float64), (n,)).copy()
+        except (TypeError, ValueError) as err:
+            raise _hinted(
+                ValueError,
+                "`x_scale` must be 'jac' or array_like with positive numbers.",
+                f"got {x_scale!r}",
+            ) from err
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise _hinted(
+                ValueError,
+                "`x_scale` must be 'jac' or array_like with positive numbers.",
+                f"got {x_scale!r}",
+            )
+    diff = kwargs.get("diff_step")
+    diff_step = None if diff is None else np.broadcast_to(_numpy_array(diff), (n,)).copy()
+
+    kind, why = ("numpy", "jac given") if callable(jac) else model_kind(f, x, start)
+    engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (
+        kind == "torch" and y.size > SMALL_POINTS
+    )
+    if engine and kind == "torch" and whitening.factor is None and jac is None:
+        return _engine_fit(
+            f, xdata, ydata, start, sigma, absolute_sigma, (lower, upper), loss, f_scale,
+            full_output, torch_out, kwargs,
+        )
+    if kind == "torch" and jac is None:
+        provider: Any = TorchProvider(f, x, y, whitening)
+        _refuse_untracked(f, x, y, whitening, provider, start, lower, upper)
+    else:
+        provider = DifferenceProvider(
+            f, x, y, whitening,
+            scheme=jac if isinstance(jac, str) else "2-point",
+            diff_step=diff_step,
+            jac=jac if callable(jac) else None,
+            lower=lower,
+            upper=upper,
+        )
+    fit = solve_small(
+        provider, start, lower, upper, max_nfev=int(maxfev), x_scale=scale, loss=loss,
+        f_scale=f_scale, **tol,
+    )
+    if fit.status == 0:
+        raise RuntimeError(
+            "Optimal parameters not found: " + fit.message
+            + f" HINT: raise maxfev (it was {maxfev}) or start nearer the optimum"
+        )
+    pcov = _pcov(fit.jacobian, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma)
+    popt = fit.params
+    if torch_out:
+        popt_t = torch.from_numpy(popt.copy()).to(out_device)
+        pcov_t = torch.from_numpy(pcov).to(out_device)
+        result: tuple[Any, ...] = (popt_t, pcov_t)
+    else:
+        result = (popt, pcov)
+    if not full_output:
+        return result
+    info = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
+    return (*result, info, fit.message, fit.status)
+
+
+def _refuse_untracked(
+    f: Callable[..., Any], x: Any, y: np.ndarray, whitening: Whitening,
+    provider: TorchProvider, p: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+) -> None:
+    """Refuse a torch model that turned a parameter into a Python number (``math.exp(b)``):
+    autodiff sees no dependence where finite differences do."""
+    r = provider.residuals(p)
+    auto = provider.jacobian(p, r)
+    dead = [k for k in range(p.size) if not np.any(auto[:, k])]
+    if not dead:
+        return
+    numeric = DifferenceProvider(
+        lambda xx, *q: provider._call(torch.tensor(q, dtype=torch.float64)).detach().numpy(),
+        x, y, whitening, lower=lower, upper=upper,
+    )
+    fd = numeric.jacobian(p, r)
+    untracked = [k for k in dead if np.max(np.abs(fd[:, k])) > 0]
+    if untracked:
+        raise ValueError(
+            f"curve_fit differentiates f by autodiff, but f's output does not depend on "
+            f"parameter(s) {untracked} under autodiff while finite differences say it does: "
+            "f turns them into Python numbers (float(p), math.exp(p), p.item()). HINT: use "
+            "torch operations on the parameters (torch.exp(b)), or write f with NumPy "
+            "throughout so it is differentiated numerically"
+        )
+
+
+def _engine_fit(
+    f: Callable[..., Any], xdata: Any, ydata: Any, start: np.ndarray, sigma: Any,
+    absolute_sigma: bool, bounds: tuple[np.ndarray, np.ndarray], loss: str, f_scale: float,
+    full_output: bool, torch_out: bool, kwargs: dict[str, Any],
+) -> Any:
+    """A large torch fit through the sliced engine; results back in SciPy's form."""
+    engine_kw = {k: kwargs[k] for k in _ENGINE_KEYWORDS if k in kwargs}
+    if "max_steps" not in engine_kw and ("maxfev" in kwargs or "max_nfev" in kwargs):
+        engine_kw["max_steps"] = int(kwargs.get("max_nfev") or kwargs["maxfev"])
+    x = xdata if isinstance(xdata, torch.Tensor) else torch.as_tensor(np.asarray(xdata, dtype=np.float64))
+    y = ydata if isinstance(ydata, torch.Tensor) else torch.as_tensor(np.asarray(ydata, dtype=np.float64))
+    if sigma is not None:
+        s = _numpy_array(sigma).reshape(-1)
+        sigma = np.broadcast_to(s, (y.numel(),)).copy() if s.size == 1 else s
+    _warn_if_mixing(f, x, start)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CovarianceWarning)
+        res = curve_fit_result(
+            f, x, y, start, sigma=sigma, absolute_sigma=absolute_sigma,
+            bounds=(torch.from_numpy(bounds[0]), torch.from_numpy(bounds[1])), loss=loss,
+            f_scale=f_scale, **engine_kw,
+        )
+    if not res.success:
+        raise RuntimeError(
+            "Optimal parameters not found: " + res.reason
+            + " HINT: raise maxfev / max_steps or start nearer the optimum"
+        )
+    if bool(torch.isinf(res.pcov).any()):
+        warnings.warn(
+            "Covariance of the parameters could not be estimated", CovarianceWarning, stacklevel=3
+        )
+    device = y.device if isinstance(ydata, torch.Tensor) else x.device
+    popt, pcov = (
+        (res.popt.to(device), res.pcov.to(device)) if torch_out
+        else (res.popt.numpy(), res.pcov.numpy())
+    )
+    if not full_output:
+        return popt, pcov
+    info = {"nfev": res.steps + 1, "fvec": res.residuals.numpy()}
+    return popt, pcov, info, res.reason, 1
+
+
+def _warn_if_mixing(f: Callable[..., Any], x: torch.Tensor, start: np.ndarray) -> None:
+    """Warn when f mixes points (``a * x / x.max()``): the engine evaluates f on slices, so
+    f(x[:k]) must equal f(x)[:k]."""
+    k = min(16, int(x.shape[-1]) // 2)
+    if k < 1:
+        return
+    p = [torch.tensor(float(v), dtype=x.dtype, device=x.device) for v in start]
+    with torch.no_grad():
+        whole = f(x, *p).reshape(-1)[:k]
+        part = f(x[..., :k], *p).reshape(-1)
+    if part.shape == whole.shape and not torch.allclose(part, whole, rtol=1e-10, atol=0.0):
+        warnings.warn(
+            "curve_fit: f(x[:k]) differs from f(x)[:k], so f mixes data points (e.g. "
+            "x / x.max()); the sliced engine evaluates f on slices of the data, which changes "
+            "such a model. HINT: compute data-wide constants once outside f, or fit on the "
+            "small path (fewer points, no device/slice_size keywords)",
+            OptimizeWarning,
+            stacklevel=4,
+        )
