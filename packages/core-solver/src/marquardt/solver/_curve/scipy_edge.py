@@ -34,11 +34,15 @@ from .fit import curve_fit_result
 from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
 from .small import solve_small
 
-__all__ = ["SMALL_POINTS", "curve_fit"]
+__all__ = ["DIFFERENCE_POINTS", "SMALL_POINTS", "curve_fit"]
 
 #: Torch models with at most this many points (on the CPU) take the small-fit path; larger
 #: ones the sliced engine, which bounds memory and runs on GPUs.
 SMALL_POINTS = 200_000
+#: Up to this many points a torch model's steps take SciPy's 2-point differences (P + 1
+#: plain evaluations of f cost less than one forward-mode pass there); J at p̂, for pcov,
+#: is autodiff's either way.
+DIFFERENCE_POINTS = 5_000
 _METHODS = ("trf", "dogbox", "lm")
 _SCHEMES = ("2-point", "3-point", "cs")
 _SCIPY_KEYWORDS = frozenset(
@@ -388,7 +392,7 @@ def curve_fit(
     diff = kwargs.get("diff_step")
     diff_step = None if diff is None else np.broadcast_to(_numpy_array(diff), (n,)).copy()
 
-    kind, why = ("numpy", "jac given") if callable(jac) else model_kind(f, x, start)
+    kind, _, untracked = ("numpy", "jac given", []) if callable(jac) else model_kind(f, x, start)
     engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (
         kind == "torch" and y.size > SMALL_POINTS
     )
@@ -398,8 +402,12 @@ def curve_fit(
             full_output, torch_out, kwargs,
         )
     if kind == "torch" and jac is None:
-        provider: Any = TorchProvider(f, x, y, whitening)
-        _refuse_untracked(f, x, y, whitening, provider, start, lower, upper)
+        cheap = y.size <= DIFFERENCE_POINTS and not isinstance(jac, str)
+        provider: Any = TorchProvider(
+            f, x, y, whitening, differences=(lower, upper) if cheap else None
+        )
+        if untracked:
+            _refuse_untracked(x, y, whitening, provider, start, lower, upper, untracked)
     else:
         provider = DifferenceProvider(
             f, x, y, whitening,
@@ -418,7 +426,10 @@ def curve_fit(
             "Optimal parameters not found: " + fit.message
             + f" HINT: raise maxfev (it was {maxfev}) or start nearer the optimum"
         )
-    pcov = _pcov(fit.jacobian, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma)
+    final = fit.jacobian
+    if isinstance(provider, TorchProvider) and provider.differences is not None and loss == "linear":
+        final = provider.exact_jacobian(fit.params)  # the steps used differences; pcov is exact
+    pcov = _pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma)
     popt = fit.params
     if torch_out:
         popt_t = torch.from_numpy(popt.copy()).to(out_device)
@@ -433,16 +444,13 @@ def curve_fit(
 
 
 def _refuse_untracked(
-    f: Callable[..., Any], x: Any, y: np.ndarray, whitening: Whitening,
+    x: Any, y: np.ndarray, whitening: Whitening,
     provider: TorchProvider, p: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+    dead: list[int],
 ) -> None:
     """Refuse a torch model that turned a parameter into a Python number (``math.exp(b)``):
     autodiff sees no dependence where finite differences do."""
     r = provider.residuals(p)
-    auto = provider.jacobian(p, r)
-    dead = [k for k in range(p.size) if not np.any(auto[:, k])]
-    if not dead:
-        return
     numeric = DifferenceProvider(
         lambda xx, *q: provider._call(torch.tensor(q, dtype=torch.float64)).detach().numpy(),
         x, y, whitening, lower=lower, upper=upper,

@@ -1,9 +1,11 @@
 """The small-fit path: LM on the host for one fit of a few parameters, no fixed cost.
 
 For residuals r(p) (N,) and J(p) (N × P) from a provider (``_curve.providers``), each step
-takes J's thin QR factor once, J = QR, and solves the damped problem for each trial λ from
-the small stacked system [R; √λ·D] δ = [Qᵀr; 0] (P columns; the normal equations' squared
-condition number is never formed). D² is MINPACK's scaling: the running maximum of the
+solves the damped problem for each trial λ from the P × P system (JᵀJ + λD²)δ = Jᵀr while
+J's scaled columns are well conditioned (``GRAM_CONDITION``); else it takes J's thin QR
+factor once, J = QR, and solves the stacked [R; √λ·D] δ = [Qᵀr; 0] (the squared condition
+number is never formed). The step's accuracy sets the path, not the solution (the stopping
+tests read r and Jᵀr); pcov comes from J's SVD at p̂. D² is MINPACK's scaling: the running maximum of the
 column norms² of J (or 1/x_scale² when given). Parameters on a bound whose gradient pushes
 outwards are held there for the step (an active set); the trial point is p − δ projected
 onto the bounds l ≤ p ≤ u; a step is accepted when it lowers the cost, with Nielsen's (1999)
@@ -31,6 +33,9 @@ from .._lm.robust import rho
 __all__ = ["SmallFit", "Provider", "solve_small"]
 
 _EPS = float(np.finfo(np.float64).eps)
+#: The largest condition number of J's scaled columns for which a step is solved from the
+#: Gram matrix JᵀJ + λD² (a P × P solve); beyond it from J's QR factor.
+GRAM_CONDITION = 1e4
 
 #: SciPy's ``status`` codes and messages, by stopping test.
 MESSAGES = {
@@ -121,15 +126,24 @@ def solve_small(
             break
         free = ~pushing
         width = int(free.sum())
-        q, rfac = np.linalg.qr(js[:, free])
-        qtr = q.T @ rs
+        jf = js[:, free]
+        gram = jf.T @ jf
+        scaled = gram / np.outer(d[free], d[free])
+        eig = np.linalg.eigvalsh(scaled)
+        use_gram = eig[0] > eig[-1] / GRAM_CONDITION**2
+        if not use_gram:
+            q, rfac = np.linalg.qr(jf)
+            qtr = q.T @ rs
         accepted = False
         while nfev < max_nfev:
-            stacked = np.vstack([rfac, np.diag(np.sqrt(lam) * d[free])])
             delta = np.zeros(size)
-            delta[free] = np.linalg.lstsq(
-                stacked, np.concatenate([qtr, np.zeros(width)]), rcond=None
-            )[0]
+            if use_gram:
+                delta[free] = np.linalg.solve(gram + np.diag(lam * d[free] ** 2), g[free])
+            else:
+                stacked = np.vstack([rfac, np.diag(np.sqrt(lam) * d[free])])
+                delta[free] = np.linalg.lstsq(
+                    stacked, np.concatenate([qtr, np.zeros(width)]), rcond=None
+                )[0]
             trial = np.clip(p - delta, lower, upper)
             step = trial - p
             r_new = provider.residuals(trial)
