@@ -202,7 +202,6 @@ class TorchProvider:
         cols = [torch.func.jvp(self._call, (theta,), (eye[k],))[1] for k in range(p.size)]
         return self.whitening.apply(torch.stack(cols, dim=1).detach().numpy())
 
-
     def _twice_reversed(self, theta: torch.Tensor) -> np.ndarray:
         t = theta.requires_grad_(True)
         out = self._call(t)

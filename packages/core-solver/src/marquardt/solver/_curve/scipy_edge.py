@@ -46,9 +46,26 @@ DIFFERENCE_POINTS = 5_000
 _METHODS = ("trf", "dogbox", "lm")
 _SCHEMES = ("2-point", "3-point", "cs")
 _SCIPY_KEYWORDS = frozenset(
-    {"maxfev", "max_nfev", "ftol", "xtol", "gtol", "x_scale", "diff_step", "loss", "f_scale",
-     "epsfcn", "factor", "col_deriv", "tr_solver", "tr_options", "verbose", "jac_sparsity",
-     "lsmr_tol", "max_iter"}
+    {
+        "maxfev",
+        "max_nfev",
+        "ftol",
+        "xtol",
+        "gtol",
+        "x_scale",
+        "diff_step",
+        "loss",
+        "f_scale",
+        "epsfcn",
+        "factor",
+        "col_deriv",
+        "tr_solver",
+        "tr_options",
+        "verbose",
+        "jac_sparsity",
+        "lsmr_tol",
+        "max_iter",
+    }
 )
 _ENGINE_KEYWORDS = frozenset({"device", "dtype", "slice_size", "max_steps"})
 
@@ -65,8 +82,7 @@ def _parameter_count(f: Callable[..., Any]) -> int:
             ValueError, "Unable to determine number of fit parameters.", "pass p0"
         ) from err
     positional = [
-        p for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     if len(positional) < 2:
         raise _hinted(
@@ -197,7 +213,9 @@ def _omit_nan(x: Any, y: np.ndarray, sigma: Any) -> tuple[Any, np.ndarray, Any]:
     return xa[..., keep], y[keep], sigma
 
 
-def _pcov(jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool) -> np.ndarray:
+def _pcov(
+    jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool
+) -> np.ndarray:
     """SciPy's least_squares-branch covariance: the pseudo-inverse of JᵀJ by J's SVD."""
     _, s, vt = np.linalg.svd(jac, full_matrices=False)
     warn = False
@@ -273,12 +291,19 @@ def curve_fit(
         )
     torch_out = isinstance(ydata, torch.Tensor) or isinstance(xdata, torch.Tensor)
     out_device = (
-        ydata.device if isinstance(ydata, torch.Tensor)
-        else xdata.device if isinstance(xdata, torch.Tensor) else None
+        ydata.device
+        if isinstance(ydata, torch.Tensor)
+        else xdata.device
+        if isinstance(xdata, torch.Tensor)
+        else None
     )
     n = _parameter_count(f) if p0 is None else int(np.atleast_1d(_numpy_array(p0)).size)
     lower, upper = _bounds(bounds, n)
-    start = _feasible_start(lower, upper) if p0 is None else np.atleast_1d(_numpy_array(p0)).reshape(-1).copy()
+    start = (
+        _feasible_start(lower, upper)
+        if p0 is None
+        else np.atleast_1d(_numpy_array(p0)).reshape(-1).copy()
+    )
     if not np.all(np.isfinite(start)):
         raise _hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
     if np.any((start < lower) | (start > upper)):
@@ -317,7 +342,11 @@ def curve_fit(
             "nan_policy must be one of {None, 'raise', 'omit'}",
             f"got {nan_policy!r}",
         )
-    y = _numpy_array(ydata).reshape(-1) if _numpy_array(ydata).ndim else _numpy_array(ydata).reshape(1)
+    y = (
+        _numpy_array(ydata).reshape(-1)
+        if _numpy_array(ydata).ndim
+        else _numpy_array(ydata).reshape(1)
+    )
     x = xdata
     if isinstance(xdata, (list, tuple, np.ndarray)):
         x = np.asarray(xdata, dtype=np.float64)
@@ -336,9 +365,7 @@ def curve_fit(
                 "`nan_policy='propagate'` is not supported by this function.",
                 "use nan_policy='omit' to drop the NaN points, or 'raise'",
             )
-        has_nan = bool(np.isnan(y).any()) or (
-            isinstance(x, np.ndarray) and bool(np.isnan(x).any())
-        )
+        has_nan = bool(np.isnan(y).any()) or (isinstance(x, np.ndarray) and bool(np.isnan(x).any()))
         if has_nan and nan_policy == "raise":
             raise _hinted(
                 ValueError,
@@ -393,13 +420,21 @@ def curve_fit(
     diff_step = None if diff is None else np.broadcast_to(_numpy_array(diff), (n,)).copy()
 
     kind, _, untracked = ("numpy", "jac given", []) if callable(jac) else model_kind(f, x, start)
-    engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (
-        kind == "torch" and y.size > SMALL_POINTS
-    )
+    engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (kind == "torch" and y.size > SMALL_POINTS)
     if engine and kind == "torch" and whitening.factor is None and jac is None:
         return _engine_fit(
-            f, xdata, ydata, start, sigma, absolute_sigma, (lower, upper), loss, f_scale,
-            full_output, torch_out, kwargs,
+            f,
+            xdata,
+            ydata,
+            start,
+            sigma,
+            absolute_sigma,
+            (lower, upper),
+            loss,
+            f_scale,
+            full_output,
+            torch_out,
+            kwargs,
         )
     if kind == "torch" and jac is None:
         cheap = y.size <= DIFFERENCE_POINTS and not isinstance(jac, str)
@@ -410,7 +445,10 @@ def curve_fit(
             _refuse_untracked(x, y, whitening, provider, start, lower, upper, untracked)
     else:
         provider = DifferenceProvider(
-            f, x, y, whitening,
+            f,
+            x,
+            y,
+            whitening,
             scheme=jac if isinstance(jac, str) else "2-point",
             diff_step=diff_step,
             jac=jac if callable(jac) else None,
@@ -418,16 +456,28 @@ def curve_fit(
             upper=upper,
         )
     fit = solve_small(
-        provider, start, lower, upper, max_nfev=int(maxfev), x_scale=scale, loss=loss,
-        f_scale=f_scale, **tol,
+        provider,
+        start,
+        lower,
+        upper,
+        max_nfev=int(maxfev),
+        x_scale=scale,
+        loss=loss,
+        f_scale=f_scale,
+        **tol,
     )
     if fit.status == 0:
         raise RuntimeError(
-            "Optimal parameters not found: " + fit.message
+            "Optimal parameters not found: "
+            + fit.message
             + f" HINT: raise maxfev (it was {maxfev}) or start nearer the optimum"
         )
     final = fit.jacobian
-    if isinstance(provider, TorchProvider) and provider.differences is not None and loss == "linear":
+    if (
+        isinstance(provider, TorchProvider)
+        and provider.differences is not None
+        and loss == "linear"
+    ):
         final = provider.exact_jacobian(fit.params)  # the steps used differences; pcov is exact
     pcov = _pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma)
     popt = fit.params
@@ -444,8 +494,13 @@ def curve_fit(
 
 
 def _refuse_untracked(
-    x: Any, y: np.ndarray, whitening: Whitening,
-    provider: TorchProvider, p: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+    x: Any,
+    y: np.ndarray,
+    whitening: Whitening,
+    provider: TorchProvider,
+    p: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
     dead: list[int],
 ) -> None:
     """Refuse a torch model that turned a parameter into a Python number (``math.exp(b)``):
@@ -453,7 +508,11 @@ def _refuse_untracked(
     r = provider.residuals(p)
     numeric = DifferenceProvider(
         lambda xx, *q: provider._call(torch.tensor(q, dtype=torch.float64)).detach().numpy(),
-        x, y, whitening, lower=lower, upper=upper,
+        x,
+        y,
+        whitening,
+        lower=lower,
+        upper=upper,
     )
     fd = numeric.jacobian(p, r)
     untracked = [k for k in dead if np.max(np.abs(fd[:, k])) > 0]
@@ -468,16 +527,33 @@ def _refuse_untracked(
 
 
 def _engine_fit(
-    f: Callable[..., Any], xdata: Any, ydata: Any, start: np.ndarray, sigma: Any,
-    absolute_sigma: bool, bounds: tuple[np.ndarray, np.ndarray], loss: str, f_scale: float,
-    full_output: bool, torch_out: bool, kwargs: dict[str, Any],
+    f: Callable[..., Any],
+    xdata: Any,
+    ydata: Any,
+    start: np.ndarray,
+    sigma: Any,
+    absolute_sigma: bool,
+    bounds: tuple[np.ndarray, np.ndarray],
+    loss: str,
+    f_scale: float,
+    full_output: bool,
+    torch_out: bool,
+    kwargs: dict[str, Any],
 ) -> Any:
     """A large torch fit through the sliced engine; results back in SciPy's form."""
     engine_kw = {k: kwargs[k] for k in _ENGINE_KEYWORDS if k in kwargs}
     if "max_steps" not in engine_kw and ("maxfev" in kwargs or "max_nfev" in kwargs):
         engine_kw["max_steps"] = int(kwargs.get("max_nfev") or kwargs["maxfev"])
-    x = xdata if isinstance(xdata, torch.Tensor) else torch.as_tensor(np.asarray(xdata, dtype=np.float64))
-    y = ydata if isinstance(ydata, torch.Tensor) else torch.as_tensor(np.asarray(ydata, dtype=np.float64))
+    x = (
+        xdata
+        if isinstance(xdata, torch.Tensor)
+        else torch.as_tensor(np.asarray(xdata, dtype=np.float64))
+    )
+    y = (
+        ydata
+        if isinstance(ydata, torch.Tensor)
+        else torch.as_tensor(np.asarray(ydata, dtype=np.float64))
+    )
     if sigma is not None:
         s = _numpy_array(sigma).reshape(-1)
         sigma = np.broadcast_to(s, (y.numel(),)).copy() if s.size == 1 else s
@@ -485,13 +561,21 @@ def _engine_fit(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CovarianceWarning)
         res = curve_fit_result(
-            f, x, y, start, sigma=sigma, absolute_sigma=absolute_sigma,
-            bounds=(torch.from_numpy(bounds[0]), torch.from_numpy(bounds[1])), loss=loss,
-            f_scale=f_scale, **engine_kw,
+            f,
+            x,
+            y,
+            start,
+            sigma=sigma,
+            absolute_sigma=absolute_sigma,
+            bounds=(torch.from_numpy(bounds[0]), torch.from_numpy(bounds[1])),
+            loss=loss,
+            f_scale=f_scale,
+            **engine_kw,
         )
     if not res.success:
         raise RuntimeError(
-            "Optimal parameters not found: " + res.reason
+            "Optimal parameters not found: "
+            + res.reason
             + " HINT: raise maxfev / max_steps or start nearer the optimum"
         )
     if bool(torch.isinf(res.pcov).any()):
@@ -500,7 +584,8 @@ def _engine_fit(
         )
     device = y.device if isinstance(ydata, torch.Tensor) else x.device
     popt, pcov = (
-        (res.popt.to(device), res.pcov.to(device)) if torch_out
+        (res.popt.to(device), res.pcov.to(device))
+        if torch_out
         else (res.popt.numpy(), res.pcov.numpy())
     )
     if not full_output:

@@ -30,7 +30,7 @@ import torch
 
 from .._lm.robust import rho
 
-__all__ = ["SmallFit", "Provider", "solve_small"]
+__all__ = ["Provider", "SmallFit", "solve_small"]
 
 _EPS = float(np.finfo(np.float64).eps)
 #: The largest condition number of J's scaled columns for which a step is solved from the
