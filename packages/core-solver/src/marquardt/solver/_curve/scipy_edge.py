@@ -213,29 +213,55 @@ def _omit_nan(x: Any, y: np.ndarray, sigma: Any) -> tuple[Any, np.ndarray, Any]:
     return xa[..., keep], y[keep], sigma
 
 
-def _pcov(
-    jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool
-) -> np.ndarray:
-    """SciPy's least_squares-branch covariance: the pseudo-inverse of JᵀJ by J's SVD."""
+def _pivoted_qr(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q, R and the pivots of J's column-pivoted thin QR (MINPACK's factor)."""
+    try:
+        from scipy.linalg import qr
+
+        q, r, piv = qr(jac, mode="economic", pivoting=True)
+        return q, r, piv
+    except ImportError:  # pragma: no cover - SciPy is optional
+        q, r = np.linalg.qr(jac)
+        return q, r, np.arange(jac.shape[1])
+
+
+def _unscaled_lm(jac: np.ndarray) -> np.ndarray | None:
+    """(JᵀJ)⁻¹ as SciPy's "lm" branch (leastsq) has it: from R⁻¹ of J's pivoted QR; None
+    (an indeterminate covariance) when R is exactly singular."""
+    _, r, piv = _pivoted_qr(jac)
+    size = jac.shape[1]
+    if r.shape[0] < size or np.any(np.diag(r) == 0) or not np.all(np.isfinite(r)):
+        return None
+    inv_r = np.linalg.solve(np.triu(r), np.eye(size))
+    cov = np.empty((size, size))
+    cov[np.ix_(piv, piv)] = inv_r @ inv_r.T
+    return cov
+
+
+def _unscaled_svd(jac: np.ndarray) -> np.ndarray | None:
+    """(JᵀJ)⁺ as SciPy's least_squares branch has it: J's SVD without the singular values
+    below ε·max(N, P)·s₀."""
     _, s, vt = np.linalg.svd(jac, full_matrices=False)
-    warn = False
     if s.size == 0 or not np.all(np.isfinite(s)):
-        pcov = np.full((n_params, n_params), np.inf)
-        warn = True
+        return None
+    keep = s > np.finfo(float).eps * max(jac.shape) * s[0]
+    s, vt = s[keep], vt[: int(keep.sum())]
+    return (vt.T / s**2) @ vt
+
+
+def _pcov(
+    jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool, method: str
+) -> np.ndarray:
+    """SciPy's covariance for ``method``, scaled by s² = 2C/(N − P) unless ``absolute``."""
+    unscaled = _unscaled_lm(jac) if method == "lm" else _unscaled_svd(jac)
+    indeterminate = np.full((n_params, n_params), np.inf)
+    if unscaled is None or np.isnan(unscaled).any():
+        pcov = indeterminate
+    elif absolute:
+        pcov = unscaled
     else:
-        keep = s > np.finfo(float).eps * max(jac.shape) * s[0]
-        s, vt = s[keep], vt[: int(keep.sum())]
-        pcov = (vt.T / s**2) @ vt
-        if np.isnan(pcov).any():
-            pcov = np.full((n_params, n_params), np.inf)
-            warn = True
-        elif not absolute:
-            if n_points > n_params:
-                pcov = pcov * (cost2 / (n_points - n_params))
-            else:
-                pcov = np.full((n_params, n_params), np.inf)
-                warn = True
-    if warn:
+        pcov = unscaled * (cost2 / (n_points - n_params)) if n_points > n_params else indeterminate
+    if pcov is indeterminate:
         warnings.warn(
             "Covariance of the parameters could not be estimated",
             CovarianceWarning,
@@ -309,7 +335,7 @@ def curve_fit(
     if np.any((start < lower) | (start > upper)):
         raise _hinted(
             ValueError,
-            "`x0` is infeasible.",
+            "Initial guess is outside of provided bounds",
             f"p0 {start.tolist()} lies outside the bounds: start within them, or leave p0 out "
             "for SciPy's feasible start",
         )
@@ -479,7 +505,7 @@ def curve_fit(
         and loss == "linear"
     ):
         final = provider.exact_jacobian(fit.params)  # the steps used differences; pcov is exact
-    pcov = _pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma)
+    pcov = _pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma, method)
     popt = fit.params
     if torch_out:
         popt_t = torch.from_numpy(popt.copy()).to(out_device)
@@ -489,7 +515,10 @@ def curve_fit(
         result = (popt, pcov)
     if not full_output:
         return result
-    info = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
+    info: dict[str, Any] = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
+    if method == "lm":  # leastsq's factor of J at p̂: R (transposed), pivots, Qᵀr
+        q, r, piv = _pivoted_qr(final)
+        info.update(fjac=r.T, ipvt=piv + 1, qtf=q.T @ fit.residuals)
     return (*result, info, fit.message, fit.status)
 
 

@@ -14,7 +14,7 @@ rule for λ. Stopping follows ``scipy.optimize.least_squares``:
 * gtol: ‖g‖∞ < gtol, g = Jᵀr with the components that push against an active bound removed;
 * ftol: an accepted step lowered the cost by less than ftol·C with the linear model
   holding (ratio > ¼);
-* xtol: ‖Δp‖ < xtol·(xtol + ‖p‖).
+* xtol: ‖DΔp‖ < xtol·(xtol + ‖Dp‖) (MINPACK's scaled form; on rejected trials too).
 
 Robust losses scale J's rows and r as ``least_squares`` does (√(ρ' + 2ρ''z) and ρ'/that).
 Everything is float64 NumPy; no host reads but the numbers themselves, no threads.
@@ -112,7 +112,7 @@ def solve_small(
     js = j if rows is None else j * rows[:, None]
     norms = np.sqrt(np.einsum("ij,ij->j", js, js))
     d = 1.0 / x_scale if x_scale is not None else np.where(norms > 0, norms, 1.0)
-    lam = 1e-3 * float(np.max(norms**2)) if norms.size else 0.0
+    lam = 1e-3 * float(np.max((norms / d) ** 2)) if norms.size else 0.0
     nu = 2.0
     status = 0
     size = p.size
@@ -158,7 +158,7 @@ def solve_small(
             predicted = cost - 0.5 * float(model @ model)
             actual = cost - cost_new
             ratio = actual / predicted if predicted > 0 else (1.0 if actual > 0 else -1.0)
-            small_step = np.linalg.norm(step) < xtol * (xtol + np.linalg.norm(p))
+            small_step = np.linalg.norm(d * step) < xtol * (xtol + np.linalg.norm(d * p))
             if actual > 0:
                 ftol_ok = actual < ftol * cost and ratio > 0.25
                 p, r, cost, rows, rs = trial, r_new, cost_new, rows_new, rs_new
