@@ -21,12 +21,14 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import numpy as np
 import torch
 
+from .._backends.blas_threads import one_blas_thread
 from .._errors import OptimizeWarning
 from .._lm.covariance import CovarianceWarning
 from .._lm.robust import ROBUST_LOSSES
@@ -39,6 +41,9 @@ __all__ = ["DIFFERENCE_POINTS", "SMALL_POINTS", "curve_fit"]
 #: Torch models with at most this many points (on the CPU) take the small-fit path; larger
 #: ones the sliced engine, which bounds memory and runs on GPUs.
 SMALL_POINTS = 200_000
+#: From this many points a small fit also limits NumPy's BLAS to one thread (the limit
+#: costs ~0.1 ms, a fit of fewer points less than that).
+BLAS_POINTS = 10_000
 #: Up to this many points a torch model's steps take SciPy's 2-point differences (P + 1
 #: plain evaluations of f cost less than one forward-mode pass there); J at p̂, for pcov,
 #: is autodiff's either way.
@@ -445,7 +450,8 @@ def curve_fit(
     diff = kwargs.get("diff_step")
     diff_step = None if diff is None else np.broadcast_to(_numpy_array(diff), (n,)).copy()
 
-    kind, _, untracked = ("numpy", "jac given", []) if callable(jac) else model_kind(f, x, start)
+    with _one_thread(y.size):
+        kind, _, untracked = ("numpy", "", []) if callable(jac) else model_kind(f, x, start)
     engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (kind == "torch" and y.size > SMALL_POINTS)
     if engine and kind == "torch" and whitening.factor is None and jac is None:
         return _engine_fit(
@@ -462,6 +468,71 @@ def curve_fit(
             torch_out,
             kwargs,
         )
+    with _one_thread(y.size):
+        return _small_fit(
+            f,
+            x,
+            y,
+            start,
+            lower,
+            upper,
+            whitening,
+            jac,
+            method,
+            loss,
+            f_scale,
+            scale,
+            diff_step,
+            int(maxfev),
+            tol,
+            absolute_sigma,
+            full_output,
+            torch_out,
+            out_device,
+            kind,
+            untracked,
+        )
+
+
+@contextmanager
+def _one_thread(points: int) -> Iterator[None]:
+    """One torch thread (and one BLAS thread from ``BLAS_POINTS`` points on) for a small
+    fit: its kernels are too short to share, and two pools alternating on busy cores
+    made a fit of 10⁴ points 38× slower with torch's default two threads than with one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with one_blas_thread() if points >= BLAS_POINTS else nullcontext():
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _small_fit(
+    f: Callable[..., Any],
+    x: Any,
+    y: np.ndarray,
+    start: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    whitening: Whitening,
+    jac: Any,
+    method: str,
+    loss: str,
+    f_scale: float,
+    scale: np.ndarray | None,
+    diff_step: np.ndarray | None,
+    maxfev: int,
+    tol: dict[str, float],
+    absolute_sigma: bool,
+    full_output: bool,
+    torch_out: bool,
+    out_device: Any,
+    kind: str,
+    untracked: list[int],
+) -> Any:
+    """The fit on the small path (``_curve.small``) with ``kind``'s provider of J."""
+    n = start.size
     if kind == "torch" and jac is None:
         cheap = y.size <= DIFFERENCE_POINTS and not isinstance(jac, str)
         provider: Any = TorchProvider(
