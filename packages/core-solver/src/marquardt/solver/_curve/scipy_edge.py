@@ -4,8 +4,9 @@ SciPy's arguments are translated here, once, into the fit's own terms: the model
 (torch → autodiff; anything else → SciPy's finite differences, ``_curve.providers``), the
 whitening W (1/σ, or L⁻¹ for a covariance matrix σ = LLᵀ), the bounds and SciPy's feasible
 start, the stopping tolerances and evaluation budget, and the path: the small-fit LM of
-``_curve.small`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points on
-the CPU) or the sliced engine of ``_curve.fit`` (large torch fits, GPUs). The results go
+``_curve.small`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
+with its data on the CPU) or the sliced engine of ``_curve.fit`` (larger torch fits, torch
+data on a GPU, or the engine's keywords). The results go
 back in SciPy's form: NumPy float64 for NumPy input, torch on the data's device for torch
 input; SciPy's exceptions (``ValueError``, ``TypeError``, ``RuntimeError("Optimal
 parameters not found: ...")``) and ``OptimizeWarning``; pcov from the pseudo-inverse of J
@@ -452,7 +453,10 @@ def curve_fit(
 
     with _one_thread(y.size):
         kind, _, untracked = ("numpy", "", []) if callable(jac) else model_kind(f, x, start)
-        engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (kind == "torch" and y.size > SMALL_POINTS)
+        on_device = out_device is not None and out_device.type != "cpu"
+        engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (
+            kind == "torch" and (y.size > SMALL_POINTS or on_device)
+        )
         if not (engine and kind == "torch" and whitening.factor is None and jac is None):
             return _small_fit(
                 f,
