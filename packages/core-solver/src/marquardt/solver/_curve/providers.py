@@ -52,11 +52,11 @@ class Whitening:
 
                 return np.asarray(solve_triangular(self.factor, values, lower=True))
             except ImportError:  # pragma: no cover - SciPy is optional
-                return np.linalg.solve(self.factor, values)
+                return np.asarray(np.linalg.solve(self.factor, values))
         if self.inverse_sigma is None:
             return values
         w = self.inverse_sigma
-        return values * (w if values.ndim == 1 else w[:, None])
+        return np.asarray(values * (w if values.ndim == 1 else w[:, None]))
 
 
 def absolute_steps(p: np.ndarray, scheme: str, diff_step: np.ndarray | None) -> np.ndarray:
@@ -65,9 +65,9 @@ def absolute_steps(p: np.ndarray, scheme: str, diff_step: np.ndarray | None) -> 
     relative = _EPS ** (1.0 / 3.0) if scheme == "3-point" else _EPS**0.5
     default = relative * sign * np.maximum(1.0, np.abs(p))
     if diff_step is None:
-        return default
+        return np.asarray(default)
     given = diff_step * sign * np.abs(p)
-    return np.where((p + given) - p == 0, default, given)
+    return np.asarray(np.where((p + given) - p == 0, default, given))
 
 
 class DifferenceProvider:

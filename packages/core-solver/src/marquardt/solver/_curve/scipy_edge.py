@@ -103,7 +103,7 @@ def _bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
     try:
         from scipy.optimize import Bounds as ScipyBounds
     except ImportError:  # pragma: no cover
-        ScipyBounds = ()  # type: ignore[assignment,misc]
+        ScipyBounds = ()  # type: ignore[assignment,misc,unused-ignore]
     if ScipyBounds and isinstance(bounds, ScipyBounds):
         lb, ub = bounds.lb, bounds.ub
     else:
@@ -206,9 +206,9 @@ def _whitening(sigma: Any, n: int) -> Whitening:
 
 def _omit_nan(x: Any, y: np.ndarray, sigma: Any) -> tuple[Any, np.ndarray, Any]:
     xa = np.asarray(x, dtype=np.float64)
-    bad = np.isnan(xa)
-    bad = bad.any(axis=tuple(range(bad.ndim - 1))) if bad.ndim > 1 else bad
-    bad = bad | np.isnan(y) if bad.ndim else np.isnan(y)
+    nan_x = np.isnan(xa)
+    per_point = nan_x.any(axis=tuple(range(nan_x.ndim - 1))) if nan_x.ndim > 1 else nan_x
+    bad = np.asarray(per_point | np.isnan(y) if np.ndim(per_point) else np.isnan(y))
     keep = ~bad
     if sigma is not None:
         s = _numpy_array(sigma)
@@ -252,7 +252,7 @@ def _unscaled_svd(jac: np.ndarray) -> np.ndarray | None:
         return None
     keep = s > np.finfo(float).eps * max(jac.shape) * s[0]
     s, vt = s[keep], vt[: int(keep.sum())]
-    return (vt.T / s**2) @ vt
+    return np.asarray((vt.T / s**2) @ vt)
 
 
 def _pcov(
