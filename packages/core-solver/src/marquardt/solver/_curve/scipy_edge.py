@@ -37,11 +37,17 @@ from .fit import curve_fit_result
 from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
 from .small import solve_small
 
-__all__ = ["BLAS_POINTS", "SMALL_POINTS", "curve_fit"]
+__all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
 
-#: Torch models with at most this many points (on the CPU) take the small-fit path; larger
-#: ones the sliced engine, which bounds memory and runs on GPUs.
-SMALL_POINTS = 200_000
+#: Torch models with at most this many points (data on the CPU) take the small-fit path;
+#: larger ones the sliced engine, which bounds memory, runs on GPUs and is faster there
+#: (Gaussian, P = 4, one thread, load 0.4-1.0: small path 8 ms against the engine's 18 ms
+#: at N = 10⁴; 56 ms against 38 ms at 10⁵).
+SMALL_POINTS = 50_000
+#: Below this many points the sliced engine runs with one torch thread: its kernels are
+#: short, and two threads on busy cores made a fit of 10⁵ points take 1.43 s against
+#: 38 ms (from 10⁶ on a second thread helps an idle machine: 241 against 303 ms).
+ENGINE_ONE_THREAD_POINTS = 1_000_000
 #: From this many points a small fit also limits NumPy's BLAS to one thread (the limit
 #: costs ~0.1 ms, a fit of fewer points less than that).
 BLAS_POINTS = 10_000
@@ -481,20 +487,34 @@ def curve_fit(
                 kind,
                 untracked,
             )
-    return _engine_fit(
-        f,
-        xdata,
-        ydata,
-        start,
-        sigma,
-        absolute_sigma,
-        (lower, upper),
-        loss,
-        f_scale,
-        full_output,
-        torch_out,
-        kwargs,
-    )
+    with _torch_threads(1 if y.size < ENGINE_ONE_THREAD_POINTS else None):
+        return _engine_fit(
+            f,
+            xdata,
+            ydata,
+            start,
+            sigma,
+            absolute_sigma,
+            (lower, upper),
+            loss,
+            f_scale,
+            full_output,
+            torch_out,
+            kwargs,
+        )
+
+
+@contextmanager
+def _torch_threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` (None: left as it is) for a block."""
+    threads = torch.get_num_threads()
+    if count is not None:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if count is not None:
+            torch.set_num_threads(threads)
 
 
 @contextmanager
