@@ -377,6 +377,8 @@ def test_a_model_that_mixes_points_warns_on_the_sliced_engine() -> None:
         ({"f_scale": 0.0}, ValueError, "f_scale"),
         ({"x_scale": [1.0, -1.0, 1.0]}, ValueError, "x_scale"),
         ({"args": (1,)}, ValueError, "'args' is not a supported"),
+        ({"diff_step": -1e-6}, ValueError, "diff_step"),
+        ({"epsfcn": "tiny"}, ValueError, "epsfcn"),
         ({"learning_rate": 1.0}, TypeError, "unexpected keyword"),
         ({"ydata": []}, ValueError, "must not be empty"),
     ],
@@ -418,3 +420,18 @@ def test_ydata_broadcast_from_a_scalar() -> None:
     _, zeros = curve_fit(f, x, np.zeros(10))
     _, scalar = curve_fit(f, x, 0)
     np.testing.assert_allclose(zeros, scalar, rtol=1e-10)
+
+
+def test_leastsq_keywords_epsfcn_and_col_deriv() -> None:
+    f = two_parameter_decay("numpy")
+    x = np.linspace(0, 1, 11)
+    y = f(x, 2.0, 2.0)
+
+    def by_columns(x: np.ndarray, a: float, b: float) -> np.ndarray:
+        e = np.exp(-b * x)
+        return np.stack([e, -a * x * e])  # P × N, as leastsq's col_deriv=True has it
+
+    np.testing.assert_allclose(curve_fit(f, x, y, epsfcn=1e-10)[0], [2.0, 2.0], rtol=1e-7)
+    np.testing.assert_allclose(
+        curve_fit(f, x, y, jac=by_columns, col_deriv=True)[0], [2.0, 2.0], rtol=1e-7
+    )

@@ -165,6 +165,31 @@ def _float(name: str, value: Any, *, positive: bool = False) -> float:
     return v
 
 
+def _diff_step(kwargs: dict[str, Any], n: int) -> np.ndarray | None:
+    """``diff_step`` (least_squares), or leastsq's ``epsfcn`` as the relative step
+    √epsfcn; checked: positive, finite, one value or one per parameter."""
+    given, name = kwargs.get("diff_step"), "diff_step"
+    if given is None and kwargs.get("epsfcn") is not None:
+        given, name = kwargs["epsfcn"], "epsfcn"
+    if given is None:
+        return None
+    try:
+        step = np.broadcast_to(np.asarray(given, dtype=np.float64), (n,)).copy()
+    except (TypeError, ValueError) as err:
+        raise _hinted(
+            ValueError,
+            f"`{name}` must be a positive number or one per parameter, got {given!r}.",
+            f"pass e.g. {name}=1e-6",
+        ) from err
+    if not np.all(np.isfinite(step)) or np.any(step <= 0):
+        raise _hinted(
+            ValueError,
+            f"`{name}` must be a positive number or one per parameter, got {given!r}.",
+            f"pass e.g. {name}=1e-6",
+        )
+    return np.sqrt(step) if name == "epsfcn" else step
+
+
 def _numpy_array(value: Any) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().to(torch.float64).numpy()
@@ -454,8 +479,12 @@ def curve_fit(
                 "`x_scale` must be 'jac' or array_like with positive numbers.",
                 f"got {x_scale!r}",
             )
-    diff = kwargs.get("diff_step")
-    diff_step = None if diff is None else np.broadcast_to(_numpy_array(diff), (n,)).copy()
+    diff_step = _diff_step(kwargs, n)
+    if callable(jac) and kwargs.get("col_deriv"):  # leastsq's Jacobian by columns: P × N
+        by_columns = jac
+
+        def jac(x: Any, *p: Any) -> Any:
+            return np.asarray(by_columns(x, *p)).T
 
     with _one_thread(y.size):
         kind, _, untracked = ("numpy", "", []) if callable(jac) else model_kind(f, x, start)
