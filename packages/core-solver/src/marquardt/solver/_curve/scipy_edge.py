@@ -263,16 +263,14 @@ def _pivoted_qr(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _unscaled_lm(jac: np.ndarray) -> np.ndarray | None:
-    """(JᵀJ)⁻¹ as SciPy's "lm" branch (leastsq) has it: from R⁻¹ of J's pivoted QR; None
-    (an indeterminate covariance) when R is exactly singular."""
-    _, r, piv = _pivoted_qr(jac)
+    """(JᵀJ)⁻¹ as SciPy's "lm" branch (leastsq) has it: R⁻¹R⁻ᵀ from J's QR factor; None
+    (an indeterminate covariance) when R is exactly singular (a zero column of J)."""
     size = jac.shape[1]
+    r = np.linalg.qr(jac, mode="r")
     if r.shape[0] < size or np.any(np.diag(r) == 0) or not np.all(np.isfinite(r)):
         return None
     inv_r = np.linalg.solve(np.triu(r), np.eye(size))
-    cov = np.empty((size, size))
-    cov[np.ix_(piv, piv)] = inv_r @ inv_r.T
-    return cov
+    return np.asarray(inv_r @ inv_r.T)
 
 
 def _unscaled_svd(jac: np.ndarray) -> np.ndarray | None:
