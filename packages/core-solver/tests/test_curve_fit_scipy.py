@@ -435,3 +435,21 @@ def test_leastsq_keywords_epsfcn_and_col_deriv() -> None:
     np.testing.assert_allclose(
         curve_fit(f, x, y, jac=by_columns, col_deriv=True)[0], [2.0, 2.0], rtol=1e-7
     )
+
+
+def test_a_small_fit_leaves_torchs_thread_count_as_it_was() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen: list[int] = []
+
+        def f(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.get_num_threads())
+            return a * torch.exp(-b * x)
+
+        x = np.linspace(0, 1, 20_000)
+        curve_fit(f, x, 2.0 * np.exp(-2.0 * x), [1.0, 1.0])
+        assert set(seen) == {1}  # the fit itself runs on one thread
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
