@@ -453,3 +453,16 @@ def test_a_small_fit_leaves_torchs_thread_count_as_it_was() -> None:
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("torch_data", [False, True])
+def test_a_large_torch_fit_on_the_sliced_engine_keeps_scipys_forms(torch_data: bool) -> None:
+    x = np.linspace(0.0, 4.0, 60_000)
+    y = _numpy_decay(x, 2.5, 1.3, 0.5) + 0.01 * np.random.default_rng(3).standard_normal(x.size)
+    xs, ys = (torch.from_numpy(x), torch.from_numpy(y)) if torch_data else (x, y)
+    popt, pcov, info, mesg, ier = curve_fit(decay("torch"), xs, ys, [1, 1, 0], full_output=True)
+    assert isinstance(popt, torch.Tensor) == torch_data
+    assert isinstance(pcov, torch.Tensor) == torch_data
+    theirs = scipy_optimize.curve_fit(_numpy_decay, x, y, [1, 1, 0])[0]
+    np.testing.assert_allclose(np.asarray(popt), theirs, rtol=1e-6)
+    assert info["fvec"].shape == (60_000,) and isinstance(mesg, str) and ier == 1
