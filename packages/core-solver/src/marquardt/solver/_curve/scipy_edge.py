@@ -19,9 +19,6 @@ evaluation budget for the named method.
 
 from __future__ import annotations
 
-import inspect
-import math
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -30,11 +27,23 @@ import numpy as np
 import torch
 
 from .._backends.blas_threads import one_blas_thread
-from .._errors import OptimizeWarning
-from .._lm.covariance import CovarianceWarning
 from .._lm.robust import ROBUST_LOSSES
-from .fit import curve_fit_result
 from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
+from .scipy_args import (
+    diff_step,
+    feasible_start,
+    hinted,
+    non_negative,
+    numpy_array,
+    omit_nan,
+    parameter_count,
+    refuse_non_finite,
+    scipy_bounds,
+    whitening,
+)
+from .scipy_covariance import pcov as scipy_pcov
+from .scipy_covariance import pivoted_qr
+from .scipy_engine import ENGINE_KEYWORDS, engine_fit, torch_threads
 from .small import solve_small
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
@@ -79,230 +88,6 @@ _SCIPY_KEYWORDS = frozenset(
         "max_iter",
     }
 )
-_ENGINE_KEYWORDS = frozenset({"device", "dtype", "slice_size", "max_steps"})
-
-
-def _hinted(kind: type[Exception], scipy_text: str, hint: str) -> Exception:
-    return kind(f"{scipy_text} HINT: {hint}")
-
-
-def _parameter_count(f: Callable[..., Any]) -> int:
-    try:
-        sig = inspect.signature(f)
-    except (TypeError, ValueError) as err:
-        raise _hinted(
-            ValueError, "Unable to determine number of fit parameters.", "pass p0"
-        ) from err
-    positional = [
-        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(positional) < 2:
-        raise _hinted(
-            ValueError,
-            "Unable to determine number of fit parameters.",
-            "f(x, *params) has no named parameters to count: pass p0, one value per parameter",
-        )
-    return len(positional) - 1
-
-
-def _bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        from scipy.optimize import Bounds as ScipyBounds
-    except ImportError:  # pragma: no cover
-        ScipyBounds = ()  # type: ignore[assignment,misc,unused-ignore]
-    if ScipyBounds and isinstance(bounds, ScipyBounds):
-        lb, ub = bounds.lb, bounds.ub
-    else:
-        try:
-            lb, ub = bounds
-        except (TypeError, ValueError) as err:
-            raise _hinted(
-                ValueError,
-                "`bounds` must contain 2 elements.",
-                "pass bounds=(lower, upper), each a number or one per parameter",
-            ) from err
-    sides = []
-    for side in (lb, ub):
-        a = np.asarray(side, dtype=np.float64)
-        if a.ndim == 0:
-            a = np.full(n, float(a))
-        if a.shape != (n,):
-            raise _hinted(
-                ValueError,
-                "Inconsistent shapes between bounds and `x0`.",
-                f"give each bound as one number or {n} values (one per parameter)",
-            )
-        sides.append(a)
-    lower, upper = sides
-    if np.any(np.isnan(lower)) or np.any(np.isnan(upper)) or np.any(lower >= upper):
-        raise _hinted(
-            ValueError,
-            "Each lower bound must be strictly less than each upper bound.",
-            f"got lower {lower.tolist()}, upper {upper.tolist()}; use ±np.inf for no bound",
-        )
-    return lower, upper
-
-
-def _feasible_start(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """SciPy's start without p0: ones, the middle of two finite bounds, one inside a single one."""
-    p0 = np.ones_like(lower)
-    lo, hi = np.isfinite(lower), np.isfinite(upper)
-    p0[lo & hi] = 0.5 * (lower[lo & hi] + upper[lo & hi])
-    p0[lo & ~hi] = lower[lo & ~hi] + 1.0
-    p0[~lo & hi] = upper[~lo & hi] - 1.0
-    return p0
-
-
-def _float(name: str, value: Any, *, positive: bool = False) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, (int, float, np.floating, np.integer))
-    v = float(value) if ok else math.nan
-    if not ok or math.isnan(v) or v < 0 or (positive and v <= 0):
-        raise _hinted(
-            ValueError,
-            f"`{name}` must be a {'positive' if positive else 'non-negative'} number, got {value!r}.",
-            f"pass e.g. {name}=1e-8",
-        )
-    return v
-
-
-def _diff_step(kwargs: dict[str, Any], n: int) -> np.ndarray | None:
-    """``diff_step`` (least_squares), or leastsq's ``epsfcn`` as the relative step
-    √epsfcn; checked: positive, finite, one value or one per parameter."""
-    given, name = kwargs.get("diff_step"), "diff_step"
-    if given is None and kwargs.get("epsfcn") is not None:
-        given, name = kwargs["epsfcn"], "epsfcn"
-    if given is None:
-        return None
-    try:
-        step = np.broadcast_to(np.asarray(given, dtype=np.float64), (n,)).copy()
-    except (TypeError, ValueError) as err:
-        raise _hinted(
-            ValueError,
-            f"`{name}` must be a positive number or one per parameter, got {given!r}.",
-            f"pass e.g. {name}=1e-6",
-        ) from err
-    if not np.all(np.isfinite(step)) or np.any(step <= 0):
-        raise _hinted(
-            ValueError,
-            f"`{name}` must be a positive number or one per parameter, got {given!r}.",
-            f"pass e.g. {name}=1e-6",
-        )
-    return np.sqrt(step) if name == "epsfcn" else step
-
-
-def _numpy_array(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().to(torch.float64).numpy()
-    return np.asarray(value, dtype=np.float64)
-
-
-def _check_finite(name: str, a: np.ndarray) -> None:
-    if not np.all(np.isfinite(a)):
-        raise _hinted(
-            ValueError,
-            "array must not contain infs or NaNs",
-            f"{name} holds {int(np.sum(~np.isfinite(a)))} NaN/inf values: drop them, or pass "
-            "nan_policy='omit'",
-        )
-
-
-def _whitening(sigma: Any, n: int) -> Whitening:
-    if sigma is None:
-        return Whitening(None, None)
-    s = _numpy_array(sigma)
-    if s.size == 1 or s.shape == (n,):
-        if np.any(s <= 0) or not np.all(np.isfinite(s)):
-            raise _hinted(
-                ValueError,
-                "`sigma` must be positive and finite.",
-                "give each point a positive standard deviation",
-            )
-        return Whitening(np.broadcast_to(1.0 / s.reshape(-1), (n,)).copy(), None)
-    if s.shape == (n, n):
-        try:
-            factor = np.linalg.cholesky(s)
-        except np.linalg.LinAlgError as err:
-            raise _hinted(
-                ValueError,
-                "`sigma` must be positive definite.",
-                "a 2-D sigma is the covariance matrix of ydata: symmetric, positive definite",
-            ) from err
-        return Whitening(None, factor)
-    raise _hinted(
-        ValueError,
-        "`sigma` has incorrect shape.",
-        f"pass a scalar, {n} standard deviations, or a {n} × {n} covariance matrix",
-    )
-
-
-def _omit_nan(x: Any, y: np.ndarray, sigma: Any) -> tuple[Any, np.ndarray, Any]:
-    xa = np.asarray(x, dtype=np.float64)
-    nan_x = np.isnan(xa)
-    per_point = nan_x.any(axis=tuple(range(nan_x.ndim - 1))) if nan_x.ndim > 1 else nan_x
-    bad = np.asarray(per_point | np.isnan(y) if np.ndim(per_point) else np.isnan(y))
-    keep = ~bad
-    if sigma is not None:
-        s = _numpy_array(sigma)
-        if s.ndim == 1 and s.size == y.size:
-            sigma = s[keep]
-        elif s.ndim == 2:
-            sigma = s[keep][:, keep]
-    return xa[..., keep], y[keep], sigma
-
-
-def _pivoted_qr(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Q, R and the pivots of J's column-pivoted thin QR (MINPACK's factor)."""
-    try:
-        from scipy.linalg import qr
-
-        q, r, piv = qr(jac, mode="economic", pivoting=True)
-        return q, r, piv
-    except ImportError:  # pragma: no cover - SciPy is optional
-        q, r = np.linalg.qr(jac)
-        return q, r, np.arange(jac.shape[1])
-
-
-def _unscaled_lm(jac: np.ndarray) -> np.ndarray | None:
-    """(JᵀJ)⁻¹ as SciPy's "lm" branch (leastsq) has it: R⁻¹R⁻ᵀ from J's QR factor; None
-    (an indeterminate covariance) when R is exactly singular (a zero column of J)."""
-    size = jac.shape[1]
-    r = np.linalg.qr(jac, mode="r")
-    if r.shape[0] < size or np.any(np.diag(r) == 0) or not np.all(np.isfinite(r)):
-        return None
-    inv_r = np.linalg.solve(np.triu(r), np.eye(size))
-    return np.asarray(inv_r @ inv_r.T)
-
-
-def _unscaled_svd(jac: np.ndarray) -> np.ndarray | None:
-    """(JᵀJ)⁺ as SciPy's least_squares branch has it: J's SVD without the singular values
-    below ε·max(N, P)·s₀."""
-    _, s, vt = np.linalg.svd(jac, full_matrices=False)
-    if s.size == 0 or not np.all(np.isfinite(s)):
-        return None
-    keep = s > np.finfo(float).eps * max(jac.shape) * s[0]
-    s, vt = s[keep], vt[: int(keep.sum())]
-    return np.asarray((vt.T / s**2) @ vt)
-
-
-def _pcov(
-    jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool, method: str
-) -> np.ndarray:
-    """SciPy's covariance for ``method``, scaled by s² = 2C/(N − P) unless ``absolute``."""
-    unscaled = _unscaled_lm(jac) if method == "lm" else _unscaled_svd(jac)
-    indeterminate = np.full((n_params, n_params), np.inf)
-    if unscaled is None or np.isnan(unscaled).any():
-        pcov = indeterminate
-    elif absolute:
-        pcov = unscaled
-    else:
-        pcov = unscaled * (cost2 / (n_points - n_params)) if n_points > n_params else indeterminate
-    if pcov is indeterminate:
-        warnings.warn(
-            "Covariance of the parameters could not be estimated",
-            CovarianceWarning,
-            stacklevel=3,
-        )
-    return pcov
 
 
 def curve_fit(
@@ -336,19 +121,19 @@ def curve_fit(
     engine of :func:`curve_fit_result`.
     """
     if not callable(f):
-        raise _hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
+        raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
     if "args" in kwargs:
-        raise _hinted(
+        raise hinted(
             ValueError,
             "'args' is not a supported keyword argument.",
             "bind extra arguments into f, e.g. lambda x, a, b: g(x, a, b, extra)",
         )
-    unknown = sorted(set(kwargs) - _SCIPY_KEYWORDS - _ENGINE_KEYWORDS)
+    unknown = sorted(set(kwargs) - _SCIPY_KEYWORDS - ENGINE_KEYWORDS)
     if unknown:
-        raise _hinted(
+        raise hinted(
             TypeError,
             f"curve_fit() got an unexpected keyword argument {unknown[0]!r}.",
-            f"the keywords beyond SciPy's signature are {sorted(_SCIPY_KEYWORDS | _ENGINE_KEYWORDS)}",
+            f"the keywords beyond SciPy's signature are {sorted(_SCIPY_KEYWORDS | ENGINE_KEYWORDS)}",
         )
     torch_out = isinstance(ydata, torch.Tensor) or isinstance(xdata, torch.Tensor)
     out_device = (
@@ -358,17 +143,17 @@ def curve_fit(
         if isinstance(xdata, torch.Tensor)
         else None
     )
-    n = _parameter_count(f) if p0 is None else int(np.atleast_1d(_numpy_array(p0)).size)
-    lower, upper = _bounds(bounds, n)
+    n = parameter_count(f) if p0 is None else int(np.atleast_1d(numpy_array(p0)).size)
+    lower, upper = scipy_bounds(bounds, n)
     start = (
-        _feasible_start(lower, upper)
+        feasible_start(lower, upper)
         if p0 is None
-        else np.atleast_1d(_numpy_array(p0)).reshape(-1).copy()
+        else np.atleast_1d(numpy_array(p0)).reshape(-1).copy()
     )
     if not np.all(np.isfinite(start)):
-        raise _hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
+        raise hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
     if np.any((start < lower) | (start > upper)):
-        raise _hinted(
+        raise hinted(
             ValueError,
             "Initial guess is outside of provided bounds",
             f"p0 {start.tolist()} lies outside the bounds: start within them, or leave p0 out "
@@ -378,19 +163,19 @@ def curve_fit(
     if method is None:
         method = "trf" if bounded else "lm"
     if method not in _METHODS:
-        raise _hinted(
+        raise hinted(
             ValueError,
             "`method` must be 'trf', 'dogbox' or 'lm'.",
             f"got {method!r}; all three run the same LM here",
         )
     if method == "lm" and bounded:
-        raise _hinted(
+        raise hinted(
             ValueError,
             "Method 'lm' only works for unconstrained problems. Use 'trf' or 'dogbox' instead.",
             "leave method out: with bounds it defaults to 'trf'",
         )
     if jac is not None and not callable(jac) and jac not in _SCHEMES:
-        raise _hinted(
+        raise hinted(
             ValueError,
             "`jac` must be '2-point', '3-point', 'cs' or callable.",
             f"got {jac!r}",
@@ -398,86 +183,82 @@ def curve_fit(
     if check_finite is None:
         check_finite = nan_policy is None
     if nan_policy not in (None, "raise", "omit", "propagate"):
-        raise _hinted(
+        raise hinted(
             ValueError,
             "nan_policy must be one of {None, 'raise', 'omit'}",
             f"got {nan_policy!r}",
         )
-    y = (
-        _numpy_array(ydata).reshape(-1)
-        if _numpy_array(ydata).ndim
-        else _numpy_array(ydata).reshape(1)
-    )
+    y = numpy_array(ydata).reshape(-1) if numpy_array(ydata).ndim else numpy_array(ydata).reshape(1)
     x = xdata
     if isinstance(xdata, (list, tuple, np.ndarray)):
         x = np.asarray(xdata, dtype=np.float64)
     elif isinstance(xdata, torch.Tensor):
         x = xdata.detach().cpu().to(torch.float64).numpy()
     if check_finite:
-        _check_finite("ydata", y)
+        refuse_non_finite("ydata", y)
         if isinstance(x, np.ndarray):
-            _check_finite("xdata", x)
+            refuse_non_finite("xdata", x)
     if y.size == 0:
-        raise _hinted(ValueError, "`ydata` must not be empty!", "pass at least one data point")
+        raise hinted(ValueError, "`ydata` must not be empty!", "pass at least one data point")
     if not check_finite and nan_policy is not None:
         if nan_policy == "propagate":
-            raise _hinted(
+            raise hinted(
                 ValueError,
                 "`nan_policy='propagate'` is not supported by this function.",
                 "use nan_policy='omit' to drop the NaN points, or 'raise'",
             )
         has_nan = bool(np.isnan(y).any()) or (isinstance(x, np.ndarray) and bool(np.isnan(x).any()))
         if has_nan and nan_policy == "raise":
-            raise _hinted(
+            raise hinted(
                 ValueError,
                 "The input contains nan values",
                 "drop them or pass nan_policy='omit'",
             )
         if has_nan:
-            x, y, sigma = _omit_nan(x, y, sigma)
+            x, y, sigma = omit_nan(x, y, sigma)
     if method == "lm" and y.size != 1 and n > y.size:
-        raise _hinted(
+        raise hinted(
             TypeError,
             f"The number of func parameters={n} must not exceed the number of data points={y.size}",
             "fit fewer parameters or give more points",
         )
-    whitening = _whitening(sigma, y.size)
+    weights = whitening(sigma, y.size)
     maxfev = kwargs.get("max_nfev", kwargs.get("maxfev"))
     if maxfev is None:
         maxfev = 200 * (n + 1) if method == "lm" else 100 * n
     if isinstance(maxfev, bool) or not isinstance(maxfev, (int, np.integer)) or maxfev < 1:
-        raise _hinted(
+        raise hinted(
             ValueError,
             f"`max_nfev` must be None or a positive integer, got {maxfev!r}.",
             "pass e.g. maxfev=1000",
         )
-    tol = {k: _float(k, kwargs.get(k, 1e-8)) for k in ("ftol", "xtol", "gtol")}
+    tol = {k: non_negative(k, kwargs.get(k, 1e-8)) for k in ("ftol", "xtol", "gtol")}
     loss = kwargs.get("loss", "linear")
     if loss not in ROBUST_LOSSES:
-        raise _hinted(
+        raise hinted(
             ValueError,
             f"`loss` must be one of {ROBUST_LOSSES} or a callable.",
             f"got {loss!r}; a callable loss is not supported here: use one of the named ones",
         )
-    f_scale = _float("f_scale", kwargs.get("f_scale", 1.0), positive=True)
+    f_scale = non_negative("f_scale", kwargs.get("f_scale", 1.0), positive=True)
     x_scale = kwargs.get("x_scale")
     scale: np.ndarray | None = None
     if x_scale is not None and not (isinstance(x_scale, str) and x_scale == "jac"):
         try:
             scale = np.broadcast_to(np.asarray(x_scale, dtype=np.float64), (n,)).copy()
         except (TypeError, ValueError) as err:
-            raise _hinted(
+            raise hinted(
                 ValueError,
                 "`x_scale` must be 'jac' or array_like with positive numbers.",
                 f"got {x_scale!r}",
             ) from err
         if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-            raise _hinted(
+            raise hinted(
                 ValueError,
                 "`x_scale` must be 'jac' or array_like with positive numbers.",
                 f"got {x_scale!r}",
             )
-    diff_step = _diff_step(kwargs, n)
+    steps = diff_step(kwargs, n)
     if callable(jac) and kwargs.get("col_deriv"):  # leastsq's Jacobian by columns: P × N
         by_columns = jac
 
@@ -487,10 +268,10 @@ def curve_fit(
     with _one_thread(y.size):
         kind, _, untracked = ("numpy", "", []) if callable(jac) else model_kind(f, x, start)
         on_device = out_device is not None and out_device.type != "cpu"
-        engine = bool(_ENGINE_KEYWORDS & set(kwargs)) or (
+        engine = bool(ENGINE_KEYWORDS & set(kwargs)) or (
             kind == "torch" and (y.size > SMALL_POINTS or on_device)
         )
-        if not (engine and kind == "torch" and whitening.factor is None and jac is None):
+        if not (engine and kind == "torch" and weights.factor is None and jac is None):
             return _small_fit(
                 f,
                 x,
@@ -498,13 +279,13 @@ def curve_fit(
                 start,
                 lower,
                 upper,
-                whitening,
+                weights,
                 jac,
                 method,
                 loss,
                 f_scale,
                 scale,
-                diff_step,
+                steps,
                 int(maxfev),
                 tol,
                 absolute_sigma,
@@ -514,8 +295,8 @@ def curve_fit(
                 kind,
                 untracked,
             )
-    with _torch_threads(1 if y.size < ENGINE_ONE_THREAD_POINTS else None):
-        return _engine_fit(
+    with torch_threads(1 if y.size < ENGINE_ONE_THREAD_POINTS else None):
+        return engine_fit(
             f,
             xdata,
             ydata,
@@ -529,19 +310,6 @@ def curve_fit(
             torch_out,
             kwargs,
         )
-
-
-@contextmanager
-def _torch_threads(count: int | None) -> Iterator[None]:
-    """torch's intra-op thread count set to ``count`` (None: left as it is) for a block."""
-    threads = torch.get_num_threads()
-    if count is not None:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        if count is not None:
-            torch.set_num_threads(threads)
 
 
 @contextmanager
@@ -631,7 +399,7 @@ def _small_fit(
         and loss == "linear"
     ):
         final = provider.exact_jacobian(fit.params)  # the steps used differences; pcov is exact
-    pcov = _pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma, method)
+    pcov = scipy_pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma, method)
     popt = fit.params
     if torch_out:
         popt_t = torch.from_numpy(popt.copy()).to(out_device)
@@ -643,7 +411,7 @@ def _small_fit(
         return result
     info: dict[str, Any] = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
     if method == "lm":  # leastsq's factor of J at p̂: R (transposed), pivots, Qᵀr
-        q, r, piv = _pivoted_qr(final)
+        q, r, piv = pivoted_qr(final)
         info.update(fjac=r.T, ipvt=piv + 1, qtf=q.T @ fit.residuals)
     return (*result, info, fit.message, fit.status)
 
@@ -678,93 +446,4 @@ def _refuse_untracked(
             "f turns them into Python numbers (float(p), math.exp(p), p.item()). HINT: use "
             "torch operations on the parameters (torch.exp(b)), or write f with NumPy "
             "throughout so it is differentiated numerically"
-        )
-
-
-def _engine_fit(
-    f: Callable[..., Any],
-    xdata: Any,
-    ydata: Any,
-    start: np.ndarray,
-    sigma: Any,
-    absolute_sigma: bool,
-    bounds: tuple[np.ndarray, np.ndarray],
-    loss: str,
-    f_scale: float,
-    full_output: bool,
-    torch_out: bool,
-    kwargs: dict[str, Any],
-) -> Any:
-    """A large torch fit through the sliced engine; results back in SciPy's form."""
-    engine_kw = {k: kwargs[k] for k in _ENGINE_KEYWORDS if k in kwargs}
-    if "max_steps" not in engine_kw and ("maxfev" in kwargs or "max_nfev" in kwargs):
-        engine_kw["max_steps"] = int(kwargs.get("max_nfev") or kwargs["maxfev"])
-    x = (
-        xdata
-        if isinstance(xdata, torch.Tensor)
-        else torch.as_tensor(np.asarray(xdata, dtype=np.float64))
-    )
-    y = (
-        ydata
-        if isinstance(ydata, torch.Tensor)
-        else torch.as_tensor(np.asarray(ydata, dtype=np.float64))
-    )
-    if sigma is not None:
-        s = _numpy_array(sigma).reshape(-1)
-        sigma = np.broadcast_to(s, (y.numel(),)).copy() if s.size == 1 else s
-    _warn_if_mixing(f, x, start)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CovarianceWarning)
-        res = curve_fit_result(
-            f,
-            x,
-            y,
-            start,
-            sigma=sigma,
-            absolute_sigma=absolute_sigma,
-            bounds=(torch.from_numpy(bounds[0]), torch.from_numpy(bounds[1])),
-            loss=loss,
-            f_scale=f_scale,
-            **engine_kw,
-        )
-    if not res.success:
-        raise RuntimeError(
-            "Optimal parameters not found: "
-            + res.reason
-            + " HINT: raise maxfev / max_steps or start nearer the optimum"
-        )
-    if bool(torch.isinf(res.pcov).any()):
-        warnings.warn(
-            "Covariance of the parameters could not be estimated", CovarianceWarning, stacklevel=3
-        )
-    device = y.device if isinstance(ydata, torch.Tensor) else x.device
-    popt, pcov = (
-        (res.popt.to(device), res.pcov.to(device))
-        if torch_out
-        else (res.popt.numpy(), res.pcov.numpy())
-    )
-    if not full_output:
-        return popt, pcov
-    info = {"nfev": res.steps + 1, "fvec": res.residuals.numpy()}
-    return popt, pcov, info, res.reason, 1
-
-
-def _warn_if_mixing(f: Callable[..., Any], x: torch.Tensor, start: np.ndarray) -> None:
-    """Warn when f mixes points (``a * x / x.max()``): the engine evaluates f on slices, so
-    f(x[:k]) must equal f(x)[:k]."""
-    k = min(16, int(x.shape[-1]) // 2)
-    if k < 1:
-        return
-    p = [torch.tensor(float(v), dtype=x.dtype, device=x.device) for v in start]
-    with torch.no_grad():
-        whole = f(x, *p).reshape(-1)[:k]
-        part = f(x[..., :k], *p).reshape(-1)
-    if part.shape == whole.shape and not torch.allclose(part, whole, rtol=1e-10, atol=0.0):
-        warnings.warn(
-            "curve_fit: f(x[:k]) differs from f(x)[:k], so f mixes data points (e.g. "
-            "x / x.max()); the sliced engine evaluates f on slices of the data, which changes "
-            "such a model. HINT: compute data-wide constants once outside f, or fit on the "
-            "small path (fewer points, no device/slice_size keywords)",
-            OptimizeWarning,
-            stacklevel=4,
         )
