@@ -1,4 +1,5 @@
-"""curve_fit against scipy.optimize.curve_fit, uncertainties, results and bad input.
+"""curve_fit_result (the sliced engine) against scipy.optimize.curve_fit: uncertainties,
+results and bad input.
 
 SciPy's reference is MINPACK's LM with the exact Jacobian and tolerances at 1e-15
 (``curve_problems.scipy_reference``). popt agrees within 1e-8 relative; pcov within 1e-6

@@ -1,4 +1,4 @@
-"""curve_fit on a CUDA device gives the CPU's results to 1e-10 in float64.
+"""curve_fit_result on a CUDA device gives the CPU's results to 1e-10 in float64.
 
 Both runs end with the same Gauss-Newton correction from the QR factor of J at p̂
 (float64, on the CPU), so they agree to rounding (≈ κ(J)·ε relative) even though the

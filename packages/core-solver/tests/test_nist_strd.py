@@ -1,6 +1,6 @@
-"""curve_fit on the NIST StRD nonlinear-regression problems, from both of NIST's starts.
+"""curve_fit_result on the NIST StRD nonlinear-regression problems, from both of NIST's starts.
 
-Each of the 54 fits (27 problems × start 1, start 2; ``nist_strd``) runs with curve_fit's
+Each of the 54 fits (27 problems × start 1, start 2; ``nist_strd``) runs with curve_fit_result's
 defaults and must reach NIST's certified parameters to a log relative error (LRE, the
 number of correct significant digits, min over the parameters) of at least:
 
