@@ -7,7 +7,7 @@ start 1 (far) and start 2 (near): 54 fits, float64 on the CPU.
 
 Sides, run one after the other on each fit:
 
-* ours: ``marquardt.solver.curve_fit(f, x, y, p0, full_output=True)`` with its defaults,
+* ours: ``marquardt.solver.curve_fit_result(f, x, y, p0)`` with its defaults,
   f written with torch operations;
 * SciPy: ``scipy.optimize.curve_fit(f, x, y, p0, method="lm", full_output=True)`` with its
   defaults (MINPACK's lmdif, Jacobian by finite differences), f written with NumPy.
@@ -62,8 +62,8 @@ def _numpy_model(problem: nist_strd.NistProblem) -> Any:
 
 def ours(problem: nist_strd.NistProblem, start: int, lma: dict[str, Any]) -> dict[str, Any]:
     """One fit with curve_fit's defaults (``lma`` overrides its LMA options)."""
+    from marquardt.solver import curve_fit_result
     from marquardt.solver._curve import active_set as _active_set
-    from marquardt.solver._curve import curve_fit
 
     saved = dict(_active_set.CURVE_LMA_OPTIONS)
     _active_set.CURVE_LMA_OPTIONS.update(lma)
@@ -72,7 +72,7 @@ def ours(problem: nist_strd.NistProblem, start: int, lma: dict[str, Any]) -> dic
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = curve_fit(problem.f, problem.x, problem.y, p0, full_output=True)
+            result = curve_fit_result(problem.f, problem.x, problem.y, p0)
         popt, steps = result.popt, result.steps
         error = ""
     except Exception as exc:  # a failed fit is a result here, not a crash

@@ -10,7 +10,8 @@ came from (CPU, cores, torch / NumPy versions and BLAS, and the load average dur
 benchmark, since the figures mean little on a loaded machine).
 
 Options: ``--only step,quality`` (or the names alone: ``nox -s bench -- scale``) runs a
-subset (RESULTS.md keeps the other sections from their last JSON); ``--quick`` uses small
+subset (RESULTS.md keeps every other benchmark's latest figures: its section and its rows
+of verdicts are rebuilt from its last ``results/<name>.json``); ``--quick`` uses small
 sizes and short caps (development only; it does not rewrite RESULTS.md);
 ``--wait-idle SECONDS`` waits up to that long for the 1-minute load average to drop below
 ``IDLE_LOAD`` before starting.
@@ -41,6 +42,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("distributed", "bench_distributed", {}, {"quick": True}),
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
     ("curve_fit", "bench_curve_fit", {}, {"quick": True}),
+    ("small_fit", "bench_small_fit", {}, {"quick": True}),
     ("nist", "bench_nist", {}, {"quick": True}),
     (
         "quality",
@@ -398,6 +400,12 @@ SECTIONS = {
         lambda r: __import__("bench_curve_fit").section(r),
         "bench_curve_fit.py",
     ),
+    "small_fit": (
+        "Single small fits against SciPy",
+        None,
+        lambda r: __import__("bench_small_fit").section(r),
+        "bench_small_fit.py",
+    ),
     "nist": (
         "NIST StRD nonlinear regression, both starts",
         None,
@@ -405,6 +413,51 @@ SECTIONS = {
         "bench_nist.py",
     ),
 }
+
+
+def _latest(name: str) -> dict[str, Any] | None:
+    """A benchmark's latest results; the scale benchmark's subsets part, when last run
+    alone (``bench_scale.py --subsets-only``), from ``results/scale-subsets.json``."""
+    data = _load_json(name)
+    if name == "scale" and data is not None and "subsets" not in data:
+        part = _load_json("scale-subsets")
+        if part is not None and "subsets" in part:
+            data = {**data, "subsets": part["subsets"]}
+    return data
+
+
+def kept_runs(names: list[str]) -> list[dict[str, Any]]:
+    """The runs of benchmarks not run this time, with rows rebuilt from each one's latest
+    ``results/<name>.json``: a benchmark last run alone (its own script, or run_all with a
+    subset) keeps its figures and verdicts, not those of the last full run."""
+    try:
+        previous = {r["name"]: r for r in json.loads(SUMMARY_JSON.read_text()).get("runs", [])}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        previous = {}
+    kept = []
+    for name in names:
+        run = dict(previous.get(name, {"name": name, "seconds": 0.0, "error": ""}))
+        run.setdefault("load_before", None)
+        run.setdefault("load_after", None)
+        data = _latest(name)
+        if data is not None:
+            try:
+                run["rows"] = rows_for(name, data)
+            except (KeyError, TypeError, ValueError, ImportError) as exc:
+                run.setdefault(
+                    "rows", [c.row(f"{name}: results unreadable", None, None, detail=repr(exc))]
+                )
+        if run.get("rows"):
+            kept.append(run)
+    return kept
+
+
+def _load_text(run: dict[str, Any]) -> str:
+    if run.get("load_before") is None:
+        return f"{run['name']} (figures from its own last run)"
+    return (
+        f"{run['name']} {run['load_before']:.1f} → {run['load_after']:.1f} ({run['seconds']:.0f} s)"
+    )
 
 
 def write_results_md(summary: dict[str, Any]) -> None:
@@ -428,10 +481,7 @@ def write_results_md(summary: dict[str, Any]) -> None:
         f"- torch {m['torch']} (BLAS: {m['torch_blas']}); NumPy {m['numpy']} "
         f"(BLAS: {m['numpy_blas']}); torch-levenberg-marquardt {m['torch_levenberg_marquardt']}",
         "- Load: the cores are shared. 1-minute load average before → after each benchmark: "
-        + "; ".join(
-            f"{r['name']} {r['load_before']:.1f} → {r['load_after']:.1f} ({r['seconds']:.0f} s)"
-            for r in runs
-        )
+        + "; ".join(_load_text(r) for r in runs)
         + ". A load above 2 means other processes took CPU time from the measurement; "
         "figures taken then are pessimistic for both sides, and ratios are less reliable.",
         "",
@@ -516,13 +566,11 @@ def main() -> int:
         "machine": machine,
         "runs": runs,
     }
-    if names != NAMES:  # keep the rows of the benchmarks not run this time
-        try:
-            previous = json.loads(SUMMARY_JSON.read_text())
-            kept = [r for r in previous.get("runs", []) if r["name"] not in names]
-            summary["runs"] = sorted(kept + runs, key=lambda r: NAMES.index(r["name"]))
-        except (OSError, json.JSONDecodeError, KeyError):
-            pass
+    if names != NAMES:  # keep every other benchmark's latest figures
+        summary["runs"] = sorted(
+            runs + kept_runs([n for n in NAMES if n not in names]),
+            key=lambda r: NAMES.index(r["name"]),
+        )
     SUMMARY_JSON.parent.mkdir(parents=True, exist_ok=True)
     SUMMARY_JSON.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     write_results_md(summary)

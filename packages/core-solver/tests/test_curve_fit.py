@@ -1,4 +1,5 @@
-"""curve_fit against scipy.optimize.curve_fit, uncertainties, results and bad input.
+"""curve_fit_result (the sliced engine) against scipy.optimize.curve_fit: uncertainties,
+results and bad input.
 
 SciPy's reference is MINPACK's LM with the exact Jacobian and tolerances at 1e-15
 (``curve_problems.scipy_reference``). popt agrees within 1e-8 relative; pcov within 1e-6
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,7 +23,7 @@ from marquardt.solver import (
     CurveFitInputError,
     CurveFitResult,
     OptimizeWarning,
-    curve_fit,
+    curve_fit_result,
 )
 from marquardt.solver._curve import active_set as _active_set
 
@@ -31,13 +33,19 @@ HARD = ("mgh09",)
 MGH09_CERTIFIED = [1.9280693458e-01, 1.9128232873e-01, 1.2305650693e-01, 1.3606233068e-01]
 
 
+def _popt_pcov(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(popt, pcov) of the sliced engine (``curve_fit_result``)."""
+    result = curve_fit_result(*args, **kwargs)
+    return result.popt, result.pcov
+
+
 def _fit(name: str, weighting: str, **options: object) -> CurveFitResult:
     prob = curve_problem(name)
     kwargs: dict[str, object] = {}
     if weighting != "none":
         kwargs["sigma"] = prob.sigma
         kwargs["absolute_sigma"] = weighting == "absolute"
-    result = curve_fit(prob.f, prob.x, prob.y, prob.p0, full_output=True, **kwargs, **options)
+    result = curve_fit_result(prob.f, prob.x, prob.y, prob.p0, **kwargs, **options)
     assert isinstance(result, CurveFitResult)
     return result
 
@@ -73,7 +81,7 @@ def test_mgh09_to_the_digits_float64_holds(weighting: str) -> None:
 
 def test_plain_call_returns_popt_and_pcov() -> None:
     prob = curve_problem("exp_decay")
-    popt, pcov = curve_fit(prob.f, prob.x, prob.y, prob.p0)
+    popt, pcov = _popt_pcov(prob.f, prob.x, prob.y, prob.p0)
     assert popt.shape == (3,) and pcov.shape == (3, 3)
     assert popt.dtype == torch.float64 and popt.device.type == "cpu"
     torch.testing.assert_close(pcov, pcov.T, rtol=0, atol=0)
@@ -95,11 +103,11 @@ def test_full_output_describes_the_fit() -> None:
 def test_sigma_scale_does_not_change_relative_covariance() -> None:
     """absolute_sigma=False: pcov is invariant to σ → kσ; with True it scales by k²."""
     prob = curve_problem("rational")
-    _, pcov = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma)
-    _, pcov_k = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma)
+    _, pcov = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma)
+    _, pcov_k = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma)
     torch.testing.assert_close(pcov_k, pcov, rtol=1e-7, atol=0)
-    _, abs1 = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, absolute_sigma=True)
-    _, abs3 = curve_fit(
+    _, abs1 = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, absolute_sigma=True)
+    _, abs3 = _popt_pcov(
         prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma, absolute_sigma=True
     )
     torch.testing.assert_close(abs3, 9.0 * abs1, rtol=1e-7, atol=0)
@@ -175,13 +183,12 @@ def test_many_slices_keep_the_factor_for_the_last_digits(
     ) -> torch.Tensor:
         return a * torch.exp(-0.5 * ((xs - mu) / s) ** 2) + c
 
-    result = curve_fit(
+    result = curve_fit_result(
         f,
         torch.from_numpy(x),
         torch.from_numpy(y),
         [1.0, 0.0, 1.0, 0.0],
         sigma=torch.from_numpy(sigma),
-        full_output=True,
     )
     # popt is a point reached by a correction checked with a forward pass alone: r was
     # evaluated there, J never was.
@@ -227,7 +234,7 @@ def test_rank_deficient_jacobian_gives_inf_and_a_warning() -> None:
         return (a + b) * x
 
     with pytest.warns(CovarianceWarning, match=r"rank 1 < 2.*HINT"):
-        result = curve_fit(f, x, y, [1.0, 1.0], full_output=True)
+        result = curve_fit_result(f, x, y, [1.0, 1.0])
     assert result.jacobian_rank == 1
     assert torch.isinf(result.pcov).all()
     assert float(result.popt.sum()) == pytest.approx(3.0, rel=1e-10)
@@ -240,12 +247,12 @@ def test_as_many_points_as_parameters_gives_inf_unless_absolute() -> None:
         return a + b * x
 
     with pytest.warns(CovarianceWarning, match="N ≤ P"):
-        popt, pcov = curve_fit(line, x, y, [0.0, 0.0])
+        popt, pcov = _popt_pcov(line, x, y, [0.0, 0.0])
     assert torch.isinf(pcov).all()
     torch.testing.assert_close(popt, torch.tensor([1.0, 2.0], dtype=torch.float64))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _, pcov_abs = curve_fit(line, x, y, [0.0, 0.0], sigma=[1.0, 1.0], absolute_sigma=True)
+        _, pcov_abs = _popt_pcov(line, x, y, [0.0, 0.0], sigma=[1.0, 1.0], absolute_sigma=True)
     # (XᵀX)⁻¹ for X = [[1, 0], [1, 1]].
     torch.testing.assert_close(pcov_abs, torch.tensor([[1.0, -1.0], [-1.0, 2.0]]).double())
 
@@ -253,7 +260,7 @@ def test_as_many_points_as_parameters_gives_inf_unless_absolute() -> None:
 def test_max_steps_is_a_result_with_a_warning() -> None:
     prob = curve_problem("misra1a")
     with pytest.warns(OptimizeWarning, match="max_steps=2"):
-        result = curve_fit(prob.f, prob.x, prob.y, prob.p0, max_steps=2, full_output=True)
+        result = curve_fit_result(prob.f, prob.x, prob.y, prob.p0, max_steps=2)
     assert not result.success and result.steps == 2
 
 
@@ -263,14 +270,14 @@ def test_p0_from_the_signature() -> None:
     def line(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a + b * x
 
-    popt, _ = curve_fit(line, x, 2.0 + 0.5 * x)
+    popt, _ = _popt_pcov(line, x, 2.0 + 0.5 * x)
     torch.testing.assert_close(popt, torch.tensor([2.0, 0.5], dtype=torch.float64))
 
 
 def test_float32_fit_lands_near_the_float64_one() -> None:
     prob = curve_problem("exp_decay")
-    popt64, _ = curve_fit(prob.f, prob.x, prob.y, prob.p0)
-    popt32, _ = curve_fit(prob.f, prob.x, prob.y, prob.p0, dtype=torch.float32)
+    popt64, _ = _popt_pcov(prob.f, prob.x, prob.y, prob.p0)
+    popt32, _ = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, dtype=torch.float32)
     torch.testing.assert_close(popt32, popt64, rtol=1e-4, atol=0)
 
 
@@ -322,13 +329,13 @@ def test_bad_input_is_refused_before_any_work(
     args: dict[str, object] = dict(f=_line, xdata=X, ydata=Y, p0=[1.0, 1.0])
     args.update(changes)
     with pytest.raises(CurveFitInputError, match=match) as info:
-        curve_fit(**args)  # type: ignore[arg-type]
+        _popt_pcov(**args)  # type: ignore[arg-type]
     assert "HINT:" in str(info.value)
 
 
 def test_max_steps_must_be_positive() -> None:
     with pytest.raises(CurveFitInputError, match="max_steps"):
-        curve_fit(_line, X, Y, [1.0, 1.0], max_steps=0)
+        _popt_pcov(_line, X, Y, [1.0, 1.0], max_steps=0)
 
 
 @pytest.mark.gpu
@@ -336,10 +343,8 @@ def test_max_steps_must_be_positive() -> None:
 @pytest.mark.parametrize("name", ["gaussian", "surface_2d", "misra1a"])
 def test_cuda_matches_cpu(name: str) -> None:
     prob = curve_problem(name)
-    cpu = curve_fit(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, full_output=True)
-    gpu = curve_fit(
-        prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, device="cuda", full_output=True
-    )
+    cpu = curve_fit_result(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma)
+    gpu = curve_fit_result(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, device="cuda")
     torch.testing.assert_close(gpu.popt, cpu.popt, rtol=1e-10, atol=0)
     torch.testing.assert_close(gpu.pcov, cpu.pcov, rtol=1e-10, atol=1e-300)
 
@@ -405,7 +410,7 @@ def test_an_ill_conditioned_fit_takes_the_qr_route(monkeypatch: pytest.MonkeyPat
     def poly(xs: torch.Tensor, *c: torch.Tensor) -> torch.Tensor:
         return sum((ck * xs**k for k, ck in enumerate(c)), torch.zeros_like(xs))
 
-    popt, pcov = curve_fit(poly, torch.from_numpy(x), torch.from_numpy(y), [0.0] * 8)
+    popt, pcov = _popt_pcov(poly, torch.from_numpy(x), torch.from_numpy(y), [0.0] * 8)
     assert routes, "the QR route was not taken"
     best, *_ = np.linalg.lstsq(vandermonde, y, rcond=None)
     np.testing.assert_allclose(popt.numpy(), best, rtol=1e-7, atol=0)

@@ -1,4 +1,4 @@
-"""curve_fit on a CUDA device gives the CPU's results to 1e-10 in float64.
+"""curve_fit_result on a CUDA device gives the CPU's results to 1e-10 in float64.
 
 Both runs end with the same Gauss-Newton correction from the QR factor of J at p̂
 (float64, on the CPU), so they agree to rounding (≈ κ(J)·ε relative) even though the
@@ -14,7 +14,7 @@ import pytest
 import torch
 from curve_problems import curve_problem, numpy_model
 
-from marquardt.solver import curve_fit
+from marquardt.solver import curve_fit_result
 from marquardt.solver._lm.robust import ROBUST_LOSSES
 
 pytestmark = [
@@ -47,8 +47,8 @@ def test_problems_match_cpu(name: str, weighting: str) -> None:
     kwargs: dict[str, object] = {}
     if weighting != "none":
         kwargs = {"sigma": prob.sigma, "absolute_sigma": weighting == "absolute"}
-    cpu = curve_fit(prob.f, prob.x, prob.y, prob.p0, full_output=True, **kwargs)
-    gpu = curve_fit(prob.f, prob.x, prob.y, prob.p0, device="cuda", full_output=True, **kwargs)
+    cpu = curve_fit_result(prob.f, prob.x, prob.y, prob.p0, **kwargs)
+    gpu = curve_fit_result(prob.f, prob.x, prob.y, prob.p0, device="cuda", **kwargs)
     _same(gpu, cpu)
 
 
@@ -60,8 +60,8 @@ def test_problems_match_cpu(name: str, weighting: str) -> None:
 def test_bounds_match_cpu(bounds: tuple[list[float], list[float]]) -> None:
     x = np.linspace(0.0, 4.0, 60)
     y = numpy_model(_decay)(x, 2.5, 1.3, 0.5) + 0.02 * np.random.default_rng(1).standard_normal(60)
-    cpu = curve_fit(_decay, x, y, [1.0, 0.5, 1.0], bounds=bounds, full_output=True)
-    gpu = curve_fit(_decay, x, y, [1.0, 0.5, 1.0], bounds=bounds, device="cuda", full_output=True)
+    cpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], bounds=bounds)
+    gpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], bounds=bounds, device="cuda")
     _same(gpu, cpu)
 
 
@@ -71,9 +71,9 @@ def test_robust_losses_match_cpu(loss: str) -> None:
     x = np.linspace(0.0, 4.0, 80)
     y = numpy_model(_decay)(x, 2.5, 1.3, 0.5) + 0.02 * rng.standard_normal(80)
     y[::9] += 1.5  # outliers
-    kwargs = {"loss": loss, "f_scale": 0.1, "full_output": True}
-    cpu = curve_fit(_decay, x, y, [1.0, 0.5, 1.0], **kwargs)  # type: ignore[arg-type]
-    gpu = curve_fit(_decay, x, y, [1.0, 0.5, 1.0], device="cuda", **kwargs)  # type: ignore[arg-type]
+    kwargs = {"loss": loss, "f_scale": 0.1}
+    cpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], **kwargs)  # type: ignore[arg-type]
+    gpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], device="cuda", **kwargs)  # type: ignore[arg-type]
     _same(gpu, cpu)
 
 
@@ -82,9 +82,9 @@ def test_a_million_points_handed_over_on_the_device() -> None:
     x = np.linspace(-5.0, 5.0, 1_000_000)
     y = numpy_model(_gaussian)(x, 2.0, 0.3, 0.8, 0.5) + 0.05 * rng.standard_normal(x.size)
     p0 = [1.0, 0.0, 1.0, 0.0]
-    cpu = curve_fit(_gaussian, x, y, p0, full_output=True)
+    cpu = curve_fit_result(_gaussian, x, y, p0)
     xt = torch.from_numpy(x).cuda()
     yt = torch.from_numpy(y).cuda()
-    gpu = curve_fit(_gaussian, xt, yt, p0, full_output=True)  # device: where x is
+    gpu = curve_fit_result(_gaussian, xt, yt, p0)  # device: where x is
     _same(gpu, cpu)
     assert gpu.residuals.device.type == "cpu"

@@ -11,14 +11,21 @@ about 3e-8 there: restarted from our optimum it moves less than 1e-9), pcov with
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from curve_problems import numpy_jacobian, numpy_model
 
-from marquardt.solver import curve_fit
+from marquardt.solver import curve_fit_result
 from marquardt.solver._lm.robust import ROBUST_LOSSES, rho, robust_rows
+
+
+def _popt_pcov(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(popt, pcov) of the sliced engine (``curve_fit_result``)."""
+    result = curve_fit_result(*args, **kwargs)
+    return result.popt, result.pcov
 
 
 def _decay(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -59,7 +66,7 @@ def _trf(loss: str, f_scale: float, p0: list[float], sigma: np.ndarray | None) -
 def test_robust_fit_matches_least_squares(loss: str, f_scale: float) -> None:
     sigma = SIGMA if f_scale == 1.0 else None
     popt_ref, pcov_ref = _trf(loss, f_scale, P0, sigma)  # type: ignore[misc]
-    result = curve_fit(_decay, X, Y, P0, sigma=sigma, loss=loss, f_scale=f_scale, full_output=True)
+    result = curve_fit_result(_decay, X, Y, P0, sigma=sigma, loss=loss, f_scale=f_scale)
     assert result.success, result.reason
     np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-7, atol=0)
     restarted, _ = _trf(loss, f_scale, result.popt.tolist(), sigma)  # type: ignore[misc]
@@ -69,8 +76,8 @@ def test_robust_fit_matches_least_squares(loss: str, f_scale: float) -> None:
 
 
 def test_robust_fit_resists_outliers() -> None:
-    plain, _ = curve_fit(_decay, X, Y, P0)
-    robust, _ = curve_fit(_decay, X, Y, P0, loss="soft_l1", f_scale=0.05)
+    plain, _ = _popt_pcov(_decay, X, Y, P0)
+    robust, _ = _popt_pcov(_decay, X, Y, P0, loss="soft_l1", f_scale=0.05)
     truth = torch.tensor([2.5, 1.3, 0.5], dtype=torch.float64)
     assert float((robust - truth).abs().max()) < 0.05 < float((plain - truth).abs().max())
 

@@ -1,6 +1,6 @@
-"""curve_fit on the NIST StRD nonlinear-regression problems, from both of NIST's starts.
+"""curve_fit_result on the NIST StRD nonlinear-regression problems, from both of NIST's starts.
 
-Each of the 54 fits (27 problems × start 1, start 2; ``nist_strd``) runs with curve_fit's
+Each of the 54 fits (27 problems × start 1, start 2; ``nist_strd``) runs with curve_fit_result's
 defaults and must reach NIST's certified parameters to a log relative error (LRE, the
 number of correct significant digits, min over the parameters) of at least:
 
@@ -29,7 +29,7 @@ import torch
 from nist_strd import NAMES, lre, nist_problem
 from torch import nn
 
-from marquardt.solver import LMA, SolverConfigError, curve_fit
+from marquardt.solver import LMA, SolverConfigError, curve_fit_result
 from marquardt.solver._curve import active_set as _active_set
 
 #: Fits curve_fit's defaults do not reach, and why (see docs/algorithm.md, "Poor starts").
@@ -55,7 +55,7 @@ def _fit(name: str, start: int, **options: object) -> tuple[torch.Tensor, int]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # max_steps warnings of the known failures
-            result = curve_fit(problem.f, problem.x, problem.y, p0, full_output=True)
+            result = curve_fit_result(problem.f, problem.x, problem.y, p0)
     finally:
         _active_set.CURVE_LMA_OPTIONS.clear()
         _active_set.CURVE_LMA_OPTIONS.update(saved)

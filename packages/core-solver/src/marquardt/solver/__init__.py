@@ -13,13 +13,15 @@ point (Marquardt 1963; Nielsen 1999; Moré 1978).
 ``LMA(..., process_group="default")`` shares each step over the ranks of a
 torch.distributed process group (each rank passes its share of the global batch).
 
-``curve_fit(f, x, y, p0, sigma=..., bounds=..., loss=...)`` fits a model with a handful of
-parameters with SciPy's conventions, on the CPU or a GPU, as a thin layer over ``LMA``.
+``curve_fit(f, x, y, p0, sigma=..., bounds=..., loss=...)`` is ``scipy.optimize.curve_fit``
+(its signature, returns and errors) for NumPy and torch models; ``curve_fit_result`` is the
+sliced engine for large torch fits on the CPU or a GPU, with the richer result.
 """
 
 from ._backends.base import ArrayBackend, LinearSystem, Solution
-from ._curve.fit import CurveFitResult, curve_fit
+from ._curve.fit import CurveFitResult, curve_fit_result
 from ._curve.inputs import CurveFitInputError
+from ._curve.scipy_edge import curve_fit
 from ._errors import (
     BackendUnavailableError,
     OptimizeWarning,
@@ -56,5 +58,6 @@ __all__ = [
     "StepReport",
     "StoppingCriteria",
     "curve_fit",
+    "curve_fit_result",
     "time",
 ]

@@ -38,6 +38,13 @@ class BackendUnavailableError(RuntimeError):
     """The requested array backend cannot run here (package missing, no Legate runtime)."""
 
 
-class OptimizeWarning(UserWarning):
-    """A fit stopped before a stopping test held, or its covariance could not be estimated
-    (the counterpart of ``scipy.optimize.OptimizeWarning``)."""
+try:  # SciPy's class when SciPy is installed, so its warning filters catch ours.
+    from scipy.optimize import OptimizeWarning as _Base
+except ImportError:  # pragma: no cover - SciPy is optional
+    _Base = UserWarning  # type: ignore[misc,assignment,unused-ignore]
+
+
+class OptimizeWarning(_Base):  # type: ignore[misc,valid-type,unused-ignore]
+    """A fit stopped before a stopping test held, or its covariance could not be estimated;
+    a subclass of ``scipy.optimize.OptimizeWarning`` when SciPy is installed (else of
+    ``UserWarning``), so ``pytest.warns`` and warning filters written for SciPy catch it."""

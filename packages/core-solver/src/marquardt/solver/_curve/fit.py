@@ -1,7 +1,7 @@
-"""Curve fitting with SciPy's conventions on any device: :func:`curve_fit`.
+"""Curve fitting on any device, sliced over the data: `curve_fit_result`.
 
 For data (xᵢ, yᵢ), i = 1…N, standard deviations σᵢ and a model f(x, p) with P parameters,
-``curve_fit`` finds
+``curve_fit_result`` finds
 
     p̂ = argmin_{l ≤ p ≤ u}  ½ Σᵢ c²·ρ(zᵢ),   zᵢ = (rᵢ/c)²,   rᵢ = (f(xᵢ, p) − yᵢ)/σᵢ,
 
@@ -10,7 +10,7 @@ For data (xᵢ, yᵢ), i = 1…N, standard deviations σᵢ and a model f(x, p) 
 ``_active_set``) and returns p̂ with the covariance s²·(JᵀJ)⁻¹ of ``_covariance``, as
 ``scipy.optimize.curve_fit`` does.
 
-It is a thin layer over :class:`LMA`: the parameters live in a one-vector ``nn.Module``
+It is a thin layer over `LMA`: the parameters live in a one-vector ``nn.Module``
 (``_curve_model``) whose forward is f, residuals carry 1/σ in the targets, and full-batch
 LM steps (Marquardt 1963; Nielsen 1999) run until one terminates (MINPACK's ftol / xtol /
 gtol, Moré 1978, or λ at its ceiling: no damped step lowers the cost beyond rounding) or
@@ -35,7 +35,7 @@ from .active_set import Tolerances, solve
 from .inputs import CurveFitInputError, check_curve_inputs
 from .point import PointPasses, Polished, polish
 
-__all__ = ["CurveFitResult", "curve_fit"]
+__all__ = ["CurveFitResult", "curve_fit_result"]
 
 _INF = float("inf")
 #: LM hands over to Gauss-Newton after an accepted step that lowered the cost by at most
@@ -45,9 +45,9 @@ HANDOFF = 1e-6
 
 @dataclass(frozen=True)
 class CurveFitResult:
-    """What ``curve_fit(..., full_output=True)`` returns.
+    """What ``curve_fit_result`` returns.
 
-    ``popt`` (P,) and ``pcov`` (P × P) as the plain call returns them; ``perr`` = √diag(pcov).
+    ``popt`` (P,) and ``pcov`` (P × P); ``perr`` = √diag(pcov).
     ``residuals`` are (f(x, p̂) − y)/σ (N,); ``cost`` is ½ Σ c²ρ(z) at p̂ (½ Σ r² for the
     linear loss). ``jacobian_rank`` and ``singular_values`` describe J at p̂ (of the rows
     the covariance uses). ``steps`` LM steps were taken; ``success`` says whether the
@@ -70,7 +70,7 @@ class CurveFitResult:
     report: StepReport | None
 
 
-def curve_fit(
+def curve_fit_result(
     f: Callable[..., torch.Tensor],
     xdata: Any,
     ydata: Any,
@@ -88,9 +88,10 @@ def curve_fit(
     xtol: float | None = 1e-15,
     gtol: float | None = 1e-15,
     slice_size: int | None = None,
-    full_output: bool = False,
-) -> Any:
-    """Fit ``f(x, *p)`` to ``ydata``; returns ``(popt, pcov)`` (or a [`CurveFitResult`][marquardt.solver.CurveFitResult]).
+) -> CurveFitResult:
+    """Fit ``f(x, *p)`` to ``ydata``; returns a `CurveFitResult` (popt, pcov, rank,
+    singular values, steps, report). The sliced engine under `curve_fit` for large
+    torch fits and GPUs, with its own keywords; ``curve_fit`` is SciPy's interface.
 
     The arguments are SciPy's (``scipy.optimize.curve_fit``): ``xdata`` of shape (N,) or
     (k, N), ``ydata`` (N,), ``p0`` (P,; None: ones, counted from f's signature), ``sigma``
@@ -103,11 +104,11 @@ def curve_fit(
     ``device`` (None: where ``xdata`` is, else the CPU) and ``dtype`` are where and in what
     precision the fit runs; the results are float64 tensors on the CPU. Steps stop when
     LM terminates (``ftol`` / ``xtol`` / ``gtol`` as in MINPACK, or no further decrease
-    beyond rounding) or after ``max_steps`` (an [`OptimizeWarning`][marquardt.solver.OptimizeWarning]; ``full_output``
+    beyond rounding) or after ``max_steps`` (an `OptimizeWarning`; the result
     says so in ``success``). A covariance that cannot be estimated (J of rank < P, or
     N ≤ P without ``absolute_sigma``) is all inf, with a ``CovarianceWarning``.
 
-    Bad input raises [`CurveFitInputError`][marquardt.solver.CurveFitInputError] before any work.
+    Bad input raises `CurveFitInputError` before any work.
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise CurveFitInputError(
@@ -176,8 +177,6 @@ def curve_fit(
     cov = covariance_from_factor(
         point.factor, point.rows, 2.0 * final.cost, absolute_sigma=absolute_sigma
     )
-    if not full_output:
-        return popt, cov.pcov
     return CurveFitResult(
         popt=popt,
         pcov=cov.pcov,

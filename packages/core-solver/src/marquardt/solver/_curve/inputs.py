@@ -1,10 +1,10 @@
-"""The arguments of ``curve_fit``, checked before any work: :func:`check_curve_inputs`.
+"""The arguments of ``curve_fit``, checked before any work: `check_curve_inputs`.
 
 A fit minimises ½ Σᵢ c²ρ(((f(xᵢ, p) − yᵢ)/σᵢ / c)²) over p in [lower, upper] (see
 ``_curve_fit``). Here the data are turned into tensors of the fit's dtype on its device,
 samples first, and every shape, value and bound is checked; ``f`` is called once on the
 first samples at ``p0`` to check what it returns. Every failure raises
-:class:`CurveFitInputError` in the house form (what was asked, what was found, HINT), and
+`CurveFitInputError` in the house form (what was asked, what was found, HINT), and
 nothing has been fitted.
 """
 

@@ -1,4 +1,4 @@
-"""The module ``curve_fit`` hands to :class:`LMA`, and its residuals.
+"""The module ``curve_fit`` hands to `LMA`, and its residuals.
 
 The parameters p ∈ ℝᴾ of f(x, p) are split into free ones, p_F = φ(q) with the internal
 variables q of ``_bounds`` (MINUIT's transform; q = p_F when unbounded), and parameters held

@@ -116,8 +116,8 @@ class AtPoint:
 
 class PointPasses:
     """Passes over the data at given parameters p, with one model and one Jacobian engine
-    (planned and checked once) for every point asked: :meth:`at` (J's factor, r and the
-    cost) and :meth:`residuals` (r and the cost alone)."""
+    (planned and checked once) for every point asked: `at` (J's factor, r and the
+    cost) and `residuals` (r and the cost alone)."""
 
     def __init__(
         self,

@@ -1,0 +1,66 @@
+"""pcov as SciPy's ``curve_fit`` computes it, per ``method``, from J at p̂."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .._lm.covariance import CovarianceWarning
+
+__all__ = ["pcov", "pivoted_qr"]
+
+
+def pivoted_qr(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q, R and the pivots of J's column-pivoted thin QR (MINPACK's factor)."""
+    try:
+        from scipy.linalg import qr
+
+        q, r, piv = qr(jac, mode="economic", pivoting=True)
+        return q, r, piv
+    except ImportError:  # pragma: no cover - SciPy is optional
+        q, r = np.linalg.qr(jac)
+        return q, r, np.arange(jac.shape[1])
+
+
+def _unscaled_lm(jac: np.ndarray) -> np.ndarray | None:
+    """(JᵀJ)⁻¹ as SciPy's "lm" branch (leastsq) has it: R⁻¹R⁻ᵀ from J's QR factor; None
+    (an indeterminate covariance) when R is exactly singular (a zero column of J)."""
+    size = jac.shape[1]
+    r = np.asarray(np.linalg.qr(jac, mode="r"))
+    if r.shape[0] < size or np.any(np.diag(r) == 0) or not np.all(np.isfinite(r)):
+        return None
+    inv_r = np.linalg.solve(np.triu(r), np.eye(size))
+    return np.asarray(inv_r @ inv_r.T)
+
+
+def _unscaled_svd(jac: np.ndarray) -> np.ndarray | None:
+    """(JᵀJ)⁺ as SciPy's least_squares branch has it: J's SVD without the singular values
+    below ε·max(N, P)·s₀."""
+    _, s, vt = np.linalg.svd(jac, full_matrices=False)
+    if s.size == 0 or not np.all(np.isfinite(s)):
+        return None
+    keep = s > np.finfo(float).eps * max(jac.shape) * s[0]
+    s, vt = s[keep], vt[: int(keep.sum())]
+    return np.asarray((vt.T / s**2) @ vt)
+
+
+def pcov(
+    jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool, method: str
+) -> np.ndarray:
+    """SciPy's covariance for ``method``, scaled by s² = 2C/(N − P) unless ``absolute``."""
+    unscaled = _unscaled_lm(jac) if method == "lm" else _unscaled_svd(jac)
+    indeterminate = np.full((n_params, n_params), np.inf)
+    if unscaled is None or np.isnan(unscaled).any():
+        pcov = indeterminate
+    elif absolute:
+        pcov = unscaled
+    else:
+        pcov = unscaled * (cost2 / (n_points - n_params)) if n_points > n_params else indeterminate
+    if pcov is indeterminate:
+        warnings.warn(
+            "Covariance of the parameters could not be estimated",
+            CovarianceWarning,
+            stacklevel=3,
+        )
+    return pcov

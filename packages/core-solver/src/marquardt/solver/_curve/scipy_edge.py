@@ -1,0 +1,449 @@
+"""``curve_fit`` with ``scipy.optimize.curve_fit``'s signature, meanings, errors and returns.
+
+SciPy's arguments are translated here, once, into the fit's own terms: the model kind
+(torch → autodiff; anything else → SciPy's finite differences, ``_curve.providers``), the
+whitening W (1/σ, or L⁻¹ for a covariance matrix σ = LLᵀ), the bounds and SciPy's feasible
+start, the stopping tolerances and evaluation budget, and the path: the small-fit LM of
+``_curve.small`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
+with its data on the CPU) or the sliced engine of ``_curve.fit`` (larger torch fits, torch
+data on a GPU, or the engine's keywords). The results go
+back in SciPy's form: NumPy float64 for NumPy input, torch on the data's device for torch
+input; SciPy's exceptions (``ValueError``, ``TypeError``, ``RuntimeError("Optimal
+parameters not found: ...")``) and ``OptimizeWarning``; pcov from the pseudo-inverse of J
+as ``least_squares``' branch of SciPy computes it.
+
+``method``: ours is one algorithm, LM with projected bounds; "lm", "trf" and "dogbox" are
+all accepted and run it, with SciPy's checks ("lm" refuses bounds) and SciPy's default
+evaluation budget for the named method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._backends.blas_threads import one_blas_thread
+from .._lm.robust import ROBUST_LOSSES
+from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
+from .scipy_args import (
+    diff_step,
+    feasible_start,
+    hinted,
+    non_negative,
+    numpy_array,
+    omit_nan,
+    parameter_count,
+    refuse_non_finite,
+    scipy_bounds,
+    whitening,
+)
+from .scipy_covariance import pcov as scipy_pcov
+from .scipy_covariance import pivoted_qr
+from .scipy_engine import ENGINE_KEYWORDS, engine_fit, torch_threads
+from .small import solve_small
+
+__all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
+
+#: Torch models with at most this many points (data on the CPU) take the small-fit path;
+#: larger ones the sliced engine, which bounds memory, runs on GPUs and is faster there
+#: (Gaussian, P = 4, one thread, load 0.4-1.0: small path 8 ms against the engine's 18 ms
+#: at N = 10⁴; 56 ms against 38 ms at 10⁵).
+SMALL_POINTS = 50_000
+#: Below this many points the sliced engine runs with one torch thread: its kernels are
+#: short, and two threads on busy cores made a fit of 10⁵ points take 1.43 s against
+#: 38 ms (from 10⁶ on a second thread helps an idle machine: 241 against 303 ms).
+ENGINE_ONE_THREAD_POINTS = 1_000_000
+#: From this many points a small fit also limits NumPy's BLAS to one thread (the limit
+#: costs ~0.1 ms, a fit of fewer points less than that).
+BLAS_POINTS = 10_000
+#: On the small path a torch model's steps take SciPy's finite differences (``jac``'s
+#: scheme, 2-point by default) and J at p̂, for pcov, is autodiff's: P + 1 plain
+#: evaluations of f cost 3-7× less than one autodiff Jacobian on the CPU (Gaussian, P = 4,
+#: one thread: 0.09 against 0.62 ms at N = 10³, 1.8 against 6.0 ms at 10⁵).
+_METHODS = ("trf", "dogbox", "lm")
+_SCHEMES = ("2-point", "3-point", "cs")
+_SCIPY_KEYWORDS = frozenset(
+    {
+        "maxfev",
+        "max_nfev",
+        "ftol",
+        "xtol",
+        "gtol",
+        "x_scale",
+        "diff_step",
+        "loss",
+        "f_scale",
+        "epsfcn",
+        "factor",
+        "col_deriv",
+        "tr_solver",
+        "tr_options",
+        "verbose",
+        "jac_sparsity",
+        "lsmr_tol",
+        "max_iter",
+    }
+)
+
+
+def curve_fit(
+    f: Callable[..., Any],
+    xdata: Any,
+    ydata: Any,
+    p0: Any = None,
+    sigma: Any = None,
+    absolute_sigma: bool = False,
+    check_finite: bool | None = None,
+    bounds: Any = (-np.inf, np.inf),
+    method: str | None = None,
+    jac: Callable[..., Any] | str | None = None,
+    *,
+    full_output: bool = False,
+    nan_policy: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Fit ``f(xdata, *p)`` to ``ydata`` as ``scipy.optimize.curve_fit`` does.
+
+    Every argument means what it means in SciPy 1.17 (docs/curve-fitting.md#coming-from-scipy
+    lists what differs). ``f`` may be written with NumPy (J by SciPy's finite differences,
+    or ``jac``) or with torch (J by autodiff). Returns ``(popt, pcov)``, or with
+    ``full_output=True`` SciPy's ``(popt, pcov, infodict, mesg, ier)``; NumPy float64 for
+    NumPy input, torch tensors on the data's device for torch input. The richer result
+    (rank, singular values, steps, report) is `curve_fit_result`'s.
+
+    Besides SciPy's keywords (``maxfev`` / ``max_nfev``, ``ftol``, ``xtol``, ``gtol``,
+    ``x_scale``, ``diff_step``, ``loss``, ``f_scale``) a torch model takes the engine's
+    ``device``, ``dtype``, ``slice_size`` and ``max_steps``, which send it to the sliced
+    engine of `curve_fit_result`.
+    """
+    if not callable(f):
+        raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
+    if "args" in kwargs:
+        raise hinted(
+            ValueError,
+            "'args' is not a supported keyword argument.",
+            "bind extra arguments into f, e.g. lambda x, a, b: g(x, a, b, extra)",
+        )
+    unknown = sorted(set(kwargs) - _SCIPY_KEYWORDS - ENGINE_KEYWORDS)
+    if unknown:
+        raise hinted(
+            TypeError,
+            f"curve_fit() got an unexpected keyword argument {unknown[0]!r}.",
+            f"the keywords beyond SciPy's signature are {sorted(_SCIPY_KEYWORDS | ENGINE_KEYWORDS)}",
+        )
+    torch_out = isinstance(ydata, torch.Tensor) or isinstance(xdata, torch.Tensor)
+    out_device = (
+        ydata.device
+        if isinstance(ydata, torch.Tensor)
+        else xdata.device
+        if isinstance(xdata, torch.Tensor)
+        else None
+    )
+    n = parameter_count(f) if p0 is None else int(np.atleast_1d(numpy_array(p0)).size)
+    lower, upper = scipy_bounds(bounds, n)
+    start = (
+        feasible_start(lower, upper)
+        if p0 is None
+        else np.atleast_1d(numpy_array(p0)).reshape(-1).copy()
+    )
+    if not np.all(np.isfinite(start)):
+        raise hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
+    if np.any((start < lower) | (start > upper)):
+        raise hinted(
+            ValueError,
+            "Initial guess is outside of provided bounds",
+            f"p0 {start.tolist()} lies outside the bounds: start within them, or leave p0 out "
+            "for SciPy's feasible start",
+        )
+    bounded = bool(np.any(np.isfinite(lower) | np.isfinite(upper)))
+    if method is None:
+        method = "trf" if bounded else "lm"
+    if method not in _METHODS:
+        raise hinted(
+            ValueError,
+            "`method` must be 'trf', 'dogbox' or 'lm'.",
+            f"got {method!r}; all three run the same LM here",
+        )
+    if method == "lm" and bounded:
+        raise hinted(
+            ValueError,
+            "Method 'lm' only works for unconstrained problems. Use 'trf' or 'dogbox' instead.",
+            "leave method out: with bounds it defaults to 'trf'",
+        )
+    if jac is not None and not callable(jac) and jac not in _SCHEMES:
+        raise hinted(
+            ValueError,
+            "`jac` must be '2-point', '3-point', 'cs' or callable.",
+            f"got {jac!r}",
+        )
+    if check_finite is None:
+        check_finite = nan_policy is None
+    if nan_policy not in (None, "raise", "omit", "propagate"):
+        raise hinted(
+            ValueError,
+            "nan_policy must be one of {None, 'raise', 'omit'}",
+            f"got {nan_policy!r}",
+        )
+    y = numpy_array(ydata).reshape(-1) if numpy_array(ydata).ndim else numpy_array(ydata).reshape(1)
+    x = xdata
+    if isinstance(xdata, (list, tuple, np.ndarray)):
+        x = np.asarray(xdata, dtype=np.float64)
+    elif isinstance(xdata, torch.Tensor):
+        x = xdata.detach().cpu().to(torch.float64).numpy()
+    if check_finite:
+        refuse_non_finite("ydata", y)
+        if isinstance(x, np.ndarray):
+            refuse_non_finite("xdata", x)
+    if y.size == 0:
+        raise hinted(ValueError, "`ydata` must not be empty!", "pass at least one data point")
+    if not check_finite and nan_policy is not None:
+        if nan_policy == "propagate":
+            raise hinted(
+                ValueError,
+                "`nan_policy='propagate'` is not supported by this function.",
+                "use nan_policy='omit' to drop the NaN points, or 'raise'",
+            )
+        has_nan = bool(np.isnan(y).any()) or (isinstance(x, np.ndarray) and bool(np.isnan(x).any()))
+        if has_nan and nan_policy == "raise":
+            raise hinted(
+                ValueError,
+                "The input contains nan values",
+                "drop them or pass nan_policy='omit'",
+            )
+        if has_nan:
+            x, y, sigma = omit_nan(x, y, sigma)
+    if method == "lm" and y.size != 1 and n > y.size:
+        raise hinted(
+            TypeError,
+            f"The number of func parameters={n} must not exceed the number of data points={y.size}",
+            "fit fewer parameters or give more points",
+        )
+    weights = whitening(sigma, y.size)
+    maxfev = kwargs.get("max_nfev", kwargs.get("maxfev"))
+    if maxfev is None:
+        maxfev = 200 * (n + 1) if method == "lm" else 100 * n
+    if isinstance(maxfev, bool) or not isinstance(maxfev, (int, np.integer)) or maxfev < 1:
+        raise hinted(
+            ValueError,
+            f"`max_nfev` must be None or a positive integer, got {maxfev!r}.",
+            "pass e.g. maxfev=1000",
+        )
+    tol = {k: non_negative(k, kwargs.get(k, 1e-8)) for k in ("ftol", "xtol", "gtol")}
+    loss = kwargs.get("loss", "linear")
+    if loss not in ROBUST_LOSSES:
+        raise hinted(
+            ValueError,
+            f"`loss` must be one of {ROBUST_LOSSES} or a callable.",
+            f"got {loss!r}; a callable loss is not supported here: use one of the named ones",
+        )
+    f_scale = non_negative("f_scale", kwargs.get("f_scale", 1.0), positive=True)
+    x_scale = kwargs.get("x_scale")
+    scale: np.ndarray | None = None
+    if x_scale is not None and not (isinstance(x_scale, str) and x_scale == "jac"):
+        try:
+            scale = np.broadcast_to(np.asarray(x_scale, dtype=np.float64), (n,)).copy()
+        except (TypeError, ValueError) as err:
+            raise hinted(
+                ValueError,
+                "`x_scale` must be 'jac' or array_like with positive numbers.",
+                f"got {x_scale!r}",
+            ) from err
+        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise hinted(
+                ValueError,
+                "`x_scale` must be 'jac' or array_like with positive numbers.",
+                f"got {x_scale!r}",
+            )
+    steps = diff_step(kwargs, n)
+    if callable(jac) and kwargs.get("col_deriv"):  # leastsq's Jacobian by columns: P × N
+        by_columns = jac
+
+        def jac(x: Any, *p: Any) -> Any:
+            return np.asarray(by_columns(x, *p)).T
+
+    with _one_thread(y.size):
+        kind, _, untracked = ("numpy", "", []) if callable(jac) else model_kind(f, x, start)
+        on_device = out_device is not None and out_device.type != "cpu"
+        engine = bool(ENGINE_KEYWORDS & set(kwargs)) or (
+            kind == "torch" and (y.size > SMALL_POINTS or on_device)
+        )
+        if not (engine and kind == "torch" and weights.factor is None and jac is None):
+            return _small_fit(
+                f,
+                x,
+                y,
+                start,
+                lower,
+                upper,
+                weights,
+                jac,
+                method,
+                loss,
+                f_scale,
+                scale,
+                steps,
+                int(maxfev),
+                tol,
+                absolute_sigma,
+                full_output,
+                torch_out,
+                out_device,
+                kind,
+                untracked,
+            )
+    with torch_threads(1 if y.size < ENGINE_ONE_THREAD_POINTS else None):
+        return engine_fit(
+            f,
+            xdata,
+            ydata,
+            start,
+            sigma,
+            absolute_sigma,
+            (lower, upper),
+            loss,
+            f_scale,
+            full_output,
+            torch_out,
+            kwargs,
+        )
+
+
+@contextmanager
+def _one_thread(points: int) -> Iterator[None]:
+    """One torch thread (and one BLAS thread from ``BLAS_POINTS`` points on) for a small
+    fit: its kernels are too short to share, and two pools alternating on busy cores
+    made a fit of 10⁴ points 38× slower with torch's default two threads than with one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with one_blas_thread() if points >= BLAS_POINTS else nullcontext():
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _small_fit(
+    f: Callable[..., Any],
+    x: Any,
+    y: np.ndarray,
+    start: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    whitening: Whitening,
+    jac: Any,
+    method: str,
+    loss: str,
+    f_scale: float,
+    scale: np.ndarray | None,
+    diff_step: np.ndarray | None,
+    maxfev: int,
+    tol: dict[str, float],
+    absolute_sigma: bool,
+    full_output: bool,
+    torch_out: bool,
+    out_device: Any,
+    kind: str,
+    untracked: list[int],
+) -> Any:
+    """The fit on the small path (``_curve.small``) with ``kind``'s provider of J."""
+    n = start.size
+    if kind == "torch" and jac is None:
+        provider: Any = TorchProvider(
+            f,
+            x,
+            y,
+            whitening,
+            differences=(lower, upper),
+            scheme=jac if isinstance(jac, str) else "2-point",
+            diff_step=diff_step,
+        )
+        if untracked:
+            _refuse_untracked(x, y, whitening, provider, start, lower, upper, untracked)
+    else:
+        provider = DifferenceProvider(
+            f,
+            x,
+            y,
+            whitening,
+            scheme=jac if isinstance(jac, str) else "2-point",
+            diff_step=diff_step,
+            jac=jac if callable(jac) else None,
+            lower=lower,
+            upper=upper,
+        )
+    fit = solve_small(
+        provider,
+        start,
+        lower,
+        upper,
+        max_nfev=int(maxfev),
+        x_scale=scale,
+        loss=loss,
+        f_scale=f_scale,
+        **tol,
+    )
+    if fit.status == 0:
+        raise RuntimeError(
+            "Optimal parameters not found: "
+            + fit.message
+            + f" HINT: raise maxfev (it was {maxfev}) or start nearer the optimum"
+        )
+    final = fit.jacobian
+    if (
+        isinstance(provider, TorchProvider)
+        and provider.differences is not None
+        and loss == "linear"
+    ):
+        final = provider.exact_jacobian(fit.params)  # the steps used differences; pcov is exact
+    pcov = scipy_pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma, method)
+    popt = fit.params
+    if torch_out:
+        popt_t = torch.from_numpy(popt.copy()).to(out_device)
+        pcov_t = torch.from_numpy(pcov).to(out_device)
+        result: tuple[Any, ...] = (popt_t, pcov_t)
+    else:
+        result = (popt, pcov)
+    if not full_output:
+        return result
+    info: dict[str, Any] = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
+    if method == "lm":  # leastsq's factor of J at p̂: R (transposed), pivots, Qᵀr
+        q, r, piv = pivoted_qr(final)
+        info.update(fjac=r.T, ipvt=piv + 1, qtf=q.T @ fit.residuals)
+    return (*result, info, fit.message, fit.status)
+
+
+def _refuse_untracked(
+    x: Any,
+    y: np.ndarray,
+    whitening: Whitening,
+    provider: TorchProvider,
+    p: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    dead: list[int],
+) -> None:
+    """Refuse a torch model that turned a parameter into a Python number (``math.exp(b)``):
+    autodiff sees no dependence where finite differences do."""
+    r = provider.residuals(p)
+    numeric = DifferenceProvider(
+        lambda xx, *q: provider._call(torch.tensor(q, dtype=torch.float64)).detach().numpy(),
+        x,
+        y,
+        whitening,
+        lower=lower,
+        upper=upper,
+    )
+    fd = numeric.jacobian(p, r)
+    untracked = [k for k in dead if np.max(np.abs(fd[:, k])) > 0]
+    if untracked:
+        raise ValueError(
+            f"curve_fit differentiates f by autodiff, but f's output does not depend on "
+            f"parameter(s) {untracked} under autodiff while finite differences say it does: "
+            "f turns them into Python numbers (float(p), math.exp(p), p.item()). HINT: use "
+            "torch operations on the parameters (torch.exp(b)), or write f with NumPy "
+            "throughout so it is differentiated numerically"
+        )
