@@ -321,7 +321,7 @@ class PointResidual:
 def piecewise_linear_layers(model: nn.Module) -> list[str]:
     """Names of the layers of ``model`` whose second derivative is zero (ReLU and kin)."""
     return [
-        name or type(m).__name__
+        f"{name} ({type(m).__name__})" if name else type(m).__name__
         for name, m in model.named_modules()
         if isinstance(m, _PIECEWISE_LINEAR)
     ]

@@ -59,6 +59,7 @@ from .options import (
     check_options,
     check_poor_start_options,
 )
+from .points import check_point_residual
 from .report import StepReport
 from .robust import check_robust_loss, robust_residual_fn
 from .scaling import remembered
@@ -72,7 +73,10 @@ class LMA:
     """Levenberg-Marquardt training of ``model`` (see the module docstring for the maths).
 
     ``model`` must sit on one of ``devices`` (it is replicated on each for data-parallel
-    Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``).
+    Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``), or it
+    is a ``marquardt.jacobian.PointResidual``: residuals that call the model as a function
+    of one point and differentiate it by its inputs (physics-informed networks; batches
+    from ``PointResidual.batch``; see ``_lm/points.py`` and docs/tutorial/pinn.md).
     ``loss_fn(outputs, targets)``, when given, decides acceptance instead of the mean of
     squared residuals. ``learning_rate`` scales every step (θ ← θ − lr·δ). ``damping`` is
     "nielsen" (the default: Nielsen's gain-ratio rule) or "fixed" (λ·up on rejection,
@@ -208,6 +212,7 @@ class LMA:
             params_per_step=params_per_step,
             process_group=process_group,
         )
+        check_point_residual(residual_fn, model, loss_fn=loss_fn, robust_loss=robust_loss)
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
         check_selection(params_per_step, param_selection, seed, gtol)
         check_limit(memory_limit)
