@@ -185,7 +185,7 @@ def test_a_relu_network_with_first_derivatives_only_is_served() -> None:
 
 
 def test_a_float32_model_is_refused_unless_asked_for() -> None:
-    with pytest.raises(ParameterDtypeError, match="HINT: call model.to"):
+    with pytest.raises(ParameterDtypeError, match=r"HINT: call model\.to"):
         JacobianEngine(Replicas(_net(dtype=torch.float32), ["cpu"]), _residual())
     single = PointResidual(ResidualGroup("pde", _pde), dtype=torch.float32)
     JacobianEngine(Replicas(_net(dtype=torch.float32), ["cpu"]), single)
@@ -194,7 +194,7 @@ def test_a_float32_model_is_refused_unless_asked_for() -> None:
 def test_targets_not_built_by_batch_are_refused() -> None:
     engine = JacobianEngine(Replicas(_net(), ["cpu"]), _residual())
     x = torch.rand(6, 2, dtype=torch.float64)
-    with pytest.raises(ResidualShapeError, match="PointResidual.batch"):
+    with pytest.raises(ResidualShapeError, match=r"PointResidual\.batch"):
         engine.jacobian(x, torch.full((6, 1), 7.0, dtype=torch.float64))
 
 
