@@ -239,14 +239,15 @@ class JacobianEngine:
             self.last_plan = known
             return known
         m, activations = self._probe(inputs, targets)
-        if self.mode in ("auto", "layers") and self._layers_ok is None:
+        outputs_fn = None if isinstance(self.residual_fn, PointResidual) else self.residual_fn
+        if outputs_fn and self.mode in ("auto", "layers") and self._layers_ok is None:
             # Checked once per engine: where the rules disagree, vmap is used instead.
-            why = verify_layers(self.replicas[0], self.residual_fn, inputs, targets)
+            why = verify_layers(self.replicas[0], outputs_fn, inputs, targets)
             self._layers_ok = why is None
             if why is not None:
                 self._layers_reason = why
-        if self.mode in ("auto", "broadcast") and self._broadcast_ok is None:
-            why = verify_broadcast(self.replicas[0], self.residual_fn, inputs, targets)
+        if outputs_fn and self.mode in ("auto", "broadcast") and self._broadcast_ok is None:
+            why = verify_broadcast(self.replicas[0], outputs_fn, inputs, targets)
             self._broadcast_ok = why is None
             if why is not None:
                 self._broadcast_reason = why

@@ -68,7 +68,7 @@ class PointModel:
         self.params = params
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        out = functional_call(self.module, dict(self.params), (x.unsqueeze(0),))
+        out: torch.Tensor = functional_call(self.module, dict(self.params), (x.unsqueeze(0),))
         out = out.squeeze(0)
         return out.squeeze(0) if out.dim() == 1 and out.shape[0] == 1 else out
 

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from marquardt.devices import check_model_devices
-from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas
+from marquardt.jacobian import JacobianEngine, PointResidual, PreparedBatch, Replicas
 
 from .._backends.base import ArrayBackend, host_vector
 from .._backends.choice import resolve_backend
@@ -216,7 +216,7 @@ class LMA:
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
         check_selection(params_per_step, param_selection, seed, gtol)
         check_limit(memory_limit)
-        if robust is not None:
+        if robust is not None and not isinstance(residual_fn, PointResidual):
             residual_fn = robust_residual_fn(residual_fn, *robust)
         device_list = options.devices
         if any(str(d).startswith("cuda") for d in device_list):
