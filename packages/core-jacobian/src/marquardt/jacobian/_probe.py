@@ -86,13 +86,15 @@ def probe_points(
     replica: Replica, residual: PointResidual, inputs: torch.Tensor, targets: torch.Tensor
 ) -> tuple[int, int]:
     """``(m, activations per point)`` of a :class:`PointResidual`, from its first points of
-    every group; refuses a group whose residuals do not depend on θ.
+    every group; refuses a group whose residuals do not depend on θ because of ReLU-like
+    layers.
 
     The activations are those of the plain forward (the planner multiplies them by the
-    residual's ``graph_factor``, the input-derivative graph). A group whose rows of ``J`` are all
-    exactly zero on its first points gives the LM step nothing to fit: with ReLU-like
-    layers under a second derivative (zero almost everywhere) that is the rule, not bad
-    luck, and the message says so.
+    residual's ``graph_factor``, the input-derivative graph). A group whose rows of ``J``
+    are all exactly zero on its first points gives the LM step nothing to fit: with
+    ReLU-like layers under a second derivative (zero almost everywhere) that is the rule,
+    not bad luck, and it is refused before any work. Activations called as functions
+    (``F.relu`` inside a ``forward``) are not seen as layers and not refused.
     """
     residual.check_targets(targets)
     picks = [(group, lo, min(hi, lo + PROBE_SAMPLES)) for group, lo, hi in residual.runs(targets)]
@@ -131,21 +133,23 @@ def probe_points(
 
 
 def _refuse_constant_group(replica: Replica, residual: PointResidual, group: int) -> None:
-    name = residual.groups[group].name
+    """Raise when the model's piecewise-linear layers explain a group's zero rows of J.
+
+    Without such layers zero rows are legitimate (a group that does not involve the
+    trainable parameters, such as boundary rows when only a coefficient is trained)."""
     flat = piecewise_linear_layers(replica.module)
-    found = "its residuals do not depend on the parameters at its first points (J rows are 0)"
-    if flat:
-        found += (
-            f"; the model has piecewise-linear layers ({', '.join(flat[:4])}), whose second "
-            "derivative by the inputs is zero almost everywhere"
-        )
+    if not flat:
+        return
+    name = residual.groups[group].name
     raise ResidualNotDifferentiableError(
         message(
             f"the Jacobian of group {name!r} of {residual!r} with respect to the parameters "
             "was requested",
-            found,
+            "its residuals do not depend on the parameters at its first points (J rows are 0) "
+            f"and the model has piecewise-linear layers ({', '.join(flat[:4])}), whose second "
+            "derivative by the inputs is zero almost everywhere",
             "use a smooth activation (nn.Tanh, nn.SiLU, nn.Softplus, nn.GELU) for residuals "
-            "that differentiate the model twice, and keep the group's residual a function of u",
+            "that differentiate the model twice",
         )
     )
 
