@@ -19,7 +19,7 @@ u = sin(πx) sin(πy)). Every method trains the same tanh network from the same 
 
 Each method runs in its own process (peak RSS growth over the process after set-up is
 its memory); the clock excludes the error evaluations on the 41 × 41 test grid. Writes
-``results/bench_pinn.json`` and ``results/pinn_error_time.png``, ``pinn_error_field.png``
+``results/pinn.json`` and ``results/pinn_error_time.png``, ``pinn_error_field.png``
 (copied to docs/img), and prints the summary rows with their targets.
 
     flock /tmp/marquardt-bench.lock python benchmarks/bench_pinn.py [--quick] [--device cpu]
@@ -249,6 +249,69 @@ def _field(model: nn.Module, device: torch.device) -> list[list[float]]:
     return err.cpu().tolist()
 
 
+# -- the Jacobian orders, measured --------------------------------------------------------
+HESSIANS = {
+    "jacfwd(jacrev) (torch.func.hessian)": lambda u: torch.func.jacfwd(torch.func.jacrev(u)),
+    "jacrev(jacrev)": lambda u: torch.func.jacrev(torch.func.jacrev(u)),
+    "jacrev(jacfwd)": lambda u: torch.func.jacrev(torch.func.jacfwd(u)),
+    "jacfwd(jacfwd)": lambda u: torch.func.jacfwd(torch.func.jacfwd(u)),
+}
+
+
+def measure_orders(quick: bool, device: torch.device) -> list[dict[str, Any]]:
+    """Seconds of one J (explicit) and of one JᵀJ (accumulate) of the Poisson residual, per
+    order over θ (``vmap``: reverse, ``jacfwd``: forward) and per order of the input
+    Hessian inside the residual; the J of every combination is checked against the first."""
+    from marquardt.jacobian import JacobianEngine, PointResidual, Replicas, ResidualGroup
+
+    hidden, n = sizes(quick)
+    inner, edge = collocation(n)
+    out: list[dict[str, Any]] = []
+    reference = None
+    for name, hess in HESSIANS.items():
+
+        def laplacian_rows(
+            u: Any, x: torch.Tensor, f: torch.Tensor, hess: Any = hess
+        ) -> torch.Tensor:
+            return -hess(u)(x).trace() - f
+
+        residual = PointResidual(
+            ResidualGroup("pde", laplacian_rows), ResidualGroup("boundary", boundary)
+        )
+        x, y = residual.batch(pde=(inner, source(inner)), boundary=edge)
+        for mode in ("vmap", "jacfwd"):
+            engine = JacobianEngine(
+                Replicas(network(hidden, device), [device]), residual, mode=mode
+            )
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                jac, _ = engine.jacobian(x, y)
+                times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            engine.accumulate(x, y)
+            acc = time.perf_counter() - t0
+            if reference is None:
+                reference = jac
+            diff = float((jac - reference).abs().max())
+            out.append(
+                {
+                    "hessian": name,
+                    "order_over_theta": mode,
+                    "explicit_s": min(times),
+                    "accumulate_s": acc,
+                    "max_diff": diff,
+                }
+            )
+            print(
+                f"{name:38s} {mode:7s} J {min(times) * 1e3:8.1f} ms  JᵀJ {acc * 1e3:8.1f} ms"
+                f"  |ΔJ| {diff:.1e}",
+                flush=True,
+            )
+            engine.close()
+    return out
+
+
 # -- the parent: children, rows, figures ------------------------------------------------------
 def _child(
     args: argparse.Namespace, method: str, budget: float, lr: float = 0.0
@@ -291,23 +354,38 @@ def _error_at(trace: list[list[float]], t: float) -> float:
     return best
 
 
-def main() -> None:
+def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--quick", action="store_true", help="small network, 10 s budgets")
     parser.add_argument("--budget", type=float, default=None, help="seconds per method")
+    parser.add_argument(
+        "--orders", action="store_true", help="only time the Jacobian orders (in-process)"
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--lr", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     setup_threads()
-    budget = args.budget or (10.0 if args.quick else 50.0)
     device = torch.device(args.device)
     if args.child:
+        budget = args.budget or (10.0 if args.quick else 50.0)
         print(json.dumps(run_method(args.child, budget, args.quick, device, args.lr)))
         return
+    if args.orders:
+        orders = {"machine": machine(), "quick": args.quick}
+        orders["orders"] = measure_orders(args.quick, device)
+        print(f"wrote {write_json('pinn_orders' + ('-quick' if args.quick else ''), orders)}")
+        return
+    main(quick=args.quick, budget=args.budget, device=args.device)
 
+
+def main(quick: bool = False, budget: float | None = None, device: str = "cpu") -> dict[str, Any]:
+    """The comparison (each method in its own process); writes the JSON and the figures."""
+    setup_threads()
+    budget = budget or (10.0 if quick else 50.0)
+    args = argparse.Namespace(quick=quick, device=device)
     info = machine()
-    results: dict[str, Any] = {"machine": info, "budget_s": budget, "quick": args.quick}
+    results: dict[str, Any] = {"machine": info, "budget_s": budget, "quick": quick}
     tuning = {}
     for lr in ADAM_RATES:
         r = _child(args, "adam", budget / 4, lr)
@@ -377,9 +455,61 @@ def main() -> None:
             )
     results["rows"] = rows
     print(format_rows(rows))
-    path = write_json("bench_pinn" + ("-quick" if args.quick else ""), results)
+    path = write_json("pinn" + ("-quick" if quick else ""), results)
     print(f"wrote {path}")
-    _figures(runs, args.quick, results)
+    _figures(runs, quick, results)
+    return results
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the comparison, with their targets."""
+    return list(results["rows"])
+
+
+def section(results: dict[str, Any]) -> str:
+    """RESULTS.md's section: one line per method, the Jacobian orders, the figures."""
+    m = results["machine"]
+    lines = [
+        f"2-D Poisson, 2-32-32-1 tanh (P = {results['runs']['ours']['params']:,}), "
+        f"{results['runs']['ours']['rows']:,} collocation rows, float64, "
+        f"{results['budget_s']:.0f} s per method; {m['cpu']}, load {m['load_average_1min']:.1f} "
+        f"at the start; Adam's learning rate {results['adam_lr']:g} (tuned over "
+        f"{', '.join(results['adam_tuning'])}).",
+        "",
+        "| method | relative L2 error | steps | step (median) | peak RSS growth |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in results["runs"].items():
+        if r is None:
+            lines.append(f"| {name} | failed | | | |")
+            continue
+        lines.append(
+            f"| {name} | {r['trace'][-1][1]:.3g} | {r['steps']} | "
+            f"{r['step_median_s'] * 1e3:.1f} ms | {r['memory_mib']:.0f} MiB |"
+        )
+    orders_path = RESULTS_DIR / "pinn_orders.json"
+    if orders_path.exists():
+        orders = json.loads(orders_path.read_text())["orders"]
+        lines += [
+            "",
+            "Jacobian orders (`--orders`): one J (explicit) and one JᵀJ (accumulate) of the same "
+            "residual, by the order over θ and the order of the input Hessian:",
+            "",
+            "| input Hessian | over θ | J | JᵀJ |",
+            "|---|---|---|---|",
+        ]
+        for o in orders:
+            lines.append(
+                f"| {o['hessian']} | {o['order_over_theta']} | {o['explicit_s'] * 1e3:.0f} ms | "
+                f"{o['accumulate_s'] * 1e3:.0f} ms |"
+            )
+    lines += [
+        "",
+        "![error against wall time](../docs/img/pinn_error_time.png)",
+        "",
+        "![error field](../docs/img/pinn_error_field.png)",
+    ]
+    return "\n".join(lines)
 
 
 def _figures(runs: dict[str, Any], quick: bool, results: dict[str, Any]) -> None:
@@ -429,4 +559,4 @@ def _figures(runs: dict[str, Any], quick: bool, results: dict[str, Any]) -> None
 
 
 if __name__ == "__main__":
-    main()
+    cli()

@@ -42,6 +42,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
     ("curve_fit", "bench_curve_fit", {}, {"quick": True}),
     ("nist", "bench_nist", {}, {"quick": True}),
+    ("pinn", "bench_pinn", {}, {"quick": True}),
     (
         "quality",
         "bench_quality",
@@ -403,6 +404,12 @@ SECTIONS = {
         None,
         lambda r: __import__("bench_nist").section(r),
         "bench_nist.py",
+    ),
+    "pinn": (
+        "PINN: 2-D Poisson",
+        None,
+        lambda r: __import__("bench_pinn").section(r),
+        "bench_pinn.py",
     ),
 }
 
