@@ -127,6 +127,21 @@ def test_subset_columns_equal_autograd_jacobian(mode: str) -> None:
     assert float((jac - j_ref[:, index]).abs().max()) <= 1e-10
 
 
+@pytest.mark.parametrize("mode", ["vmap", "jacfwd"])
+def test_shuffled_points_give_the_rows_in_their_order(mode: str) -> None:
+    residual = _residual()
+    replicas = Replicas(_net(), ["cpu"])
+    x, y = _batch(residual)
+    perm = torch.randperm(int(x.shape[0]), generator=torch.Generator().manual_seed(5))
+    xs, ys = x[perm], y[perm]
+    j_ref, r_ref = _reference(replicas, residual, x, y)
+    engine = JacobianEngine(replicas, residual, mode=mode, memory_budget=40_000)
+    jac, res = engine.jacobian(xs, ys, slice_size=10)
+    assert float((jac - j_ref[perm]).abs().max()) <= 1e-10
+    assert float((res - r_ref[perm]).abs().max()) <= 1e-10
+    assert engine.loss(xs, ys) == pytest.approx(float(r_ref @ r_ref) / 38, rel=1e-12)
+
+
 def test_layers_and_broadcast_are_never_chosen_and_say_why() -> None:
     residual = _residual()
     engine = JacobianEngine(Replicas(_net(), ["cpu"]), residual, mode="layers")

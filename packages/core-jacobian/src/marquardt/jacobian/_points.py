@@ -226,6 +226,17 @@ class PointResidual:
             yield int(g), lo, lo + int(c)
             lo += int(c)
 
+    def grouped(self, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(order, restore)`` that sort a slice's points by group (stably) and put the
+        rows back, or None when they are already in runs by group: a shuffled batch
+        (a ``DataLoader`` over ``batch()``'s tensors) is evaluated one ``vmap`` per group,
+        not one per run of a few points."""
+        tags = targets[:, 0].detach().to("cpu", torch.int64)
+        if tags.numel() < 2 or bool((tags[1:] >= tags[:-1]).all()):
+            return None
+        order = torch.sort(tags, stable=True).indices
+        return order, torch.argsort(order)
+
     def check_targets(self, targets: torch.Tensor) -> None:
         """Refuse targets that were not built by :meth:`batch` (group column missing or
         out of range), before any work."""
@@ -275,6 +286,10 @@ class PointResidual:
     ) -> torch.Tensor:
         """The ``b × m`` residuals of the ``b`` points of ``x`` (a graph through ``params``
         when they carry one)."""
+        sorting = self.grouped(y)
+        if sorting is not None:
+            order, restore = (i.to(x.device) for i in sorting)
+            return self.rows(module, params, x[order], y[order])[restore]
         blocks = []
         for group, lo, hi in self.runs(y):
             one = self.point_fn(group)

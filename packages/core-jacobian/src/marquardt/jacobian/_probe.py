@@ -97,8 +97,12 @@ def probe_points(
     (``F.relu`` inside a ``forward``) are not seen as layers and not refused.
     """
     residual.check_targets(targets)
-    picks = [(group, lo, min(hi, lo + PROBE_SAMPLES)) for group, lo, hi in residual.runs(targets)]
-    index = torch.cat([torch.arange(lo, hi) for _g, lo, hi in picks])
+    tags = targets[:, 0].detach().to("cpu", torch.int64)
+    firsts = [
+        (int(g), torch.nonzero(tags == g).reshape(-1)[:PROBE_SAMPLES])
+        for g in torch.unique(tags).tolist()
+    ]  # the first points of every group, wherever they sit in the batch
+    index = torch.cat([i for _g, i in firsts])
     x = to_device(inputs[index], replica.device)
     y = to_device(targets[index], replica.device)
     activations = 0
@@ -124,8 +128,8 @@ def probe_points(
     check_finite_residuals(res.reshape(k, m), m)
     rows = jac.reshape(k, m, -1)
     start = 0
-    for group, lo, hi in picks:
-        count_here = hi - lo
+    for group, picked in firsts:
+        count_here = int(picked.numel())
         if not bool(rows[start : start + count_here].any()):
             _refuse_constant_group(replica, residual, group)
         start += count_here

@@ -84,6 +84,26 @@ def points_jacobian(
     columns: ColumnSubset | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(J, r)`` for the ``b`` points of ``x``: ``J`` is ``(b·m) × P`` (or ``× k``)."""
+    sorting = residual.grouped(y)
+    if sorting is not None:
+        # Points of the groups interleaved: evaluate them sorted, hand the rows back in order.
+        order, restore = (i.to(x.device) for i in sorting)
+        jac, res = points_jacobian(
+            replica,
+            residual,
+            x[order],
+            y[order],
+            mode,
+            samples_per_call=samples_per_call,
+            param_chunk=param_chunk,
+            columns=columns,
+        )
+        b = int(x.shape[0])
+        m = int(res.numel()) // b
+        return (
+            jac.reshape(b, m, -1)[restore].reshape(b * m, -1),
+            res.reshape(b, m)[restore].reshape(-1),
+        )
     primals, to_params, owner, local, width = _primals(replica, columns)
     if mode == "jacfwd":
         return _forward(replica, residual, x, y, primals, to_params, owner, local, param_chunk)
