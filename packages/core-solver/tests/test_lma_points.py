@@ -115,3 +115,18 @@ def test_two_processes_take_the_steps_of_one(pair: dict[str, Any], name: str) ->
         assert rel <= 1e-8, f"step {k}: relative difference {rel:.3g}"
     assert two["damping"] == pytest.approx(one["damping"], rel=1e-8)
     assert float((one["theta"][-1] - start).detach().norm()) > 1e-3
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_poisson_on_a_gpu_matches_the_cpu_iterates() -> None:
+    x, y = batch(8)
+    cpu, gpu = network(8), network(8).cuda()
+    lm_cpu = LMA(cpu, ["cpu"], residual())
+    lm_gpu = LMA(gpu, ["cuda:0"], residual())
+    for _ in range(3):
+        lm_cpu.step(x, y)
+        lm_gpu.step(x.cuda(), y.cuda())
+    a = torch.nn.utils.parameters_to_vector(cpu.parameters()).detach()
+    b = torch.nn.utils.parameters_to_vector(gpu.parameters()).detach().cpu()
+    assert float((a - b).norm() / a.norm()) <= 1e-8
