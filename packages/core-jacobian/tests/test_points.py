@@ -142,6 +142,18 @@ def test_shuffled_points_give_the_rows_in_their_order(mode: str) -> None:
     assert engine.loss(xs, ys) == pytest.approx(float(r_ref @ r_ref) / 38, rel=1e-12)
 
 
+def test_the_batch_carries_everything_a_slice_needs() -> None:
+    # Built by one PointResidual, evaluated by another of the same groups (as each rank of
+    # a process group builds its own): the targets' shapes travel with the batch.
+    x, y = _batch(_residual())
+    replicas = Replicas(_net(), ["cpu"])
+    j_ref, _ = _reference(replicas, _residual(), x, y)
+    jac, _ = JacobianEngine(replicas, _residual()).jacobian(x, y)
+    assert float((jac - j_ref).abs().max()) <= 1e-10
+    assert y.shape == (38, 4)  # group, target shape, the widest target (flux: 2 values)
+    assert y[:23, 1].eq(-1).all() and y[32:, 1].eq(2).all()
+
+
 def test_layers_and_broadcast_are_never_chosen_and_say_why() -> None:
     residual = _residual()
     engine = JacobianEngine(Replicas(_net(), ["cpu"]), residual, mode="layers")

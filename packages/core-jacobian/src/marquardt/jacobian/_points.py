@@ -13,8 +13,8 @@ of shape ``(d,)``, for ``torch.func.jacrev`` / ``jacfwd`` / ``hessian``), the po
 its target row ``y``; the engine maps it over the points of a slice by ``vmap`` and
 differentiates it with respect to ``θ`` by ``torch.func``. A batch for such a residual
 holds every group's points one after the other (:meth:`PointResidual.batch`); the first
-column of its targets names each point's group, so any slice of the batch, on any
-device or rank, knows which function its points take.
+two columns of its targets name each point's group and the shape of its target, so any
+slice of the batch, on any device or rank, knows which function its points take.
 
 Float64 by default: ``−Δu − f`` cancels to the size of the error one wants (1e-5 of
 ``f`` and below), and the LM system ``JᵀJ`` squares the condition number of ``J``,
@@ -149,7 +149,6 @@ class PointResidual:
             )
         self.groups: tuple[ResidualGroup, ...] = tuple(made)
         self.dtype = dtype
-        self._shapes: dict[int, tuple[int, ...]] = {}
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{g.name}×{g.weight:g}" for g in self.groups)
@@ -176,7 +175,7 @@ class PointResidual:
                     "name each keyword after a ResidualGroup of this PointResidual",
                 )
             )
-        parts: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        parts: list[tuple[int, torch.Tensor, torch.Tensor, int]] = []
         for name, value in points.items():
             x, y = value if isinstance(value, tuple) else (value, None)
             x = torch.as_tensor(x)
@@ -194,8 +193,10 @@ class PointResidual:
                         "pass (points, targets) with the same first dimension",
                     )
                 )
-            self._shapes[known[name]] = tuple(y.shape[1:])
-            parts.append((known[name], x, y.reshape(n, -1)))
+            # How the point's target is handed to fn: a 0-dim tensor for targets of shape (n,)
+            # (code −1), else a vector of its t values (code t; 0: no target).
+            code = -1 if y.dim() == 1 else int(y[0].numel())
+            parts.append((known[name], x, y.reshape(n, -1), code))
         if not parts:
             raise ValueError(
                 message(
@@ -208,22 +209,23 @@ class PointResidual:
         width = max(int(p[2].shape[1]) for p in parts)
         inputs = torch.cat([p[1].to(self.dtype) for p in parts])
         rows = []
-        for index, x, y in parts:
-            row = x.new_zeros((int(x.shape[0]), 1 + width), dtype=self.dtype)
+        for index, x, y, code in parts:
+            row = x.new_zeros((int(x.shape[0]), 2 + width), dtype=self.dtype)
             row[:, 0] = index
-            row[:, 1 : 1 + y.shape[1]] = y
+            row[:, 1] = code
+            row[:, 2 : 2 + y.shape[1]] = y
             rows.append(row)
         return inputs, torch.cat(rows)
 
     # -- evaluation (used by the Jacobian engine) -------------------------------------
-    def runs(self, targets: torch.Tensor) -> Iterator[tuple[int, int, int]]:
-        """``(group, lo, hi)``: the runs of consecutive points of one group in ``targets``
-        (one host read of the group column)."""
-        tags = targets[:, 0].detach().to("cpu", torch.int64)
-        values, counts = torch.unique_consecutive(tags, return_counts=True)
+    def runs(self, targets: torch.Tensor) -> Iterator[tuple[int, int, int, int]]:
+        """``(group, target code, lo, hi)``: the runs of consecutive points of one group in
+        ``targets`` (one host read of the two leading columns)."""
+        head = targets[:, :2].detach().to("cpu", torch.int64)
+        values, counts = torch.unique_consecutive(head, dim=0, return_counts=True)
         lo = 0
-        for g, c in zip(values.tolist(), counts.tolist(), strict=True):
-            yield int(g), lo, lo + int(c)
+        for (g, code), c in zip(values.tolist(), counts.tolist(), strict=True):
+            yield int(g), int(code), lo, lo + int(c)
             lo += int(c)
 
     def grouped(self, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -240,38 +242,36 @@ class PointResidual:
     def check_targets(self, targets: torch.Tensor) -> None:
         """Refuse targets that were not built by :meth:`batch` (group column missing or
         out of range), before any work."""
-        ok = targets.dim() == 2 and targets.shape[1] >= 1
+        ok = targets.dim() == 2 and targets.shape[1] >= 2
         if ok:
-            tags = targets[:, 0].detach().to("cpu")
+            tags, codes = targets[:, 0].detach().to("cpu"), targets[:, 1].detach().to("cpu")
             ok = bool(
                 torch.all(tags == tags.round())
                 and torch.all((tags >= 0) & (tags < len(self.groups)))
+                and torch.all(codes == codes.round())
+                and torch.all((codes >= -1) & (codes <= targets.shape[1] - 2))
             )
         if not ok:
             raise ResidualShapeError(
                 message(
                     f"targets built by PointResidual.batch (a group index in [0, "
-                    f"{len(self.groups)}) in column 0) were expected",
-                    f"got targets of shape {tuple(targets.shape)} without such a column",
+                    f"{len(self.groups)}) in column 0, the target's shape in column 1) were "
+                    "expected",
+                    f"got targets of shape {tuple(targets.shape)} without such columns",
                     "build the batch with x, y = residual.batch(name=points, ...)",
                 )
             )
 
     def point_fn(
-        self, group: int
+        self, group: int, code: int
     ) -> Callable[[nn.Module, Any, torch.Tensor, torch.Tensor], torch.Tensor]:
         """``f(module, params, x_i, y_i) -> r_i`` (a vector of ``m``) of one point of
-        ``group``, with the group column dropped and the weight applied."""
+        ``group`` whose target has ``code`` (see :meth:`batch`), with the leading columns
+        dropped and the weight applied."""
         g = self.groups[group]
-        shape = self._shapes.get(group)
 
         def one(module: nn.Module, params: Any, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-            target = yi[1:]
-            if shape is not None:
-                size = 1
-                for s in shape:
-                    size *= s
-                target = target[:size].reshape(shape)
+            target = yi[2] if code < 0 else yi[2 : 2 + code]
             r = g.fn(PointModel(module, params), xi, target)
             return (g.weight * r).reshape(-1)
 
@@ -291,8 +291,8 @@ class PointResidual:
             order, restore = (i.to(x.device) for i in sorting)
             return self.rows(module, params, x[order], y[order])[restore]
         blocks = []
-        for group, lo, hi in self.runs(y):
-            one = self.point_fn(group)
+        for group, code, lo, hi in self.runs(y):
+            one = self.point_fn(group, code)
             blocks.append(
                 vmap(lambda xi, yi, one=one: one(module, params, xi, yi))(x[lo:hi], y[lo:hi])
             )

@@ -127,8 +127,8 @@ def _reverse(
     module = replica.module
     grads: list[tuple[torch.Tensor, ...]] = []
     blocks: list[torch.Tensor] = []
-    for group, lo, hi in residual.runs(y):
-        one = residual.point_fn(group)
+    for group, code, lo, hi in residual.runs(y):
+        one = residual.point_fn(group, code)
 
         def with_aux(
             ps: tuple[torch.Tensor, ...], xi: torch.Tensor, yi: torch.Tensor, one: Any = one
