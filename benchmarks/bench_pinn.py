@@ -23,6 +23,7 @@ its memory; with ``--device cuda``, the peak of CUDA memory allocated over the s
 (copied to docs/img), and prints the summary rows with their targets.
 
     flock /tmp/marquardt-bench.lock python benchmarks/bench_pinn.py [--quick] [--device cpu]
+    python benchmarks/bench_pinn.py --orders      # only the Jacobian orders, in-process
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import statistics
 import sys
@@ -56,7 +58,10 @@ from _common import (
     write_json,
 )
 
-PEER_PYTHON = Path("/work/peers/tlm/bin/python")
+#: The interpreter the methods' processes run in: this one (``nox -s bench`` installs the
+#: peer beside marquardt), or one named by ``MARQUARDT_BENCH_PYTHON`` whose environment
+#: has torch-levenberg-marquardt (marquardt then comes from PYTHONPATH).
+PEER_PYTHON = Path(os.environ.get("MARQUARDT_BENCH_PYTHON", sys.executable))
 ADAM_RATES = (1e-3, 3e-3, 1e-2, 3e-2)
 
 
@@ -324,7 +329,7 @@ def measure_orders(quick: bool, device: torch.device) -> list[dict[str, Any]]:
 def _child(
     args: argparse.Namespace, method: str, budget: float, lr: float = 0.0
 ) -> dict[str, Any] | None:
-    python = str(PEER_PYTHON) if PEER_PYTHON.exists() else sys.executable
+    python = str(PEER_PYTHON)
     cmd = [
         str(Path(__file__).resolve()),
         "--child",
