@@ -44,6 +44,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("curve_fit", "bench_curve_fit", {}, {"quick": True}),
     ("small_fit", "bench_small_fit", {}, {"quick": True}),
     ("nist", "bench_nist", {}, {"quick": True}),
+    ("pinn", "bench_pinn", {}, {"quick": True}),
     (
         "quality",
         "bench_quality",
@@ -411,6 +412,12 @@ SECTIONS = {
         None,
         lambda r: __import__("bench_nist").section(r),
         "bench_nist.py",
+    ),
+    "pinn": (
+        "PINN: 2-D Poisson",
+        None,
+        lambda r: __import__("bench_pinn").section(r),
+        "bench_pinn.py",
     ),
 }
 

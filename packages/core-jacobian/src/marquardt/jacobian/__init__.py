@@ -3,7 +3,9 @@
 For residuals ``r(θ) ∈ ℝᴿ`` of a model with flat trainable parameters ``θ ∈ ℝᴾ``, this
 package computes ``J = ∂r/∂θ`` slice by slice on every model device, and hands out
 either the slices of ``J`` or the Levenberg-Marquardt normal products ``JᵀJ`` and
-``Jᵀr`` (Marquardt 1963; Nielsen 1999).
+``Jᵀr`` (Marquardt 1963; Nielsen 1999). Residuals are functions of the model's outputs,
+``residual_fn(outputs, targets)``, or call the model as a function of one point and
+differentiate it by its inputs (``PointResidual``: physics-informed networks).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from ._errors import (
     NoTrainableParametersError,
     ParameterDtypeError,
     ResidualDetachedError,
+    ResidualNotDifferentiableError,
     ResidualNotFiniteError,
     ResidualShapeError,
     SliceSizeError,
     UnknownModeError,
 )
 from ._planner import JacobianPlan, plan_jacobian
+from ._points import PointModel, PointResidual, ResidualGroup
 from ._prepared import PreparedBatch
 from ._products import JacobianSlice, NormalProducts, SliceStream
 from ._replicas import Replicas
@@ -44,9 +48,13 @@ __all__ = [
     "NonFiniteInputError",
     "NormalProducts",
     "ParameterDtypeError",
+    "PointModel",
+    "PointResidual",
     "PreparedBatch",
     "Replicas",
     "ResidualDetachedError",
+    "ResidualGroup",
+    "ResidualNotDifferentiableError",
     "ResidualNotFiniteError",
     "ResidualShapeError",
     "SliceSizeError",

@@ -16,8 +16,8 @@ from ._columns import ColumnSubset
 from ._errors import ResidualNotFiniteError, message
 from ._forward import forward_slices
 from ._gram import GramAccumulator
-from ._modes import ResidualFn
 from ._planner import JacobianPlan
+from ._points import AnyResidual
 from ._products import NormalProducts
 from ._replicas import Replicas
 from ._slice_work import Workspaces, jacobian_chunks
@@ -28,7 +28,7 @@ __all__ = ["accumulate_products"]
 
 def accumulate_products(
     replicas: Replicas,
-    residual_fn: ResidualFn,
+    residual_fn: AnyResidual,
     workers: DeviceWorkers,
     workspaces: Workspaces,
     inputs: torch.Tensor,
@@ -104,7 +104,7 @@ def accumulate_products(
 
 def _raise_first_non_finite(
     replicas: Replicas,
-    residual_fn: ResidualFn,
+    residual_fn: AnyResidual,
     workers: DeviceWorkers,
     inputs: torch.Tensor,
     targets: torch.Tensor,

@@ -22,12 +22,13 @@ from ._columns import ColumnSubset
 from ._errors import UnknownModeError, message
 from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
 from ._host_heap import keep_host_heap
-from ._modes import ResidualFn, broadcast_support, layers_support
+from ._modes import broadcast_support, layers_support
 from ._modes._broadcast import BROADCAST_CHUNK
 from ._plan_memo import PlanMemo
 from ._planner import MODES, JacobianPlan, plan_jacobian
+from ._points import AnyResidual, PointResidual
 from ._prepared import PreparedBatch
-from ._probe import default_budget, probe, verify_broadcast, verify_layers
+from ._probe import default_budget, probe, probe_points, verify_broadcast, verify_layers
 from ._products import JacobianSlice, NormalProducts, SliceStream
 from ._replicas import Replicas
 from ._slice_work import Workspaces, slice_jacobian
@@ -55,7 +56,7 @@ class JacobianEngine:
     def __init__(
         self,
         replicas: Replicas,
-        residual_fn: ResidualFn,
+        residual_fn: AnyResidual,
         *,
         mode: str = "auto",
         memory_budget: int | None = None,
@@ -69,14 +70,17 @@ class JacobianEngine:
                     "wrap the model first: Replicas(model, devices)",
                 )
             )
-        if not callable(residual_fn):
+        if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
             raise TypeError(
                 message(
-                    "residual_fn was expected as a function (output, target) -> residuals",
+                    "residual_fn was expected as a function (output, target) -> residuals "
+                    "or a PointResidual",
                     f"got {type(residual_fn).__name__}",
                     "pass e.g. lambda a, b: a - b",
                 )
             )
+        if isinstance(residual_fn, PointResidual):
+            residual_fn.check_model(replicas.dtype)
         forced = _settings.mode() if mode == "auto" else None
         chosen = forced or mode
         if chosen not in MODES:
@@ -109,12 +113,17 @@ class JacobianEngine:
         self._workspaces = Workspaces()
         # Activations per sample from the last probe: sizes forward-only slices.
         self._activations: int | None = None
+        self._graph = 1  # the input-derivative graph, in activations (PointResidual)
         supported, why = layers_support(replicas.model)
+        declared, why_not = broadcast_support(replicas.model)
+        if isinstance(residual_fn, PointResidual):
+            # Both read the outputs' graph alone; the residual differentiates by the inputs.
+            supported = declared = False
+            why = why_not = "the residual differentiates the model by its inputs (PointResidual)"
         self._layers_ok: bool | None = None if supported else False
         self._layers_reason = why
-        declared, why = broadcast_support(replicas.model)
         self._broadcast_ok: bool | None = None if declared else False
-        self._broadcast_reason = why
+        self._broadcast_reason = why_not
         if any(d.type == "cpu" for d in replicas.devices):
             keep_host_heap()  # each step's freed host blocks serve the next step
 
@@ -168,6 +177,10 @@ class JacobianEngine:
 
     def _probe(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
         """``(m, activations per sample)`` from a forward pass on the first samples."""
+        if isinstance(self.residual_fn, PointResidual):
+            m, self._activations = probe_points(self.replicas[0], self.residual_fn, inputs, targets)
+            self._graph = self._input_graph(inputs)
+            return m, self._activations
         m, self._activations = probe(self.replicas[0], self.residual_fn, inputs, targets)
         return m, self._activations
 
@@ -188,6 +201,13 @@ class JacobianEngine:
         """Check the batch and choose strategy, mode and chunking (kept in ``last_plan``)."""
         return self.prepare(inputs, targets, slice_size, strategy=strategy).plan
 
+    def _input_graph(self, inputs: torch.Tensor) -> int:
+        """How many times a sample's activations its input-derivative graph takes (1 for
+        residuals of the outputs)."""
+        if isinstance(self.residual_fn, PointResidual):
+            return self.residual_fn.graph_factor(int(inputs[0].numel()))
+        return 1
+
     def _budget(self) -> int:
         return self.memory_budget or default_budget(self.replicas.devices[0])
 
@@ -196,7 +216,8 @@ class JacobianEngine:
         at most what the budget holds for the activations of the last probe."""
         if not capped:
             return size
-        fits = forward_samples(self._budget(), self._activations or 1, self.replicas.dtype)
+        activations = (self._activations or 1) * self._graph
+        fits = forward_samples(self._budget(), activations, self.replicas.dtype)
         if self.last_plan is not None and self.last_plan.mode == "broadcast":
             fits = min(fits, BROADCAST_CHUNK)  # element-wise work: chunks that stay in cache
         return min(size, fits)
@@ -218,14 +239,15 @@ class JacobianEngine:
             self.last_plan = known
             return known
         m, activations = self._probe(inputs, targets)
-        if self.mode in ("auto", "layers") and self._layers_ok is None:
+        outputs_fn = None if isinstance(self.residual_fn, PointResidual) else self.residual_fn
+        if outputs_fn and self.mode in ("auto", "layers") and self._layers_ok is None:
             # Checked once per engine: where the rules disagree, vmap is used instead.
-            why = verify_layers(self.replicas[0], self.residual_fn, inputs, targets)
+            why = verify_layers(self.replicas[0], outputs_fn, inputs, targets)
             self._layers_ok = why is None
             if why is not None:
                 self._layers_reason = why
-        if self.mode in ("auto", "broadcast") and self._broadcast_ok is None:
-            why = verify_broadcast(self.replicas[0], self.residual_fn, inputs, targets)
+        if outputs_fn and self.mode in ("auto", "broadcast") and self._broadcast_ok is None:
+            why = verify_broadcast(self.replicas[0], outputs_fn, inputs, targets)
             self._broadcast_ok = why is None
             if why is not None:
                 self._broadcast_reason = why
@@ -244,6 +266,7 @@ class JacobianEngine:
             activations_per_sample=activations,
             slice_samples=size,
             cap_slices=cap,
+            input_graph=self._input_graph(inputs),
         )
         self.last_plan = plan
         self._memo.keep(inputs, targets, settings, plan)

@@ -17,6 +17,7 @@ __all__ = [
     "NonFiniteInputError",
     "ParameterDtypeError",
     "ResidualDetachedError",
+    "ResidualNotDifferentiableError",
     "ResidualNotFiniteError",
     "ResidualShapeError",
     "SliceSizeError",
@@ -80,3 +81,8 @@ class BatchNormTrainingError(JacobianError):
 
 class UnknownModeError(JacobianError):
     """An unknown Jacobian mode or strategy was requested."""
+
+
+class ResidualNotDifferentiableError(JacobianError):
+    """A group of a ``PointResidual`` does not depend on the parameters at its first points
+    (piecewise-linear activations, such as ReLU, under a second derivative)."""

@@ -12,8 +12,10 @@ from collections.abc import Callable
 
 import torch
 
-from ._modes import ResidualFn
+from ._errors import message
 from ._modes._common import rows_of
+from ._modes._points import points_residuals
+from ._points import AnyResidual, PointResidual
 from ._replicas import Replicas
 from ._slicing import DeviceWorkers, slice_ranges, to_device, to_host_fresh
 from ._validate import check_finite_residuals
@@ -28,7 +30,7 @@ ForwardSlice = tuple[torch.Tensor | None, torch.Tensor, int, int]
 
 def forward_slices(
     replicas: Replicas,
-    residual_fn: ResidualFn,
+    residual_fn: AnyResidual,
     workers: DeviceWorkers,
     inputs: torch.Tensor,
     targets: torch.Tensor,
@@ -45,16 +47,28 @@ def forward_slices(
     their devices (no host synchronisation per slice). ``check_residuals`` raises on a
     non-finite residual; without it a non-finite residual makes the value non-finite."""
 
+    if loss_fn is not None and isinstance(residual_fn, PointResidual):
+        raise TypeError(
+            message(
+                "a loss_fn(outputs, targets) for a PointResidual was requested",
+                "its residuals are not functions of the outputs",
+                "leave loss_fn unset: the loss is the mean of the squared residuals",
+            )
+        )
+
     def job(dev: int, lo: int, hi: int) -> ForwardSlice:
         replica = replicas[dev]
         x = to_device(inputs[lo:hi], replica.device)
         y = to_device(targets[lo:hi], replica.device)
         with torch.no_grad():
-            out = replica.module(x)
-            res = rows_of(residual_fn(out, y), hi - lo)
+            if isinstance(residual_fn, PointResidual):
+                out, res = None, points_residuals(replica, residual_fn, x, y)
+            else:
+                out = replica.module(x)
+                res = rows_of(residual_fn(out, y), hi - lo)
             if check_residuals:
                 check_finite_residuals(res, res.shape[1], lo)
-            value = res.pow(2).sum() if loss_fn is None else loss_fn(out, y)
+            value = res.pow(2).sum() if loss_fn is None or out is None else loss_fn(out, y)
         kept = to_host_fresh(res.reshape(-1), output_device) if keep_residuals else None
         return kept, value.detach().reshape(()), int(res.numel()), hi - lo
 

@@ -14,6 +14,9 @@ Mode. The costs, for ``b`` samples, ``a`` activations per sample:
 * ``broadcast``: per-sample copies of the parameters (models that declare it), one
   forward and ``m`` backward passes; memory ``≈ b·((m+1)·P + 3a)``, chunks of at most
   ``BROADCAST_CHUNK`` samples so the element-wise work stays in cache. Chosen first.
+* Residuals that differentiate the model by its inputs (``PointResidual``) keep, per
+  sample, the graph of those derivatives: ``input_graph`` times the activations (for a
+  Hessian by forward-over-reverse in ``d`` dimensions, ``2(d + 1)``), used in ``a`` above.
 * ``jacfwd``: ``P`` forward-mode passes; memory ``≈ b·c·(2a + m)`` for ``c`` columns
   per call. Chosen automatically only when ``P < m`` (forward mode wins when there
   are fewer inputs than outputs); always chunked over columns and samples, because
@@ -101,6 +104,7 @@ def plan_jacobian(
     activations_per_sample: int | None = None,
     slice_samples: int | None = None,
     cap_slices: bool = False,
+    input_graph: int = 1,
 ) -> JacobianPlan:
     """Choose ``strategy`` and ``mode`` for ``rows`` residual rows and ``params`` parameters.
 
@@ -109,6 +113,8 @@ def plan_jacobian(
     in this module's docstring (at least one sample and one column always run).
     ``cap_slices`` (the caller has no ``slice_size``): an ``accumulate`` slice is capped at
     one chunk, so its memory is bounded by the budget and independent of ``rows``.
+    ``input_graph`` (residuals that differentiate the model by its inputs) multiplies the
+    activations per sample by the size of the input-derivative graph.
     """
     _check(strategy, STRATEGIES, "strategy")
     _check(mode, MODES, "mode")
@@ -117,7 +123,7 @@ def plan_jacobian(
     slice_n = max(1, min(slice_samples or samples, samples))
     item = torch.empty((), dtype=dtype).element_size()
     act = activations_per_sample if activations_per_sample is not None else params
-    act = max(1, act)
+    act = max(1, act) * max(1, input_graph)
     budget = max(1, memory_budget)
     reasons: list[str] = []
 
@@ -155,6 +161,8 @@ def plan_jacobian(
     else:
         reasons.append(f"{mode}: forced")
 
+    if input_graph > 1:
+        reasons.append(f"input-derivative graph: {input_graph}× the activations per sample")
     param_chunk = params
     if mode == "broadcast":
         per_sample = item * ((m + 1) * params + 3 * act)

@@ -14,14 +14,24 @@ import torch
 from torch import nn
 
 from . import _settings
+from ._errors import ResidualNotDifferentiableError, message
 from ._modes import ResidualFn, broadcast_jacobian, layers_jacobian
 from ._modes._common import require_graph, rows_of
+from ._modes._points import points_jacobian
 from ._modes._reference import reference_jacobian
+from ._points import PointResidual, piecewise_linear_layers
 from ._replicas import Replica
 from ._slicing import to_device
 from ._validate import check_finite_residuals
 
-__all__ = ["PROBE_SAMPLES", "default_budget", "probe", "verify_broadcast", "verify_layers"]
+__all__ = [
+    "PROBE_SAMPLES",
+    "default_budget",
+    "probe",
+    "probe_points",
+    "verify_broadcast",
+    "verify_layers",
+]
 
 #: Samples the probe and the layer-rule check run on.
 PROBE_SAMPLES = 4
@@ -70,6 +80,82 @@ def probe(
     require_graph(res)
     check_finite_residuals(res.detach(), res.shape[1])
     return int(res.shape[1]), max(1, activations // k)
+
+
+def probe_points(
+    replica: Replica, residual: PointResidual, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[int, int]:
+    """``(m, activations per point)`` of a :class:`PointResidual`, from its first points of
+    every group; refuses a group whose residuals do not depend on θ because of ReLU-like
+    layers.
+
+    The activations are those of the plain forward (the planner multiplies them by the
+    residual's ``graph_factor``, the input-derivative graph). A group whose rows of ``J``
+    are all exactly zero on its first points gives the LM step nothing to fit: with
+    ReLU-like layers under a second derivative (zero almost everywhere) that is the rule,
+    not bad luck, and it is refused before any work. Activations called as functions
+    (``F.relu`` inside a ``forward``) are not seen as layers and not refused.
+    """
+    residual.check_targets(targets)
+    tags = targets[:, 0].detach().to("cpu", torch.int64)
+    firsts = [
+        (int(g), torch.nonzero(tags == g).reshape(-1)[:PROBE_SAMPLES])
+        for g in torch.unique(tags).tolist()
+    ]  # the first points of every group, wherever they sit in the batch
+    index = torch.cat([i for _g, i in firsts])
+    x = to_device(inputs[index], replica.device)
+    y = to_device(targets[index], replica.device)
+    activations = 0
+
+    def count(_m: nn.Module, _a: tuple[torch.Tensor, ...], out: object) -> None:
+        nonlocal activations
+        if isinstance(out, torch.Tensor):
+            activations += out.numel()
+
+    leaves = [m for m in replica.module.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    try:
+        with torch.no_grad():
+            replica.module(x)
+    finally:
+        for h in handles:
+            h.remove()
+    k = int(x.shape[0])
+    jac, res = points_jacobian(
+        replica, residual, x, y, "vmap", samples_per_call=k, param_chunk=replica.flat.numel()
+    )
+    m = int(res.numel()) // k
+    check_finite_residuals(res.reshape(k, m), m)
+    rows = jac.reshape(k, m, -1)
+    start = 0
+    for group, picked in firsts:
+        count_here = int(picked.numel())
+        if not bool(rows[start : start + count_here].any()):
+            _refuse_constant_group(replica, residual, group)
+        start += count_here
+    return m, max(1, activations // k)
+
+
+def _refuse_constant_group(replica: Replica, residual: PointResidual, group: int) -> None:
+    """Raise when the model's piecewise-linear layers explain a group's zero rows of J.
+
+    Without such layers zero rows are legitimate (a group that does not involve the
+    trainable parameters, such as boundary rows when only a coefficient is trained)."""
+    flat = piecewise_linear_layers(replica.module)
+    if not flat:
+        return
+    name = residual.groups[group].name
+    raise ResidualNotDifferentiableError(
+        message(
+            f"the Jacobian of group {name!r} of {residual!r} with respect to the parameters "
+            "was requested",
+            "its residuals do not depend on the parameters at its first points (J rows are 0) "
+            f"and the model has piecewise-linear layers ({', '.join(flat[:4])}), whose second "
+            "derivative by the inputs is zero almost everywhere",
+            "use a smooth activation (nn.Tanh, nn.SiLU, nn.Softplus, nn.GELU) for residuals "
+            "that differentiate the model twice",
+        )
+    )
 
 
 def verify_layers(

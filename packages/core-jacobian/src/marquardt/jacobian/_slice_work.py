@@ -6,6 +6,8 @@ A slice of ``s`` samples gives ``s·m`` residual rows and their Jacobian rows
 by the mode the planner chose: per-sample ``vmap(jacrev)``, ``jacfwd`` over parameter
 chunks, the layer rules (one forward and one backward pass per chunk) or per-sample
 parameters (``broadcast``: one forward and one backward pass, for models that declare it).
+Residuals that differentiate the model by its inputs (``PointResidual``) take the
+``vmap`` or ``jacfwd`` order of ``_modes._points``.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ import torch
 
 from ._columns import ColumnSubset
 from ._modes import (
-    ResidualFn,
     broadcast_jacobian,
     jacfwd_jacobian,
     layers_jacobian,
     subset_jacobian,
     vmap_jacobian,
 )
+from ._modes._points import points_jacobian
 from ._planner import JacobianPlan
+from ._points import AnyResidual, PointResidual
 from ._replicas import Replica
 from ._slicing import to_device, to_host_fresh
 from ._validate import check_finite_residuals
@@ -34,7 +37,7 @@ __all__ = ["Workspaces", "jacobian_chunks", "slice_jacobian"]
 
 def jacobian_chunks(
     replica: Replica,
-    residual_fn: ResidualFn,
+    residual_fn: AnyResidual,
     x: torch.Tensor,
     y: torch.Tensor,
     plan: JacobianPlan,
@@ -62,7 +65,18 @@ def jacobian_chunks(
         xs, ys = x[lo : lo + step], y[lo : lo + step]
         first = lo * m if fill else 0
         out = None if workspace is None else workspace[first : first + int(xs.shape[0]) * m]
-        if columns is not None:
+        if isinstance(residual_fn, PointResidual):
+            jac, res = points_jacobian(
+                replica,
+                residual_fn,
+                xs,
+                ys,
+                plan.mode,
+                samples_per_call=step,
+                param_chunk=plan.param_chunk,
+                columns=columns,
+            )
+        elif columns is not None:
             jac, res = subset_jacobian(
                 replica,
                 residual_fn,
@@ -93,7 +107,7 @@ def jacobian_chunks(
 
 def slice_jacobian(
     replica: Replica,
-    residual_fn: ResidualFn,
+    residual_fn: AnyResidual,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     lo: int,

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from marquardt.devices import check_model_devices
-from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas
+from marquardt.jacobian import JacobianEngine, PointResidual, PreparedBatch, Replicas
 
 from .._backends.base import ArrayBackend, host_vector
 from .._backends.choice import resolve_backend
@@ -59,6 +59,7 @@ from .options import (
     check_options,
     check_poor_start_options,
 )
+from .points import check_point_residual
 from .report import StepReport
 from .robust import check_robust_loss, robust_residual_fn
 from .scaling import remembered
@@ -72,7 +73,10 @@ class LMA:
     """Levenberg-Marquardt training of ``model`` (the maths: the docs' algorithm page).
 
     ``model`` must sit on one of ``devices`` (it is replicated on each for data-parallel
-    Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``).
+    Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``), or it
+    is a ``marquardt.jacobian.PointResidual``: residuals that call the model as a function
+    of one point and differentiate it by its inputs (physics-informed networks; batches
+    from ``PointResidual.batch``; see ``_lm/points.py`` and docs/tutorial/pinn.md).
     ``loss_fn(outputs, targets)``, when given, decides acceptance instead of the mean of
     squared residuals. ``learning_rate`` scales every step (θ ← θ − lr·δ). ``damping`` is
     "nielsen" (the default: Nielsen's gain-ratio rule) or "fixed" (λ·up on rejection,
@@ -208,10 +212,11 @@ class LMA:
             params_per_step=params_per_step,
             process_group=process_group,
         )
+        check_point_residual(residual_fn, model, loss_fn=loss_fn, robust_loss=robust_loss)
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
         check_selection(params_per_step, param_selection, seed, gtol)
         check_limit(memory_limit)
-        if robust is not None:
+        if robust is not None and not isinstance(residual_fn, PointResidual):
             residual_fn = robust_residual_fn(residual_fn, *robust)
         device_list = options.devices
         if any(str(d).startswith("cuda") for d in device_list):

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from marquardt.jacobian import PointResidual
+
 from .._backends.base import ArrayBackend
 from .._backends.choice import BACKEND_CHOICES
 from .._errors import SolverConfigError, message
@@ -34,7 +36,9 @@ __all__ = [
     "check_poor_start_options",
 ]
 
-ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: ``residual_fn(outputs, targets)``, or residuals that call the model as a function and
+#: differentiate it by its inputs (``marquardt.jacobian.PointResidual``).
+ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | PointResidual
 LossFn = Callable[..., Any]
 
 #: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
@@ -100,10 +104,11 @@ def _check_callables(
                 "pass a list, e.g. [torch.device('cpu')] or get_available_gpus()",
             )
         )
-    if not callable(residual_fn):
+    if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
         raise SolverConfigError(
             message(
-                "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals",
+                "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals "
+                "or a marquardt.jacobian.PointResidual",
                 f"got {type(residual_fn).__name__}",
                 "pass e.g. lambda a, b: a - b",
             )

@@ -1,0 +1,575 @@
+"""Physics-informed network on the 2-D Poisson problem: our LM against Adam, L-BFGS and
+torch-levenberg-marquardt's PINN route, each with the same wall-clock budget.
+
+−Δu = 2π² sin(πx) sin(πy) on the unit square, u = 0 on its boundary (exact solution
+u = sin(πx) sin(πy)). Every method trains the same tanh network from the same start
+(2-32-32-1, P = 1185; ``--quick``: 2-16-16-1, P = 337) on the same collocation points
+(a 36 × 36 interior grid and 148 boundary points; ``--quick``: 20 × 20 and 84), float64:
+
+* ours: ``LMA`` with a ``PointResidual`` (groups "pde" and "boundary"), geodesic
+  acceleration and Marquardt's running-maximum scaling;
+* Adam on the mean squared residual, its learning rate tuned over {1e-3, 3e-3, 1e-2, 3e-2}
+  on a quarter of the budget each (the best final error wins);
+* ``torch.optim.LBFGS`` (strong Wolfe line search, history 50);
+* torch-levenberg-marquardt 1.2.3, driven as its issue 7 shows for PINNs: a module whose
+  forward returns the residuals (targets zero), ``use_vmap=False``; ``max_batch_size=256``
+  keeps its batch Jacobian within memory (its whole-batch ``jacrev`` holds N cotangents
+  through the graph of N Laplacians). Its forward evaluates both the PDE residual and u
+  at every point and keeps the one of the point's group (one function for all rows).
+
+Each method runs in its own process (peak RSS growth over the process after set-up is
+its memory; with ``--device cuda``, the peak of CUDA memory allocated over the start); the clock excludes the error evaluations on the 41 × 41 test grid. Writes
+``results/pinn.json`` and ``results/pinn_error_time.png``, ``pinn_error_field.png``
+(copied to docs/img), and prints the summary rows with their targets.
+
+    flock /tmp/marquardt-bench.lock python benchmarks/bench_pinn.py [--quick] [--device cpu]
+    python benchmarks/bench_pinn.py --orders      # only the Jacobian orders, in-process
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    HERE,
+    RESULTS_DIR,
+    format_rows,
+    machine,
+    peak_rss_mib,
+    pyplot,
+    reset_peak_rss,
+    row,
+    rss_mib,
+    run_child,
+    setup_threads,
+    write_json,
+)
+
+#: The interpreter the methods' processes run in: this one (``nox -s bench`` installs the
+#: peer beside marquardt), or one named by ``MARQUARDT_BENCH_PYTHON`` whose environment
+#: has torch-levenberg-marquardt (marquardt then comes from PYTHONPATH).
+PEER_PYTHON = Path(os.environ.get("MARQUARDT_BENCH_PYTHON", sys.executable))
+ADAM_RATES = (1e-3, 3e-3, 1e-2, 3e-2)
+
+
+# -- the problem ----------------------------------------------------------------------------
+def source(x: torch.Tensor) -> torch.Tensor:
+    return 2 * math.pi**2 * torch.sin(math.pi * x[..., 0]) * torch.sin(math.pi * x[..., 1])
+
+
+def exact(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(math.pi * x[..., 0]) * torch.sin(math.pi * x[..., 1])
+
+
+def network(hidden: int, device: torch.device) -> nn.Module:
+    torch.manual_seed(0)
+    return (
+        nn.Sequential(
+            nn.Linear(2, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, hidden),
+            nn.Tanh(),
+            nn.Linear(hidden, 1),
+        )
+        .double()
+        .to(device)
+    )
+
+
+def sizes(quick: bool) -> tuple[int, int]:
+    """(hidden width, interior grid side)."""
+    return (16, 20) if quick else (32, 36)
+
+
+def collocation(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.linspace(0, 1, n + 2, dtype=torch.float64)[1:-1]
+    inner = torch.cartesian_prod(g, g)
+    t = torch.linspace(0, 1, n + 1, dtype=torch.float64)
+    zero, one = torch.zeros_like(t), torch.ones_like(t)
+    edge = torch.cat([torch.stack(p, 1) for p in ((t, zero), (t, one), (zero, t), (one, t))])
+    return inner, edge
+
+
+def pde(u: Any, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    return -torch.func.hessian(u)(x).trace() - f
+
+
+def boundary(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    return u(x)
+
+
+def point_residual() -> Any:
+    from marquardt.jacobian import PointResidual, ResidualGroup
+
+    return PointResidual(ResidualGroup("pde", pde), ResidualGroup("boundary", boundary))
+
+
+class TestGrid:
+    """Relative L2 error of u_θ on a 41 × 41 grid of the closed square."""
+
+    def __init__(self, device: torch.device) -> None:
+        g = torch.linspace(0, 1, 41, dtype=torch.float64)
+        self.x = torch.cartesian_prod(g, g).to(device)
+        self.u = exact(self.x)
+
+    def error(self, model: nn.Module) -> float:
+        with torch.no_grad():
+            return float((model(self.x)[:, 0] - self.u).norm() / self.u.norm())
+
+
+# -- the methods (each in its own process) ---------------------------------------------------
+def _loop(step: Any, model: nn.Module, grid: TestGrid, budget: float, every: int) -> dict[str, Any]:
+    """Call ``step()`` until ``budget`` seconds of stepping; the error every ``every`` steps."""
+    trace: list[tuple[float, float]] = [(0.0, grid.error(model))]
+    times: list[float] = []
+    spent = 0.0
+    k = 0
+    while spent < budget:
+        t0 = time.perf_counter()
+        step()
+        dt = time.perf_counter() - t0
+        spent += dt
+        times.append(dt)
+        k += 1
+        if k % every == 0:
+            err = grid.error(model)
+            trace.append((spent, err))
+            if not math.isfinite(err):
+                break
+    trace.append((spent, grid.error(model)))
+    return {"trace": trace, "steps": k, "step_median_s": statistics.median(times)}
+
+
+def run_method(
+    method: str, budget: float, quick: bool, device: torch.device, lr: float
+) -> dict[str, Any]:
+    hidden, n = sizes(quick)
+    model = network(hidden, device)
+    inner, edge = collocation(n)
+    grid = TestGrid(device)
+    residual = point_residual()
+    x, y = residual.batch(pde=(inner, source(inner)), boundary=edge)
+    x, y = x.to(device), y.to(device)
+    params = dict(model.named_parameters())
+
+    def loss() -> torch.Tensor:
+        return residual.rows(model, params, x, y).pow(2).mean()
+
+    if method == "ours":
+        from marquardt.solver import LMA
+
+        lma = LMA(model, [device], residual, geodesic=0.75, scaling_memory=1.0)
+
+        def step() -> None:
+            lma.step(x, y)
+
+        every = 1
+    elif method == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+
+        def step() -> None:
+            opt.zero_grad()
+            loss().backward()
+            opt.step()
+
+        every = 50
+    elif method == "lbfgs":
+        opt_l = torch.optim.LBFGS(
+            model.parameters(), lr=1.0, max_iter=20, history_size=50, line_search_fn="strong_wolfe"
+        )
+
+        def closure() -> torch.Tensor:
+            opt_l.zero_grad()
+            value = loss()
+            value.backward()
+            return value
+
+        def step() -> None:
+            opt_l.step(closure)
+
+        every = 1
+    else:
+        step = _peer_step(model, x, y)
+        every = 1
+    reset_peak_rss()
+    base = rss_mib()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device) / 2**20
+    out = _loop(step, model, grid, budget, every)
+    if device.type == "cuda":
+        # On a GPU the memory that matters is the device's: peak allocated over the start.
+        out["memory_mib"] = torch.cuda.max_memory_allocated(device) / 2**20 - base
+    else:
+        out["memory_mib"] = peak_rss_mib() - base
+    out["params"] = sum(p.numel() for p in model.parameters())
+    out["rows"] = int(x.shape[0])
+    if method == "ours":
+        out["error_field"] = _field(model, device)
+    return out
+
+
+def _peer_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
+    import torch_levenberg_marquardt as tlm
+
+    class Residuals(nn.Module):
+        """The PINN as the peer takes it: inputs (point, group), outputs the residuals."""
+
+        def __init__(self, net: nn.Module) -> None:
+            super().__init__()
+            self.net = net
+
+        def forward(self, inp: torch.Tensor) -> torch.Tensor:
+            pts, tag = inp[:, :2], inp[:, 2]
+
+            def u(p: torch.Tensor) -> torch.Tensor:
+                return self.net(p.unsqueeze(0)).reshape(())
+
+            lap = torch.func.vmap(lambda p: torch.func.hessian(u)(p).trace())(pts)
+            value = torch.func.vmap(u)(pts)
+            return torch.where(tag == 0, -lap - source(pts), value).unsqueeze(1)
+
+    wrapped = Residuals(model)
+    module = tlm.training.LevenbergMarquardtModule(wrapped, use_vmap=False, max_batch_size=256)
+    inputs = torch.cat([x, y[:, :1]], 1)
+    targets = torch.zeros(int(x.shape[0]), 1, dtype=x.dtype, device=x.device)
+
+    def step() -> None:
+        module.training_step(inputs, targets)
+
+    return step
+
+
+def _field(model: nn.Module, device: torch.device) -> list[list[float]]:
+    g = torch.linspace(0, 1, 101, dtype=torch.float64)
+    xx = torch.cartesian_prod(g, g).to(device)
+    with torch.no_grad():
+        err = (model(xx)[:, 0] - exact(xx)).reshape(101, 101)
+    return err.cpu().tolist()
+
+
+# -- the Jacobian orders, measured --------------------------------------------------------
+HESSIANS = {
+    "jacfwd(jacrev) (torch.func.hessian)": lambda u: torch.func.jacfwd(torch.func.jacrev(u)),
+    "jacrev(jacrev)": lambda u: torch.func.jacrev(torch.func.jacrev(u)),
+    "jacrev(jacfwd)": lambda u: torch.func.jacrev(torch.func.jacfwd(u)),
+    "jacfwd(jacfwd)": lambda u: torch.func.jacfwd(torch.func.jacfwd(u)),
+}
+
+
+def measure_orders(quick: bool, device: torch.device) -> list[dict[str, Any]]:
+    """Seconds of one J (explicit) and of one JᵀJ (accumulate) of the Poisson residual, per
+    order over θ (``vmap``: reverse, ``jacfwd``: forward) and per order of the input
+    Hessian inside the residual; the J of every combination is checked against the first."""
+    from marquardt.jacobian import JacobianEngine, PointResidual, Replicas, ResidualGroup
+
+    hidden, n = sizes(quick)
+    inner, edge = collocation(n)
+    out: list[dict[str, Any]] = []
+    reference = None
+    for name, hess in HESSIANS.items():
+
+        def laplacian_rows(
+            u: Any, x: torch.Tensor, f: torch.Tensor, hess: Any = hess
+        ) -> torch.Tensor:
+            return -hess(u)(x).trace() - f
+
+        residual = PointResidual(
+            ResidualGroup("pde", laplacian_rows), ResidualGroup("boundary", boundary)
+        )
+        x, y = residual.batch(pde=(inner, source(inner)), boundary=edge)
+        for mode in ("vmap", "jacfwd"):
+            engine = JacobianEngine(
+                Replicas(network(hidden, device), [device]), residual, mode=mode
+            )
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                jac, _ = engine.jacobian(x, y)
+                times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            engine.accumulate(x, y)
+            acc = time.perf_counter() - t0
+            if reference is None:
+                reference = jac
+            diff = float((jac - reference).abs().max())
+            out.append(
+                {
+                    "hessian": name,
+                    "order_over_theta": mode,
+                    "explicit_s": min(times),
+                    "accumulate_s": acc,
+                    "max_diff": diff,
+                }
+            )
+            print(
+                f"{name:38s} {mode:7s} J {min(times) * 1e3:8.1f} ms  JᵀJ {acc * 1e3:8.1f} ms"
+                f"  |ΔJ| {diff:.1e}",
+                flush=True,
+            )
+            engine.close()
+    return out
+
+
+# -- the parent: children, rows, figures ------------------------------------------------------
+def _child(
+    args: argparse.Namespace, method: str, budget: float, lr: float = 0.0
+) -> dict[str, Any] | None:
+    python = str(PEER_PYTHON)
+    cmd = [
+        str(Path(__file__).resolve()),
+        "--child",
+        method,
+        "--budget",
+        str(budget),
+        "--device",
+        args.device,
+        "--lr",
+        str(lr),
+    ] + (["--quick"] if args.quick else [])
+    if python != sys.executable:
+        import subprocess
+
+        proc = subprocess.run(
+            [python, *cmd], capture_output=True, text=True, timeout=budget * 4 + 120
+        )
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            print(f"{method}: failed: {proc.stderr.strip().splitlines()[-3:]}", flush=True)
+            return None
+        return json.loads(lines[-1])  # type: ignore[no-any-return]
+    result, error = run_child(cmd, timeout=budget * 4 + 120)
+    if result is None:
+        print(f"{method}: failed: {error}", flush=True)
+    return result
+
+
+def _error_at(trace: list[list[float]], t: float) -> float:
+    """The error a method had reached by time ``t`` (its last evaluation not after ``t``)."""
+    best = trace[0][1]
+    for when, err in trace:
+        if when <= t:
+            best = err
+    return best
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--quick", action="store_true", help="small network, 10 s budgets")
+    parser.add_argument("--budget", type=float, default=None, help="seconds per method")
+    parser.add_argument(
+        "--orders", action="store_true", help="only time the Jacobian orders (in-process)"
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--lr", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    setup_threads()
+    device = torch.device(args.device)
+    if args.child:
+        budget = args.budget or (10.0 if args.quick else 50.0)
+        print(json.dumps(run_method(args.child, budget, args.quick, device, args.lr)))
+        return
+    if args.orders:
+        orders = {"machine": machine(), "quick": args.quick}
+        orders["orders"] = measure_orders(args.quick, device)
+        print(f"wrote {write_json('pinn_orders' + ('-quick' if args.quick else ''), orders)}")
+        return
+    main(quick=args.quick, budget=args.budget, device=args.device)
+
+
+def main(quick: bool = False, budget: float | None = None, device: str = "cpu") -> dict[str, Any]:
+    """The comparison (each method in its own process); writes the JSON and the figures."""
+    setup_threads()
+    budget = budget or (10.0 if quick else 50.0)
+    args = argparse.Namespace(quick=quick, device=device)
+    info = machine()
+    results: dict[str, Any] = {"machine": info, "budget_s": budget, "quick": quick}
+    tuning = {}
+    for lr in ADAM_RATES:
+        r = _child(args, "adam", budget / 4, lr)
+        tuning[lr] = r["trace"][-1][1] if r else float("inf")
+        print(f"adam lr={lr:g}: error {tuning[lr]:.3g} after {budget / 4:.0f} s", flush=True)
+    best_lr = min(tuning, key=lambda k: tuning[k])
+    results["adam_tuning"] = {str(k): v for k, v in tuning.items()}
+    runs: dict[str, Any] = {}
+    for method in ("ours", "lbfgs", "peer"):
+        runs[method] = _child(args, method, budget)
+        if runs[method]:
+            r = runs[method]
+            print(
+                f"{method}: error {r['trace'][-1][1]:.3g}, {r['steps']} steps, "
+                f"step {r['step_median_s'] * 1e3:.1f} ms, memory {r['memory_mib']:.0f} MiB",
+                flush=True,
+            )
+    runs["adam"] = _child(args, "adam", budget, best_lr)
+    results["adam_lr"] = best_lr
+    results["runs"] = {
+        k: {kk: vv for kk, vv in v.items() if kk != "error_field"} if v else None
+        for k, v in runs.items()
+    }
+
+    ours = runs["ours"]
+    rows = []
+    if ours:
+        final = ours["trace"][-1][1]
+        rows.append(row("ours: relative L2 error at the budget", final, 1e-5, unit=""))
+        for other, target in (("adam", 0.01), ("lbfgs", 0.1)):
+            if runs.get(other):
+                t = ours["trace"][-1][0]
+                theirs = _error_at(runs[other]["trace"], t)
+                rows.append(
+                    row(
+                        f"error ratio ours / {other} at {t:.0f} s",
+                        final / theirs,
+                        target,
+                        detail=f"{final:.3g} vs {theirs:.3g}",
+                    )
+                )
+        if runs.get("peer"):
+            peer = runs["peer"]
+            rows.append(
+                row(
+                    "step time ours / torch-levenberg-marquardt",
+                    ours["step_median_s"] / peer["step_median_s"],
+                    0.5,
+                    detail=f"{ours['step_median_s'] * 1e3:.1f} ms vs {peer['step_median_s'] * 1e3:.1f} ms",
+                )
+            )
+            rows.append(
+                row(
+                    "peak memory ours / torch-levenberg-marquardt",
+                    ours["memory_mib"] / max(peer["memory_mib"], 1e-9),
+                    1.0,
+                    detail=f"{ours['memory_mib']:.0f} MiB vs {peer['memory_mib']:.0f} MiB",
+                )
+            )
+            rows.append(
+                row(
+                    "error ratio ours / torch-levenberg-marquardt",
+                    ours["trace"][-1][1] / peer["trace"][-1][1],
+                    None,
+                    detail=f"{ours['trace'][-1][1]:.3g} vs {peer['trace'][-1][1]:.3g}",
+                )
+            )
+    results["rows"] = rows
+    print(format_rows(rows))
+    path = write_json("pinn" + ("-quick" if quick else ""), results)
+    print(f"wrote {path}")
+    _figures(runs, quick, results)
+    return results
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the comparison, with their targets."""
+    return list(results["rows"])
+
+
+def section(results: dict[str, Any]) -> str:
+    """RESULTS.md's section: one line per method, the Jacobian orders, the figures."""
+    m = results["machine"]
+    lines = [
+        f"2-D Poisson, 2-32-32-1 tanh (P = {results['runs']['ours']['params']:,}), "
+        f"{results['runs']['ours']['rows']:,} collocation rows, float64, "
+        f"{results['budget_s']:.0f} s per method; {m['cpu']}, load {m['load_average_1min']:.1f} "
+        f"at the start; Adam's learning rate {results['adam_lr']:g} (tuned over "
+        f"{', '.join(results['adam_tuning'])}).",
+        "",
+        "| method | relative L2 error | steps | step (median) | peak RSS growth |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r in results["runs"].items():
+        if r is None:
+            lines.append(f"| {name} | failed | | | |")
+            continue
+        lines.append(
+            f"| {name} | {r['trace'][-1][1]:.3g} | {r['steps']} | "
+            f"{r['step_median_s'] * 1e3:.1f} ms | {r['memory_mib']:.0f} MiB |"
+        )
+    orders_path = RESULTS_DIR / "pinn_orders.json"
+    if orders_path.exists():
+        orders = json.loads(orders_path.read_text())["orders"]
+        lines += [
+            "",
+            "Jacobian orders (`--orders`): one J (explicit) and one JᵀJ (accumulate) of the same "
+            "residual, by the order over θ and the order of the input Hessian:",
+            "",
+            "| input Hessian | over θ | J | JᵀJ |",
+            "|---|---|---|---|",
+        ]
+        for o in orders:
+            lines.append(
+                f"| {o['hessian']} | {o['order_over_theta']} | {o['explicit_s'] * 1e3:.0f} ms | "
+                f"{o['accumulate_s'] * 1e3:.0f} ms |"
+            )
+    lines += [
+        "",
+        "![error against wall time](../docs/img/pinn_error_time.png)",
+        "",
+        "![error field](../docs/img/pinn_error_field.png)",
+    ]
+    return "\n".join(lines)
+
+
+def _figures(runs: dict[str, Any], quick: bool, results: dict[str, Any]) -> None:
+    plt = pyplot()
+    if plt is None:
+        return
+    suffix = "-quick" if quick else ""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    labels = {
+        "ours": "marquardt LMA (PointResidual)",
+        "peer": "torch-levenberg-marquardt",
+        "lbfgs": "torch.optim.LBFGS",
+        "adam": f"Adam (lr {results.get('adam_lr', 0):g})",
+    }
+    for name, label in labels.items():
+        r = runs.get(name)
+        if r:
+            t, e = zip(*r["trace"], strict=True)
+            ax.semilogy(t, e, label=label, drawstyle="steps-post")
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("relative L2 error of u")
+    ax.set_title("2-D Poisson PINN, same network and points")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    time_png = RESULTS_DIR / f"pinn_error_time{suffix}.png"
+    fig.savefig(time_png, dpi=110)
+    plt.close(fig)
+    ours = runs.get("ours")
+    if not ours or "error_field" not in ours:
+        return
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
+    field = ours["error_field"]
+    im = ax.imshow(field, origin="lower", extent=(0, 1, 0, 1), cmap="RdBu_r")
+    fig.colorbar(im, ax=ax, label="u_θ − u")
+    ax.set_xlabel("y")
+    ax.set_ylabel("x")
+    ax.set_title(f"error field after {ours['trace'][-1][0]:.0f} s of LM")
+    fig.tight_layout()
+    field_png = RESULTS_DIR / f"pinn_error_field{suffix}.png"
+    fig.savefig(field_png, dpi=110)
+    plt.close(fig)
+    if not quick:
+        docs = HERE.parent / "docs" / "img"
+        shutil.copy(time_png, docs / time_png.name)
+        shutil.copy(field_png, docs / field_png.name)
+
+
+if __name__ == "__main__":
+    cli()
