@@ -95,11 +95,17 @@ class DeviceWorkers:
     def submit(self, index: int, fn: Callable[[], T]) -> Future[T]:
         """Run ``fn`` on replica ``index``'s worker."""
         if len(self._devices) == 1:
+            # The job's own errors travel in the future, as from a worker thread. An
+            # interrupt (KeyboardInterrupt, SystemExit) is not the job's result: it reaches
+            # the caller as itself, also when it lands while the future is being completed
+            # (handling it there would raise InvalidStateError on a finished future).
             fut: Future[T] = Future()
             try:
-                fut.set_result(self._run(index, fn))
-            except BaseException as exc:
+                out = self._run(index, fn)
+            except Exception as exc:
                 fut.set_exception(exc)
+            else:
+                fut.set_result(out)
             return fut
         return self._pool(index).submit(self._run, index, fn)
 
