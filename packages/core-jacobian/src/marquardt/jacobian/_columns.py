@@ -1,4 +1,4 @@
-"""A chosen set of parameter columns: :class:`ColumnSubset`.
+"""A chosen set of parameter columns: `ColumnSubset`.
 
 A block-coordinate Levenberg-Marquardt step (the "parameter selection" of large-model LM
 trainers; Nocedal & Wright, ch. 9 on coordinate descent) updates only ``k`` of the ``P``

@@ -1,4 +1,4 @@
-"""The last plan, kept for a batch passed again unchanged: :class:`PlanMemo`.
+"""The last plan, kept for a batch passed again unchanged: `PlanMemo`.
 
 A full-batch fit passes the same data every step, and a plan (its probe forward on the first
 samples, the reference check of the Jacobian rule, the memory budget) depends on the

@@ -1,4 +1,4 @@
-"""Residuals that call the model as a function of one point: :class:`PointResidual`.
+"""Residuals that call the model as a function of one point: `PointResidual`.
 
 A physics-informed network (Raissi, Perdikaris & Karniadakis 2019) fits ``u_θ(x)`` to a
 PDE by residuals that differentiate the model by its inputs: for ``−Δu = f`` on ``Ω`` and
@@ -12,7 +12,7 @@ function ``fn(u, x, y)`` of the model at one point (``u``, a function of a point
 of shape ``(d,)``, for ``torch.func.jacrev`` / ``jacfwd`` / ``hessian``), the point and
 its target row ``y``; the engine maps it over the points of a slice by ``vmap`` and
 differentiates it with respect to ``θ`` by ``torch.func``. A batch for such a residual
-holds every group's points one after the other (:meth:`PointResidual.batch`); the first
+holds every group's points one after the other (`PointResidual.batch`); the first
 two columns of its targets name each point's group and the shape of its target, so any
 slice of the batch, on any device or rank, knows which function its points take.
 
@@ -81,8 +81,8 @@ class ResidualGroup:
     """One group of residuals: ``weight · fn(u, x, y)`` at each of its points.
 
     ``fn`` returns the residuals of one point (a 0-dim tensor or a vector of ``m``); every
-    group of a :class:`PointResidual` must return the same ``m``. ``y`` is the point's
-    target (shape ``target_shape`` as given to :meth:`PointResidual.batch`; an empty
+    group of a `PointResidual` must return the same ``m``. ``y`` is the point's
+    target (shape ``target_shape`` as given to `PointResidual.batch`; an empty
     tensor for points given without targets).
     """
 
@@ -95,7 +95,7 @@ class PointResidual:
     """A residual that calls the model as a function and differentiates it by its inputs.
 
     Give it to ``JacobianEngine`` (or ``marquardt.solver.LMA``) in place of
-    ``residual_fn(outputs, targets)``, with the batch built by :meth:`batch`::
+    ``residual_fn(outputs, targets)``, with the batch built by `batch`::
 
         def pde(u, x, y):      # −Δu − f at one interior point
             return -torch.func.hessian(u)(x).trace() - y
@@ -240,7 +240,7 @@ class PointResidual:
         return order, torch.argsort(order)
 
     def check_targets(self, targets: torch.Tensor) -> None:
-        """Refuse targets that were not built by :meth:`batch` (group column missing or
+        """Refuse targets that were not built by `batch` (group column missing or
         out of range), before any work."""
         ok = targets.dim() == 2 and targets.shape[1] >= 2
         if ok:
@@ -266,7 +266,7 @@ class PointResidual:
         self, group: int, code: int
     ) -> Callable[[nn.Module, Any, torch.Tensor, torch.Tensor], torch.Tensor]:
         """``f(module, params, x_i, y_i) -> r_i`` (a vector of ``m``) of one point of
-        ``group`` whose target has ``code`` (see :meth:`batch`), with the leading columns
+        ``group`` whose target has ``code`` (see `batch`), with the leading columns
         dropped and the weight applied."""
         g = self.groups[group]
 

@@ -1,4 +1,4 @@
-"""A batch checked and planned once for one step: :class:`PreparedBatch`.
+"""A batch checked and planned once for one step: `PreparedBatch`.
 
 One Levenberg-Marquardt step forms the products of ``J`` once and then evaluates the loss
 at each trial point on the same samples (Marquardt 1963; Nielsen 1999). Everything that

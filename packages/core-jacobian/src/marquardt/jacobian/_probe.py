@@ -1,5 +1,5 @@
-"""What the engine learns from the first samples before planning: :func:`probe`,
-:func:`verify_layers`, :func:`verify_broadcast`, and the default memory budget.
+"""What the engine learns from the first samples before planning: `probe`,
+`verify_layers`, `verify_broadcast`, and the default memory budget.
 
 One forward pass on a few samples gives ``m``, the residual rows per sample (the Jacobian
 has ``R = N·m`` rows), the activations per sample (which size forward-only slices), and
@@ -85,7 +85,7 @@ def probe(
 def probe_points(
     replica: Replica, residual: PointResidual, inputs: torch.Tensor, targets: torch.Tensor
 ) -> tuple[int, int]:
-    """``(m, activations per point)`` of a :class:`PointResidual`, from its first points of
+    """``(m, activations per point)`` of a `PointResidual`, from its first points of
     every group; refuses a group whose residuals do not depend on θ because of ReLU-like
     layers.
 

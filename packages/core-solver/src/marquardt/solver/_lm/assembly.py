@@ -1,4 +1,4 @@
-"""Assembling one step's undamped system from the Jacobian engine: :func:`assemble`.
+"""Assembling one step's undamped system from the Jacobian engine: `assemble`.
 
 Strategy "accumulate" has the model devices sum JᵀJ = Σ_s J_sᵀJ_s and Jᵀr = Σ_s J_sᵀr_s
 and hands the P × P products to the backend; strategy "explicit" streams the slices J_s, r_s
@@ -45,7 +45,7 @@ def assemble(
     """The system of a batch prepared by ``engine.prepare`` (its plan chose the strategy);
     ``dtype`` is the accumulation dtype (None: the model's).
 
-    Explicit, a backend that offers :class:`JacobianBuffers` gets J written straight into
+    Explicit, a backend that offers `JacobianBuffers` gets J written straight into
     its arrays; any other backend receives the slices.
     """
     rows = batch.rows

@@ -1,4 +1,4 @@
-"""The damped attempts of one step: :func:`run_attempts`.
+"""The damped attempts of one step: `run_attempts`.
 
 With the system assembled once, each attempt solves (A + λD) δ = g for the current λ,
 moves θ ← θ − lr·δ and evaluates the trial loss. The damping rule accepts the point

@@ -1,9 +1,9 @@
-"""A batch for ``LMA.step``, checked before any work: :func:`check_batch`.
+"""A batch for ``LMA.step``, checked before any work: `check_batch`.
 
 The residual vector r(θ) of one step stacks ``residual_fn(model(x_i), y_i)`` over the
 samples of the batch (dim 0), so inputs and targets must pair up sample by sample, be
 finite (one NaN makes every entry of JᵀJ and Jᵀr NaN), sit where the model can read them
-and match the parameters' dtype. A bad batch raises :class:`SolverInputError` and leaves the
+and match the parameters' dtype. A bad batch raises `SolverInputError` and leaves the
 parameters, λ, the step count and the report as they were.
 """
 

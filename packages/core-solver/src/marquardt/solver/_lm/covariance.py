@@ -16,7 +16,7 @@ Cholesky factor of the Gram matrix JᵀJ (``factor_from_gram``), but only while 
 columns have a condition number small enough for its ε·κ² error. Singular values at or below
 ε·max(N, P)·σ₁ (SciPy's threshold) count as zero; a J of lower rank than P, or N ≤ P
 without ``absolute_sigma``, leaves the covariance undetermined: every entry is inf and a
-:class:`CovarianceWarning` is issued (SciPy's ``curve_fit`` does the same for
+`CovarianceWarning` is issued (SciPy's ``curve_fit`` does the same for
 ``method="lm"``; its "trf" returns a pseudo-inverse instead).
 """
 
@@ -81,7 +81,7 @@ class TriangularFactor:
 
 class GramFactor:
     """R of a tall matrix given block by block, from its Gram matrix MᵀM (float64, on the
-    blocks' device), when that is accurate enough; see :meth:`factor`.
+    blocks' device), when that is accurate enough; see `factor`.
 
     Forming MᵀM costs a matrix product per block where the QR of ``TriangularFactor``
     costs a Householder sweep, but squares the condition number: R from the Cholesky
@@ -102,7 +102,7 @@ class GramFactor:
             self.gram.addmm_(m, m.T)
 
     def factor(self, condition: float) -> torch.Tensor | None:
-        """:func:`factor_from_gram` of the blocks given so far."""
+        """`factor_from_gram` of the blocks given so far."""
         return None if self.gram is None else factor_from_gram(self.gram, condition)
 
 
@@ -126,7 +126,7 @@ def factor_from_gram(gram: torch.Tensor, condition: float) -> torch.Tensor | Non
 
 
 def triangular_factor(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, int]:
-    """(R, rows) of the matrix stacked from ``blocks`` (see :class:`TriangularFactor`)."""
+    """(R, rows) of the matrix stacked from ``blocks`` (see `TriangularFactor`)."""
     acc = TriangularFactor()
     for block in blocks:
         acc.add(block)

@@ -1,10 +1,10 @@
 """Damping rules: how λ in (A + λD)δ = g moves after each attempt.
 
-Two small, replaceable classes share the :class:`DampingRule` protocol:
+Two small, replaceable classes share the `DampingRule` protocol:
 
-* :class:`FixedDamping` (Marquardt 1963): accept an attempt when the loss decreases; λ is
+* `FixedDamping` (Marquardt 1963): accept an attempt when the loss decreases; λ is
   multiplied by ``down`` after an acceptance and by ``up`` after a rejection.
-* :class:`NielsenDamping` (Nielsen 1999; Madsen, Nielsen & Tingleff 2004, §3.2): the gain
+* `NielsenDamping` (Nielsen 1999; Madsen, Nielsen & Tingleff 2004, §3.2): the gain
   ratio ρ = (actual reduction) / (reduction predicted by the linear model) decides. Accept
   when ρ > 0; then λ ← λ·max(1/3, 1 − (2ρ − 1)³) and ν ← 2. On rejection λ ← λ·ν and
   ν ← 2ν, so repeated failures raise λ ever faster.

@@ -23,12 +23,12 @@ identical hardware; ``MARQUARDT_SOLVER_CHECK_RANKS=1`` checks that after every s
 
 Collectives are torch.distributed's (gloo on CPUs, NCCL on GPUs); nothing is home-made.
 A collective that fails (a peer died, hung past the group's timeout, or raised before
-reaching it) raises :class:`RankFailureError` naming the rank that saw it, the
+reaching it) raises `RankFailureError` naming the rank that saw it, the
 collective, the step and, where the rendezvous store still answers, the ranks that did
 not answer a roll call.
 
-:class:`LocalScope` is the one-process step (no collective); :class:`GroupScope` the
-process-group one; ``LMA`` holds one of them (:func:`step_scope`).
+`LocalScope` is the one-process step (no collective); `GroupScope` the
+process-group one; ``LMA`` holds one of them (`step_scope`).
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ class GroupScope:
     # -- failures ----------------------------------------------------------------------
     @contextmanager
     def _collective(self, what: str) -> Iterator[None]:
-        """Turn a failed collective into a :class:`RankFailureError` that names ranks."""
+        """Turn a failed collective into a `RankFailureError` that names ranks."""
         try:
             yield
         except RuntimeError as err:
@@ -450,7 +450,7 @@ class GroupScope:
 
     def finish(self, report: StepReport, replicas: Replicas) -> None:
         """Count the step; with ``check``, compare λ, attempts, acceptance, ‖δ‖, the loss
-        and Σθ across ranks, bitwise, and raise :class:`RanksDisagreeError` on a mismatch."""
+        and Σθ across ranks, bitwise, and raise `RanksDisagreeError` on a mismatch."""
         self._step += 1
         if not self.check:
             return

@@ -1,4 +1,4 @@
-"""Geodesic acceleration of an LM step (Transtrum & Sethna 2012): :class:`GeodesicAcceleration`.
+"""Geodesic acceleration of an LM step (Transtrum & Sethna 2012): `GeodesicAcceleration`.
 
 The damped step δ of (A + λD) δ = g moves θ along v = −lr·δ, the first-order ("velocity")
 term of a path on the model manifold. Transtrum & Sethna ("Improvements to the

@@ -1,4 +1,4 @@
-"""The Levenberg-Marquardt algorithm for PyTorch models: :class:`LMA`.
+"""The Levenberg-Marquardt algorithm for PyTorch models: `LMA`.
 
 For residuals r(θ) ∈ ℝᴺ of a model with parameters θ ∈ ℝᴾ on one batch and their
 Jacobian J = ∂r/∂θ, one step (Levenberg 1944; Marquardt 1963; Nielsen 1999; Gavin's LM

@@ -1,10 +1,10 @@
-"""The arguments of ``LMA(...)``, checked before anything is built: :func:`check_options`.
+"""The arguments of ``LMA(...)``, checked before anything is built: `check_options`.
 
 The damping rule's bounds come from Marquardt (1963) and Nielsen (1999): λ starts at
 ``damping_start`` and stays in [``damping_min``, ``damping_max``]; the fixed rule multiplies
 it by ``damping_up`` > 1 on a rejected attempt and by ``damping_down`` < 1 on an accepted
 one. The MINPACK tolerances (Moré 1978) ``ftol`` / ``xtol`` / ``gtol`` are ≥ 0 or None (off).
-Every check raises :class:`SolverConfigError` in the house form and changes nothing.
+Every check raises `SolverConfigError` in the house form and changes nothing.
 """
 
 from __future__ import annotations

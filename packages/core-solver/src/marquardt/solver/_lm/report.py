@@ -1,4 +1,4 @@
-"""What one LM step did: the :class:`StepReport`.
+"""What one LM step did: the `StepReport`.
 
 Non-convergence is a result, not an error (house style): a step that could not lower the
 loss, or that stopped on a MINPACK criterion, says so here.

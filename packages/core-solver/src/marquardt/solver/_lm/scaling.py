@@ -11,7 +11,7 @@
   because the batches change from step to step, and a column norm seen on an old batch
   says little about the current one.
 * ``scaling_memory`` γ ∈ [0, 1] (``LMA(scaling_memory=...)``) remembers it, decaying:
-  D_k = max(diag_k, γ·D_{k−1}) (:func:`remembered`). γ = 1 is MINPACK's running maximum
+  D_k = max(diag_k, γ·D_{k−1}) (`remembered`). γ = 1 is MINPACK's running maximum
   (lmder, Moré 1978): a parameter whose column was once large stays damped after its
   column shrinks, which keeps it from running off where the model stops depending on it
   (MGH17 from NIST's start 1), but a D grown early stays too large for the rest of the

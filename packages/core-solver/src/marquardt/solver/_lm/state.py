@@ -1,4 +1,4 @@
-"""The solver's saved state: :func:`solver_state` and :func:`checked_state`.
+"""The solver's saved state: `solver_state` and `checked_state`.
 
 What carries over from step to step is the damping rule's state (λ, and ν for Nielsen's
 rule, Nielsen 1999) and the step count; the learning rate and scaling are saved for the

@@ -12,7 +12,7 @@ the Jacobian columns, which are the only ones formed (``marquardt.jacobian.Colum
 λ is one for all blocks (shared), as the damping rule holds it: measured on the layer
 rule, per-block λ was no better (docs/algorithm.md gives the figures).
 
-Selection rules (:class:`ParamSelection`):
+Selection rules (`ParamSelection`):
 
 * ``"layer"``: the flat parameter vector is cut into blocks that follow the parameter
   tensors: consecutive tensors are packed together while their total stays ≤ k (a layer's
@@ -202,7 +202,7 @@ class ParamSelection:
         }
 
     def load_state_dict(self, state: object) -> None:
-        """Restore what :meth:`state_dict` returned (checked before any change)."""
+        """Restore what `state_dict` returned (checked before any change)."""
         expected = {"rule", "k", "cursor", "generator"}
         if not isinstance(state, dict) or set(state) != expected:
             raise SolverStateError(
@@ -237,7 +237,7 @@ class ParamSelection:
 
 
 class SubsetBackend:
-    """An :class:`ArrayBackend` over the ``k × k`` system of a subset whose solutions are
+    """An `ArrayBackend` over the ``k × k`` system of a subset whose solutions are
     scattered into the ``P`` parameters (zero outside the subset), so the attempt loop
     moves θ_S only."""
 
