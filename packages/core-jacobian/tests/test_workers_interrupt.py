@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import _thread
+import signal
+import threading
+import time
 from concurrent.futures import Future
 
 import pytest
@@ -50,3 +54,32 @@ def test_map_ordered_passes_an_interrupt_through() -> None:
     jobs = [lambda dev: 1, lambda dev: _interrupt(), lambda dev: 3]
     with pytest.raises(KeyboardInterrupt):
         list(workers.map_ordered(jobs))
+
+
+def test_an_interrupt_while_waiting_for_jobs_in_flight_is_not_swallowed() -> None:
+    """A job's error ends the stream; Ctrl-C while the stream waits for the jobs still in
+    flight on other workers reaches the caller as KeyboardInterrupt, after they finish."""
+    finished: list[int] = []
+
+    def fail(_dev: int) -> int:
+        raise ValueError("bad slice")
+
+    def slow(_dev: int) -> int:
+        time.sleep(0.4)
+        finished.append(1)
+        return 1
+
+    workers = DeviceWorkers([torch.device("cpu"), torch.device("cpu")])
+    timer = threading.Timer(0.1, _thread.interrupt_main)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            try:
+                timer.start()
+                list(workers.map_ordered([fail, slow]))
+            finally:
+                timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        workers.close()
+    assert finished == [1]

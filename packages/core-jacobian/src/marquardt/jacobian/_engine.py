@@ -21,6 +21,7 @@ from ._accumulate import accumulate_products
 from ._columns import ColumnSubset
 from ._errors import UnknownModeError, message
 from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
+from ._grad_mode import keeps_grad_mode
 from ._host_heap import keep_host_heap
 from ._modes import broadcast_support, layers_support
 from ._modes._broadcast import BROADCAST_CHUNK
@@ -128,6 +129,7 @@ class JacobianEngine:
             keep_host_heap()  # each step's freed host blocks serve the next step
 
     # -- checks and planning -----------------------------------------------------------
+    @keeps_grad_mode
     def prepare(
         self,
         inputs: torch.Tensor,
@@ -347,6 +349,7 @@ class JacobianEngine:
             timings["jacobian"] = time.perf_counter() - start
             yield JacobianSlice(start=lo * m, stop=hi * m, jacobian=jac, residuals=res)
 
+    @keeps_grad_mode
     def fill_jacobian(
         self, batch: PreparedBatch, jacobian: torch.Tensor, residuals: torch.Tensor
     ) -> dict[str, float]:
@@ -372,6 +375,7 @@ class JacobianEngine:
         transfers = [part[2] for part in self._workers.run_all(jobs)]
         return {"jacobian": time.perf_counter() - start, "transfer": float(sum(transfers))}
 
+    @keeps_grad_mode
     def jacobian(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -381,6 +385,7 @@ class JacobianEngine:
             return parts[0].jacobian, parts[0].residuals
         return torch.cat([p.jacobian for p in parts]), torch.cat([p.residuals for p in parts])
 
+    @keeps_grad_mode
     def accumulate(
         self,
         inputs: torch.Tensor,
@@ -399,6 +404,7 @@ class JacobianEngine:
         prepared = self.prepare(inputs, targets, slice_size, strategy="accumulate")
         return self.normal_products(prepared, dtype=dtype)
 
+    @keeps_grad_mode
     def normal_products(
         self, batch: PreparedBatch, *, dtype: torch.dtype | None = None
     ) -> NormalProducts:
@@ -428,6 +434,7 @@ class JacobianEngine:
             columns=batch.columns,
         )
 
+    @keeps_grad_mode
     def residuals(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
     ) -> torch.Tensor:
@@ -436,6 +443,7 @@ class JacobianEngine:
         kept = [p[0] for p in parts if p[0] is not None]
         return torch.cat(kept) if len(kept) > 1 else kept[0]
 
+    @keeps_grad_mode
     def loss(
         self,
         inputs: torch.Tensor,
@@ -454,6 +462,7 @@ class JacobianEngine:
         parts = self._forward_slices(inputs, targets, slice_size, loss_fn, keep_residuals=False)
         return float(batch_loss(parts, self.replicas.devices[0], custom=loss_fn is not None))
 
+    @keeps_grad_mode
     def batch_loss(self, batch: PreparedBatch, loss_fn: LossFn | None = None) -> torch.Tensor:
         """The loss of a prepared batch at the current parameters, as a 0-dim float64
         tensor on ``devices[0]`` (no host synchronisation; see [`loss`][marquardt.jacobian.JacobianEngine.loss]).

@@ -239,7 +239,12 @@ class Replicas:
 
     @torch.no_grad()
     def restore(self) -> None:
-        """``θ ← backup`` on every replica."""
+        """``θ ← backup`` on every replica.
+
+        Callers restore while a Ctrl-C is already on its way (in ``finally``): a second
+        interrupt landing here does not stop half-way, leaving some replicas at the trial
+        point; every replica is restored, then the interrupt is raised.
+        """
         if any(r.backup is None for r in self._replicas):
             raise RuntimeError(
                 message(
@@ -248,9 +253,19 @@ class Replicas:
                     "call backup() before the trial step",
                 )
             )
-        for r in self._replicas:
-            assert r.backup is not None
-            r.flat.copy_(r.backup)
+        interrupt: BaseException | None = None
+        pending = list(self._replicas)
+        while pending:
+            try:
+                while pending:
+                    r = pending[0]
+                    assert r.backup is not None
+                    r.flat.copy_(r.backup)
+                    pending.pop(0)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                interrupt = interrupt or exc
+        if interrupt is not None:
+            raise interrupt
 
     @torch.no_grad()
     def sync_from_model(self) -> None:

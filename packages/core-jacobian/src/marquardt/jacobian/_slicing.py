@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 import torch
@@ -132,10 +132,7 @@ class DeviceWorkers:
         finally:
             for fut in pending:
                 fut.cancel()
-            for fut in pending:
-                if not fut.cancelled():
-                    with suppress(BaseException):
-                        fut.result()
+            _drain(pending)
 
     def run_all(self, jobs: Sequence[Callable[[int], T]]) -> list[T]:
         """All results of ``map_ordered`` as a list (every device busy at once)."""
@@ -148,3 +145,23 @@ class DeviceWorkers:
                 for p in self._pools:
                     p.shutdown(wait=True)
                 self._pools = None
+
+
+def _drain(pending: Sequence[Future[Any]]) -> None:
+    """Wait for the jobs still running (they write into the replicas' buffers), dropping
+    their own errors: the stream already ends with the error or the close that stopped it.
+
+    A Ctrl-C while waiting is not one of the jobs' errors: the waiting goes on (the jobs
+    end on their own, and the caller's restore must not race them), then the interrupt is
+    raised, in place of whatever was ending the stream.
+    """
+    interrupt: BaseException | None = None
+    for fut in pending:
+        while not fut.cancelled():
+            try:
+                fut.exception()  # waits; the job's error is returned, not raised
+                break
+            except (KeyboardInterrupt, SystemExit) as exc:
+                interrupt = interrupt or exc
+    if interrupt is not None:
+        raise interrupt

@@ -103,8 +103,9 @@ class GeodesicAcceleration:
             batch = self._batch = self._engine.prepare(
                 batch.inputs, batch.targets, batch.slice_samples, strategy="explicit", checked=True
             )
-        self._replicas.add_(velocity, alpha=h, check=False)
         try:
+            # Inside the try: an interrupt landing just after the move still restores θ.
+            self._replicas.add_(velocity, alpha=h, check=False)
             with torch.no_grad():
                 ahead = self._engine.residuals(batch.inputs, batch.targets).reshape(-1)
         except ResidualNotFiniteError:

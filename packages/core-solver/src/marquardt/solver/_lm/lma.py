@@ -351,10 +351,16 @@ class LMA:
             home=self._replicas.devices,
             scans=self._scans,
         )
-        if self._selection is None:
-            return self._step(inputs, targets, slice_size, None)
-        with self._selection.drawn(self._steps) as index:
-            return self._step(inputs, targets, slice_size, index)
+        grad = torch.is_grad_enabled()
+        try:
+            if self._selection is None:
+                return self._step(inputs, targets, slice_size, None)
+            with self._selection.drawn(self._steps) as index:
+                return self._step(inputs, targets, slice_size, index)
+        finally:
+            # A Ctrl-C landing inside torch.no_grad()'s own __enter__ or __exit__ leaves
+            # grad mode off in this thread, and every later step without a graph.
+            torch.set_grad_enabled(grad)
 
     def _step(
         self,
