@@ -7,6 +7,8 @@ for bad values, ``FileNotFoundError`` for a missing checkpoint), so generic hand
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TrainerError(Exception):
     """Base class of every error raised by ``marquardt.trainer``."""
@@ -45,3 +47,83 @@ class WorkerFailedError(TrainerError, RuntimeError):
     def __init__(self, message: str, rank: int | None = None) -> None:
         super().__init__(message)
         self.rank = rank
+
+
+class RunFilesError(TrainerError, OSError):
+    """A file of the run (checkpoint, metrics, logger output) could not be written.
+
+    ``path``: the file; ``needed`` and ``free``: the bytes it needed (``None`` if unknown)
+    and the bytes free on its file system; ``last_checkpoint``: the newest checkpoint left
+    whole on disk (``None`` if there is none). ``errno`` is the file system's.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        errno: int | None,
+        path: str,
+        needed: int | None,
+        free: int | None,
+        last_checkpoint: str | None,
+    ) -> None:
+        super().__init__(message)
+        self.errno = errno
+        self.filename = path
+        self.path = path
+        self.needed = needed
+        self.free = free
+        self.last_checkpoint = last_checkpoint
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the fields cross a process boundary whole
+        fields = {
+            "errno": self.errno,
+            "path": self.path,
+            "needed": self.needed,
+            "free": self.free,
+            "last_checkpoint": self.last_checkpoint,
+        }
+        return _rebuild, (type(self), str(self), fields)
+
+
+class CheckpointWriteError(RunFilesError, CheckpointError):
+    """A checkpoint could not be written; the checkpoints already on disk are intact."""
+
+
+class NonFiniteLossError(TrainerError, FloatingPointError):
+    """The training loss, or the parameters after a step, are NaN or infinite.
+
+    ``step``, ``epoch`` and ``batch`` (the batch's index in its epoch) say where;
+    ``last_checkpoint`` is the newest finite checkpoint (``None`` if there is none).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: int,
+        epoch: int,
+        batch: int,
+        last_checkpoint: str | None,
+    ) -> None:
+        super().__init__(message)
+        self.step = step
+        self.epoch = epoch
+        self.batch = batch
+        self.last_checkpoint = last_checkpoint
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch": self.batch,
+            "last_checkpoint": self.last_checkpoint,
+        }
+        return _rebuild, (type(self), str(self), fields)
+
+
+def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:
+    return cls(message, **fields)

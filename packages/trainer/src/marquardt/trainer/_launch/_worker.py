@@ -26,6 +26,7 @@ from .._logging._run_logger import RunLogger
 from .._loops._context import RunContext
 from .._loops._runner import run_loop
 from .._persistence import _callback_state as callback_state
+from .._persistence import _disk as disk
 from .._persistence import _files as ckpt
 from .._persistence._handback import write_result
 from .._persistence._plan import RunPlan, agree_plan
@@ -127,6 +128,10 @@ def _train(
     state.log_folder = context.folder
     # Set up (model on its device) before the optimizer state is loaded onto its parameters.
     context.loop.setup(state.device, layout.world_size)
+    if layout.rank == 0:  # the run folder can take files, and two checkpoints
+        loop = context.loop
+        size = disk.checkpoint_bytes(loop.model, loop.state_dict())
+        disk.preflight(context.folder, size, context.config.keep_checkpoints)
     saved = _resume(context, layout, plan)
     context.sampler_seed = int(saved["sampler_seed"]) if saved is not None else plan.sampler_seed
     loader, sampler = prepare_loader(

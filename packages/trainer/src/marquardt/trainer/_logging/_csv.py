@@ -7,7 +7,9 @@ resumed run keeps the rows up to the step it resumes from and rewrites the ones 
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,8 +56,15 @@ class CSVLogger:
             base = self._columns or list(_FIXED)
             self._columns = base + [k for k in row if k not in base]
             self._rewrite(old_rows)
-        with open(self.path, "a", newline="") as handle:
-            csv.DictWriter(handle, fieldnames=self._columns, extrasaction="ignore").writerow(row)
+        size = self.path.stat().st_size
+        try:
+            with open(self.path, "a", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self._columns, extrasaction="ignore")
+                writer.writerow(row)
+        except OSError:
+            with contextlib.suppress(OSError):  # no half row: the table stays readable
+                os.truncate(self.path, size)
+            raise
 
     def log_artifact(self, path: Path) -> None:
         """The checkpoint is already in the run folder, beside the CSV."""
@@ -65,8 +74,12 @@ class CSVLogger:
 
     def _rewrite(self, rows: list[dict[str, Any]]) -> None:
         tmp = self.path.with_suffix(".csv.tmp")
-        with open(tmp, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=self._columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
-        tmp.replace(self.path)
+        try:
+            with open(tmp, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self._columns, extrasaction="ignore")
+                writer.writeheader()
+                writer.writerows(rows)
+            tmp.replace(self.path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise

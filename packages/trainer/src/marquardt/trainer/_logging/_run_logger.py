@@ -9,10 +9,14 @@ folder always gets ``hparams.json`` (the configuration and ``TrainConfig.hyperpa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._persistence import _disk as disk
+from .._persistence import _files as ckpt
 from ._base import Logger
 from ._console import Console
 from ._csv import CSVLogger
@@ -25,6 +29,33 @@ BY_NAME: dict[str, type[Any]] = {
     "tensorboard": TensorBoardLogger,
     "mlflow": MLflowLogger,
 }
+
+
+#: The run's configuration and ``TrainConfig.hyperparams``, in the run folder.
+HPARAMS = "hparams.json"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _files_of(logger: Any, folder: Path) -> Path:
+    """Where ``logger`` writes (its file or folder; the run folder for other loggers)."""
+    if isinstance(logger, CSVLogger):
+        return logger.path
+    if isinstance(logger, TensorBoardLogger):
+        return logger.log_dir or folder / "tensorboard"
+    if isinstance(logger, MLflowLogger):
+        uri = logger.tracking_uri or ""
+        return Path(uri[len("file://") :]) if uri.startswith("file://") else folder / "mlruns"
+    return folder
 
 
 def make_loggers(tools: Iterable[Any]) -> list[Logger]:
@@ -53,15 +84,14 @@ class RunLogger:
         self.console: Console | None = None
         if not enabled:
             return
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "hparams.json", "w") as handle:
-            json.dump(dict(params), handle, indent=2, default=str)
+        text = json.dumps(dict(params), indent=2, default=str)
+        self._guarded(lambda: _write_atomically(folder / HPARAMS, text), "file", folder / HPARAMS)
         self.console = Console(max_iter, start_step, verbose)
         self.console.line(f"marquardt.trainer: {describe}; run folder {folder}")
         for logger in make_loggers(tools):
-            logger.start(folder, start_step)
-            logger.log_hyperparams(params)
             self.loggers.append(logger)
+            self._call(logger, lambda lg=logger: lg.start(folder, start_step))
+            self._call(logger, lambda lg=logger: lg.log_hyperparams(params))
 
     def print_line(
         self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train"
@@ -75,20 +105,38 @@ class RunLogger:
 
     def write(self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train") -> None:
         for logger in self.loggers:
-            logger.log_metrics(metrics, step, epoch=epoch, phase=phase)
+            self._call(
+                logger, lambda lg=logger: lg.log_metrics(metrics, step, epoch=epoch, phase=phase)
+            )
 
     def artifact(self, path: Path) -> None:
         for logger in self.loggers:
-            logger.log_artifact(path)
+            self._call(logger, lambda lg=logger: lg.log_artifact(path))
 
     def message(self, text: str) -> None:
         if self.console is not None:
             self.console.message(text)
 
     def close(self) -> None:
+        """Close every logger, also after one fails; a failure is raised at the end,
+        unless the run is already ending with an error (which it must not hide)."""
+        failed: BaseException | None = None
         for logger in self.loggers:
-            logger.close()
+            try:
+                self._call(logger, logger.close)
+            except Exception as exc:
+                failed = failed or exc
         self.loggers = []
         if self.console is not None:
             self.console.close()
             self.console = None
+        if failed is not None and sys.exc_info()[1] is None:
+            raise failed
+
+    def _call(self, logger: Any, call: Callable[[], object]) -> None:
+        """A logger's call; the file system's refusal becomes a `RunFilesError`."""
+        self._guarded(call, f"{type(logger).__name__} output", _files_of(logger, self.folder))
+
+    def _guarded(self, call: Callable[[], object], what: str, path: Path) -> None:
+        with disk.writing(what, path, last_checkpoint=ckpt.newest_checkpoint(self.folder)):
+            call()

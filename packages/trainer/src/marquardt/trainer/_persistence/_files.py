@@ -30,7 +30,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import CheckpointCorruptError, CheckpointMismatchError, CheckpointNotFoundError
+from .._errors import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    CheckpointWriteError,
+)
+from . import _disk
 
 FORMAT = "marquardt.trainer.checkpoint"
 VERSION = 1
@@ -130,23 +136,50 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def atomic_save(obj: Any, path: str | Path) -> Path:
-    """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file, fsync, rename)."""
+    """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file, fsync, rename).
+
+    A file system that refuses the write (full, read-only, no permission, quota) raises
+    :class:`CheckpointWriteError` naming the file, the room it needed and had, and the
+    newest checkpoint left whole; no temporary file stays behind.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if _before_rename is not None:
-            _before_rename(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _disk.writing(
+        "checkpoint",
+        path,
+        needed=_disk.estimate_bytes(obj),
+        last_checkpoint=last_intact(path),
+        error=CheckpointWriteError,
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(tmp, "wb") as handle:
+                torch.save(obj, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if _before_rename is not None:
+                _before_rename(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     _fsync_dir(path.parent)
     return path
+
+
+def last_intact(path: Path) -> Path | None:
+    """The newest checkpoint in ``path``'s folder other than ``path`` (``best.pt`` if it
+    is the only one): written atomically, so whole."""
+    numbered = [p for _, p in list_checkpoints(path.parent) if p != path]
+    if numbered:
+        return numbered[-1]
+    best = path.parent / BEST_NAME
+    return best if best != path and best.is_file() else None
+
+
+def newest_checkpoint(run_folder: Path) -> Path | None:
+    """The newest checkpoint of a run folder (numbered, else ``best.pt``), or None."""
+    return last_intact(run_folder / CHECKPOINT_DIR / ".none")
 
 
 def list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
