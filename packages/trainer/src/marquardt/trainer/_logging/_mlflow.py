@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import _settings
 from .._errors import ConfigError
+from .._persistence import _disk as disk
 from ._base import flatten
 
 #: MLflow refuses parameter values longer than this.
@@ -59,6 +60,8 @@ class MLflowLogger:
             experiment_id = found.experiment_id if found else client.create_experiment(name)
             run = client.create_run(experiment_id, run_name=self.run_name)
         except Exception as exc:
+            if disk.os_error(exc) is not None:
+                raise  # a file store that cannot be written: the run logger says so
             raise ConfigError(
                 f"MLflow: cannot open a run in experiment {name!r} at {uri} "
                 f"({type(exc).__name__}: {str(exc)[:400]}). HINT: check the tracking URI; a "

@@ -27,7 +27,7 @@ from torch import nn
 
 from .._errors import RunFilesError
 
-__all__ = ["checkpoint_bytes", "estimate_bytes", "preflight", "write_error", "writing"]
+__all__ = ["checkpoint_bytes", "estimate_bytes", "os_error", "preflight", "write_error", "writing"]
 
 #: torch's messages when its zip writer could not write (the errno is lost on the way).
 _TORCH_WRITE_FAILURES = ("inline_container", "PytorchStreamWriter", "iostream error")
@@ -90,7 +90,7 @@ def checkpoint_bytes(model: nn.Module, loop_state: Mapping[str, Any]) -> int:
     return model_bytes + max(state_bytes, 2 * params)
 
 
-def _os_error(exc: BaseException) -> OSError | None:
+def os_error(exc: BaseException) -> OSError | None:
     """The ``OSError`` that ``exc`` is, or that caused it (torch keeps it as context)."""
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -141,7 +141,7 @@ def write_error(
 ) -> RunFilesError | None:
     """The clear error for ``exc`` raised while writing ``path``; None when ``exc`` is
     not a failure of the file system (a bug of ours or of a logger: left as it is)."""
-    cause = _os_error(exc)
+    cause = os_error(exc)
     if cause is None and not _is_torch_write_failure(exc):
         return None
     free = free_bytes(path)
