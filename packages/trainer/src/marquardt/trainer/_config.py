@@ -25,6 +25,8 @@ COMPUTE_SETUPS = ("cpu", "gpu", "auto")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 TRACKING_TOOLS = ("csv", "tensorboard", "mlflow")
 SCHEDULER_INTERVALS = ("epoch", "step")
+#: What a non-finite loss or model does (``marquardt.trainer._loops._nonfinite``).
+NONFINITE_POLICIES = ("stop", "skip", "continue")
 _DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
@@ -81,6 +83,12 @@ class TrainConfig:
     ``ReduceLROnPlateau`` is stepped after each validation with the validation metric
     ``scheduler_monitor``.
 
+    ``on_nonfinite``: what a NaN or infinite training loss, or parameters that are not
+    finite after a step, do: ``"stop"`` the run with ``NonFiniteLossError`` (naming the
+    step, the epoch, the batch and the last checkpoint), ``"skip"`` the batch (the step is
+    undone and taken on the next batch), or ``"continue"``. A checkpoint is never written
+    from a non-finite model, so the checkpoints kept are finite.
+
     ``resume_from``: ``None`` starts afresh (except in a Slurm job that was requeued, where
     it means ``"latest"``), ``"latest"`` resumes from the newest checkpoint under the run
     folder (or under ``root_folder``'s run subfolders) and starts afresh if there is none,
@@ -118,6 +126,7 @@ class TrainConfig:
     accumulate_grad_batches: int = 1
     verbose: bool = True
     keep_checkpoints: int = 3
+    on_nonfinite: str = "stop"
     dist_timeout: float = 300.0
     slice_size: int | None = None
     checkpoint_best_only: bool = False
@@ -136,6 +145,14 @@ class TrainConfig:
             "use 1 to step the optimizer after every batch",
         )
         _check_int("keep_checkpoints", self.keep_checkpoints, 1, "keep at least the newest one")
+        if self.on_nonfinite not in NONFINITE_POLICIES:
+            raise _fail(
+                "on_nonfinite",
+                self.on_nonfinite,
+                f"on_nonfinite must be one of {', '.join(map(repr, NONFINITE_POLICIES))}",
+                "'stop' ends the run with an error, 'skip' undoes the step and skips the "
+                "batch, 'continue' goes on",
+            )
         if self.seed is not None:
             _check_int("seed", self.seed, 0, "use a non-negative integer, or None")
         if self.slice_size is not None:

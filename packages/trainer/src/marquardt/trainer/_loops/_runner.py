@@ -35,6 +35,7 @@ from .. import _distributed as pg
 from .._errors import ConfigError
 from .._signals import GracefulStop
 from ._context import RunContext
+from ._nonfinite import NonFiniteGuard
 from ._report import report_step
 from ._validation import validate
 
@@ -101,8 +102,9 @@ def run_loop(
     context.hooks("on_train_start")
     saved_at = -1
     loop.train()
+    guard = NonFiniteGuard(context)  # the step, checked for a non-finite loss or model
     while state.step < cfg.max_iter:
-        result = loop.step(stream, context.hooks, state.device)
+        result = guard.step(stream, context.hooks, state.device)
         state.step += 1
         state.metrics = {"loss": result.loss, **result.metrics}
         if result.stop_reason is not None:

@@ -21,6 +21,7 @@ from .. import _distributed as pg
 from .._callbacks import Callback
 from .._environments import ProcessLayout
 from .._loops._context import RunContext
+from .._loops._nonfinite import finite_model
 from . import _callback_state as callback_state
 from . import _files as ckpt
 
@@ -79,8 +80,16 @@ def payload(
     }
 
 
+def _finite(context: RunContext) -> bool:
+    """A non-finite model is never written over, or rotated in for, a finite checkpoint
+    (the non-finite guard said so when the fault came)."""
+    return finite_model(context.loop.model)
+
+
 def save(context: RunContext) -> None:
     """A numbered checkpoint (every rank's RNG, for exact resume), written by rank 0."""
+    if not _finite(context):
+        return
     callbacks = context.hooks.callbacks
     own = (ckpt.rng_state(), callback_state.capture(callbacks))
     gathered = pg.all_gather_object(own)
@@ -97,7 +106,7 @@ def save(context: RunContext) -> None:
 
 def save_best(context: RunContext) -> None:
     """``best.pt``: the checkpoint at the best validation loss so far (rank 0 only)."""
-    if context.state.rank == 0:
+    if context.state.rank == 0 and _finite(context):
         callbacks = [callback_state.capture(context.hooks.callbacks)]
         path = context.folder / ckpt.CHECKPOINT_DIR / ckpt.BEST_NAME
         ckpt.atomic_save(payload(context, [ckpt.rng_state()], callbacks), path)

@@ -1,0 +1,171 @@
+"""A step whose loss, or whose parameters after it, are NaN or infinite: noticed at once.
+
+``TrainConfig.on_nonfinite`` says what happens then:
+
+- ``"stop"`` (the default): the run stops with :class:`~.._errors.NonFiniteLossError`
+  naming the step, the epoch, the batch and the last checkpoint (a finite one: see
+  below). No checkpoint is written after the fault.
+- ``"skip"``: the step is undone (the model's parameters and buffers and the optimizer's
+  state go back to where they were before it) and the batch is skipped; the step is
+  taken again on the next batch, so the step count and the LR schedule do not see the
+  skipped batch. After ``MAX_SKIPPED`` non-finite batches in a row the run stops as with
+  ``"stop"``. Undoing needs a copy of the model and optimizer state before every step.
+- ``"continue"``: the step stands and the run goes on (a notice on the console), as
+  Lightning and perceptrain do by default.
+
+Whatever the choice, a checkpoint is never written from a non-finite model (see
+:func:`finite_model`): the numbered checkpoints that ``keep_checkpoints`` rotates are
+all finite, and the last one is where ``resume_from="latest"`` starts again.
+
+In the LM loop a step cannot accept a non-finite point (a trial must lower the loss);
+what the loop meets instead is a batch on which the residuals at the current parameters
+are not finite, which the ``LMA`` refuses before changing anything: that batch is the
+fault here. Under DDP the ranks agree (one all-reduce of one flag per step): every rank
+stops, skips or goes on at the same step, so none is left waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import _distributed as pg
+from .._callbacks import Hooks
+from .._config import NONFINITE_POLICIES
+from .._errors import NonFiniteLossError
+from .._logging._base import notice
+from ._base import StepResult
+from ._context import RunContext
+
+__all__ = ["MAX_SKIPPED", "POLICIES", "NonFiniteGuard", "finite_model"]
+
+#: The values of ``TrainConfig.on_nonfinite``.
+POLICIES = NONFINITE_POLICIES
+#: ``"skip"`` stops the run after this many non-finite batches in a row.
+MAX_SKIPPED = 25
+
+
+def finite_model(model: nn.Module) -> bool:
+    """Whether every floating parameter and buffer of ``model`` is finite (one host read)."""
+    checks = [
+        torch.isfinite(t).all()
+        for t in (*model.parameters(), *model.buffers())
+        if t.is_floating_point() and t.numel()
+    ]
+    if not checks:
+        return True
+    return bool(torch.stack([c.to(checks[0].device) for c in checks]).all())
+
+
+def _refused_batch(exc: BaseException) -> bool:
+    """Whether ``exc`` is the LMA refusing a batch whose residuals are not finite."""
+    try:
+        from marquardt.jacobian import ResidualNotFiniteError
+    except ImportError:
+        return False
+    return isinstance(exc, ResidualNotFiniteError)
+
+
+class NonFiniteGuard:
+    """The loop's step, checked for a non-finite loss or model (see the module docstring)."""
+
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+        self.policy = context.config.on_nonfinite
+        self._warned = False
+
+    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
+        """One step of the loop as ``on_nonfinite`` asks (a skipped batch is replaced)."""
+        loop = self.context.loop
+        skipped = 0
+        while True:
+            saved = self._snapshot() if self.policy == "skip" else None
+            why = ""
+            try:
+                result = loop.step(batches, hooks, device)
+            except ValueError as exc:
+                if not _refused_batch(exc):
+                    raise
+                result, why = StepResult(math.nan), str(exc).split(". HINT")[0]
+            else:
+                if not math.isfinite(result.loss):
+                    why = f"the training loss is {result.loss}"
+                elif not finite_model(loop.model):
+                    why = "the parameters are not finite after the step"
+            (bad,) = pg.flags_any([bool(why)], device)
+            if not bad:
+                if skipped:
+                    result = StepResult(
+                        result.loss,
+                        {**result.metrics, "skipped_batches": float(skipped)},
+                        result.stop_reason,
+                    )
+                return result
+            why = why or "another rank found a non-finite loss or model"
+            if self.policy == "continue":
+                if not self._warned:
+                    self._warned = True
+                    self._notice(
+                        f"{self._where()}: {why}; on_nonfinite='continue' goes on, without "
+                        "writing checkpoints while the model is not finite (the last one, "
+                        f"{self.context.state.last_checkpoint}, is kept); later non-finite "
+                        "steps are not reported"
+                    )
+                return result
+            if self.policy == "stop":
+                raise self._error(why, "")
+            assert saved is not None
+            self._restore(saved)
+            skipped += 1
+            if skipped >= MAX_SKIPPED:
+                raise self._error(why, f" ({skipped} batches in a row were skipped)")
+            self._notice(f"{self._where()}: {why}; the batch is skipped and the step undone")
+
+    def _where(self) -> str:
+        state = self.context.state
+        batch = max(0, state.batch_in_epoch - 1)
+        return f"step {state.step + 1} (epoch {state.epoch}, batch {batch})"
+
+    def _error(self, why: str, more: str) -> NonFiniteLossError:
+        state = self.context.state
+        last = state.last_checkpoint
+        if last is not None:
+            kept = f"the last checkpoint, {last}, is finite"
+            resume = "resume with resume_from='latest'"
+        elif state.rank != 0:
+            kept = "rank 0 writes the checkpoints and names the last one"
+            resume = "resume with resume_from='latest'"
+        else:
+            kept = "no checkpoint was written before it"
+            resume = "set checkpoint_every to keep finite checkpoints"
+        return NonFiniteLossError(
+            f"non-finite training at {self._where()}: {why}{more}; {kept}. HINT: lower the "
+            f"learning rate, clip gradients (grad_clip=1.0) or check this batch's data, then "
+            f"{resume}; on_nonfinite='skip' skips such batches, 'continue' goes on",
+            step=state.step + 1,
+            epoch=state.epoch,
+            batch=max(0, state.batch_in_epoch - 1),
+            last_checkpoint=None if last is None else str(last),
+        )
+
+    def _notice(self, text: str) -> None:
+        if self.context.state.rank == 0:
+            notice(text)
+
+    def _snapshot(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        loop = self.context.loop
+        model = {k: v.detach().clone() for k, v in loop.model.state_dict().items()}
+        return model, copy.deepcopy(loop.state_dict())
+
+    def _restore(self, saved: tuple[dict[str, torch.Tensor], dict[str, Any]]) -> None:
+        loop = self.context.loop
+        with torch.no_grad():
+            loop.model.load_state_dict(saved[0])
+        loop.load_state_dict(saved[1])
+        for p in loop.model.parameters():
+            p.grad = None

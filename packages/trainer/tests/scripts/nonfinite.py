@@ -1,0 +1,69 @@
+"""A run meeting a non-finite loss, for the fault tests; one process of a data-parallel run
+(or the only one). Writes ``<out>-rank<r>.json``: how the run ended on this rank.
+
+``--fault diverge``: SGD with a learning rate far too large (the loss overflows within a
+few steps). ``--fault poison``: sample 17 has an infinite target (in 2 processes only
+rank 1 holds it), so one batch per epoch has an infinite loss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from marquardt.trainer import NonFiniteLossError, TrainConfig, Trainer
+
+
+def dataset(fault: str) -> TensorDataset:
+    x = torch.linspace(-1, 1, 64).unsqueeze(1)
+    y = 5 * torch.sin(3 * x)
+    if fault == "poison":
+        y[17] = float("inf")
+    return TensorDataset(x, y)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fault", choices=["diverge", "poison"], required=True)
+    parser.add_argument("--policy", default="stop")
+    parser.add_argument("--nprocs", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    lr = 3.0 if args.fault == "diverge" else 0.05
+    config = TrainConfig(
+        max_iter=args.steps,
+        nprocs=args.nprocs,
+        backend="gloo",
+        compute_setup="cpu",
+        checkpoint_every=1,
+        keep_checkpoints=3,
+        on_nonfinite=args.policy,
+        verbose=False,
+        seed=0,
+    )
+    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=lr), config)
+    outcome: dict[str, object] = {}
+    try:
+        trainer.fit(train_dataset=dataset(args.fault), batch_size=8 // args.nprocs, shuffle=False)
+        outcome["finished"] = trainer.state.step
+    except NonFiniteLossError as exc:
+        outcome.update(error=str(exc), step=exc.step, epoch=exc.epoch, batch=exc.batch,
+                       last_checkpoint=exc.last_checkpoint)  # fmt: skip
+    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    outcome["finite"] = bool(torch.isfinite(params).all())
+    outcome["params"] = params.tolist()
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    with open(f"{args.out}-rank{rank}.json", "w") as handle:
+        json.dump(outcome, handle)
+
+
+if __name__ == "__main__":
+    main()
