@@ -1,0 +1,194 @@
+"""A diverging run, or a batch with an infinite loss, under each ``on_nonfinite`` choice:
+the gradient loop in one process and in two (gloo), and the LM loop. The checkpoints kept
+are always finite."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from marquardt.trainer import ConfigError, NonFiniteLossError, TrainConfig, Trainer
+from marquardt.trainer._persistence import _files as ckpt
+
+from .conftest import SCRIPTS, Processes, clean_env
+
+SCRIPT = SCRIPTS / "nonfinite.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("marquardt_test_nonfinite", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_here(cwd: Path, *args: str) -> dict[str, Any]:
+    """The script in this process (one training process); its outcome."""
+    previous = os.getcwd()
+    os.chdir(cwd)
+    try:
+        _script().main([*args, "--out", "here"])
+    finally:
+        os.chdir(previous)
+    result: dict[str, Any] = json.loads((cwd / "here-rank0.json").read_text())
+    return result
+
+
+def _kept_checkpoints_are_finite(run: Path, keep: int = 3) -> list[int]:
+    found = ckpt.list_checkpoints(run / "checkpoints")
+    assert 1 <= len(found) <= keep
+    for _, path in found:
+        state = ckpt.read_checkpoint(path)["model"]
+        assert all(bool(torch.isfinite(v).all()) for v in state.values()), path
+    return [step for step, _ in found]
+
+
+def test_config_refuses_an_unknown_choice() -> None:
+    with pytest.raises(ConfigError, match="on_nonfinite must be one of 'stop', 'skip'"):
+        TrainConfig(on_nonfinite="ignore")
+
+
+def test_a_diverging_run_stops_at_once_naming_step_batch_and_last_checkpoint(
+    tmp_path: Path,
+) -> None:
+    out = _run_here(tmp_path, "--fault", "diverge", "--policy", "stop")
+    assert "finished" not in out
+    step, epoch, batch = out["step"], out["epoch"], out["batch"]
+    assert step > 1 and f"step {step} (epoch {epoch}, batch {batch})" in out["error"]
+    assert step == epoch * 8 + batch + 1  # 8 batches per epoch, one batch per step
+    assert "HINT:" in out["error"]
+    last = Path(tmp_path / out["last_checkpoint"])
+    assert (
+        last.name == ckpt.checkpoint_name(step - 1)
+        and str(last.relative_to(tmp_path)) in out["error"]
+    )
+    steps = _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")
+    assert steps[-1] == step - 1  # nothing written after the fault
+
+
+def test_continue_goes_on_but_never_rotates_finite_checkpoints_out(tmp_path: Path) -> None:
+    out = _run_here(tmp_path, "--fault", "diverge", "--policy", "continue", "--steps", "30")
+    assert out["finished"] == 30 and not out["finite"]
+    steps = _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")
+    assert steps[-1] < 30  # the three kept are the last finite ones, from before the fault
+
+
+def test_skip_undoes_the_step_and_skips_the_batch(tmp_path: Path) -> None:
+    out = _run_here(tmp_path, "--fault", "poison", "--policy", "skip", "--steps", "30")
+    assert out["finished"] == 30 and out["finite"]
+    assert _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")[-1] == 30
+
+
+def test_stop_names_the_batch_with_the_infinite_loss(tmp_path: Path) -> None:
+    out = _run_here(tmp_path, "--fault", "poison", "--policy", "stop")
+    assert (out["step"], out["epoch"], out["batch"]) == (3, 0, 2)  # sample 17 of batch 16-23
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _two_ranks(procs: Processes, cwd: Path, *args: str) -> list[dict[str, Any]]:
+    """The script as the two tasks of one srun step (one process each), gloo on CPU."""
+    port = str(_free_port())
+    started = [
+        procs.start(
+            [str(SCRIPT), *args, "--nprocs", "2", "--out", "two"],
+            cwd=cwd,
+            env=clean_env(
+                SLURM_PROCID=str(rank),
+                SLURM_LOCALID=str(rank),
+                SLURM_NTASKS="2",
+                SLURM_JOB_NODELIST="localhost",
+                MASTER_PORT=port,
+            ),
+        )
+        for rank in (0, 1)
+    ]
+    for proc in started:
+        code, out, err = procs.wait(proc, timeout=120)
+        assert code == 0, f"{out}\n{err}"
+    return [json.loads((cwd / f"two-rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.multiprocess
+def test_two_processes_stop_at_the_same_step(tmp_path: Path, procs: Processes) -> None:
+    ranks = _two_ranks(procs, tmp_path, "--fault", "diverge", "--policy", "stop")
+    assert all("error" in r for r in ranks), ranks
+    assert ranks[0]["step"] == ranks[1]["step"] and ranks[0]["batch"] == ranks[1]["batch"]
+    assert ranks[0]["last_checkpoint"] is not None
+    assert "rank 0 writes the checkpoints" in ranks[1]["error"]
+    _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")
+
+
+@pytest.mark.multiprocess
+def test_two_processes_skip_the_batch_only_rank_1_finds_infinite(
+    tmp_path: Path, procs: Processes
+) -> None:
+    """Sample 17 is rank 1's alone: both ranks undo the same steps (DDP's averaged
+    gradient is not finite on either) and the two replicas end identical and finite."""
+    ranks = _two_ranks(procs, tmp_path, "--fault", "poison", "--policy", "skip", "--steps", "20")
+    assert ranks[0]["finished"] == ranks[1]["finished"] == 20
+    assert ranks[0]["finite"] and ranks[0]["params"] == ranks[1]["params"]
+
+
+class _Exp(nn.Module):
+    """``exp(w·x)``: finite on small inputs, overflowing on large ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(self.w * x)
+
+
+def _lm_trainer(tmp_path: Path, policy: str) -> tuple[Trainer, DataLoader, nn.Module]:  # type: ignore[type-arg]
+    pytest.importorskip("marquardt.solver", reason="the LM loop needs marquardt-solver")
+    from marquardt.solver import LMA
+
+    x = torch.linspace(0.0, 1.0, 40, dtype=torch.float64).reshape(-1, 1)
+    x[16:20] *= 2000.0  # batch 2 (samples 16-23) overflows exp
+    loader = DataLoader(TensorDataset(x, torch.exp(2.0 * x.clamp(max=1.0))), batch_size=8)
+    model = _Exp()
+    lma = LMA(model, ["cpu"], residual_fn=torch.sub)
+    config = TrainConfig(
+        max_iter=10,
+        root_folder=tmp_path,
+        checkpoint_every=1,
+        on_nonfinite=policy,
+        verbose=False,
+    )
+    return Trainer(model, lma, config), loader, model
+
+
+def test_lm_loop_stops_at_a_batch_with_non_finite_residuals(tmp_path: Path) -> None:
+    trainer, loader, model = _lm_trainer(tmp_path, "stop")
+    with pytest.raises(NonFiniteLossError) as caught:
+        trainer.fit(loader)
+    err = caught.value
+    assert (err.step, err.epoch, err.batch) == (3, 0, 2)
+    assert "are NaN or infinite" in str(err) and err.last_checkpoint is not None
+    assert err.last_checkpoint.endswith(ckpt.checkpoint_name(2))
+    assert bool(torch.isfinite(model.w).all())  # the LMA refused the batch: θ untouched
+
+
+def test_lm_loop_skips_a_batch_with_non_finite_residuals(tmp_path: Path) -> None:
+    trainer, loader, model = _lm_trainer(tmp_path, "skip")
+    trainer.fit(loader)
+    assert trainer.state.step > 3  # past the batch that was skipped (LM may end earlier)
+    assert abs(float(model.w) - 2.0) < 1e-3
+    _kept_checkpoints_are_finite(tmp_path)
