@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+import torch
 
 
 class _Usage(NamedTuple):
@@ -110,14 +111,24 @@ class FaultyFiles:
             return real
         return _Usage(real.total, real.total - self.budget, self.budget)
 
+    def save(self, obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        """``torch.save`` to a path writes through the layer (torch's own writer would not)."""
+        if self._covers(f, "wb"):
+            with self.open(f, "wb") as handle:
+                _TORCH_SAVE(obj, handle, *args, **kwargs)
+            return
+        _TORCH_SAVE(obj, f, *args, **kwargs)
+
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FaultyFiles:
         monkeypatch.setattr(builtins, "open", self.open)
         monkeypatch.setattr(io, "open", self.open)
         monkeypatch.setattr(shutil, "disk_usage", self.disk_usage)
+        monkeypatch.setattr(torch, "save", self.save)
         return self
 
 
 _DISK_USAGE = shutil.disk_usage
+_TORCH_SAVE = torch.save
 
 
 def can_mount_tmpfs() -> bool:
@@ -147,16 +158,20 @@ def tmpfs(folder: Path, size: int) -> Iterator[Path | None]:
 
 @contextlib.contextmanager
 def small_disk(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
-) -> Iterator[tuple[Path, str]]:
-    """A folder on a file system of ``size`` bytes: ``(folder, "tmpfs" | "injected")``."""
-    with tmpfs(tmp_path / "disk", size) as mounted:
-        if mounted is not None:
-            yield mounted, "tmpfs"
-            return
-        folder = tmp_path / "disk"
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, kind: str
+) -> Iterator[Path]:
+    """A folder on a file system of ``size`` bytes: a real ``"tmpfs"`` (skipped where
+    none can be mounted) or the ``"injected"`` fault layer."""
+    folder = tmp_path / "disk"
+    if kind == "injected":
+        folder.mkdir()
         FaultyFiles(folder, budget=size).install(monkeypatch)
-        yield folder, "injected"
+        yield folder
+        return
+    with tmpfs(folder, size) as mounted:
+        if mounted is None:
+            pytest.skip("mounting a tmpfs needs root with CAP_SYS_ADMIN; 'injected' runs instead")
+        yield mounted
 
 
 def chmod_protects() -> bool:

@@ -56,12 +56,13 @@ def _no_stray_files(folder: Path) -> None:
     assert not stray, f"half-written files left: {stray}"
 
 
+@pytest.mark.parametrize("kind", ["tmpfs", "injected"])
 def test_a_full_disk_stops_with_one_clear_error_and_keeps_the_last_checkpoint(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     model = _model()
     one = disk.estimate_bytes({"model": model.state_dict(), "adam": model.state_dict()})
-    with small_disk(tmp_path, monkeypatch, size=3 * one) as (folder, _how):
+    with small_disk(tmp_path, monkeypatch, 3 * one, kind) as folder:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the low-space warning
             with pytest.raises(CheckpointWriteError) as caught:

@@ -90,15 +90,30 @@ def checkpoint_bytes(model: nn.Module, loop_state: Mapping[str, Any]) -> int:
     return model_bytes + max(state_bytes, 2 * params)
 
 
-def os_error(exc: BaseException) -> OSError | None:
-    """The ``OSError`` that ``exc`` is, or that caused it (torch keeps it as context)."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it, each once (torch keeps the cause as context)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, OSError) and current.errno is not None:
-            return current
+        yield current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
+
+
+def os_error(exc: BaseException) -> OSError | None:
+    """The ``OSError`` that ``exc`` is, or that caused it."""
+    for link in _chain(exc):
+        if isinstance(link, OSError) and link.errno is not None:
+            return link
+    return None
+
+
+def interrupt(exc: BaseException) -> BaseException | None:
+    """The Ctrl-C (or ``SystemExit``) under ``exc``: torch's writer turns one that lands
+    in its write callback into ``RuntimeError: [enforce fail at inline_container.cc]``."""
+    for link in _chain(exc):
+        if isinstance(link, KeyboardInterrupt | SystemExit):
+            return link
     return None
 
 
@@ -192,6 +207,9 @@ def writing(
     except RunFilesError:
         raise
     except (OSError, RuntimeError) as exc:
+        stopped = interrupt(exc)
+        if stopped is not None:
+            raise stopped from None
         clear = write_error(
             what, path, exc, needed=needed, last_checkpoint=last_checkpoint, error=error
         )

@@ -122,6 +122,14 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached"]))
 
 
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_dir(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
@@ -153,10 +161,11 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
     ):
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(tmp, "wb") as handle:
-                torch.save(obj, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+            # torch writes the file itself: given a Python file object instead, a Ctrl-C
+            # landing in its write callback left a writer whose destructor wrote to the
+            # closed file later, and the process died in std::terminate.
+            torch.save(obj, str(tmp))
+            _fsync_file(tmp)
             if _before_rename is not None:
                 _before_rename(tmp)
             os.replace(tmp, path)
