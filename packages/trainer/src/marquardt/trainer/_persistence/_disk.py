@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno as errnos
 import os
 import shutil
+import traceback
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -210,6 +211,10 @@ def writing(
         stopped = interrupt(exc)
         if stopped is not None:
             raise stopped from None
+        for link in _chain(exc):
+            # The failed writer, still referenced by the finished frames, holds the
+            # unlinked partial file open: free it, so the free space counts its room.
+            traceback.clear_frames(link.__traceback__)
         clear = write_error(
             what, path, exc, needed=needed, last_checkpoint=last_checkpoint, error=error
         )
