@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +86,15 @@ class RunLogger:
         if not enabled:
             return
         text = json.dumps(dict(params), indent=2, default=str)
-        self._guarded(lambda: _write_atomically(folder / HPARAMS, text), "file", folder / HPARAMS)
+        with self._writing("file", folder / HPARAMS):
+            _write_atomically(folder / HPARAMS, text)
         self.console = Console(max_iter, start_step, verbose)
         self.console.line(f"marquardt.trainer: {describe}; run folder {folder}")
         for logger in make_loggers(tools):
             self.loggers.append(logger)
-            self._call(logger, lambda lg=logger: lg.start(folder, start_step))
-            self._call(logger, lambda lg=logger: lg.log_hyperparams(params))
+            with self._writing_for(logger):
+                logger.start(folder, start_step)
+                logger.log_hyperparams(params)
 
     def print_line(
         self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train"
@@ -105,13 +108,13 @@ class RunLogger:
 
     def write(self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train") -> None:
         for logger in self.loggers:
-            self._call(
-                logger, lambda lg=logger: lg.log_metrics(metrics, step, epoch=epoch, phase=phase)
-            )
+            with self._writing_for(logger):
+                logger.log_metrics(metrics, step, epoch=epoch, phase=phase)
 
     def artifact(self, path: Path) -> None:
         for logger in self.loggers:
-            self._call(logger, lambda lg=logger: lg.log_artifact(path))
+            with self._writing_for(logger):
+                logger.log_artifact(path)
 
     def message(self, text: str) -> None:
         if self.console is not None:
@@ -123,7 +126,8 @@ class RunLogger:
         failed: BaseException | None = None
         for logger in self.loggers:
             try:
-                self._call(logger, logger.close)
+                with self._writing_for(logger):
+                    logger.close()
             except Exception as exc:
                 failed = failed or exc
         self.loggers = []
@@ -133,10 +137,12 @@ class RunLogger:
         if failed is not None and sys.exc_info()[1] is None:
             raise failed
 
-    def _call(self, logger: Any, call: Callable[[], object]) -> None:
-        """A logger's call; the file system's refusal becomes a `RunFilesError`."""
-        self._guarded(call, f"{type(logger).__name__} output", _files_of(logger, self.folder))
+    def _writing_for(self, logger: Any) -> AbstractContextManager[None]:
+        """A logger's call: the file system's refusal becomes a `RunFilesError`."""
+        return self._writing(f"{type(logger).__name__} output", _files_of(logger, self.folder))
 
-    def _guarded(self, call: Callable[[], object], what: str, path: Path) -> None:
-        with disk.writing(what, path, last_checkpoint=ckpt.newest_checkpoint(self.folder)):
-            call()
+    def _writing(self, what: str, path: Path) -> AbstractContextManager[None]:
+        return disk.writing(what, path, last_checkpoint=self._newest_checkpoint)
+
+    def _newest_checkpoint(self) -> Path | None:
+        return ckpt.newest_checkpoint(self.folder)

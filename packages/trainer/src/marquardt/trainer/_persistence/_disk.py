@@ -18,7 +18,7 @@ import os
 import shutil
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -199,10 +199,11 @@ def writing(
     path: Path,
     *,
     needed: int | None = None,
-    last_checkpoint: Path | None = None,
+    last_checkpoint: Path | Callable[[], Path | None] | None = None,
     error: type[RunFilesError] = RunFilesError,
 ) -> Iterator[None]:
-    """A block that writes ``path``: a failure of the file system leaves it as ``error``."""
+    """A block that writes ``path``: a failure of the file system leaves it as ``error``
+    (``last_checkpoint`` may be a function, asked only then)."""
     try:
         yield
     except RunFilesError:
@@ -215,9 +216,8 @@ def writing(
             # The failed writer, still referenced by the finished frames, holds the
             # unlinked partial file open: free it, so the free space counts its room.
             traceback.clear_frames(link.__traceback__)
-        clear = write_error(
-            what, path, exc, needed=needed, last_checkpoint=last_checkpoint, error=error
-        )
+        last = last_checkpoint() if callable(last_checkpoint) else last_checkpoint
+        clear = write_error(what, path, exc, needed=needed, last_checkpoint=last, error=error)
         if clear is None:
             raise
         raise clear from exc

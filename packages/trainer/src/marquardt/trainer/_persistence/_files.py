@@ -20,6 +20,7 @@ optimizer or another loop each raise a :class:`CheckpointError` saying which.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
@@ -156,7 +157,7 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
         "checkpoint",
         path,
         needed=_disk.estimate_bytes(obj),
-        last_checkpoint=last_intact(path),
+        last_checkpoint=functools.partial(last_intact, path),
         error=CheckpointWriteError,
     ):
         path.parent.mkdir(parents=True, exist_ok=True)
