@@ -81,5 +81,6 @@ class CSVLogger:
                 writer.writerows(rows)
             tmp.replace(self.path)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # never in place of the error being raised
+                tmp.unlink(missing_ok=True)
             raise

@@ -8,6 +8,7 @@ folder always gets ``hparams.json`` (the configuration and ``TrainConfig.hyperpa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -43,7 +44,8 @@ def _write_atomically(path: Path, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # never in place of the error being raised
+            tmp.unlink(missing_ok=True)
         raise
 
 

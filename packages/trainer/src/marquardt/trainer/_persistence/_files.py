@@ -20,6 +20,7 @@ optimizer or another loop each raise a :class:`CheckpointError` saying which.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
@@ -171,7 +172,8 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
                 _before_rename(tmp)
             os.replace(tmp, path)
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # never in place of the error being raised
+                tmp.unlink(missing_ok=True)
             raise
     _fsync_dir(path.parent)
     return path
