@@ -190,5 +190,20 @@ def test_lm_loop_skips_a_batch_with_non_finite_residuals(tmp_path: Path) -> None
     trainer, loader, model = _lm_trainer(tmp_path, "skip")
     trainer.fit(loader)
     assert trainer.state.step > 3  # past the batch that was skipped (LM may end earlier)
-    assert abs(float(model.w) - 2.0) < 1e-3
+    assert abs(float(model.w.detach()) - 2.0) < 1e-3
     _kept_checkpoints_are_finite(tmp_path)
+
+
+def test_the_finiteness_check_finds_one_bad_entry_and_is_not_fooled_by_a_large_sum() -> None:
+    from marquardt.trainer._loops._nonfinite import finite_model
+
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    assert finite_model(model)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with torch.no_grad():
+            model[1].running_var[2] = bad  # a buffer counts as much as a parameter
+        assert not finite_model(model)
+    huge = nn.Linear(4, 1).double()
+    with torch.no_grad():
+        huge.weight.fill_(1.7e308)  # finite entries whose sum overflows
+    assert finite_model(huge)
