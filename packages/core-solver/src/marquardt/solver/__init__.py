@@ -18,6 +18,8 @@ torch.distributed process group (each rank passes its share of the global batch)
 sliced engine for large torch fits on the CPU or a GPU, with the richer result.
 """
 
+from marquardt.jacobian import ResidualNotFiniteError
+
 from ._backends.base import ArrayBackend, LinearSystem, Solution
 from ._curve.fit import CurveFitResult, curve_fit_result
 from ._curve.inputs import CurveFitInputError
@@ -51,6 +53,7 @@ __all__ = [
     "OptimizeWarning",
     "RankFailureError",
     "RanksDisagreeError",
+    "ResidualNotFiniteError",
     "Solution",
     "SolverConfigError",
     "SolverInputError",

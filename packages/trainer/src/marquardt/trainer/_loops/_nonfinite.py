@@ -74,7 +74,7 @@ def finite_model(model: nn.Module) -> bool:
 def _refused_batch(exc: BaseException) -> bool:
     """Whether ``exc`` is the LMA refusing a batch whose residuals are not finite."""
     try:
-        from marquardt.jacobian import ResidualNotFiniteError
+        from marquardt.solver import ResidualNotFiniteError
     except ImportError:
         return False
     return isinstance(exc, ResidualNotFiniteError)
