@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -153,7 +154,33 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         rows.extend(bench_curve_fit.summary(fits, prefix="gpu "))
     for e in results.get("shapes", {}).values():
         rows.extend(shape_rows(e))
+    for key, part in results.get("newer", {}).items():
+        rows.extend(_newer_rows(key, part))
     return rows
+
+
+def _newer_rows(key: str, part: dict[str, Any]) -> list[dict[str, Any]]:
+    """A newer benchmark's own rows, each named as measured on this device."""
+    if "results" not in part:
+        why = part.get("error") or part.get("absent", "not run")
+        return [c.row(f"gpu {key}: not measured", None, None, detail=why)]
+    module = importlib.import_module(part["module"])
+    rows = []
+    for r in module.summary(part["results"]):
+        rows.append({**r, "what": f"gpu {r['what']}"})
+    return rows
+
+
+def _newer_text(results: dict[str, Any]) -> list[str]:
+    """One section per newer benchmark, in that benchmark's own words."""
+    out: list[str] = []
+    for key, part in results.get("newer", {}).items():
+        out += ["", f"## {key} (`{part.get('module', key)}.py`)", ""]
+        if "results" in part:
+            out.append(importlib.import_module(part["module"]).section(part["results"]))
+        else:
+            out.append(f"Not measured: {part.get('error') or part.get('absent', 'not run')}")
+    return out
 
 
 def _reached(run: dict[str, Any]) -> str:
@@ -407,6 +434,7 @@ def markdown(results: dict[str, Any], png: Path | None, md: Path) -> str:
         "warm-up step, on the loop above:",
         "",
         *_sync_lines(results),
+        *_newer_text(results),
         "",
     ]
     return "\n".join(lines)

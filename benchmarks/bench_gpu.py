@@ -27,6 +27,11 @@ models and Jacobians, against torch-levenberg-marquardt driven as in ``bench_ste
   device against SciPy's ``curve_fit`` (lm, trf) on the host; target ≤ 0.5× at every N.
 * Host synchronisations in one of our steps on that loop (after a warm-up step), counted
   with ``torch.cuda.set_sync_debug_mode("warn")``; the peer's for reference.
+* The newer capabilities, each by its own benchmark on the same device (``NEWER``):
+  single small fits against SciPy (``bench_small_fit.py``), many fits at once
+  (``bench_batch_fit.py``) and the physics-informed network's LM step against the peer
+  (``bench_pinn.py``), at their quick sizes unless ``--newer-full``; a benchmark that is
+  not in the tree is recorded as absent.
 
 Each shape and part is guarded: an out-of-memory error or any failure is recorded and the
 run goes on. ``--budget`` (seconds) bounds the whole run: parts and shapes get caps from
@@ -38,12 +43,15 @@ peak GPU memory ≤ the peer's; memory back to its baseline after deleting the L
 writes ``gpu.json`` and ``gpu.png`` into ``--out`` (default ``benchmarks/results``) and
 ``RESULTS-gpu.md`` (``--md``); ``--render gpu.json`` rewrites the last two from a JSON.
 ``--device cpu --quick`` exercises every code path on tiny shapes, without a GPU.
+``--only core`` or ``--only newer`` runs one of the two halves (two shorter GPU calls).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
+import inspect
 import json
 import platform
 import subprocess
@@ -95,6 +103,16 @@ QUALITY_CAP = 60.0
 THRESHOLDS = (1e-3, 1e-4, 1e-5, 1e-6)
 BUDGET = 450.0
 MIN_SHAPE_SECONDS = 15.0
+#: The newer capabilities' benchmarks: (key in the JSON, module). Each module has
+#: ``main(quick=, device=[, budget=])``, ``summary(results)`` and ``section(results)``.
+NEWER: tuple[tuple[str, str], ...] = (
+    ("small_fit", "bench_small_fit"),
+    ("batch_fit", "bench_batch_fit"),
+    ("pinn", "bench_pinn"),
+)
+#: Seconds per method of bench_pinn.py when it runs here (it runs each method for that long).
+PINN_SECONDS = 20.0
+PARTS = ("all", "core", "newer")
 
 
 # -- the device and the machine ----------------------------------------------------------
@@ -432,7 +450,11 @@ def main(
     budget: float = BUDGET,
     source: str = "",
     largest: int | None = None,
+    only: str = "all",
+    newer_full: bool = False,
 ) -> dict[str, Any]:
+    if only not in PARTS:
+        raise SystemExit(f"bench_gpu: --only {only!r}: choose one of {', '.join(PARTS)}")
     where = torch.device(device)
     if where.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(
@@ -466,12 +488,23 @@ def main(
         "shapes": {},
         "quality": {},
         "syncs": {},
+        "newer": {},
+        "parts": only,
     }
     started = time.monotonic()
 
     def save() -> None:
         results["seconds"] = time.monotonic() - started
         report.write(results, paths)
+
+    def run_newer() -> dict[str, Any]:
+        for key, module in NEWER:
+            results["newer"][key] = newer_part(module, where, quick and not newer_full)
+            save()
+        return results
+
+    if only == "newer":
+        return run_newer()
 
     # The largest N first, from NVML's free memory before this process allocates any.
     shapes = QUICK_SHAPES if quick else SHAPES
@@ -533,8 +566,28 @@ def main(
         results["shapes"][name] = entry
         v.release(where)
         save()
+    if only == "all":
+        return run_newer()
     save()
     return results
+
+
+def newer_part(module_name: str, device: torch.device, quick: bool) -> dict[str, Any]:
+    """One newer capability's benchmark on ``device``: its results, or why there are none."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        return {"module": module_name, "absent": f"{module_name} is not in this tree ({exc})"}
+    kwargs: dict[str, Any] = {"quick": quick, "device": device.type}
+    if "budget" in inspect.signature(module.main).parameters:
+        kwargs["budget"] = PINN_SECONDS / (2.0 if quick else 1.0)
+    try:
+        results = module.main(**kwargs)
+        return {"module": module_name, "results": results}
+    except Exception as exc:  # a failure is a result; the rest of the run goes on
+        return {"module": module_name, "error": v.describe_error(exc)}
+    finally:
+        v.release(device)
 
 
 def curve_fit_part(device: torch.device, quick: bool) -> dict[str, Any]:
@@ -570,6 +623,16 @@ def _cli() -> int:
     parser.add_argument("--source", default="", help="what was measured (default: git)")
     parser.add_argument("--largest", type=int, default=None, help="clip the largest N to this")
     parser.add_argument("--render", type=Path, default=None, help="rewrite the report from JSON")
+    parser.add_argument(
+        "--only",
+        choices=PARTS,
+        default="all",
+        help="core: the LM shapes, quality, curve_fit, "
+        "syncs; newer: the small, batched and PINN benchmarks",
+    )
+    parser.add_argument(
+        "--newer-full", action="store_true", help="the newer benchmarks at full size"
+    )
     args = parser.parse_args()
     if args.render is not None:
         results = json.loads(args.render.read_text())
@@ -592,6 +655,8 @@ def _cli() -> int:
         budget=args.budget,
         source=args.source,
         largest=args.largest,
+        only=args.only,
+        newer_full=args.newer_full,
     )
     report.print_summary(results)
     return 0

@@ -8,7 +8,10 @@
 #   env, env-nvidia-smi  what the machine has
 #   install              the packages and the carried wheels
 #   devices, devices-plan  marquardt-devices, and its plan for P=49921 N=10000
-#   bench-gpu            benchmarks/bench_gpu.py on cuda:0
+#   bench-gpu            benchmarks/bench_gpu.py --only core on cuda:0 (LM shapes, quality,
+#                        curve_fit, host synchronisations)
+#   bench-newer          benchmarks/bench_gpu.py --only newer (small fits, batched fits, PINN),
+#                        its report in RESULTS-gpu-newer.md and gpu-newer.json
 #   integration          integration_tests/test_gpu.py
 #   tests-<package>      each package's whole test suite, gpu-marked tests included
 # The whole run stays within TOTAL seconds. Results go to $OUT: summary.txt (one line per
@@ -17,7 +20,8 @@
 # rewritten after each part, so whatever ran is there even if the run is cut short.
 #
 # Environment: OUT (required), PYTHON (python3), WHEELS (benchmarks/gpu/wheels), SITE
-# (/tmp/marquardt-site), TOTAL (530 s), BENCH_BUDGET (300 s), TEST_CAP (150 s per package),
+# (/tmp/marquardt-site), TOTAL (530 s), BENCH_BUDGET (300 s), NEWER_CAP (150 s),
+# TEST_CAP (150 s per package),
 # PARTS (the parts to run, by name or prefix: "env install devices bench tests integration"
 # by default), PYTEST_ARGS (added to every pytest command, e.g. "-x" or "--collect-only -q"),
 # BENCH_ARGS (added to bench_gpu.py's, e.g. "--device cpu --quick" for a dry run without GPU).
@@ -31,6 +35,7 @@ WHEELS="${WHEELS:-benchmarks/gpu/wheels}"
 SITE="${SITE:-/tmp/marquardt-site}"
 TOTAL="${TOTAL:-530}"
 BENCH_BUDGET="${BENCH_BUDGET:-300}"
+NEWER_CAP="${NEWER_CAP:-150}"
 TEST_CAP="${TEST_CAP:-150}"
 PARTS="${PARTS:-env install devices bench tests integration}"
 PACKAGES=(core-devices core-jacobian core-solver trainer)
@@ -54,7 +59,7 @@ log() {
 bundle() {
     cp "$SUMMARY" "$OUT/summary.txt"
     local f
-    for f in "$WORK"/RESULTS-gpu.md "$WORK"/gpu*.json "$WORK"/gpu*.png; do
+    for f in "$WORK"/RESULTS-gpu*.md "$WORK"/gpu*.json "$WORK"/gpu*.png; do
         if [[ -f "$f" ]]; then
             cp "$f" "$OUT/"
         fi
@@ -175,10 +180,22 @@ if [[ -n "$SOURCE" ]]; then
 fi
 if ((budget > 30)); then
     run_part bench-gpu $((budget + 50)) "$PYTHON" benchmarks/bench_gpu.py --device cuda:0 \
-        --out "$WORK" --md "$WORK/RESULTS-gpu.md" --budget "$budget" "${source_args[@]}" \
-        "${EXTRA_BENCH[@]}"
+        --only core --out "$WORK" --md "$WORK/RESULTS-gpu.md" --budget "$budget" \
+        "${source_args[@]}" "${EXTRA_BENCH[@]}"
 elif wanted bench; then
     log "bench-gpu: skipped, ${left} s left"
+fi
+# The newer capabilities in a folder of their own, so that their report does not replace
+# the core one.
+mkdir -p "$WORK/newer"
+run_part bench-newer "$NEWER_CAP" "$PYTHON" benchmarks/bench_gpu.py --device cuda:0 \
+    --only newer --out "$WORK/newer" --md "$WORK/RESULTS-gpu-newer.md" "${source_args[@]}" \
+    "${EXTRA_BENCH[@]}"
+if [[ -f "$WORK/newer/gpu.json" ]]; then
+    cp "$WORK/newer/gpu.json" "$WORK/gpu-newer.json"
+fi
+if [[ -f "$WORK/newer/gpu-quick.json" ]]; then
+    cp "$WORK/newer/gpu-quick.json" "$WORK/gpu-newer-quick.json"
 fi
 
 # -- the tests ----------------------------------------------------------------------------------
