@@ -84,7 +84,9 @@ def test_perceptrain_s_checkpoint_helpers_round_trip(tmp_path: Path) -> None:
     fresh_opt = torch.optim.Adam(fresh.parameters(), lr=0.1)
     loaded, loaded_opt, iteration = load_checkpoint(tmp_path, fresh, fresh_opt)
     assert iteration == 10 and loaded is fresh and loaded_opt is fresh_opt
-    assert all(torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(fresh.parameters(), model.parameters(), strict=True)
+    )
     assert fresh_opt.state_dict()["state"][0]["step"] == 1
     assert load_model(tmp_path / "nothing", nn.Linear(1, 1))[1] == 0
     assert load_checkpoint(tmp_path / "new", fresh, fresh_opt)[2] == 0
