@@ -22,7 +22,7 @@ from marquardt.trainer import (
     TrainConfig,
     Trainer,
 )
-from marquardt.trainer._persistence import _disk as disk
+from marquardt.trainer import _disk as disk
 from marquardt.trainer._persistence import _files as ckpt
 
 from .faults import FaultyFiles, chmod_protects, small_disk

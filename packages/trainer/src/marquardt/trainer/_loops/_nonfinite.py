@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 from .. import _distributed as pg
-from .._callbacks import Hooks
 from .._config import NONFINITE_POLICIES
 from .._errors import NonFiniteLossError
 from .._logging._base import notice
@@ -87,57 +85,59 @@ class NonFiniteGuard:
         self.context = context
         self.policy = context.config.on_nonfinite
         self._warned = False
+        self._skipped = 0  # non-finite steps undone in a row
 
-    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
-        """One step of the loop as ``on_nonfinite`` asks (a skipped batch is replaced)."""
+    def step(self, batches: list[Any], device: torch.device) -> StepResult | None:
+        """One step of the loop on ``batches`` as ``on_nonfinite`` asks; ``None`` when the
+        step was undone and these batches are to be skipped."""
         loop = self.context.loop
-        skipped = 0
-        while True:
-            saved = self._snapshot() if self.policy == "skip" else None
-            why = ""
-            try:
-                result = loop.step(batches, hooks, device)
-            except ValueError as exc:
-                if not _refused_batch(exc):
-                    raise
-                result, why = StepResult(math.nan), str(exc).split(". HINT")[0]
-            else:
-                if not math.isfinite(result.loss):
-                    why = f"the training loss is {result.loss}"
-                elif not finite_model(loop.model):
-                    why = "the parameters are not finite after the step"
-            (bad,) = pg.flags_any([bool(why)], device)
-            if not bad:
-                if skipped:
-                    result = StepResult(
-                        result.loss,
-                        {**result.metrics, "skipped_batches": float(skipped)},
-                        result.stop_reason,
-                    )
-                return result
-            why = why or "another rank found a non-finite loss or model"
-            if self.policy == "continue":
-                if not self._warned:
-                    self._warned = True
-                    self._notice(
-                        f"{self._where()}: {why}; on_nonfinite='continue' goes on, without "
-                        "writing checkpoints while the model is not finite (the last one, "
-                        f"{self.context.state.last_checkpoint}, is kept); later non-finite "
-                        "steps are not reported"
-                    )
-                return result
-            if self.policy == "stop":
-                raise self._error(why, "")
-            assert saved is not None
-            self._restore(saved)
-            skipped += 1
-            if skipped >= MAX_SKIPPED:
-                raise self._error(why, f" ({skipped} batches in a row were skipped)")
-            self._notice(f"{self._where()}: {why}; the batch is skipped and the step undone")
+        saved = self._snapshot() if self.policy == "skip" else None
+        why = ""
+        try:
+            result = loop.step(batches, device)
+        except ValueError as exc:
+            if not _refused_batch(exc):
+                raise
+            result, why = StepResult(math.nan), str(exc).split(". HINT")[0]
+        else:
+            if not math.isfinite(result.loss):
+                why = f"the training loss is {result.loss}"
+            elif not finite_model(loop.model):
+                why = "the parameters are not finite after the step"
+        (bad,) = pg.flags_any([bool(why)], device)
+        if not bad:
+            if self._skipped:
+                result = StepResult(
+                    result.loss,
+                    {**result.metrics, "skipped_batches": float(self._skipped)},
+                    result.stop_reason,
+                )
+                self._skipped = 0
+            return result
+        why = why or "another rank found a non-finite loss or model"
+        if self.policy == "continue":
+            if not self._warned:
+                self._warned = True
+                self._notice(
+                    f"{self._where()}: {why}; on_nonfinite='continue' goes on, without "
+                    "writing checkpoints while the model is not finite (the last one, "
+                    f"{self.context.state.last_checkpoint}, is kept); later non-finite "
+                    "steps are not reported"
+                )
+            return result
+        if self.policy == "stop":
+            raise self._error(why, "")
+        assert saved is not None
+        self._restore(saved)
+        self._skipped += 1
+        if self._skipped >= MAX_SKIPPED:
+            raise self._error(why, f" ({self._skipped} batches in a row were skipped)")
+        self._notice(f"{self._where()}: {why}; the batch is skipped and the step undone")
+        return None
 
     def _where(self) -> str:
         state = self.context.state
-        batch = max(0, state.batch_in_epoch - 1)
+        batch = state.batch_in_epoch  # the step's first batch (counted after the step)
         return f"step {state.step + 1} (epoch {state.epoch}, batch {batch})"
 
     def _error(self, why: str, more: str) -> NonFiniteLossError:
@@ -158,7 +158,7 @@ class NonFiniteGuard:
             f"{resume}; on_nonfinite='skip' skips such batches, 'continue' goes on",
             step=state.step + 1,
             epoch=state.epoch,
-            batch=max(0, state.batch_in_epoch - 1),
+            batch=state.batch_in_epoch,
             last_checkpoint=None if last is None else str(last),
         )
 

@@ -24,7 +24,7 @@ import contextlib
 import functools
 import os
 import random
-import re
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,20 +32,23 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import _disk
+from .._disk import (  # noqa: F401 (the file-system side of checkpoints, named here too)
+    BEST_NAME,
+    CHECKPOINT_DIR,
+    last_intact,
+    list_checkpoints,
+    newest_checkpoint,
+)
 from .._errors import (
     CheckpointCorruptError,
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CheckpointWriteError,
 )
-from . import _disk
 
 FORMAT = "marquardt.trainer.checkpoint"
 VERSION = 1
-CHECKPOINT_DIR = "checkpoints"
-#: The checkpoint at the best validation loss so far.
-BEST_NAME = "best.pt"
-_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 #: Called between writing the temporary file and renaming it (tests inject crashes here).
 _before_rename: Callable[[Path], None] | None = None
 
@@ -179,61 +182,23 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
     return path
 
 
-def last_intact(path: Path) -> Path | None:
-    """The newest checkpoint in ``path``'s folder other than ``path`` (``best.pt`` if it
-    is the only one): written atomically, so whole."""
-    numbered = [p for _, p in list_checkpoints(path.parent) if p != path]
-    if numbered:
-        return numbered[-1]
-    best = path.parent / BEST_NAME
-    return best if best != path and best.is_file() else None
-
-
-def newest_checkpoint(run_folder: Path) -> Path | None:
-    """The newest checkpoint of a run folder (numbered, else ``best.pt``), or None."""
-    return last_intact(run_folder / CHECKPOINT_DIR / ".none")
-
-
-def list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
-    """``(step, path)`` of the numbered checkpoints in ``folder``, oldest first."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = []
-    for entry in folder.iterdir():
-        match = _NAME.match(entry.name)
-        if match and entry.is_file():
-            found.append((int(match.group(1)), entry))
-    return sorted(found)
-
-
 def prune(folder: str | Path, keep: int) -> None:
     """Delete all but the ``keep`` newest numbered checkpoints (``best.pt`` is kept)."""
     for _, path in list_checkpoints(folder)[:-keep]:
         path.unlink(missing_ok=True)
 
 
-def find_latest(run_folder: Path, root_folder: Path) -> Path | None:
-    """The newest readable checkpoint of the run folder, else of ``root_folder``'s runs.
+def find_latest(*run_folders: Path) -> Path | None:
+    """The newest readable checkpoint of the first of ``run_folders`` that has one.
 
     A newest file that cannot be read (damaged outside the trainer's atomic writes) is
     skipped with a warning, so an unattended requeue falls back to the one before it.
     """
-    candidates = [run_folder / CHECKPOINT_DIR]
-    if root_folder.is_dir():
-        runs = sorted(
-            (p for p in root_folder.iterdir() if (p / CHECKPOINT_DIR).is_dir()),
-            key=lambda p: p.name,
-            reverse=True,
-        )
-        candidates.extend(p / CHECKPOINT_DIR for p in runs)
-    for folder in candidates:
-        for _, path in reversed(list_checkpoints(folder)):
+    for run in run_folders:
+        for _, path in reversed(list_checkpoints(run / CHECKPOINT_DIR)):
             try:
                 read_checkpoint(path)
             except CheckpointCorruptError as exc:
-                import warnings
-
                 warnings.warn(f"{exc}; trying an older checkpoint", RuntimeWarning, stacklevel=2)
                 continue
             return path

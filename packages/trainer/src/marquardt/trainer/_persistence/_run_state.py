@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .. import _distributed as pg
-from .._callbacks import Callback
+from .._callbacks._base import Callback
 from .._environments import ProcessLayout
 from .._loops._context import RunContext
 from .._loops._nonfinite import finite_model
@@ -65,6 +65,7 @@ def payload(
         "step": state.step,
         "epoch": state.epoch,
         "batch_in_epoch": state.batch_in_epoch,
+        "current_epoch": state.current_epoch,
         "model": ckpt.bare_state_dict(loop.model),
         "model_signature": ckpt.model_signature(loop.model),
         **loop.state_dict(),
@@ -90,7 +91,7 @@ def save(context: RunContext) -> None:
     """A numbered checkpoint (every rank's RNG, for exact resume), written by rank 0."""
     if not _finite(context):
         return
-    callbacks = context.hooks.callbacks
+    callbacks = context.callbacks
     own = (ckpt.rng_state(), callback_state.capture(callbacks))
     gathered = pg.all_gather_object(own)
     if context.state.rank != 0:
@@ -107,11 +108,10 @@ def save(context: RunContext) -> None:
 def save_best(context: RunContext) -> None:
     """``best.pt``: the checkpoint at the best validation loss so far (rank 0 only)."""
     if context.state.rank == 0 and _finite(context):
-        callbacks = [callback_state.capture(context.hooks.callbacks)]
+        callbacks = [callback_state.capture(context.callbacks)]
         path = context.folder / ckpt.CHECKPOINT_DIR / ckpt.BEST_NAME
         ckpt.atomic_save(payload(context, [ckpt.rng_state()], callbacks), path)
-        if context.config.checkpoint_best_only:
-            context.state.last_checkpoint = path
+        context.state.last_checkpoint = path
 
 
 class Checkpoints:
@@ -136,8 +136,9 @@ def restore(context: RunContext, data: dict[str, Any], layout: ProcessLayout) ->
     state.step = int(data["step"])
     state.epoch = int(data["epoch"])
     state.batch_in_epoch = int(data["batch_in_epoch"])
+    state.current_epoch = int(data.get("current_epoch", state.epoch))
     state.best_val = data.get("best_val")
-    callback_state.restore(data, context.hooks.callbacks, layout.rank, layout.world_size)
+    callback_state.restore(data, context.callbacks, layout.rank, layout.world_size)
 
 
 def restore_rng(data: dict[str, Any], layout: ProcessLayout) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno as errnos
 import os
+import re
 import shutil
 import traceback
 import warnings
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._errors import RunFilesError
+from ._errors import RunFilesError
 
 __all__ = ["checkpoint_bytes", "estimate_bytes", "os_error", "preflight", "write_error", "writing"]
 
@@ -36,6 +37,12 @@ _PROBE = ".marquardt-write-test"
 #: What ``torch.save`` adds per tensor (zip record header, alignment) and for the rest.
 RECORD_BYTES = 192
 PICKLE_BYTES = 16384
+
+
+#: The folder of a run's checkpoints, and the checkpoint at the best validation loss so far.
+CHECKPOINT_DIR = "checkpoints"
+BEST_NAME = "best.pt"
+_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 
 
 def size_text(count: int | None) -> str:
@@ -242,3 +249,31 @@ def preflight(folder: Path, checkpoint_bytes: int, keep: int) -> None:
             RuntimeWarning,
             stacklevel=2,
         )
+
+
+def last_intact(path: Path) -> Path | None:
+    """The newest checkpoint in ``path``'s folder other than ``path`` (``best.pt`` if it
+    is the only one): written atomically, so whole."""
+    numbered = [p for _, p in list_checkpoints(path.parent) if p != path]
+    if numbered:
+        return numbered[-1]
+    best = path.parent / BEST_NAME
+    return best if best != path and best.is_file() else None
+
+
+def newest_checkpoint(run_folder: Path) -> Path | None:
+    """The newest checkpoint of a run folder (numbered, else ``best.pt``), or None."""
+    return last_intact(run_folder / CHECKPOINT_DIR / ".none")
+
+
+def list_checkpoints(folder: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of the numbered checkpoints in ``folder``, oldest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for entry in folder.iterdir():
+        match = _NAME.match(entry.name)
+        if match and entry.is_file():
+            found.append((int(match.group(1)), entry))
+    return sorted(found)
