@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ._state import TrainerState
+from .._state import TrainerState
 
 
 class RunningTrainer(Protocol):
