@@ -169,3 +169,24 @@ def test_a_loader_of_batches_in_a_real_fit_is_used_unchanged(tmp_path: Path) -> 
     config = TrainConfig(max_iter=1, root_folder=tmp_path, verbose=False, val_every=0)
     Trainer(model, _optimizer(model), config, loss_fn=loss_fn).fit(loader)
     assert seen == [7, 7, 7] * 2
+
+
+def test_a_resumed_fit_ends_where_the_uninterrupted_one_does(tmp_path: Path) -> None:
+    def fit(max_iter: int, folder: Path, resume: str | None) -> tuple[int, list[float]]:
+        model, x, y = _problem()
+        config = TrainConfig(
+            max_iter=max_iter,
+            root_folder=folder,
+            verbose=False,
+            checkpoint_every=2,
+            resume_from=resume,
+        )
+        trainer = Trainer(model, _optimizer(model), config, loss_fn="mse")
+        _, optimizer = trainer.fit(to_dataloader(x, y, batch_size=21, infinite=True))
+        return optimizer.num_tell, get_parameters(model).tolist()
+
+    fit(6, tmp_path / "split", None)
+    resumed = fit(12, tmp_path / "split", "latest")
+    straight = fit(12, tmp_path / "straight", None)
+    assert resumed[0] == straight[0] == 13
+    assert resumed[1] == straight[1]
