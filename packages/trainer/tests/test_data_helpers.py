@@ -90,7 +90,9 @@ def test_dict_loader_reads_its_loaders_together_until_the_first_ends() -> None:
     assert len(loader) == len(batches) == 3
     assert all(set(b) == {"pde", "boundary"} for b in batches)
     assert torch.equal(batches[2]["pde"][0], torch.tensor([4.0, 5.0]))
-    shorter = DictDataLoader({"a": to_dataloader(torch.zeros(4)), "b": to_dataloader(torch.zeros(2))})
+    shorter = DictDataLoader(
+        {"a": to_dataloader(torch.zeros(4)), "b": to_dataloader(torch.zeros(2))}
+    )
     assert len(list(shorter)) == 2
     iter(shorter)
     copy = pickle.loads(pickle.dumps(shorter))  # running iterators are not sent along
