@@ -12,7 +12,9 @@ stages (:class:`~marquardt.trainer._callbacks._dispatch.StageDispatch`): hook me
 callbacks, ``opt_result``. What is printed, written, plotted and checkpointed on the
 configured periods is done by the configuration's built-in callbacks
 (:mod:`marquardt.trainer._callbacks._builtin`). Validation runs once before training when
-``val_every`` is set, and after every epoch that is a multiple of it.
+``val_every`` is set (not again when a run resumes, so that a resumed run's callbacks see
+the validations the uninterrupted run's saw), and after every epoch that is a multiple of
+it.
 
 After each step the ranks agree, with one small all-reduce, whether to stop (SIGTERM on
 any rank, a callback, ``trainer.stop_training``'s flag or the LM loop asking) and whether
@@ -187,7 +189,7 @@ def run_loop(
     source = EpochBatches(context, loader, sampler)
     validating = val_loader is not None and bool(cfg.val_every)
     state.current_epoch = state.epoch
-    if validating:
+    if validating and state.step == 0:
         validate(context, val_loader, hooks=False)
     stages.start(Stage.TRAIN_START)
     stages.hook("on_train_start")
