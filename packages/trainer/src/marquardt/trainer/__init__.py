@@ -19,10 +19,16 @@ from ._callbacks import (
     Callback,
     CallbacksManager,
     EarlyStopping,
+    GradientMonitoring,
     LogHyperparameters,
     LogModelTracker,
+    LRSchedulerCosineAnnealing,
+    LRSchedulerCyclic,
+    LRSchedulerReduceOnPlateau,
+    LRSchedulerStepDecay,
     PlotMetrics,
     PrintMetrics,
+    R3Sampling,
     SaveBestCheckpoint,
     SaveCheckpoint,
     TrainingStage,
@@ -60,10 +66,12 @@ from ._logging._base import Logger
 from ._logging._csv import CSVLogger
 from ._logging._mlflow import MLflowLogger
 from ._logging._tensorboard import TensorBoardLogger
+from ._parameters import get_parameters, num_parameters, set_parameters
 from ._persistence._helpers import LoadCheckpoint, load_checkpoint, load_model, write_checkpoint
 from ._result import OptimizeResult
 from ._state import TrainerState
 from ._trainer import Trainer
+from .data import DictDataLoader, InfiniteTensorDataset, to_dataloader
 
 __all__ = [
     "CSVLogger",
@@ -75,9 +83,16 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointWriteError",
     "ConfigError",
+    "DictDataLoader",
     "EarlyStopping",
     "EpochSemanticsWarning",
     "ExperimentTrackingTool",
+    "GradientMonitoring",
+    "InfiniteTensorDataset",
+    "LRSchedulerCosineAnnealing",
+    "LRSchedulerCyclic",
+    "LRSchedulerReduceOnPlateau",
+    "LRSchedulerStepDecay",
     "LaunchEnvironment",
     "LaunchError",
     "LegateEnvironment",
@@ -92,6 +107,7 @@ __all__ = [
     "PlotMetrics",
     "PrintMetrics",
     "ProcessLayout",
+    "R3Sampling",
     "RunFilesError",
     "SaveBestCheckpoint",
     "SaveCheckpoint",
@@ -110,7 +126,11 @@ __all__ = [
     "WriteMetrics",
     "WritePlots",
     "detect_environment",
+    "get_parameters",
     "load_checkpoint",
     "load_model",
+    "num_parameters",
+    "set_parameters",
+    "to_dataloader",
     "write_checkpoint",
 ]

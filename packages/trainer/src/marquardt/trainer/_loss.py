@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._data._dict_loader import per_key_loss
 from ._errors import ConfigError
 
 _CRITERIA: dict[str, Callable[[], nn.Module]] = {
@@ -58,6 +59,10 @@ class CriterionLoss:
         self.name = name or getattr(criterion, "__name__", type(criterion).__name__)
 
     def __call__(self, batch: Any, model: nn.Module) -> tuple[torch.Tensor, dict[str, Any]]:
+        if isinstance(batch, dict) and not ("x" in batch and "y" in batch):
+            # a DictDataLoader's batch: the model returns residuals by name (a PINN)
+            loss, metrics = per_key_loss(batch, model, self.criterion)
+            return loss, dict(metrics)
         inputs, targets = split_batch(batch)
         output = self.criterion(model(inputs), targets)
         if isinstance(output, tuple):

@@ -44,6 +44,7 @@ from ._logging._base import notice
 from ._loops._base import Loop
 from ._loops._context import RunContext
 from ._loops._gradient import GradientLoop
+from ._loops._gradient_free import GradientFreeLoop, is_nevergrad_optimizer
 from ._loops._lm import LMLoop, build_lma, is_lma, is_lma_factory
 from ._loops._schedule import LRSchedule, check_scheduler
 from ._loops._validation import run_test
@@ -55,20 +56,6 @@ from ._persistence._run_state import check_checkpoint
 from ._result import LossMetrics, OptimizeResult
 from ._state import TrainerState
 from .optimize_step import optimize_step
-
-
-def _is_nevergrad(optimizer: Any) -> bool:
-    """Whether ``optimizer`` is a nevergrad optimizer (without importing nevergrad)."""
-    return any(c.__module__.startswith("nevergrad") for c in type(optimizer).__mro__)
-
-
-def _gradient_free_loop() -> Any:
-    """The gradient-free loop's class, if this installation has it."""
-    try:
-        from ._loops import _gradient_free  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return getattr(_gradient_free, "GradientFreeLoop", None)
 
 
 def _as_loader(data: Any, batch_size: int, name: str) -> Any:
@@ -262,7 +249,9 @@ class Trainer(TrainerHooks):
     def _choose_loop(self, optimizer: Any) -> Loop:
         """The LM loop for an LMA, the gradient loop for a torch optimizer, the
         gradient-free loop for a nevergrad optimizer under ``use_grad=False``."""
-        if is_lma(optimizer) or (is_lma_factory(optimizer) and not _is_nevergrad(optimizer)):
+        if is_lma(optimizer) or (
+            is_lma_factory(optimizer) and not is_nevergrad_optimizer(optimizer)
+        ):
             if not self.use_grad:
                 warnings.warn(
                     "Trainer.set_use_grad(False) means gradient-free training (nevergrad) as in "
@@ -273,22 +262,15 @@ class Trainer(TrainerHooks):
                 )
             return LMLoop(self.model, optimizer, self.config)
         if not self.use_grad:
-            loop_class = _gradient_free_loop()
-            if not _is_nevergrad(optimizer):
+            if not is_nevergrad_optimizer(optimizer):
                 raise ConfigError(
                     f"Trainer.set_use_grad(False) trains gradient-free with a nevergrad "
                     f"optimizer, but the optimizer is a {type(optimizer).__name__}. HINT: pass "
                     "nevergrad.optimizers.NGOpt(parametrization=n_params, budget=max_iter), "
                     "or call Trainer.set_use_grad(True) for a torch optimizer or an LMA"
                 )
-            if loop_class is None:
-                raise ConfigError(
-                    "Trainer.set_use_grad(False) with a nevergrad optimizer: this "
-                    "installation of marquardt.trainer has no gradient-free loop. HINT: use "
-                    "a torch optimizer with Trainer.set_use_grad(True)"
-                )
-            return loop_class(self.model, optimizer, self.loss_fn, self.config)  # type: ignore[no-any-return]
-        if _is_nevergrad(optimizer):
+            return GradientFreeLoop(self.model, optimizer, self.loss_fn, self.config)
+        if is_nevergrad_optimizer(optimizer):
             raise ConfigError(
                 f"Trainer: a nevergrad optimizer ({type(optimizer).__name__}) needs "
                 "gradient-free training. HINT: call Trainer.set_use_grad(False) first, or use "

@@ -16,16 +16,30 @@ from ._builtin import (
     WritePlots,
     config_callbacks,
 )
-from ._legacy import EarlyStopping, WallClockBudget
+from ._monitoring import GradientMonitoring
+from ._sampling import R3Sampling
+from ._schedulers import (
+    LRSchedulerCosineAnnealing,
+    LRSchedulerCyclic,
+    LRSchedulerReduceOnPlateau,
+    LRSchedulerStepDecay,
+)
+from ._stopping import EarlyStopping, WallClockBudget
 
 __all__ = [
     "Callback",
     "CallbacksManager",
     "EarlyStopping",
+    "GradientMonitoring",
+    "LRSchedulerCosineAnnealing",
+    "LRSchedulerCyclic",
+    "LRSchedulerReduceOnPlateau",
+    "LRSchedulerStepDecay",
     "LogHyperparameters",
     "LogModelTracker",
     "PlotMetrics",
     "PrintMetrics",
+    "R3Sampling",
     "SaveBestCheckpoint",
     "SaveCheckpoint",
     "TrainingStage",
