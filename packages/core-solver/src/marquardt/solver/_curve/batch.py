@@ -60,12 +60,14 @@ def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Ten
         if data.mask is None
         else data.mask.sum(1)
     ).to(state.p.dtype)
-    _, s, vh = torch.linalg.svd(state.js, full_matrices=False)
+    finite = torch.isfinite(state.js).flatten(1).all(1)
+    js = torch.where(finite[:, None, None], state.js, torch.zeros_like(state.js))
+    _, s, vh = torch.linalg.svd(js, full_matrices=False)
     eps = torch.finfo(s.dtype).eps
     keep = s > eps * torch.clamp(kept, min=params)[:, None] * s[:, :1]
     inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
     unscaled = torch.einsum("mkp,mk,mkq->mpq", vh, inverse, vh)
-    bad = ~torch.isfinite(unscaled).flatten(1).all(1)
+    bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1) | (s[:, 0] == 0)
     if not absolute_sigma:
         dof = kept - params
         scale = torch.where(dof > 0, 2.0 * state.cost / torch.clamp(dof, min=1.0), torch.inf)
