@@ -25,7 +25,13 @@ from .batch_args import BatchArgs, batch_args
 from .batch_core import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from .batch_model import BatchModel, check_model
 
-__all__ = ["BYTES_PER_FIT_J", "BYTES_PER_FIT_POINT", "chunk_fits", "curve_fit_batch"]
+__all__ = [
+    "BYTES_PER_FIT_J",
+    "BYTES_PER_FIT_POINT",
+    "CPU_CHUNK_FITS",
+    "chunk_fits",
+    "curve_fit_batch",
+]
 
 #: Elements per fit held per element of J (N·P) during an iteration: J, its row-scaled
 #: copy, the trial's J and its scaled copy, and forward mode's P tangents of f's
@@ -36,12 +42,17 @@ BYTES_PER_FIT_J = 16
 BYTES_PER_FIT_POINT = 24
 #: The fraction of the usable memory one chunk may take.
 CHUNK_SHARE = 0.5
+#: At most this many fits per chunk on the CPU: larger chunks leave the caches and pay for
+#: fresh pages every iteration (2-D Gaussian, 5 × 5 points, float64, two threads, 10⁵
+#: fits: 35 000 fits/s in chunks of 16 384 against 15 000 in chunks of 65 536).
+CPU_CHUNK_FITS = 16_384
 
 
 def chunk_fits(fits: int, points: int, params: int, inputs: int, item: int, device: torch.device) -> int:
     """Fits per chunk: ``CHUNK_SHARE`` of the usable memory (``_lm.memory_fit``: 0.8 of the
     free memory of the GPU, or of the host's MemAvailable) over the bytes one fit holds,
-    item·(16·N·P + (24 + k)·N + 4·P² + 16·P), at least 1 and at most M."""
+    item·(16·N·P + (24 + k)·N + 4·P² + 16·P), at least 1 and at most M (on the CPU at
+    most ``CPU_CHUNK_FITS``)."""
     per_fit = item * (
         BYTES_PER_FIT_J * points * params
         + (BYTES_PER_FIT_POINT + inputs) * points
@@ -49,7 +60,40 @@ def chunk_fits(fits: int, points: int, params: int, inputs: int, item: int, devi
         + 16 * params
     )
     usable, _ = usable_memory(device, None)
-    return int(max(1, min(fits, CHUNK_SHARE * usable // per_fit)))
+    cap = fits if device.type != "cpu" else min(fits, CPU_CHUNK_FITS)
+    return int(max(1, min(cap, CHUNK_SHARE * usable // per_fit)))
+
+
+def _unscaled_svd(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """(JᵀJ)⁺ from J's SVD without the singular values below ε·max(N, P)·s₀ (SciPy's)."""
+    params = js.shape[2]
+    _, s, vh = torch.linalg.svd(js, full_matrices=False)
+    eps = torch.finfo(s.dtype).eps
+    keep = s > eps * torch.clamp(kept, min=params)[:, None] * s[:, :1]
+    inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
+    out = torch.einsum("mkp,mk,mkq->mpq", vh, inverse, vh)
+    return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
+
+
+def _unscaled(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """(JᵀJ)⁻¹ per fit: from the Cholesky factor of the equilibrated Gram matrix where that
+    is well conditioned (no singular value of J near SciPy's cut, so the pseudo-inverse is
+    the inverse), else from J's SVD as SciPy forms it. The factor costs a fraction of the
+    SVD, which only the fits that need it pay for."""
+    gram = torch.einsum("mnp,mnq->mpq", js, js)
+    scale = torch.sqrt(torch.diagonal(gram, dim1=1, dim2=2))
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    factor, info = torch.linalg.cholesky_ex(gram / (scale[:, :, None] * scale[:, None, :]))
+    diagonal = torch.diagonal(factor, dim1=1, dim2=2)
+    ratio = diagonal.amin(1) / diagonal.amax(1)
+    eps = torch.finfo(js.dtype).eps
+    good = (info == 0) & (ratio > eps**0.25) & torch.isfinite(ratio)
+    inverse = torch.cholesky_inverse(torch.where(good[:, None, None], factor, torch.eye(js.shape[2], dtype=js.dtype, device=js.device)))
+    out = inverse / (scale[:, :, None] * scale[:, None, :])
+    rest = torch.nonzero(~good).reshape(-1)
+    if rest.numel():
+        out[rest] = _unscaled_svd(js[rest], kept[rest])
+    return out
 
 
 def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Tensor:
@@ -60,14 +104,10 @@ def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Ten
         if data.mask is None
         else data.mask.sum(1)
     ).to(state.p.dtype)
-    finite = torch.isfinite(state.js).flatten(1).all(1)
+    finite = torch.isfinite(state.js.sum((1, 2)))
     js = torch.where(finite[:, None, None], state.js, torch.zeros_like(state.js))
-    _, s, vh = torch.linalg.svd(js, full_matrices=False)
-    eps = torch.finfo(s.dtype).eps
-    keep = s > eps * torch.clamp(kept, min=params)[:, None] * s[:, :1]
-    inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
-    unscaled = torch.einsum("mkp,mk,mkq->mpq", vh, inverse, vh)
-    bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1) | (s[:, 0] == 0)
+    unscaled = _unscaled(js, kept)
+    bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1)
     if not absolute_sigma:
         dof = kept - params
         scale = torch.where(dof > 0, 2.0 * state.cost / torch.clamp(dof, min=1.0), torch.inf)

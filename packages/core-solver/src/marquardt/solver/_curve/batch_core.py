@@ -163,7 +163,7 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
     norms = _column_norms(js)
     d = torch.where(norms > 0, norms, torch.ones_like(norms))
     lam = 1e-3 * ((norms / d) ** 2).amax(1) if p.shape[1] else torch.zeros_like(cost)
-    finite = torch.isfinite(r).all(1) & torch.isfinite(j).flatten(1).all(1)
+    finite = torch.isfinite(r.sum(1) + j.sum((1, 2)))
     count = torch.ones(p.shape[0], dtype=torch.int64, device=p.device)
     status = torch.where(finite, RUNNING, -2)
     return BatchState(
@@ -204,7 +204,7 @@ def _iterate(
     values, jac = model.values_and_jacobian(trial, data.x)
     r_new, j_new = _residuals(values, jac, data)
     cost_new, rows_new, rs_new = _measure(r_new, data)
-    finite = torch.isfinite(r_new).all(1) & torch.isfinite(j_new).flatten(1).all(1)
+    finite = torch.isfinite(r_new.sum(1) + j_new.sum((1, 2)))
     linear = s.rs + torch.einsum("mnp,mp->mn", s.js, step)
     predicted = s.cost - 0.5 * (linear * linear).sum(1)
     actual = s.cost - cost_new
