@@ -78,7 +78,10 @@ def gaussian_problem(fits: int, seed: int = 0) -> dict[str, Any]:
     ]
     mean = gauss2d_numpy(grid[:, None, :], *(true.T[..., None]))
     y = rng.poisson(mean).astype(np.float64)
-    p0 = true * np.c_[rng.uniform(0.8, 1.2, fits), np.ones((fits, 2)), rng.uniform(0.8, 1.2, (fits, 2))]
+    p0 = (
+        true
+        * np.c_[rng.uniform(0.8, 1.2, fits), np.ones((fits, 2)), rng.uniform(0.8, 1.2, (fits, 2))]
+    )
     p0[:, 1:3] += rng.uniform(-0.3, 0.3, (fits, 2))
     return {"x": grid, "y": y, "p0": p0, "true": true, "f": gauss2d, "f_numpy": gauss2d_numpy}
 
@@ -98,7 +101,9 @@ def _coverage(popt: np.ndarray, pcov: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(popt - true) < 2.0 * se))
 
 
-def _ours(problem: dict[str, Any], fits: int, dtype: torch.dtype, device: torch.device) -> dict[str, Any]:
+def _ours(
+    problem: dict[str, Any], fits: int, dtype: torch.dtype, device: torch.device
+) -> dict[str, Any]:
     from marquardt.solver import curve_fit_batch
 
     x = torch.from_numpy(problem["x"]).to(device, dtype)
@@ -173,7 +178,9 @@ def _torchimize() -> Callable[..., Any] | None:
     return lsq_lma_parallel  # type: ignore[no-any-return]
 
 
-def _peer(problem: dict[str, Any], fits: int, dtype: torch.dtype, device: torch.device) -> dict[str, Any] | None:
+def _peer(
+    problem: dict[str, Any], fits: int, dtype: torch.dtype, device: torch.device
+) -> dict[str, Any] | None:
     lsq = _torchimize()
     if lsq is None:
         return None
@@ -201,7 +208,14 @@ def _peer(problem: dict[str, Any], fits: int, dtype: torch.dtype, device: torch.
     }
 
 
-def measure(name: str, problem: dict[str, Any], fits: int, dtype: torch.dtype, device: torch.device, loops: bool) -> dict[str, Any]:
+def measure(
+    name: str,
+    problem: dict[str, Any],
+    fits: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    loops: bool,
+) -> dict[str, Any]:
     load_before = c.load_average()
     ours = _ours(problem, fits, dtype, device)
     entry: dict[str, Any] = {"problem": name, "fits": fits, "dtype": str(dtype), "ours": ours}
@@ -209,7 +223,9 @@ def measure(name: str, problem: dict[str, Any], fits: int, dtype: torch.dtype, d
     if peer is not None:
         entry["torchimize"] = {k: v for k, v in peer.items() if k != "popt_head"}
         head = min(len(peer["popt_head"]), len(ours["popt_head"]))
-        diff = np.abs(peer["popt_head"][:head] - ours["popt_head"][:head]) / np.abs(ours["popt_head"][:head])
+        diff = np.abs(peer["popt_head"][:head] - ours["popt_head"][:head]) / np.abs(
+            ours["popt_head"][:head]
+        )
         entry["torchimize"]["median_relative_popt_difference"] = float(np.median(diff))
         entry["ratio_vs_torchimize"] = ours["fits_per_s"] / peer["fits_per_s"]
     if loops:
@@ -252,7 +268,10 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
             first = fits == sizes[0] and dtype == torch.float64
             entry = measure("gauss2d", problem, fits, dtype, where, loops=first)
             if "scipy_loop" in entry:
-                loops["gauss2d"] = {"scipy_loop": entry["scipy_loop"], "our_loop": entry["our_loop"]}
+                loops["gauss2d"] = {
+                    "scipy_loop": entry["scipy_loop"],
+                    "our_loop": entry["our_loop"],
+                }
             results["cases"].append(entry)
     side = QUICK_IMAGE if quick else IMAGE
     image = decay_problem(side * side)
@@ -283,7 +302,14 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         if gpu:
             if e["problem"] == "gauss2d":
                 rows.append(
-                    c.row(f"{label}: fits/s", ours["fits_per_s"], GPU_TARGET, op="≥", unit="", detail=load)
+                    c.row(
+                        f"{label}: fits/s",
+                        ours["fits_per_s"],
+                        GPU_TARGET,
+                        op="≥",
+                        unit="",
+                        detail=load,
+                    )
                 )
             continue
         big = e["fits"] >= 10_000
@@ -329,7 +355,9 @@ def section(results: dict[str, Any]) -> str:
         out.append(
             f"| {e['problem']} | {e['fits']:,} | {e['dtype'].replace('torch.', '')} | "
             f"{e['ours']['fits_per_s']:,.0f} | {ref['scipy_loop']['fits_per_s']:,.0f} | "
-            f"{peer['fits_per_s']:,.0f} | " if peer else f"| {e['problem']} | {e['fits']:,} | "
+            f"{peer['fits_per_s']:,.0f} | "
+            if peer
+            else f"| {e['problem']} | {e['fits']:,} | "
             f"{e['dtype'].replace('torch.', '')} | {e['ours']['fits_per_s']:,.0f} | "
             f"{ref['scipy_loop']['fits_per_s']:,.0f} | — | "
         )
@@ -337,7 +365,11 @@ def section(results: dict[str, Any]) -> str:
             f"{ref['our_loop']['fits_per_s']:,.0f} | {e['ratio_vs_scipy_loop']:.0f}× | "
             + (f"{e['ratio_vs_torchimize']:.1f}× | " if peer else "— | ")
             + f"{e['ours']['coverage_2se']:.3f} | {ref['scipy_loop']['coverage_2se']:.3f} | "
-            + (f"{diff:.1e} (median {scipy['median_relative_popt_difference']:.1e}) | " if diff is not None else "— | ")
+            + (
+                f"{diff:.1e} (median {scipy['median_relative_popt_difference']:.1e}) | "
+                if diff is not None
+                else "— | "
+            )
             + f"{e['load_before']:.1f} → {e['load_after']:.1f} |"
         )
     return "\n".join(out)

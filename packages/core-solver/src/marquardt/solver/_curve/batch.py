@@ -48,7 +48,9 @@ CHUNK_SHARE = 0.5
 CPU_CHUNK_FITS = 16_384
 
 
-def chunk_fits(fits: int, points: int, params: int, inputs: int, item: int, device: torch.device) -> int:
+def chunk_fits(
+    fits: int, points: int, params: int, inputs: int, item: int, device: torch.device
+) -> int:
     """Fits per chunk: ``CHUNK_SHARE`` of the usable memory (``_lm.memory_fit``: 0.8 of the
     free memory of the GPU, or of the host's MemAvailable) over the bytes one fit holds,
     item·(16·N·P + (24 + k)·N + 4·P² + 16·P), at least 1 and at most M (on the CPU at
@@ -88,7 +90,11 @@ def _unscaled(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     ratio = diagonal.amin(1) / diagonal.amax(1)
     eps = torch.finfo(js.dtype).eps
     good = (info == 0) & (ratio > eps**0.25) & torch.isfinite(ratio)
-    inverse = torch.cholesky_inverse(torch.where(good[:, None, None], factor, torch.eye(js.shape[2], dtype=js.dtype, device=js.device)))
+    inverse = torch.cholesky_inverse(
+        torch.where(
+            good[:, None, None], factor, torch.eye(js.shape[2], dtype=js.dtype, device=js.device)
+        )
+    )
     out = inverse / (scale[:, :, None] * scale[:, None, :])
     rest = torch.nonzero(~good).reshape(-1)
     if rest.numel():
@@ -207,7 +213,9 @@ def curve_fit_batch(
     model = BatchModel(f, points, args.x_per_fit)
     check_model(model, args.p0, args.x)
     if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
-        raise ValueError(f"chunk_size must be a positive integer, got {chunk_size!r}. HINT: pass e.g. 10000")
+        raise ValueError(
+            f"chunk_size must be a positive integer, got {chunk_size!r}. HINT: pass e.g. 10000"
+        )
     inputs = args.x.shape[-2] if args.x.dim() == (3 if args.x_per_fit else 2) else 1
     size = chunk_fits(
         fits,
@@ -242,4 +250,8 @@ def curve_fit_batch(
 
     if not full_output:
         return out(popt), out(pcov)
-    return out(popt), out(pcov), {**{k: out(v) for k, v in info.items()}, "messages": STATUS_MESSAGES}
+    return (
+        out(popt),
+        out(pcov),
+        {**{k: out(v) for k, v in info.items()}, "messages": STATUS_MESSAGES},
+    )

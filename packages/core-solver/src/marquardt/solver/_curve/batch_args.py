@@ -126,7 +126,7 @@ def _mask(
             f"{int(bad.sum())} points hold NaN/inf in ydata, xdata or sigma: drop them, or pass "
             "nan_policy='omit' to leave them out of their fits",
         )
-    return ~bad
+    return np.asarray(~bad)
 
 
 def batch_args(
@@ -213,7 +213,11 @@ def batch_args(
     tensors = [t for t in (ydata, xdata) if isinstance(t, torch.Tensor)]
     out_device = tensors[0].device if tensors else torch.device("cpu")
     if dtype is None:
-        dtype = ydata.dtype if isinstance(ydata, torch.Tensor) and ydata.is_floating_point() else torch.float64
+        dtype = (
+            ydata.dtype
+            if isinstance(ydata, torch.Tensor) and ydata.is_floating_point()
+            else torch.float64
+        )
     where = torch.device(device) if device is not None else out_device
     eps = float(torch.finfo(dtype).eps)
     tol = {

@@ -114,9 +114,7 @@ class BatchState:
         return BatchState(**out)
 
 
-def _measure(
-    r: torch.Tensor, data: BatchData
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _measure(r: torch.Tensor, data: BatchData) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(C = ½Σc²ρ(z), row scale of J, scaled r) per fit, for each fit's loss."""
     if data.losses == ("linear",):
         return 0.5 * (r * r).sum(1), torch.ones_like(r), r
@@ -167,12 +165,25 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
     count = torch.ones(p.shape[0], dtype=torch.int64, device=p.device)
     status = torch.where(finite, RUNNING, -2)
     return BatchState(
-        p, r, cost, rows, rs, js, d, lam, torch.full_like(cost, 2.0), count, count.clone(),
-        torch.zeros_like(count), status,
+        p,
+        r,
+        cost,
+        rows,
+        rs,
+        js,
+        d,
+        lam,
+        torch.full_like(cost, 2.0),
+        count,
+        count.clone(),
+        torch.zeros_like(count),
+        status,
     )
 
 
-def _damped_step(s: BatchState, held: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _damped_step(
+    s: BatchState, held: torch.Tensor, g: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """δ (M × P) from the scaled damped system, and whether each fit's factorisation held."""
     free = ~held
     gram = torch.einsum("mnp,mnq->mpq", s.js, s.js) / (s.d[:, :, None] * s.d[:, None, :])
