@@ -24,6 +24,7 @@ from .._lm.memory_fit import usable_memory
 from .batch_args import BatchArgs, batch_args
 from .batch_core import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from .batch_model import BatchModel, check_model
+from .scipy_engine import torch_threads
 
 __all__ = [
     "BYTES_PER_FIT_J",
@@ -178,6 +179,7 @@ def curve_fit_batch(
     chunk_size: int | None = None,
     device: Any = None,
     dtype: torch.dtype | None = None,
+    threads: int | None = 1,
 ) -> Any:
     """Fit f(x, *p) to each of M data sets, each fit as ``curve_fit`` fits it.
 
@@ -191,7 +193,10 @@ def curve_fit_batch(
     an ``OptimizeWarning`` counts them. Tolerances default to 1e-8 (ftol and xtol: at least
     10·ε of ``dtype``); ``max_nfev`` (or ``maxfev``) to SciPy's 100·P with bounds, else
     200·(P + 1). ``chunk_size`` caps the fits solved at once (default: sized from memory);
-    ``device`` and ``dtype`` default to ydata's (NumPy: the CPU, float64).
+    ``device`` and ``dtype`` default to ydata's (NumPy: the CPU, float64). On the CPU the
+    fits run on ``threads`` torch threads (None: torch's setting): one by default, as for
+    ``curve_fit``'s small fits (2-D Gaussian, 10⁴ fits, float64, two busy cores: 2 100
+    fits/s on two threads against 16 300 on one).
     """
     args = batch_args(
         f,
@@ -227,10 +232,11 @@ def curve_fit_batch(
     )
     size = min(size, int(chunk_size)) if chunk_size is not None else size
     parts: list[tuple[BatchState, torch.Tensor]] = []
-    for begin in range(0, fits, size):
-        start, data = _chunk(args, slice(begin, begin + size))
-        state = solve_batch(model, start, data, max_nfev=args.max_nfev, **args.tol)
-        parts.append((state, _pcov(state, data, absolute_sigma)))
+    with torch_threads(threads if args.y.device.type == "cpu" else None):
+        for begin in range(0, fits, size):
+            start, data = _chunk(args, slice(begin, begin + size))
+            state = solve_batch(model, start, data, max_nfev=args.max_nfev, **args.tol)
+            parts.append((state, _pcov(state, data, absolute_sigma)))
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
     status = torch.cat([s.status for s, _ in parts])

@@ -16,9 +16,9 @@ running, what one trial of the small-fit path (``_curve.small``) does for one fi
 
 Robust losses scale J's rows and r as SciPy does (√(ρ' + 2ρ''z), ρ'/that), each fit with
 its own loss and f_scale. A fit that stops keeps its values: the arithmetic of the others
-goes on around it under masks, and every ``CHECK_EVERY`` iterations one host read of the
-running count ends the loop or, when fewer than half the fits still run, gathers those
-into a smaller batch so that finished fits cost nothing.
+goes on around it under masks, and every ``CHECK_EVERY`` iterations (on a GPU one small
+host read) the running count ends the loop or, when at most ``GATHER_SHARE`` of the fits
+still run, gathers those into a smaller batch so that finished fits cost nothing.
 """
 
 from __future__ import annotations
@@ -32,8 +32,13 @@ from .batch_model import BatchModel
 
 __all__ = ["CHECK_EVERY", "RUNNING", "STATUS_MESSAGES", "BatchData", "BatchState", "solve_batch"]
 
-#: Iterations between the host reads of how many fits still run.
-CHECK_EVERY = 4
+#: Iterations between the reads of how many fits still run, on a GPU (a host transfer)
+#: and on the CPU (a plain read, every iteration).
+CHECK_EVERY = {"cuda": 4, "cpu": 1}
+#: The batch is gathered down to its running fits when at most this share of it runs
+#: (2-D Gaussian, 5 × 5 points, 32 768 fits, one thread: 13 000 fits/s gathering at half
+#: every 4 iterations, 33 000 at 0.8 every iteration).
+GATHER_SHARE = 0.8
 #: The status of a fit that has not stopped.
 RUNNING = -9
 #: λ beyond which a fit whose damped system still cannot be factorised is called singular.
@@ -105,13 +110,10 @@ class BatchState:
         return BatchState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def put(self, index: torch.Tensor, part: BatchState) -> BatchState:
-        """This state with the fits ``index`` replaced by ``part``'s."""
-        out = {}
+        """This state with the fits ``index`` overwritten, in place, by ``part``'s."""
         for f in fields(self):
-            whole = getattr(self, f.name).clone()
-            whole[index] = getattr(part, f.name)
-            out[f.name] = whole
-        return BatchState(**out)
+            getattr(self, f.name)[index] = getattr(part, f.name)
+        return self
 
 
 def _measure(r: torch.Tensor, data: BatchData) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -271,16 +273,17 @@ def solve_batch(
     state, part = whole, data
     # Each iteration either spends an evaluation of every running fit or raises the λ of
     # those whose system failed; the bound below is never reached in practice.
-    limit = max_nfev + 4 * CHECK_EVERY + 120
+    every = CHECK_EVERY.get(p0.device.type, 4)
+    limit = max_nfev + 4 * every + 120
     for iteration in range(1, limit + 1):
         state = _iterate(model, state, part, tol, max_nfev)
-        if iteration % CHECK_EVERY:
+        if iteration % every:
             continue
         running = state.status == RUNNING
         count = int(running.sum())
         if count == 0:
             break
-        if count <= state.p.shape[0] // 2:
+        if count <= GATHER_SHARE * state.p.shape[0]:
             whole = whole.put(index, state)
             keep = torch.nonzero(running).reshape(-1)
             index = index[keep]
