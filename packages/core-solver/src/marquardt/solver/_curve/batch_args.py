@@ -70,12 +70,20 @@ def _per_fit(name: str, value: Any, fits: int, size: int) -> np.ndarray:
     )
 
 
-def _xdata(xdata: Any, fits: int, points: int) -> tuple[np.ndarray, bool]:
-    x = _array("xdata", xdata)
+def _tensor(name: str, value: Any, where: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``value`` as a tensor on ``where`` in ``dtype`` (a tensor stays on its device when
+    that is ``where``: data on a GPU is not copied through the host)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(where, dtype)
+    return torch.from_numpy(_array(name, value)).to(where, dtype)
+
+
+def _xdata(x: torch.Tensor, fits: int, points: int) -> bool:
+    """Whether x is one input per fit; refuses shapes that fit neither form."""
     if x.ndim == 0 or x.shape[-1] != points or x.ndim > 3:
         raise hinted(
             ValueError,
-            f"xdata has shape {x.shape}, ydata {(fits, points)}.",
+            f"xdata has shape {tuple(x.shape)}, ydata {(fits, points)}.",
             f"pass xdata as ({points},) or (k, {points}) shared by the fits, or "
             f"({fits}, {points}) or ({fits}, k, {points}), one per fit",
         )
@@ -83,10 +91,21 @@ def _xdata(xdata: Any, fits: int, points: int) -> tuple[np.ndarray, bool]:
     if x.ndim == 3 and x.shape[0] != fits:
         raise hinted(
             ValueError,
-            f"xdata has shape {x.shape} for {fits} fits.",
+            f"xdata has shape {tuple(x.shape)} for {fits} fits.",
             f"a 3-D xdata is one (k, {points}) input per fit: ({fits}, k, {points})",
         )
-    return x, per_fit
+    return per_fit
+
+
+def _sigma(sigma: torch.Tensor, fits: int, points: int) -> torch.Tensor:
+    if sigma.ndim == 0 or tuple(sigma.shape) in ((points,), (fits, points)):
+        return sigma.expand(fits, points)
+    raise hinted(
+        ValueError,
+        f"`sigma` has shape {tuple(sigma.shape)}.",
+        f"give one number, {points} values shared by every fit, or ({fits}, {points}) "
+        "standard deviations; covariance matrices are curve_fit's only",
+    )
 
 
 def _losses(loss: Any, fits: int) -> tuple[tuple[str, ...], np.ndarray]:
@@ -110,14 +129,20 @@ def _losses(loss: Any, fits: int) -> tuple[tuple[str, ...], np.ndarray]:
 
 
 def _mask(
-    x: np.ndarray, per_fit: bool, y: np.ndarray, sigma: np.ndarray, nan_policy: str | None
-) -> np.ndarray | None:
+    x: torch.Tensor,
+    per_fit: bool,
+    y: torch.Tensor,
+    sigma: torch.Tensor | None,
+    nan_policy: str | None,
+) -> torch.Tensor | None:
     """Points kept per fit (None: all); refuses non-finite data unless ``omit``."""
-    bad_x = ~np.isfinite(x)
+    bad_x = ~torch.isfinite(x)
     if bad_x.ndim == (3 if per_fit else 2):
-        bad_x = bad_x.any(axis=-2)
-    bad = ~np.isfinite(y) | ~np.isfinite(sigma) | bad_x
-    if not bad.any():
+        bad_x = bad_x.any(dim=-2)
+    bad = ~torch.isfinite(y) | bad_x
+    if sigma is not None:
+        bad |= ~torch.isfinite(sigma)
+    if not bool(bad.any()):
         return None
     if nan_policy != "omit":
         raise hinted(
@@ -126,7 +151,7 @@ def _mask(
             f"{int(bad.sum())} points hold NaN/inf in ydata, xdata or sigma: drop them, or pass "
             "nan_policy='omit' to leave them out of their fits",
         )
-    return np.asarray(~bad)
+    return ~bad
 
 
 def batch_args(
@@ -153,15 +178,22 @@ def batch_args(
             "nan_policy must be one of {None, 'raise', 'omit'}",
             f"got {nan_policy!r}",
         )
-    y = _array("ydata", ydata)
-    if y.ndim != 2 or y.size == 0:
+    tensors = [t for t in (ydata, xdata) if isinstance(t, torch.Tensor)]
+    out_device = tensors[0].device if tensors else torch.device("cpu")
+    where = torch.device(device) if device is not None else out_device
+    if dtype is None:
+        floating = isinstance(ydata, torch.Tensor) and ydata.is_floating_point()
+        dtype = ydata.dtype if floating else torch.float64
+    y = _tensor("ydata", ydata, where, dtype)
+    if y.ndim != 2 or y.numel() == 0:
         raise hinted(
             ValueError,
-            f"ydata must be (M, N): M fits of N points; got shape {y.shape}.",
+            f"ydata must be (M, N): M fits of N points; got shape {tuple(y.shape)}.",
             "for one fit call curve_fit, or pass ydata[None]",
         )
     fits, points = y.shape
-    x, per_fit = _xdata(xdata, fits, points)
+    x = _tensor("xdata", xdata, where, dtype)
+    per_fit = _xdata(x, fits, points)
     count = parameter_count(f) if p0 is None else int(np.shape(_array("p0", p0))[-1])
     try:
         lb, ub = bounds
@@ -188,15 +220,16 @@ def batch_args(
             f"{int(outside.sum())} fits start outside their bounds (the first is fit {first}): "
             "start within them",
         )
-    s = np.ones((1, points)) if sigma is None else _per_fit("sigma", sigma, fits, points)
-    if np.any(s <= 0):
+    s = None if sigma is None else _sigma(_tensor("sigma", sigma, where, dtype), fits, points)
+    if s is not None and bool((s <= 0).any()):
         raise hinted(
             ValueError, "`sigma` must be positive and finite.", "give each point a positive σ"
         )
     mask = _mask(x, per_fit, y, s, nan_policy)
     if mask is not None:
-        y, s = np.where(mask, y, 0.0), np.where(mask, s, 1.0)
-        x = np.where(np.isfinite(x), x, 0.0)
+        y = torch.where(mask, y, 0.0)
+        s = None if s is None else torch.where(mask, s, 1.0)
+        x = torch.where(torch.isfinite(x), x, 0.0)
     losses, loss_index = _losses(loss, fits)
     scale = _per_fit("f_scale", f_scale, fits, 1)[:, 0]
     if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
@@ -210,15 +243,6 @@ def batch_args(
             f"`max_nfev` must be None or a positive integer, got {max_nfev!r}.",
             "pass e.g. max_nfev=1000",
         )
-    tensors = [t for t in (ydata, xdata) if isinstance(t, torch.Tensor)]
-    out_device = tensors[0].device if tensors else torch.device("cpu")
-    if dtype is None:
-        dtype = (
-            ydata.dtype
-            if isinstance(ydata, torch.Tensor) and ydata.is_floating_point()
-            else torch.float64
-        )
-    where = torch.device(device) if device is not None else out_device
     eps = float(torch.finfo(dtype).eps)
     tol = {
         k: non_negative(k, tolerances[k]) if tolerances[k] is not None else max(1e-8, 10 * eps)
@@ -229,15 +253,13 @@ def batch_args(
     def put(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(where, dtype)
 
-    w = put(1.0 / s) if sigma is not None or mask is not None else None
+    ones = torch.ones((1, points), dtype=dtype, device=where).expand(fits, points)
     return BatchArgs(
-        x=put(x),
+        x=x,
         x_per_fit=per_fit,
-        y=put(y),
-        w=torch.ones((1, points), dtype=dtype, device=where).expand(fits, points)
-        if w is None
-        else w,
-        mask=None if mask is None else torch.from_numpy(mask).to(where),
+        y=y,
+        w=ones if s is None else 1.0 / s,
+        mask=mask,
         p0=put(start),
         lower=put(lower),
         upper=put(upper),
