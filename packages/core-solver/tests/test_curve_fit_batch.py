@@ -265,3 +265,40 @@ def test_cuda_batch_equals_cpu_batch() -> None:
     assert gpu[0].device.type == "cuda"
     np.testing.assert_allclose(gpu[0].cpu().numpy(), cpu[0], rtol=1e-8)
     np.testing.assert_allclose(gpu[1].cpu().numpy(), cpu[1], rtol=1e-6)
+
+
+def test_chunks_follow_the_usable_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    import marquardt.solver._curve.batch as batch
+
+    _, y = _truth(fits=23)
+    whole = curve_fit_batch(decay, X, y, [1.0, 1.0, 0.0])
+    # Room for about 8 fits' working sets: 3 chunks.
+    per_fit = 8 * (16 * 40 * 3 + 24 * 40 + 4 * 9 + 16 * 3)
+    monkeypatch.setattr(batch, "usable_memory", lambda device, limit: (16 * per_fit, "test"))
+    assert batch.chunk_fits(23, 40, 3, 0, 8, torch.device("cpu")) == 8
+    sizes: list[int] = []
+    solve = batch.solve_batch
+    monkeypatch.setattr(
+        batch,
+        "solve_batch",
+        lambda model, p0, data, **kw: sizes.append(p0.shape[0]) or solve(model, p0, data, **kw),
+    )
+    parts = curve_fit_batch(decay, X, y, [1.0, 1.0, 0.0])
+    assert sizes == [8, 8, 7]
+    np.testing.assert_allclose(parts[0], whole[0], rtol=1e-13)
+
+
+def test_per_fit_x_f_scale_and_the_feasible_start() -> None:
+    _, y = _truth()
+    shifts = np.linspace(0.0, 0.5, FITS)
+    x = X[None, :] + shifts[:, None]  # (M, N): one x per fit
+    scales = np.linspace(0.05, 0.5, FITS)
+    popt, _ = curve_fit_batch(decay, x, y, [1.0, 1.0, 0.0], loss="soft_l1", f_scale=scales)
+    for m in range(FITS):
+        p1, _ = _single(decay, x[m], y[m], [1.0, 1.0, 0.0], loss="soft_l1", f_scale=scales[m])
+        np.testing.assert_allclose(popt[m], p1, rtol=RTOL, atol=1e-12)
+    bounds = ([0.0, 0.0, -2.0], [5.0, 3.0, 2.0])
+    popt, _ = curve_fit_batch(decay, X, y, bounds=bounds)  # p0 None: SciPy's feasible start
+    for m in range(FITS):
+        p1, _ = _single(decay, X, y[m], [2.5, 1.5, 0.0], bounds=bounds)
+        np.testing.assert_allclose(popt[m], p1, rtol=RTOL, atol=1e-12)

@@ -231,7 +231,14 @@ def batch_args(
         s = None if s is None else torch.where(mask, s, 1.0)
         x = torch.where(torch.isfinite(x), x, 0.0)
     losses, loss_index = _losses(loss, fits)
-    scale = _per_fit("f_scale", f_scale, fits, 1)[:, 0]
+    scale = _array("f_scale", f_scale).reshape(-1)
+    if scale.size not in (1, fits):
+        raise hinted(
+            ValueError,
+            f"`f_scale` has {scale.size} values for {fits} fits.",
+            "give one number, or one per fit",
+        )
+    scale = np.broadcast_to(scale, (fits,)).copy()
     if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
         raise hinted(ValueError, "`f_scale` must be positive.", f"got {f_scale!r}")
     if max_nfev is None:
