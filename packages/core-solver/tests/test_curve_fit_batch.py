@@ -263,8 +263,9 @@ def test_cuda_batch_equals_cpu_batch() -> None:
         decay, torch.from_numpy(X).cuda(), yc, [1.0, 1.0, 0.0], bounds=([0, 0, -2], [10, 5, 2])
     )
     assert gpu[0].device.type == "cuda"
-    np.testing.assert_allclose(gpu[0].cpu().numpy(), cpu[0], rtol=1e-8)
-    np.testing.assert_allclose(gpu[1].cpu().numpy(), cpu[1], rtol=1e-6)
+    # Sums in another order can flip a stopping test at its threshold: a tolerance's worth.
+    np.testing.assert_allclose(gpu[0].cpu().numpy(), cpu[0], rtol=1e-7)
+    np.testing.assert_allclose(gpu[1].cpu().numpy(), cpu[1], rtol=1e-5)
 
 
 def test_chunks_follow_the_usable_memory(monkeypatch: pytest.MonkeyPatch) -> None:
