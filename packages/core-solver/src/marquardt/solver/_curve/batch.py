@@ -127,7 +127,7 @@ def _chunk(args: BatchArgs, index: slice) -> tuple[torch.Tensor, BatchData]:
     return args.p0[index], BatchData(
         x=args.x[index] if args.x_per_fit else args.x,
         y=args.y[index],
-        w=args.w[index],
+        w=None if args.w is None else args.w[index],
         mask=None if args.mask is None else args.mask[index],
         lower=args.lower[index],
         upper=args.upper[index],

@@ -28,12 +28,13 @@ __all__ = ["BatchArgs", "batch_args"]
 
 @dataclass(frozen=True)
 class BatchArgs:
-    """The batch in tensors on ``device`` in ``dtype`` (NaN points zeroed and masked)."""
+    """The batch in tensors on ``device`` in ``dtype`` (NaN points zeroed and masked;
+    w = 1/σ, None for σ = 1)."""
 
     x: torch.Tensor
     x_per_fit: bool
     y: torch.Tensor
-    w: torch.Tensor
+    w: torch.Tensor | None
     mask: torch.Tensor | None
     p0: torch.Tensor
     lower: torch.Tensor
@@ -260,12 +261,11 @@ def batch_args(
     def put(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(where, dtype)
 
-    ones = torch.ones((1, points), dtype=dtype, device=where).expand(fits, points)
     return BatchArgs(
         x=x,
         x_per_fit=per_fit,
         y=y,
-        w=ones if s is None else 1.0 / s,
+        w=None if s is None else 1.0 / s,
         mask=mask,
         p0=put(start),
         lower=put(lower),

@@ -58,13 +58,13 @@ STATUS_MESSAGES = {
 
 @dataclass(frozen=True)
 class BatchData:
-    """One chunk of fits on its device: x (shared or per fit), y, w = 1/σ, the mask of
-    points kept (None: all), bounds (M × P), each fit's loss (an index into ``losses``)
+    """One chunk of fits on its device: x (shared or per fit), y, w = 1/σ (None: σ = 1),
+    the mask of points kept (None: all), bounds (M × P), each fit's loss (an index into ``losses``)
     and f_scale (M,)."""
 
     x: torch.Tensor
     y: torch.Tensor
-    w: torch.Tensor
+    w: torch.Tensor | None
     mask: torch.Tensor | None
     lower: torch.Tensor
     upper: torch.Tensor
@@ -78,7 +78,7 @@ class BatchData:
             self,
             x=self.x[index] if x_per_fit else self.x,
             y=self.y[index],
-            w=self.w[index],
+            w=None if self.w is None else self.w[index],
             mask=None if self.mask is None else self.mask[index],
             lower=self.lower[index],
             upper=self.upper[index],
@@ -141,12 +141,18 @@ def _measure(r: torch.Tensor, data: BatchData) -> tuple[torch.Tensor, torch.Tens
 def _residuals(
     values: torch.Tensor, jac: torch.Tensor, data: BatchData
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    r = data.w * (values - data.y)
-    j = data.w[..., None] * jac
+    r, j = values - data.y, jac
+    if data.w is not None:
+        r, j = data.w * r, data.w[..., None] * j
     if data.mask is not None:
         r = torch.where(data.mask, r, torch.zeros_like(r))
         j = torch.where(data.mask[..., None], j, torch.zeros_like(j))
     return r, j
+
+
+def _scaled_rows(j: torch.Tensor, rows: torch.Tensor, data: BatchData) -> torch.Tensor:
+    """J with its rows scaled for a robust loss (J itself for the linear one)."""
+    return j if data.losses == ("linear",) else j * rows[..., None]
 
 
 def _column_norms(js: torch.Tensor) -> torch.Tensor:
@@ -159,7 +165,7 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
     values, jac = model.values_and_jacobian(p, data.x)
     r, j = _residuals(values, jac, data)
     cost, rows, rs = _measure(r, data)
-    js = j * rows[..., None]
+    js = _scaled_rows(j, rows, data)
     norms = _column_norms(js)
     d = torch.where(norms > 0, norms, torch.ones_like(norms))
     lam = 1e-3 * ((norms / d) ** 2).amax(1) if p.shape[1] else torch.zeros_like(cost)
@@ -233,7 +239,7 @@ def _iterate(
     stop_small = small_step & tried & finite
     done = torch.where(ftol_ok & small_step, 4, torch.where(ftol_ok, 2, 3))
     status = torch.where(stop_small | ftol_ok, done, status)
-    js_new = j_new * rows_new[..., None]
+    js_new = _scaled_rows(j_new, rows_new, data)
     shrink = torch.clamp(1.0 - (2.0 * ratio - 1.0) ** 3, min=1.0 / 3.0)
     lam = torch.where(accept, s.lam * shrink, torch.where(reject, s.lam * s.nu, s.lam))
     nu = torch.where(accept, torch.full_like(s.nu, 2.0), torch.where(reject, 2.0 * s.nu, s.nu))
