@@ -43,6 +43,7 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("memory", "bench_memory", {}, {"sizes": (10_000, 100_000)}),
     ("curve_fit", "bench_curve_fit", {}, {"quick": True}),
     ("small_fit", "bench_small_fit", {}, {"quick": True}),
+    ("batch_fit", "bench_batch_fit", {}, {"quick": True}),
     ("nist", "bench_nist", {}, {"quick": True}),
     ("pinn", "bench_pinn", {}, {"quick": True}),
     (
@@ -406,6 +407,12 @@ SECTIONS = {
         None,
         lambda r: __import__("bench_small_fit").section(r),
         "bench_small_fit.py",
+    ),
+    "batch_fit": (
+        "Many small fits at once: curve_fit_batch",
+        None,
+        lambda r: __import__("bench_batch_fit").section(r),
+        "bench_batch_fit.py",
     ),
     "nist": (
         "NIST StRD nonlinear regression, both starts",

@@ -16,11 +16,14 @@ torch.distributed process group (each rank passes its share of the global batch)
 ``curve_fit(f, x, y, p0, sigma=..., bounds=..., loss=...)`` is ``scipy.optimize.curve_fit``
 (its signature, returns and errors) for NumPy and torch models; ``curve_fit_result`` is the
 sliced engine for large torch fits on the CPU or a GPU, with the richer result.
+``curve_fit_batch(f, x, y, p0, ...)`` runs M independent small fits of one torch model at
+once (ydata (M, N)), each as ``curve_fit`` would, with a status per fit.
 """
 
 from marquardt.jacobian import ResidualNotFiniteError
 
 from ._backends.base import ArrayBackend, LinearSystem, Solution
+from ._curve.batch import curve_fit_batch
 from ._curve.fit import CurveFitResult, curve_fit_result
 from ._curve.inputs import CurveFitInputError
 from ._curve.scipy_edge import curve_fit
@@ -61,6 +64,7 @@ __all__ = [
     "StepReport",
     "StoppingCriteria",
     "curve_fit",
+    "curve_fit_batch",
     "curve_fit_result",
     "time",
 ]

@@ -1,0 +1,280 @@
+"""``curve_fit_batch``'s arguments, checked and turned into tensors before any work.
+
+Shapes (M fits, N points per fit, P parameters, k input rows):
+
+* ydata (M, N); xdata shared, (N,) or (k, N), or one per fit, (M, N) or (M, k, N) (a 2-D
+  xdata whose first axis is M is taken per fit: expand a shared (M, N) one to (M, M, N));
+* p0 (P,) or (M, P), or None for SciPy's feasible start with P counted from f's signature;
+* bounds: (lower, upper), each a number, (P,) or (M, P); sigma: a number, (N,) or (M, N)
+  standard deviations; loss: one name or M names; f_scale: a number or (M,).
+
+``nan_policy="omit"`` drops, per fit, the points whose y, x or σ is NaN (a mask, so fits
+keep different numbers of points); otherwise NaN or inf in the data is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._lm.robust import ROBUST_LOSSES
+from .scipy_args import feasible_start, hinted, non_negative, parameter_count
+
+__all__ = ["BatchArgs", "batch_args"]
+
+
+@dataclass(frozen=True)
+class BatchArgs:
+    """The batch in tensors on ``device`` in ``dtype`` (NaN points zeroed and masked;
+    w = 1/σ, None for σ = 1)."""
+
+    x: torch.Tensor
+    x_per_fit: bool
+    y: torch.Tensor
+    w: torch.Tensor | None
+    mask: torch.Tensor | None
+    p0: torch.Tensor
+    lower: torch.Tensor
+    upper: torch.Tensor
+    losses: tuple[str, ...]
+    loss_index: torch.Tensor
+    f_scale: torch.Tensor
+    max_nfev: int
+    tol: dict[str, float]
+    torch_out: bool
+    out_device: torch.device
+
+
+def _array(name: str, value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().to(torch.float64).numpy()
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise hinted(
+            ValueError, f"`{name}` must be numbers.", f"got {type(value).__name__}"
+        ) from err
+
+
+def _per_fit(name: str, value: Any, fits: int, size: int) -> np.ndarray:
+    """``value`` as (fits, size): one number, ``size`` values shared, or one row per fit."""
+    a = _array(name, value)
+    if a.ndim == 0 or a.shape == (size,) or a.shape == (fits, size):
+        return np.broadcast_to(a, (fits, size)).copy()
+    raise hinted(
+        ValueError,
+        f"`{name}` has shape {a.shape}.",
+        f"give one number, {size} values shared by every fit, or ({fits}, {size}), one row per fit",
+    )
+
+
+def _tensor(name: str, value: Any, where: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``value`` as a tensor on ``where`` in ``dtype`` (a tensor stays on its device when
+    that is ``where``: data on a GPU is not copied through the host)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(where, dtype)
+    return torch.from_numpy(_array(name, value)).to(where, dtype)
+
+
+def _xdata(x: torch.Tensor, fits: int, points: int) -> bool:
+    """Whether x is one input per fit; refuses shapes that fit neither form."""
+    if x.ndim == 0 or x.shape[-1] != points or x.ndim > 3:
+        raise hinted(
+            ValueError,
+            f"xdata has shape {tuple(x.shape)}, ydata {(fits, points)}.",
+            f"pass xdata as ({points},) or (k, {points}) shared by the fits, or "
+            f"({fits}, {points}) or ({fits}, k, {points}), one per fit",
+        )
+    per_fit = x.ndim == 3 or (x.ndim == 2 and x.shape[0] == fits)
+    if x.ndim == 3 and x.shape[0] != fits:
+        raise hinted(
+            ValueError,
+            f"xdata has shape {tuple(x.shape)} for {fits} fits.",
+            f"a 3-D xdata is one (k, {points}) input per fit: ({fits}, k, {points})",
+        )
+    return per_fit
+
+
+def _sigma(sigma: torch.Tensor, fits: int, points: int) -> torch.Tensor:
+    if sigma.ndim == 0 or tuple(sigma.shape) in ((points,), (fits, points)):
+        return sigma.expand(fits, points)
+    raise hinted(
+        ValueError,
+        f"`sigma` has shape {tuple(sigma.shape)}.",
+        f"give one number, {points} values shared by every fit, or ({fits}, {points}) "
+        "standard deviations; covariance matrices are curve_fit's only",
+    )
+
+
+def _losses(loss: Any, fits: int) -> tuple[tuple[str, ...], np.ndarray]:
+    names = [loss] if isinstance(loss, str) else list(loss)
+    if not isinstance(loss, str) and len(names) != fits:
+        raise hinted(
+            ValueError,
+            f"`loss` has {len(names)} names for {fits} fits.",
+            "give one loss name, or one per fit",
+        )
+    for name in names:
+        if name not in ROBUST_LOSSES:
+            raise hinted(
+                ValueError,
+                f"`loss` must be one of {ROBUST_LOSSES}.",
+                f"got {name!r}",
+            )
+    unique = tuple(sorted(set(names)))
+    index = np.array([unique.index(n) for n in names], dtype=np.int64)
+    return unique, np.broadcast_to(index, (fits,)).copy()
+
+
+def _mask(
+    x: torch.Tensor,
+    per_fit: bool,
+    y: torch.Tensor,
+    sigma: torch.Tensor | None,
+    nan_policy: str | None,
+) -> torch.Tensor | None:
+    """Points kept per fit (None: all); refuses non-finite data unless ``omit``."""
+    bad_x = ~torch.isfinite(x)
+    if bad_x.ndim == (3 if per_fit else 2):
+        bad_x = bad_x.any(dim=-2)
+    bad = ~torch.isfinite(y) | bad_x
+    if sigma is not None:
+        bad |= ~torch.isfinite(sigma)
+    if not bool(bad.any()):
+        return None
+    if nan_policy != "omit":
+        raise hinted(
+            ValueError,
+            "array must not contain infs or NaNs",
+            f"{int(bad.sum())} points hold NaN/inf in ydata, xdata or sigma: drop them, or pass "
+            "nan_policy='omit' to leave them out of their fits",
+        )
+    return ~bad
+
+
+def batch_args(
+    f: Any,
+    xdata: Any,
+    ydata: Any,
+    p0: Any,
+    sigma: Any,
+    bounds: Any,
+    loss: Any,
+    f_scale: Any,
+    nan_policy: str | None,
+    tolerances: dict[str, Any],
+    max_nfev: Any,
+    device: Any,
+    dtype: Any,
+) -> BatchArgs:
+    """Every check and conversion of ``curve_fit_batch``'s arguments (module docstring)."""
+    if not callable(f):
+        raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
+    if nan_policy not in (None, "raise", "omit"):
+        raise hinted(
+            ValueError,
+            "nan_policy must be one of {None, 'raise', 'omit'}",
+            f"got {nan_policy!r}",
+        )
+    tensors = [t for t in (ydata, xdata) if isinstance(t, torch.Tensor)]
+    out_device = tensors[0].device if tensors else torch.device("cpu")
+    where = torch.device(device) if device is not None else out_device
+    if dtype is None:
+        floating = isinstance(ydata, torch.Tensor) and ydata.is_floating_point()
+        dtype = ydata.dtype if floating else torch.float64
+    y = _tensor("ydata", ydata, where, dtype)
+    if y.ndim != 2 or y.numel() == 0:
+        raise hinted(
+            ValueError,
+            f"ydata must be (M, N): M fits of N points; got shape {tuple(y.shape)}.",
+            "for one fit call curve_fit, or pass ydata[None]",
+        )
+    fits, points = y.shape
+    x = _tensor("xdata", xdata, where, dtype)
+    per_fit = _xdata(x, fits, points)
+    count = parameter_count(f) if p0 is None else int(np.shape(_array("p0", p0))[-1])
+    try:
+        lb, ub = bounds
+    except (TypeError, ValueError) as err:
+        raise hinted(
+            ValueError, "`bounds` must contain 2 elements.", "pass bounds=(lower, upper)"
+        ) from err
+    lower, upper = _per_fit("bounds", lb, fits, count), _per_fit("bounds", ub, fits, count)
+    if np.isnan(lower).any() or np.isnan(upper).any() or np.any(lower >= upper):
+        raise hinted(
+            ValueError,
+            "Each lower bound must be strictly less than each upper bound.",
+            "use ±np.inf for no bound",
+        )
+    start = feasible_start(lower, upper) if p0 is None else _per_fit("p0", p0, fits, count)
+    if not np.all(np.isfinite(start)):
+        raise hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
+    outside = np.any((start < lower) | (start > upper), axis=1)
+    if outside.any():
+        first = int(np.argmax(outside))
+        raise hinted(
+            ValueError,
+            "Initial guess is outside of provided bounds",
+            f"{int(outside.sum())} fits start outside their bounds (the first is fit {first}): "
+            "start within them",
+        )
+    s = None if sigma is None else _sigma(_tensor("sigma", sigma, where, dtype), fits, points)
+    if s is not None and bool((s <= 0).any()):
+        raise hinted(
+            ValueError, "`sigma` must be positive and finite.", "give each point a positive σ"
+        )
+    mask = _mask(x, per_fit, y, s, nan_policy)
+    if mask is not None:
+        y = torch.where(mask, y, 0.0)
+        s = None if s is None else torch.where(mask, s, 1.0)
+        x = torch.where(torch.isfinite(x), x, 0.0)
+    losses, loss_index = _losses(loss, fits)
+    scale = _array("f_scale", f_scale).reshape(-1)
+    if scale.size not in (1, fits):
+        raise hinted(
+            ValueError,
+            f"`f_scale` has {scale.size} values for {fits} fits.",
+            "give one number, or one per fit",
+        )
+    scale = np.broadcast_to(scale, (fits,)).copy()
+    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        raise hinted(ValueError, "`f_scale` must be positive.", f"got {f_scale!r}")
+    if max_nfev is None:
+        bounded = bool(np.isfinite(lower).any() or np.isfinite(upper).any())
+        max_nfev = 100 * count if bounded else 200 * (count + 1)
+    if isinstance(max_nfev, bool) or not isinstance(max_nfev, (int, np.integer)) or max_nfev < 1:
+        raise hinted(
+            ValueError,
+            f"`max_nfev` must be None or a positive integer, got {max_nfev!r}.",
+            "pass e.g. max_nfev=1000",
+        )
+    eps = float(torch.finfo(dtype).eps)
+    tol = {
+        k: non_negative(k, tolerances[k]) if tolerances[k] is not None else max(1e-8, 10 * eps)
+        for k in ("ftol", "xtol", "gtol")
+    }
+    tol["gtol"] = tol["gtol"] if tolerances["gtol"] is not None else 1e-8
+
+    def put(a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a)).to(where, dtype)
+
+    return BatchArgs(
+        x=x,
+        x_per_fit=per_fit,
+        y=y,
+        w=None if s is None else 1.0 / s,
+        mask=mask,
+        p0=put(start),
+        lower=put(lower),
+        upper=put(upper),
+        losses=losses,
+        loss_index=torch.from_numpy(loss_index).to(where),
+        f_scale=put(scale),
+        max_nfev=int(max_nfev),
+        tol=tol,
+        torch_out=bool(tensors),
+        out_device=out_device,
+    )
