@@ -1,6 +1,8 @@
 """A diverging run, or a batch with an infinite loss, under each ``on_nonfinite`` choice:
 the gradient loop in one process and in two (gloo), and the LM loop. The checkpoints kept
-are always finite."""
+are always finite. The script trains epochs of 4 batches, one step per batch, and writes a
+checkpoint after every epoch from epoch 1 on (perceptrain's counting): the first one is
+``ckpt_8``, and a fault in epoch ``e >= 2`` finds the last one at step ``4 e``."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from marquardt.trainer._persistence import _files as ckpt
 from .conftest import SCRIPTS, Processes, clean_env
 
 SCRIPT = SCRIPTS / "nonfinite.py"
+BATCHES = 4  # per epoch, one step each (the script's --batches)
 
 
 def _script() -> ModuleType:
@@ -43,6 +46,12 @@ def _run_here(cwd: Path, *args: str) -> dict[str, Any]:
         os.chdir(previous)
     result: dict[str, Any] = json.loads((cwd / "here-rank0.json").read_text())
     return result
+
+
+def _run_folder(root: Path) -> Path:
+    """The one run under ``root`` (a new run gets a subfolder ``<n>_<time>_<pid>``)."""
+    (run,) = [p for p in root.iterdir() if p.is_dir()]
+    return run
 
 
 def _kept_checkpoints_are_finite(run: Path, keep: int = 3) -> list[int]:
@@ -66,28 +75,30 @@ def test_a_diverging_run_stops_at_once_naming_step_batch_and_last_checkpoint(
     assert "finished" not in out
     step, epoch, batch = out["step"], out["epoch"], out["batch"]
     assert step > 1 and f"step {step} (epoch {epoch}, batch {batch})" in out["error"]
-    assert step == epoch * 8 + batch + 1  # 8 batches per epoch, one batch per step
+    assert step == epoch * BATCHES + batch + 1  # one batch per step
+    assert epoch >= 2  # after the first checkpoint, written at the end of epoch 1
     assert "HINT:" in out["error"]
     last = Path(tmp_path / out["last_checkpoint"])
     assert (
-        last.name == ckpt.checkpoint_name(step - 1)
+        last.name == ckpt.checkpoint_name(epoch * BATCHES)  # at the end of the epoch before
         and str(last.relative_to(tmp_path)) in out["error"]
     )
-    steps = _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")
-    assert steps[-1] == step - 1  # nothing written after the fault
+    steps = _kept_checkpoints_are_finite(_run_folder(tmp_path / "qml_logs"))
+    assert steps[-1] == epoch * BATCHES  # nothing written after the fault
 
 
 def test_continue_goes_on_but_never_rotates_finite_checkpoints_out(tmp_path: Path) -> None:
-    out = _run_here(tmp_path, "--fault", "diverge", "--policy", "continue", "--steps", "30")
-    assert out["finished"] == 30 and not out["finite"]
-    steps = _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")
-    assert steps[-1] < 30  # the three kept are the last finite ones, from before the fault
+    out = _run_here(tmp_path, "--fault", "diverge", "--policy", "continue", "--epochs", "30")
+    assert out["epochs"] == 31 and out["finished"] == 31 * BATCHES and not out["finite"]
+    steps = _kept_checkpoints_are_finite(_run_folder(tmp_path / "qml_logs"))
+    assert steps[-1] < 31 * BATCHES  # the last finite ones, from before the fault
 
 
 def test_skip_undoes_the_step_and_skips_the_batch(tmp_path: Path) -> None:
-    out = _run_here(tmp_path, "--fault", "poison", "--policy", "skip", "--steps", "30")
-    assert out["finished"] == 30 and out["finite"]
-    assert _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")[-1] == 30
+    out = _run_here(tmp_path, "--fault", "poison", "--policy", "skip", "--epochs", "30")
+    # every epoch's batch 2 is skipped: 31 epochs of 3 steps, the last one checkpointed
+    assert out["epochs"] == 31 and out["finished"] == 31 * (BATCHES - 1) and out["finite"]
+    assert _kept_checkpoints_are_finite(_run_folder(tmp_path / "qml_logs"))[-1] == 31 * 3
 
 
 def test_stop_names_the_batch_with_the_infinite_loss(tmp_path: Path) -> None:
@@ -131,7 +142,8 @@ def test_two_processes_stop_at_the_same_step(tmp_path: Path, procs: Processes) -
     assert ranks[0]["step"] == ranks[1]["step"] and ranks[0]["batch"] == ranks[1]["batch"]
     assert ranks[0]["last_checkpoint"] is not None
     assert "rank 0 writes the checkpoints" in ranks[1]["error"]
-    _kept_checkpoints_are_finite(tmp_path / "marquardt_runs")
+    steps = _kept_checkpoints_are_finite(_run_folder(tmp_path / "qml_logs"))
+    assert Path(ranks[0]["last_checkpoint"]).name == ckpt.checkpoint_name(steps[-1])
 
 
 @pytest.mark.multiprocess
@@ -140,8 +152,8 @@ def test_two_processes_skip_the_batch_only_rank_1_finds_infinite(
 ) -> None:
     """Sample 17 is rank 1's alone: both ranks undo the same steps (DDP's averaged
     gradient is not finite on either) and the two replicas end identical and finite."""
-    ranks = _two_ranks(procs, tmp_path, "--fault", "poison", "--policy", "skip", "--steps", "20")
-    assert ranks[0]["finished"] == ranks[1]["finished"] == 20
+    ranks = _two_ranks(procs, tmp_path, "--fault", "poison", "--policy", "skip", "--epochs", "5")
+    assert ranks[0]["finished"] == ranks[1]["finished"] == 6 * (BATCHES - 1)
     assert ranks[0]["finite"] and ranks[0]["params"] == ranks[1]["params"]
 
 

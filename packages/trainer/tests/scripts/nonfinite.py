@@ -2,8 +2,10 @@
 (or the only one). Writes ``<out>-rank<r>.json``: how the run ended on this rank.
 
 ``--fault diverge``: SGD with a learning rate far too large (the loss overflows within a
-few steps). ``--fault poison``: sample 17 has an infinite target (in 2 processes only
-rank 1 holds it), so one batch per epoch has an infinite loss.
+few epochs). ``--fault poison``: sample 17 has an infinite target (in 2 processes only
+rank 1 holds it), so one batch per epoch has an infinite loss. The run trains epochs
+``0 … --epochs`` of ``--batches`` batches of 8 samples (4 per process in 2), one step per
+batch, and writes a checkpoint after every epoch from epoch 1 on (perceptrain's counting).
 """
 
 from __future__ import annotations
@@ -32,14 +34,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fault", choices=["diverge", "poison"], required=True)
     parser.add_argument("--policy", default="stop")
     parser.add_argument("--nprocs", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
     lr = 3.0 if args.fault == "diverge" else 0.05
     config = TrainConfig(
-        max_iter=args.steps,
+        max_iter=args.epochs,
         nprocs=args.nprocs,
         backend="gloo",
         compute_setup="cpu",
@@ -49,11 +52,13 @@ def main(argv: list[str] | None = None) -> None:
         verbose=False,
         seed=0,
     )
-    trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=lr), config)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    trainer = Trainer(model, optimizer, config, max_batches=args.batches)
     outcome: dict[str, object] = {}
     try:
         trainer.fit(train_dataset=dataset(args.fault), batch_size=8 // args.nprocs, shuffle=False)
         outcome["finished"] = trainer.state.step
+        outcome["epochs"] = trainer.state.epoch
     except NonFiniteLossError as exc:
         outcome.update(error=str(exc), step=exc.step, epoch=exc.epoch, batch=exc.batch,
                        last_checkpoint=exc.last_checkpoint)  # fmt: skip
