@@ -51,6 +51,12 @@ def _trainer(folder: Path, model: nn.Module, **kw: Any) -> Trainer:
     return Trainer(model, torch.optim.Adam(model.parameters(), lr=1e-3), TrainConfig(**options))
 
 
+def _run_folder(root: Path) -> Path:
+    """The one run under ``root`` (a new run gets a subfolder ``<n>_<time>_<pid>``)."""
+    (run,) = [p for p in root.iterdir() if p.is_dir()]
+    return run
+
+
 def _no_stray_files(folder: Path) -> None:
     stray = [p.name for p in folder.rglob("*") if ".tmp" in p.name]
     assert not stray, f"half-written files left: {stray}"
@@ -155,10 +161,12 @@ def test_metrics_csv_on_a_full_disk_keeps_whole_rows(
     assert err.errno == errno.ENOSPC and err.path.endswith("metrics.csv")
     assert "CSVLogger output" in str(err) and err.last_checkpoint is not None
     monkeypatch.undo()
-    with open(folder / "metrics.csv", newline="") as handle:
+    metrics = _run_folder(folder) / "metrics.csv"
+    assert err.path == str(metrics)
+    with open(metrics, newline="") as handle:
         rows = list(csv.reader(handle))
     assert len(rows) >= 2 and all(len(r) == len(rows[0]) for r in rows), rows
-    assert (folder / "metrics.csv").read_text().endswith("\n")
+    assert metrics.read_text().endswith("\n")
 
 
 def test_tensorboard_on_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,7 +177,7 @@ def test_tensorboard_on_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.M
         _trainer(folder, _model(), tracking_tool=["tensorboard"]).fit(_loader())
     assert caught.value.errno == errno.EROFS
     assert "TensorBoardLogger output" in str(caught.value)
-    assert str(folder / "tensorboard") in str(caught.value)
+    assert str(_run_folder(folder) / "tensorboard") in str(caught.value)
 
 
 def test_mlflow_file_store_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from marquardt.trainer import ConfigError, NonFiniteLossError, TrainConfig, Trainer
+from marquardt.trainer import Callback, ConfigError, NonFiniteLossError, TrainConfig, Trainer
 from marquardt.trainer._persistence import _files as ckpt
 
 from .conftest import SCRIPTS, Processes, clean_env
@@ -173,16 +173,22 @@ def _lm_trainer(tmp_path: Path, policy: str) -> tuple[Trainer, DataLoader, nn.Mo
     from marquardt.solver import LMA
 
     x = torch.linspace(0.0, 1.0, 40, dtype=torch.float64).reshape(-1, 1)
-    x[16:20] *= 2000.0  # batch 2 (samples 16-23) overflows exp
-    loader = DataLoader(TensorDataset(x, torch.exp(2.0 * x.clamp(max=1.0))), batch_size=8)
+    # A little noise, so that no batch is fitted exactly and LM goes on past epoch 1.
+    y = torch.exp(2.0 * x) + 1e-3 * torch.sin(50.0 * x)
+    loader = DataLoader(TensorDataset(x, y), batch_size=8)  # 5 batches, one step each
+
+    def poison(trainer: Any, config: Any, writer: Any) -> None:
+        x[16:20] = 2000.0  # from epoch 2 on, batch 2 (samples 16-23) overflows exp
+
     model = _Exp()
     lma = LMA(model, ["cpu"], residual_fn=torch.sub)
     config = TrainConfig(
         max_iter=10,
         root_folder=tmp_path,
-        checkpoint_every=1,
+        checkpoint_every=1,  # the first at the end of epoch 1, step 10
         on_nonfinite=policy,
         verbose=False,
+        callbacks=[Callback(on="train_epoch_end", callback=poison)],
     )
     return Trainer(model, lma, config), loader, model
 
@@ -192,18 +198,19 @@ def test_lm_loop_stops_at_a_batch_with_non_finite_residuals(tmp_path: Path) -> N
     with pytest.raises(NonFiniteLossError) as caught:
         trainer.fit(loader)
     err = caught.value
-    assert (err.step, err.epoch, err.batch) == (3, 0, 2)
+    assert (err.step, err.epoch, err.batch) == (13, 2, 2)
     assert "are NaN or infinite" in str(err) and err.last_checkpoint is not None
-    assert err.last_checkpoint.endswith(ckpt.checkpoint_name(2))
+    assert err.last_checkpoint.endswith(ckpt.checkpoint_name(10))
+    assert _kept_checkpoints_are_finite(_run_folder(tmp_path)) == [10]
     assert bool(torch.isfinite(model.w).all())  # the LMA refused the batch: θ untouched
 
 
 def test_lm_loop_skips_a_batch_with_non_finite_residuals(tmp_path: Path) -> None:
     trainer, loader, model = _lm_trainer(tmp_path, "skip")
     trainer.fit(loader)
-    assert trainer.state.step > 3  # past the batch that was skipped (LM may end earlier)
+    assert trainer.state.step > 13  # past the batch that was skipped (LM may end earlier)
     assert abs(float(model.w.detach()) - 2.0) < 1e-3
-    _kept_checkpoints_are_finite(tmp_path)
+    _kept_checkpoints_are_finite(_run_folder(tmp_path))
 
 
 def test_the_finiteness_check_finds_one_bad_entry_and_is_not_fooled_by_a_large_sum() -> None:
