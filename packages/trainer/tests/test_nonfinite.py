@@ -106,6 +106,31 @@ def test_stop_names_the_batch_with_the_infinite_loss(tmp_path: Path) -> None:
     assert (out["step"], out["epoch"], out["batch"]) == (3, 0, 2)  # sample 17 of batch 16-23
 
 
+def test_a_resumed_run_names_the_checkpoint_it_resumed_from(tmp_path: Path) -> None:
+    """A fault before the resumed run writes a checkpoint of its own: the last finite
+    checkpoint is the one the run resumed from."""
+    x = torch.linspace(-1, 1, 32).unsqueeze(1)
+    clean, poisoned = TensorDataset(x, torch.sin(x)), TensorDataset(x, torch.sin(x))
+    poisoned.tensors[1][17] = float("inf")  # batch 2 of every epoch
+
+    def fit(max_iter: int, data: TensorDataset, resume: str | None) -> Trainer:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
+        config = TrainConfig(max_iter=max_iter, root_folder=tmp_path, checkpoint_every=1,
+                             resume_from=resume, verbose=False, seed=0)  # fmt: skip
+        trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.05), config)
+        trainer.fit(train_dataset=data, batch_size=8, shuffle=False)
+        return trainer
+
+    first = fit(1, clean, None).state.last_checkpoint  # epochs 0 and 1: ckpt_8
+    assert first is not None and first.name == ckpt.checkpoint_name(8)
+    with pytest.raises(NonFiniteLossError) as caught:
+        fit(3, poisoned, "latest")
+    err = caught.value
+    assert (err.step, err.epoch, err.batch) == (11, 2, 2)
+    assert err.last_checkpoint == str(first) and f"the last checkpoint, {first}" in str(err)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

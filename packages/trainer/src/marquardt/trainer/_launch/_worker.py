@@ -101,6 +101,8 @@ def _resume(context: RunContext, layout: ProcessLayout, plan: RunPlan) -> dict[s
         loop = context.loop
         check_checkpoint(data, path, loop.model, loop.kind, loop.optimizer_name, context.callbacks)
         restore(context, data, layout)
+        if layout.rank == 0:  # the last finite checkpoint until this run writes one
+            context.state.last_checkpoint = path
     # A callback whose state cannot be checkpointed fails now, not at the first checkpoint.
     callback_state.capture(context.callbacks)
     steps = pg.all_gather_object(context.state.step)
