@@ -4,12 +4,11 @@ folder fills up.
 The seeds' command line (``--nprocs``, ``--compute_setup``, ``--backend``, ``--max_iter``),
 so the launcher recipes run it unchanged, and the sine data of ``_launched``, with a
 1-H-H-1 tanh network (``--hidden``) so that a checkpoint has the size a test needs. A
-checkpoint every ``--checkpoint_every`` epochs into ``--root_folder`` (no subfolder per
-run, so the test knows where they are), the epoch's loss printed every epoch. SGD with
-``--lr 5`` on targets scaled by ``--scale 10`` overflows within a few epochs; Adam
-(``--optimizer adam``) converges. A ``NonFiniteLossError`` propagates after each process
+checkpoint every ``--checkpoint_every`` epochs, in the run's folder under
+``--root_folder``; the epoch's loss printed every epoch. SGD with ``--lr 0.3`` on targets
+scaled by ``--scale 10`` overflows within a few epochs; Adam (the default) converges. A ``NonFiniteLossError`` propagates after each process
 prints ``fault-nonfinite: rank R step S epoch E batch B``; a finished run prints
-``fault-finished: rank R epoch E finite F``.
+``fault-finished: rank R epoch E finite F sum S`` (S: the sum of the parameters).
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ def main() -> None:
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     print(
         f"fault-finished: rank {trainer.state.rank} epoch {trainer.current_epoch} "
-        f"finite {bool(torch.isfinite(params).all())}",
+        f"finite {bool(torch.isfinite(params).all())} sum {float(params.sum())!r}",
         flush=True,
     )
 
