@@ -78,8 +78,7 @@ def test_torchrun_diverging_run_stops_on_both_ranks_with_finite_checkpoints(
         "bash",
         str(LAUNCH / "torchrun" / "single_node.sh"),
         *DIVERGING,
-        "--keep_checkpoints",
-        "50",
+        *("--max_iter", "30", "--keep_checkpoints", "50"),
     ]
     done = run(cmd, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode != 0, done.describe()
