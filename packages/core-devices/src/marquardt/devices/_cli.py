@@ -3,7 +3,7 @@
 Exit status: 0 when the report was printed (also on a machine without GPU or NVML),
 1 when NVML is present but failing or Legate's configuration is unreadable, 2 on bad
 arguments. The clean-up commands (``--processes``, ``--stop``, ``--stop-orphans``) live in
-:mod:`._cli_cleanup`, with their own exit statuses.
+``_cli_cleanup``, with their own exit statuses.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def _describe(nvml: Any, handle: Any, ordinal: int, index: int, parent: Any) -> 
 def survey() -> Survey:
     """Discover the visible GPUs and explain an empty or shortened list.
 
-    Raises :class:`~marquardt.devices.NvmlError` when NVML is present but fails.
+    Raises ``NvmlError`` when NVML is present but fails.
     """
     try:
         with _nvml.session() as nvml:

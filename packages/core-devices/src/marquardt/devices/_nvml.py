@@ -2,7 +2,7 @@
 
 NVML answers questions about GPUs without creating a CUDA context, so a process that asks
 stays safe to fork. ``pynvml`` is imported on first use, never at import of this package.
-Tests replace the module with :func:`use_module`; nothing else here knows which module
+Tests replace the module with ``use_module``; nothing else here knows which module
 answers, so the whole package runs against a fake NVML.
 """
 
@@ -81,8 +81,8 @@ def is_missing_function(nvml: Any, exc: BaseException) -> bool:
 def session() -> Iterator[Any]:
     """``nvmlInit`` … ``nvmlShutdown`` around a block; yields the NVML module.
 
-    Raises :class:`NvmlUnavailable` when there is no NVML library or no driver (a machine
-    without an NVIDIA GPU), and :class:`NvmlError` when NVML is there but fails to start.
+    Raises ``NvmlUnavailable`` when there is no NVML library or no driver (a machine
+    without an NVIDIA GPU), and ``NvmlError`` when NVML is there but fails to start.
     """
     nvml = module()
     try:

@@ -22,7 +22,7 @@ autograd's work, fits its usable memory, and at most ``N // D`` samples over ``D
 devices so that every device has work (data parallelism).
 
 Legate's ``--sysmem`` is sized from what crosses host memory on the way to the solver in one
-step, plus :data:`SYSMEM_MARGIN`. With ``accumulate`` the model devices sum their partial
+step, plus ``SYSMEM_MARGIN``. With ``accumulate`` the model devices sum their partial
 ``JᵀJ`` and ``Jᵀr``, the sums are added on the first model device, and only that one float64
 ``P × P`` matrix and ``P`` vector are copied to the host and attached to Legate (no slice of
 ``J`` and no per-device partial leaves the GPUs). With ``explicit`` every slice ``J_s`` (and
@@ -31,7 +31,7 @@ its ``J``; the Jacobian engine keeps at most 2 slices per model device in flight
 δ (``P`` float64) comes back through the host once per attempt.
 
 When neither fits (and the strategy was not forced), the plan is a step on parameter
-subsets (``LMA(params_per_step=k)``, :func:`_plan_subsets`): each step forms only ``k``
+subsets (``LMA(params_per_step=k)``, ``_plan_subsets``): each step forms only ``k``
 columns of ``J`` and solves a ``k × k`` system, on the first model device (or in RAM).
 Besides ``θ``, its backup and the scattered δ (``P·(2b + 8)`` bytes), half of the usable
 memory goes to the system, ``3·8·k²`` bytes (the accumulated ``J_SᵀJ_S`` in float64, the

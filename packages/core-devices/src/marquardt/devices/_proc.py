@@ -3,7 +3,7 @@
 A PID alone does not name a process for long: once it exits, the kernel may give its PID
 to another. ``(pid, start_ticks)`` does (the start time never changes and no two
 processes with one PID start at the same tick), so whatever is read here carries both, and
-:mod:`._stop` signals a PID only while that pair still holds.
+``_stop`` signals a PID only while that pair still holds.
 
 Nothing here needs privileges: ``stat``, ``status`` and ``cmdline`` of every process are
 readable by all users; only ``fd`` (which files a process holds open) is limited to its

@@ -1,7 +1,7 @@
 """The compute processes on each GPU (NVML), with who runs them and whether they are orphans.
 
 NVML lists the processes that hold a CUDA context on a GPU and, under MPS, the clients of
-the MPS server; ``/proc`` (see :mod:`._proc`) adds the owner, the parent, the command line,
+the MPS server; ``/proc`` (see ``_proc``) adds the owner, the parent, the command line,
 and whether the parent that started a process is gone. GPUs are numbered by NVML's index
 (PCI bus order, as ``nvidia-smi`` numbers them), not by this process's CUDA ordinals: the
 list is about the machine, whatever ``CUDA_VISIBLE_DEVICES`` hides here. On a GPU split by
@@ -46,7 +46,7 @@ class ComputeProcess:
     ``instance_uuid`` the MIG instance, if the GPU is split. ``kind`` is ``"C"`` (a CUDA
     context), ``"M"`` (an MPS client) or ``"C+M"``. ``used_memory`` is in bytes, ``None`` where
     NVML does not say. ``process`` is ``/proc``'s view, ``None`` when no such PID can be
-    read here; ``orphan`` as :func:`._proc.is_orphan` decides, ``None`` when it cannot tell.
+    read here; ``orphan`` as ``_proc.is_orphan`` decides, ``None`` when it cannot tell.
     """
 
     gpu_index: int
@@ -214,7 +214,7 @@ def gpu_processes(proc: Path = PROC) -> ProcessSurvey:
     """Every GPU NVML sees and the compute processes on it, read from NVML and ``proc``.
 
     Without NVML (no bindings, library or driver) the survey is empty and its note says
-    why. Raises :class:`~marquardt.devices.NvmlError` when NVML is present but fails to list
+    why. Raises ``NvmlError`` when NVML is present but fails to list
     the GPUs; a GPU whose processes cannot be listed gets a note instead.
     """
     try:

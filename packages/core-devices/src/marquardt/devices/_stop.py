@@ -67,7 +67,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class StopReport:
-    """One :class:`Outcome` per PID, in the order asked; ``signalled``: whether any signal went."""
+    """One ``Outcome`` per PID, in the order asked; ``signalled``: whether any signal went."""
 
     outcomes: tuple[Outcome, ...]
     signalled: bool
@@ -315,9 +315,9 @@ def stop_processes(
     The checks of this module's docstring run first for every PID; if one refuses, no
     signal is sent. ``uid`` is the user the caller acts for (``os.getuid()``); ``survey``
     the GPU processes (asked of NVML by default); ``device_files`` the prefix of the
-    device files a GPU process holds (:data:`DEVICE_FILES`); ``kill_wait`` how long to wait
+    device files a GPU process holds (``DEVICE_FILES``); ``kill_wait`` how long to wait
     after SIGKILL before reporting a survivor; ``dry_run`` checks and reports, sends nothing.
-    Raises :class:`CleanupError` without ``/proc``, or without NVML unless ``force``, and
+    Raises ``CleanupError`` without ``/proc``, or without NVML unless ``force``, and
     ``ValueError`` for a PID below 1 or a negative time.
     """
     _check_times(grace, kill_wait)
@@ -348,10 +348,10 @@ def stop_orphans(
     proc: Path = PROC,
     device_files: str | None = None,
 ) -> StopReport:
-    """Stop the caller's orphaned GPU processes, as :func:`stop_processes` stops a PID.
+    """Stop the caller's orphaned GPU processes, as ``stop_processes`` stops a PID.
 
     The orphans are the compute processes NVML lists whose parent is gone (see
-    :func:`._proc.is_orphan`). Those of other users, and this command's own ancestors, are
+    ``_proc.is_orphan``). Those of other users, and this command's own ancestors, are
     reported as ``left`` and not touched; the caller's own go through every check.
     """
     _check_times(grace, kill_wait)

@@ -186,7 +186,7 @@ class TrainConfig:
     file belongs to. The run folder holds ``metrics.csv``, ``hparams.json``, the tracking
     tool's files and ``checkpoints/``.
 
-    ``tracking_tool``: an :class:`ExperimentTrackingTool` (or its name), a logger
+    ``tracking_tool``: an ``ExperimentTrackingTool`` (or its name), a logger
     instance, or a list of those; ``metrics.csv`` is always written as well.
 
     ``on_nonfinite``: what a NaN or infinite training loss, or parameters that are not
@@ -212,7 +212,7 @@ class TrainConfig:
 
     A script written for marquardt-trainer 0.2, where ``max_iter`` and the periods counted
     optimizer steps, is not silently re-read: the first ``TrainConfig`` of a process that
-    sets any of them warns once with :class:`EpochSemanticsWarning` (silence it with
+    sets any of them warns once with ``EpochSemanticsWarning`` (silence it with
     ``warnings.filterwarnings("ignore", category=EpochSemanticsWarning)``).
     """
 

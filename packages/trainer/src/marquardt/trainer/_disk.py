@@ -4,10 +4,10 @@ A full disk, a read-only mount, a folder without write permission or a used-up q
 reach the trainer as an ``OSError`` somewhere under a checkpoint, a metrics row or a
 logger, or as torch's own ``RuntimeError: [enforce fail at inline_container.cc...]``
 when ``torch.save`` ran out of room (the ``OSError`` hides in its context, or nowhere,
-when torch wrote the file itself). :func:`writing` turns each into one
-:class:`~.._errors.RunFilesError` naming the file, the bytes it needed, the bytes free on
+when torch wrote the file itself). ``writing`` turns each into one
+``RunFilesError`` naming the file, the bytes it needed, the bytes free on
 its file system, the newest checkpoint left whole, and what to do. Before a run starts,
-:func:`preflight` checks that the run folder is writable and warns when its file system
+``preflight`` checks that the run folder is writable and warns when its file system
 holds fewer than two checkpoints of the model.
 """
 
@@ -231,7 +231,7 @@ def writing(
 
 
 def preflight(folder: Path, checkpoint_bytes: int, keep: int) -> None:
-    """Before the first step: the run folder is writable (else :class:`RunFilesError`),
+    """Before the first step: the run folder is writable (else ``RunFilesError``),
     and a ``RuntimeWarning`` when its file system holds fewer than two checkpoints."""
     probe = folder / _PROBE
     with writing("run folder", folder):

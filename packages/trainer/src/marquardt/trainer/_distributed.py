@@ -3,7 +3,7 @@
 A data-parallel step is only correct if every process joins every collective. Two things
 keep a fault from turning into a hang: the process group has a timeout
 (``TrainConfig.dist_timeout``), after which a collective waiting for a dead peer fails;
-and a failed collective is reported as :class:`WorkerFailedError` naming this rank, so
+and a failed collective is reported as ``WorkerFailedError`` naming this rank, so
 the process exits non-zero and the launcher stops the others.
 """
 

@@ -1,7 +1,7 @@
 """The hook methods a ``Trainer`` subclass overrides: perceptrain's, called at each stage.
 
 They run in every training process, the start of a stage before the callbacks bound to
-it and its end after them (:mod:`marquardt.trainer._callbacks._dispatch`). Results are
+it and its end after them (``marquardt.trainer._callbacks._dispatch``). Results are
 ``(loss, metrics)`` pairs with phase-named metrics (``train_loss``, ``val_<metric>``...):
 one per batch, a list of them per epoch, a list of epochs for the whole run.
 """

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-#: name -> meaning. The environments only read names listed here (see :func:`get`).
+#: name -> meaning. The environments only read names listed here (see ``get``).
 ENVIRONMENT: dict[str, str] = {
     # torchrun / torch.distributed.elastic
     "TORCHELASTIC_RUN_ID": "set by torchrun in every worker: the run is launched by torchrun",
@@ -61,7 +61,7 @@ ENVIRONMENT: dict[str, str] = {
 def get(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """The value of a documented variable in ``env`` (``os.environ`` by default), or None.
 
-    A single accessor keeps :data:`ENVIRONMENT` honest: asking for an undocumented name is
+    A single accessor keeps ``ENVIRONMENT`` honest: asking for an undocumented name is
     a programming error.
     """
     if name not in ENVIRONMENT:

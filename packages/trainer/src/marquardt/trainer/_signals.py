@@ -39,7 +39,7 @@ class _SigtermHandler(ABC):
         self._installed = True
 
     def uninstall(self) -> None:
-        """Put back the handler that was there before :meth:`install`."""
+        """Put back the handler that was there before ``install``."""
         if self._installed:
             signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
             self._installed = False

@@ -2,17 +2,17 @@
 
 The facade checks everything, picks the loop and the launch, builds the run. Which loop
 runs is decided by the optimizer: a ``marquardt.solver.LMA`` (or a factory of one) runs
-the LM loop (:mod:`._loops._lm`), one Levenberg-Marquardt step δ = (JᵀJ + λD)⁻¹ Jᵀr per
-batch (Marquardt 1963); a torch optimizer runs the gradient loop (:mod:`._loops._gradient`),
+the LM loop (``_loops._lm``), one Levenberg-Marquardt step δ = (JᵀJ + λD)⁻¹ Jᵀr per
+batch (Marquardt 1963); a torch optimizer runs the gradient loop (``_loops._gradient``),
 whose W processes average their gradients, ḡ = (1/W) Σ_r ∇L_r(θ) (Li et al. 2020).
 ``Trainer.set_use_grad(False)`` is perceptrain's gradient-free training with a nevergrad
-optimizer. The runner (:mod:`._loops._runner`) gives every loop perceptrain's schedule:
+optimizer. The runner (``_loops._runner``) gives every loop perceptrain's schedule:
 epochs of batches, stages with hook methods and callbacks, validation, checkpoints.
 
 ``fit`` either trains in this process (plain, torchrun, one srun task per process, legate:
-:mod:`._launch._worker`) or spawns the training processes, each of which builds its own
+``_launch._worker``) or spawns the training processes, each of which builds its own
 ``Trainer`` from a picklable spec, and takes the trained state back
-(:mod:`._launch._spawning`).
+(``_launch._spawning``).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class Trainer(TrainerHooks):
     A subclass overrides perceptrain's hook methods (``on_train_start``,
     ``on_train_epoch_end(results)``, ``on_val_batch_end(loss_metrics)``, ...); they are
     called in every training process, around the stages' callbacks. During and after
-    ``fit``: ``opt_result`` (an :class:`OptimizeResult`), ``current_epoch``,
+    ``fit``: ``opt_result`` (an ``OptimizeResult``), ``current_epoch``,
     ``global_step`` (optimizer steps taken), ``training_stage``; ``stop_training()``
     says whether a stop was asked (``trainer._stop_training.fill_(1)`` asks, as
     perceptrain's callbacks do).

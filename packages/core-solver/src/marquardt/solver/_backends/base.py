@@ -10,7 +10,7 @@ where D is I ("identity" scaling) or diag(JᵀJ)/N clamped away from zero ("marq
 scaling, Moré 1978). The parameters then move by −learning_rate·δ.
 
 A backend turns the Jacobian package's output (``NormalProducts`` for strategy "accumulate",
-``JacobianSlice`` for strategy "explicit") into a :class:`LinearSystem` of backend-native
+``JacobianSlice`` for strategy "explicit") into a ``LinearSystem`` of backend-native
 arrays, once per step, and then solves it for as many damping values as the step needs: a
 rejected attempt reuses the assembled system and only redoes the damped solve. The
 factorisation is a Cholesky factorisation in float64 whatever the assembly dtype, because
@@ -21,7 +21,7 @@ units, for a step s = lr·δ:
 
     L(p) − L(p − s) ≈ (2 sᵀJᵀr − sᵀJᵀJ s)/N = 2·lr·δᵀg − lr²·δᵀAδ,   g = Jᵀr/N, A = JᵀJ/N,
 
-so a :class:`Solution` carries the two scalars δᵀg and δᵀAδ (= ‖Jδ‖²/N) and the caller
+so a ``Solution`` carries the two scalars δᵀg and δᵀAδ (= ‖Jδ‖²/N) and the caller
 applies its learning rate.
 
 Implementations: ``numpy_backend.NumpyBackend`` (the CPU reference), ``torch_backend.
@@ -32,7 +32,7 @@ cuPyNumeric lazily). Each backend module exposes a factory
 
 (``device`` is the model's device, where the Jacobian products arrive), which is what
 ``LMA(backend=<name>)`` calls; ``LMA(backend=<instance>)`` takes any object satisfying
-:class:`ArrayBackend` as it is.
+``ArrayBackend`` as it is.
 """
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ def gather_slices(
 
 
 def model_terms(system: LinearSystem, solved: Any) -> tuple[float, float]:
-    """(δᵀg, δᵀAδ) of the quadratic model, ``g`` = Jᵀr/N, A = JᵀJ/N (see :class:`Solution`).
+    """(δᵀg, δᵀAδ) of the quadratic model, ``g`` = Jᵀr/N, A = JᵀJ/N (see ``Solution``).
 
     Over-determined, ``solved`` is δ itself. Under-determined it is u with δ = Jᵀu, and
     Jδ = JJᵀu = N·Bu gives δᵀJᵀr/N = N·(Bu)ᵀ(r/N) and ‖Jδ‖²/N = N·‖Bu‖² without forming
@@ -325,11 +325,11 @@ def model_terms(system: LinearSystem, solved: Any) -> tuple[float, float]:
 
 
 def solution(system: LinearSystem, solved: Any, delta: torch.Tensor, damping: float) -> Solution:
-    """The :class:`Solution` for δ (``delta``, float64 on the CPU) solved with λ = ``damping``.
+    """The ``Solution`` for δ (``delta``, float64 on the CPU) solved with λ = ``damping``.
 
     ``solved`` is what the damped system was solved for, in backend arrays: δ itself when
     over-determined, u (δ = Jᵀu) when under-determined; the quadratic model's terms come
-    from it (:func:`model_terms`).
+    from it (``model_terms``).
     """
     gradient_dot, curvature = model_terms(system, solved)
     return Solution(

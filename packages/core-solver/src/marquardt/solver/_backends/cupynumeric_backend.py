@@ -21,7 +21,7 @@ How slices reach Legate (facts of the 26.x wheels):
 * ``A.T @ A`` for a tall A splits A's rows across processors only when
   (m+n)·k·itemsize < ``CUPYNUMERIC_MATMUL_CACHE_SIZE`` × processors (128 MiB by default),
   otherwise it batches over k on a few processors. Before its first product the backend
-  raises that setting to :data:`MATMUL_CACHE_SIZE` unless the user has set it.
+  raises that setting to ``MATMUL_CACHE_SIZE`` unless the user has set it.
 * Factorisation: ``cholesky`` is tiled across processors only above n = 8192, so for the
   usual P it runs on one processor; P × P is small next to J.
 

@@ -110,7 +110,7 @@ class NumpyBackend:
         return torch.empty(rows, params, dtype=dtype), torch.empty(rows, dtype=dtype)
 
     def system_from_jacobian(self, jacobian: torch.Tensor, residuals: torch.Tensor) -> LinearSystem:
-        """The system from the filled buffers of :meth:`jacobian_buffers`."""
+        """The system from the filled buffers of ``jacobian_buffers``."""
         with one_blas_thread():
             return system_from_matrix(_to_numpy(jacobian), _to_numpy(residuals), _NUMPY_OPS)
 

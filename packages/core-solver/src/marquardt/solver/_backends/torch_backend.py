@@ -115,7 +115,7 @@ class TorchBackend:
         )
 
     def system_from_jacobian(self, jacobian: torch.Tensor, residuals: torch.Tensor) -> LinearSystem:
-        """The system from the filled buffers of :meth:`jacobian_buffers`."""
+        """The system from the filled buffers of ``jacobian_buffers``."""
         return self.system_from_matrix(jacobian, residuals)
 
     def system_from_slices(

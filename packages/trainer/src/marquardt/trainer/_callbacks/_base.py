@@ -1,6 +1,6 @@
 """``Callback``, the stages it runs at, and the ``CallbacksManager`` that runs them.
 
-perceptrain's callback model: a callback is bound to one :class:`TrainingStage` (``on``)
+perceptrain's callback model: a callback is bound to one ``TrainingStage`` (``on``)
 and runs every ``called_every`` epochs there. The trainer enters a stage, builds its
 ``OptimizeResult`` (the epoch's mean loss and metrics at ``train_epoch_end``, one batch's
 at ``train_batch_end``, ...) and asks the manager to run the callbacks bound to it, in
@@ -12,7 +12,7 @@ nothing but ``train_start`` runs at epoch 0, the evaluation before any update.
 Our addition: a callback whose later decisions depend on what it saw (counters, best
 values) returns that from ``state_dict()``; the trainer stores it in every checkpoint
 under ``state_key`` and gives it back on resume, so a resumed run decides as the
-uninterrupted one would (:mod:`marquardt.trainer._persistence._callback_state`).
+uninterrupted one would (``marquardt.trainer._persistence._callback_state``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _unchanged(opt_result: Any) -> Any:
 class Callback:
     """Run ``callback(trainer, config, writer)`` (or ``run_callback``) at the stage ``on``.
 
-    ``on``: a :class:`TrainingStage` or its name (``"train_epoch_end"``, ...).
+    ``on``: a ``TrainingStage`` or its name (``"train_epoch_end"``, ...).
     ``called_every``: run every that many epochs (0: never, but at ``train_start`` and
     ``train_end``, where a callback always runs). ``callback_condition(opt_result)``: run
     only when it is true. ``modify_optimize_result``: a function ``opt_result ->

@@ -1,16 +1,16 @@
 """The configuration's built-in callbacks, perceptrain's, wired to our loggers and checkpoints.
 
 ``TrainConfig``'s periods become these callbacks, bound where perceptrain binds them
-(:func:`config_callbacks`): ``PrintMetrics`` and ``WriteMetrics`` at ``train_epoch_end``
+(``config_callbacks``): ``PrintMetrics`` and ``WriteMetrics`` at ``train_epoch_end``
 every ``print_every`` / ``write_every`` epochs (and ``WriteMetrics`` at ``val_epoch_end``
 every ``val_every``), ``WritePlots`` every ``plot_every``, ``SaveCheckpoint`` every
 ``checkpoint_every`` and at the end, ``SaveBestCheckpoint`` at ``val_epoch_end`` with
 ``checkpoint_best_only``, ``LogHyperparameters`` and ``LogModelTracker`` at the end. A
 user may also put any of them in ``TrainConfig.callbacks``, bound elsewhere
 (``LoadCheckpoint`` lives with the checkpoint helpers it calls,
-:mod:`marquardt.trainer._persistence._helpers`).
+``marquardt.trainer._persistence._helpers``).
 
-``writer`` is the run's :class:`~marquardt.trainer._logging._run_logger.RunLogger` (idle
+``writer`` is the run's ``RunLogger`` (idle
 on ranks other than 0); checkpoints are our atomic files, written with every rank's RNG
 state (so every rank takes part, and rank 0 writes).
 """

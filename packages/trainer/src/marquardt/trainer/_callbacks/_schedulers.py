@@ -4,15 +4,15 @@ Each sets ``lr`` in every param group of ``trainer.optimizer`` (a torch optimize
 runs, that is at its stage ``on`` every ``called_every`` epochs; ``t`` below is the epoch
 (``trainer.opt_result.iteration``):
 
-- :class:`LRSchedulerStepDecay`: lr ← γ·lr at each call.
-- :class:`LRSchedulerCyclic`: the triangular cycle of Smith 2017 ("Cyclical learning rates
+- ``LRSchedulerStepDecay``: lr ← γ·lr at each call.
+- ``LRSchedulerCyclic``: the triangular cycle of Smith 2017 ("Cyclical learning rates
   for training neural networks"), lr = base + (max − base)·max(0, 1 − |t/s − 2⌊t/2s⌋ − 1|),
   from ``base_lr`` at t = 0 up to ``max_lr`` at t = s and back, period 2s.
-- :class:`LRSchedulerCosineAnnealing`: Loshchilov & Hutter 2017 (SGDR), lr = min + (lr₀ −
+- ``LRSchedulerCosineAnnealing``: Loshchilov & Hutter 2017 (SGDR), lr = min + (lr₀ −
   min)·(1 + cos(π t / T)) / 2, lr₀ the group's rate at the first call. perceptrain takes
   the group's *current* rate for lr₀ at every call, so its rates shrink by the product of
   the factors, faster than the cosine it documents; here they follow the cosine.
-- :class:`LRSchedulerReduceOnPlateau`: lr ← max(γ·lr, ``min_lr``) after ``patience``
+- ``LRSchedulerReduceOnPlateau``: lr ← max(γ·lr, ``min_lr``) after ``patience``
   calls without an improvement of the monitored metric by more than ``threshold``; once a
   group reaches ``min_lr`` the callback stops. With ``mode="max"`` the first value counts
   as an improvement (perceptrain starts from +∞ in both modes, so a maximised metric never

@@ -1,14 +1,14 @@
 """perceptrain's datasets: tensors sampled forever, R3 resampling, a sampled distribution.
 
-- :class:`InfiniteTensorDataset`: the rows of a few tensors (sharing their first
+- ``InfiniteTensorDataset``: the rows of a few tensors (sharing their first
   dimension) in one random order, repeated without end. The order is drawn with Python's
   ``random`` at each ``iter()``, as perceptrain does, so ``random.seed`` fixes it.
-- :class:`R3Dataset`: Retain-Resample-Release sampling (Daw et al. 2023, "Mitigating
+- ``R3Dataset``: Retain-Resample-Release sampling (Daw et al. 2023, "Mitigating
   propagation failures in physics-informed neural networks using retain-resample-release
   (R3) sampling", arXiv:2207.02338): N points drawn from a distribution; at each update
   the points whose fitness is below a threshold are released and redrawn, the others kept.
-- :class:`GenerativeIterableDataset`: one draw of a distribution per item, without end.
-- :func:`to_dataloader`: a ``DataLoader`` over tensors, finite or infinite.
+- ``GenerativeIterableDataset``: one draw of a distribution per item, without end.
+- ``to_dataloader``: a ``DataLoader`` over tensors, finite or infinite.
 
 A loader over an infinite dataset has no end and no length: the trainer takes one batch
 of it per epoch, as perceptrain does.
@@ -48,7 +48,7 @@ class InfiniteTensorDataset(IterableDataset[tuple[torch.Tensor, ...]]):
 
 
 class R3Dataset(Dataset[torch.Tensor]):
-    """``n_samples`` points of ``proba_dist``; :meth:`update` releases the unfit and redraws them.
+    """``n_samples`` points of ``proba_dist``; ``update`` releases the unfit and redraws them.
 
     ``proba_dist(n)`` returns ``n`` samples (a tensor with ``n`` rows). A point is released
     when its fitness is below ``release_threshold`` and replaced by a fresh draw; the
@@ -116,7 +116,7 @@ def to_dataloader(
     """A ``DataLoader`` of ``batch_size`` rows of ``tensors``: one pass in order, or endless.
 
     ``infinite=False`` gives a ``TensorDataset`` read in order (one epoch is
-    ⌈N / batch_size⌉ batches); ``infinite=True`` an :class:`InfiniteTensorDataset`
+    ⌈N / batch_size⌉ batches); ``infinite=True`` an ``InfiniteTensorDataset``
     (random order, no end; perceptrain's trainer takes one batch of it per epoch).
     """
     dataset: Dataset[Any] = InfiniteTensorDataset(*tensors) if infinite else TensorDataset(*tensors)

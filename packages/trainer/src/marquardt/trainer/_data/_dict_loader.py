@@ -7,7 +7,7 @@ and the loss is the sum over the names of the criterion against zero,
 
     L = Σ_k criterion(r_k, 0),    metrics = {k: criterion(r_k, 0)},
 
-so each term's loss is logged under its own name (:func:`per_key_loss`). The loaders are
+so each term's loss is logged under its own name (``per_key_loss``). The loaders are
 read in step; an epoch ends when the first of them runs out. Its length is the first
 loader's, as perceptrain counts an epoch by the first loader (no length when that one has
 none, an infinite loader: one batch per epoch then).
@@ -64,7 +64,7 @@ def per_key_loss(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The sum over the names of ``criterion(model(batch)[name], 0)``, and each term by name.
 
-    ``model(batch)`` takes the dict batch of a :class:`DictDataLoader` and returns a dict
+    ``model(batch)`` takes the dict batch of a ``DictDataLoader`` and returns a dict
     of residuals with the same names (perceptrain's ``PINN``). ``criterion`` defaults to
     the mean squared error.
     """

@@ -1,7 +1,7 @@
 """Each rank's training loader: sharded by global rank (DistributedSampler), resumable mid-epoch.
 
 A ``DataLoader`` with a plain random or sequential sampler is re-made around a
-:class:`ResumableSampler` (a ``DistributedSampler`` given the *global* rank and the world
+``ResumableSampler`` (a ``DistributedSampler`` given the *global* rank and the world
 size), keeping everything else of the original loader: batch size, ``collate_fn``,
 ``drop_last``, workers, pinning, worker init, generator. The sampler is re-seeded by
 ``set_epoch`` each epoch, so each epoch has its own order, the same on every rank, and
@@ -17,7 +17,7 @@ workers) there are ``W·n`` slots, worker ``w`` of rank ``r`` being slot ``s = r
 slot ``s`` takes the items ``i`` of the stream (counted from 0, in the order the dataset
 yields them) with ``i mod W·n = s``, and batches them as the original loader would. The
 slots are disjoint and together hold the whole stream; each reads the stream and skips
-the items of the others (:class:`RankShard`). A dataset that splits itself declares it
+the items of the others (``RankShard``). A dataset that splits itself declares it
 with a method ``set_shard(rank, world_size)``: the trainer calls it once in every training
 process, before the loader is iterated, and then leaves the stream alone (the dataset
 splits over its loader workers itself, with ``torch.utils.data.get_worker_info()``). With
@@ -25,7 +25,7 @@ one process the loader is used as given, as plain PyTorch would.
 
 Ranks of a stream can run out of batches at different steps (``W·n`` does not divide the
 stream, or a dataset splits itself unevenly); the training loop then ends the epoch on
-every rank when the first one runs out (:func:`marquardt.trainer._loops._runner.batches`).
+every rank when the first one runs out (``marquardt.trainer._loops._runner.batches``).
 """
 
 from __future__ import annotations

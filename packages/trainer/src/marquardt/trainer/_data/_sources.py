@@ -3,7 +3,7 @@
 The three levels of control of a data-parallel run:
 
 1. **Loaders** (``fit(train_loader, val_loader)``): each rank re-makes the training loader
-   around a ``DistributedSampler`` of its global rank (:mod:`._loaders`). In a spawn the
+   around a ``DistributedSampler`` of its global rank (``_loaders``). In a spawn the
    loaders are pickled to every process.
 2. **Datasets and loader settings** (``fit(train_dataset=ds, batch_size=32,
    num_workers=1)``): each rank builds its own ``DataLoader`` over ``ds`` with a

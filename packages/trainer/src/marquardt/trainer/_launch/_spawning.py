@@ -1,11 +1,11 @@
 """A spawn: this process starts the training processes, waits, and takes the result back.
 
 Used when nothing launched the run (``python train.py`` with ``nprocs > 1``) or when each
-Slurm task spawns its share. A :class:`~._spec.WorkerSpec` is pickled once and sent to
+Slurm task spawns its share. A ``WorkerSpec`` is pickled once and sent to
 every child (started with ``torch.multiprocessing``, method ``spawn``, which is safe with
 CUDA), which builds its ``Trainer`` from it and trains; SIGTERM is forwarded to them; when
 one dies the others are stopped and the error names the rank that failed first; and rank
-0's result file (:mod:`marquardt.trainer._persistence._handback`) is read back for the
+0's result file (``marquardt.trainer._persistence._handback``) is read back for the
 caller.
 """
 

@@ -2,10 +2,10 @@
 
 A torch optimizer cannot be pickled apart from its model (its state refers to the
 parameters), so it travels as class, hyper-parameters, parameter indices and state
-(:class:`OptimizerSpec`) and is rebuilt around the process's copy of the model; an LR
+(``OptimizerSpec``) and is rebuilt around the process's copy of the model; an LR
 scheduler travels as class, constructor arguments found in its state, and state
-(:class:`SchedulerSpec`). The spawned process then builds its ``Trainer`` through the
-class's own constructor, with a :class:`SpawnedProcess` environment holding its layout.
+(``SchedulerSpec``). The spawned process then builds its ``Trainer`` through the
+class's own constructor, with a ``SpawnedProcess`` environment holding its layout.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """One training process: device, process group, agreed plan, resume, then the runner.
 
 Every process of a run (the only one, each spawned child, each torchrun worker or srun
-task) goes through :func:`run_worker`. It seeds, picks its device (the loop decides: the
+task) goes through ``run_worker``. It seeds, picks its device (the loop decides: the
 GPU its layout names, the LMA's device, or the CPU), joins the process group, takes rank
 0's plan, builds its data (a dataset factory is called here), resumes from the checkpoint
 on every rank (the ranks must agree on the step; each takes back its callbacks' states),
 sets the loop up for the world and shards the loader by global rank. A collective that
-fails because a peer died ends the process at once with :data:`PEER_FAILED_EXIT`.
+fails because a peer died ends the process at once with ``PEER_FAILED_EXIT``.
 """
 
 from __future__ import annotations

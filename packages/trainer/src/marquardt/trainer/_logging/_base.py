@@ -40,7 +40,7 @@ class Logger(Protocol):
 
 
 def is_logger(obj: Any) -> bool:
-    """Whether ``obj`` has every method of :class:`Logger`."""
+    """Whether ``obj`` has every method of ``Logger``."""
     return all(callable(getattr(obj, name, None)) for name in METHODS)
 
 

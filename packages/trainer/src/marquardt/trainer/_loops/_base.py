@@ -1,10 +1,10 @@
 """The ``Loop`` protocol: what differs between the gradient (DDP) loop and the LM loop.
 
 A loop owns the model and its optimizer (a torch optimizer, or an ``LMA``). The runner
-(:mod:`._runner`) owns the schedule both share: counting steps over cycled epochs,
+(``_runner``) owns the schedule both share: counting steps over cycled epochs,
 reporting, validating, agreeing on stops, checkpointing. A loop answers, once per run,
 where it computes and how it joins a world of processes, and then, per step, takes the
-next batch(es) and returns a :class:`StepResult` value; it saves and restores its own
+next batch(es) and returns a ``StepResult`` value; it saves and restores its own
 optimizer state and prepares validation batches. Nothing else in the trainer asks which
 loop runs.
 """
@@ -72,4 +72,4 @@ class Loop(Protocol):
         """The optimizer's (or LMA's) state, under the checkpoint entries this loop owns."""
 
     def load_state_dict(self, entries: Mapping[str, Any]) -> None:
-        """Take back what :meth:`state_dict` gave (from a checked checkpoint)."""
+        """Take back what ``state_dict`` gave (from a checked checkpoint)."""

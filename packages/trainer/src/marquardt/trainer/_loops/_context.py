@@ -3,8 +3,8 @@
 The ``Trainer`` builds it once per process (configuration, state, loop, callbacks, LR
 schedule, loss, compute, launcher); the worker fills in the run folder, the logger and the
 sampler seed once the ranks agreed on them. The runner, validation and persistence read
-it; what changes during a run is the :class:`TrainerState` it holds, which callbacks read.
-Checkpoints are written through the :class:`Checkpoints` the worker gives it, so the
+it; what changes during a run is the ``TrainerState`` it holds, which callbacks read.
+Checkpoints are written through the ``Checkpoints`` the worker gives it, so the
 loops do not depend on the persistence package, which depends on this module.
 """
 
@@ -28,7 +28,7 @@ from ._schedule import LRSchedule
 
 
 class Checkpoints(Protocol):
-    """Where the runner's checkpoints go (:mod:`marquardt.trainer._persistence`)."""
+    """Where the runner's checkpoints go (``marquardt.trainer._persistence``)."""
 
     def save(self) -> None:
         """A numbered checkpoint of the run as it stands."""

@@ -6,7 +6,7 @@ and takes its own share of each global batch; the backward pass averages the gra
 stay identical. With equal per-rank batches and a mean loss, ḡ is the gradient of the
 mean loss over the global batch: W processes of batch b follow the same path as one
 process of batch W·b. With ``accumulate_grad_batches = a`` a step averages a batches
-(:func:`marquardt.trainer.optimize_step._accumulate_step`).
+(``marquardt.trainer.optimize_step._accumulate_step``).
 """
 
 from __future__ import annotations

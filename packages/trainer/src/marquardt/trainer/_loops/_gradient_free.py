@@ -3,7 +3,7 @@
 perceptrain's gradient-free training (``Trainer.set_use_grad(False)`` with a nevergrad
 optimizer, Rapin & Teytaud 2018, "Nevergrad - A gradient-free optimization platform").
 The model is a function of θ ∈ ℝᴾ, its trainable parameters as one vector
-(:mod:`marquardt.trainer._parameters`); the optimizer proposes θ and learns from the loss
+(``marquardt.trainer._parameters``); the optimizer proposes θ and learns from the loss
 at θ, without gradients. Each batch is one step:
 
     L = loss_fn(batch, model)          at the θ the model holds
@@ -17,7 +17,7 @@ set to ``max_iter`` (a run tells it more often, once per batch of every epoch; n
 accepts that), the loss reported for a step is the loss before the step's ``ask``, and
 after the last step the model holds the last candidate asked, which was not evaluated;
 ``optimizer.recommend().value`` is the best θ seen, for
-:func:`~marquardt.trainer._parameters.set_parameters`.
+``set_parameters``.
 
 Nevergrad is the optional extra ``marquardt-trainer[nevergrad]``, imported only when a
 gradient-free run is made. A checkpoint holds the optimizer and its candidate pickled
@@ -49,7 +49,7 @@ EXTRA_HINT = "pip install 'marquardt-trainer[nevergrad]'"
 
 
 def require_nevergrad() -> ModuleType:
-    """``nevergrad``, or :class:`ConfigError` saying how to install it."""
+    """``nevergrad``, or ``ConfigError`` saying how to install it."""
     try:
         import nevergrad
     except ImportError as exc:

@@ -2,7 +2,7 @@
 
 ``TrainConfig.on_nonfinite`` says what happens then:
 
-- ``"stop"`` (the default): the run stops with :class:`~.._errors.NonFiniteLossError`
+- ``"stop"`` (the default): the run stops with ``NonFiniteLossError``
   naming the step, the epoch, the batch and the last checkpoint (a finite one: see
   below). No checkpoint is written after the fault.
 - ``"skip"``: the step is undone (the model's parameters and buffers and the optimizer's
@@ -14,7 +14,7 @@
   Lightning and perceptrain do by default.
 
 Whatever the choice, a checkpoint is never written from a non-finite model (see
-:func:`finite_model`): the numbered checkpoints that ``keep_checkpoints`` rotates are
+``finite_model``): the numbered checkpoints that ``keep_checkpoints`` rotates are
 all finite, and the last one is where ``resume_from="latest"`` starts again.
 
 In the LM loop a step cannot accept a non-finite point (a trial must lower the loss);

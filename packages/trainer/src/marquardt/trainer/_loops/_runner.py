@@ -8,10 +8,10 @@ streaming dataset, whose iterator goes on across epochs), or one evaluation with
 epoch (``accumulate_grad_batches``; the last group of an epoch may be shorter).
 
 Around every batch, epoch, validation and the whole run the trainer enters perceptrain's
-stages (:class:`~marquardt.trainer._callbacks._dispatch.StageDispatch`): hook methods,
+stages (``StageDispatch``): hook methods,
 callbacks, ``opt_result``. What is printed, written, plotted and checkpointed on the
 configured periods is done by the configuration's built-in callbacks
-(:mod:`marquardt.trainer._callbacks._builtin`). Validation runs once before training when
+(``marquardt.trainer._callbacks._builtin``). Validation runs once before training when
 ``val_every`` is set (not again when a run resumes, so that a resumed run's callbacks see
 the validations the uninterrupted run's saw), and after every epoch that is a multiple of
 it.

@@ -15,7 +15,7 @@ The rule when the callback list changed between the save and the resume:
 - a callback with no saved state (added since, or stateless then) starts fresh;
 - saved state that no callback of the resumed run claims (a stateful callback removed,
   or its ``monitor`` changed), or claimed by a callback of another class, is refused with
-  :class:`CheckpointMismatchError` before any work: dropping it silently would make the
+  ``CheckpointMismatchError`` before any work: dropping it silently would make the
   resumed run stop at another step than the interrupted one would have;
 - a checkpoint without the entry (written before callbacks were checkpointed) restores no
   callback state: every callback starts fresh.
@@ -96,7 +96,7 @@ def saved_states(data: Mapping[str, Any]) -> list[dict[str, dict[str, Any]]]:
 
 
 def check(data: Mapping[str, Any], path: Path, callbacks: Sequence[Callback]) -> None:
-    """Raise :class:`CheckpointMismatchError` if saved state has no callback to go to."""
+    """Raise ``CheckpointMismatchError`` if saved state has no callback to go to."""
     claimed = dict(zip(keys(callbacks), callbacks, strict=True))
     orphans: set[str] = set()
     wrong: dict[str, tuple[str, str]] = {}

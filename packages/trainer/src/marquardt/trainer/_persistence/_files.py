@@ -15,7 +15,7 @@ the configuration. Everything is stored as tensors and plain values, so files lo
 
 Loading never changes state before every check has passed: a missing file, an unreadable
 (truncated) one, or one from another model (parameter names or shapes differ), another
-optimizer or another loop each raise a :class:`CheckpointError` saying which.
+optimizer or another loop each raise a ``CheckpointError`` saying which.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    """Restore the RNG states :func:`rng_state` captured (those present here)."""
+    """Restore the RNG states ``rng_state`` captured (those present here)."""
     torch.set_rng_state(state["torch"])
     if "random" in state:
         r = state["random"]
@@ -152,7 +152,7 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
     """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file, fsync, rename).
 
     A file system that refuses the write (full, read-only, no permission, quota) raises
-    :class:`CheckpointWriteError` naming the file, the room it needed and had, and the
+    ``CheckpointWriteError`` naming the file, the room it needed and had, and the
     newest checkpoint left whole; no temporary file stays behind.
     """
     path = Path(path)
@@ -250,7 +250,7 @@ def read_checkpoint(path: str | Path) -> dict[str, Any]:
 def check_fits(
     data: Mapping[str, Any], path: Path, model: nn.Module, kind: str, optimizer_class: str
 ) -> None:
-    """Raise :class:`CheckpointMismatchError` unless ``data`` belongs to this model and loop."""
+    """Raise ``CheckpointMismatchError`` unless ``data`` belongs to this model and loop."""
     if data.get("kind") != kind:
         raise CheckpointMismatchError(
             f"checkpoint {path} was written by the {data.get('kind')!r} loop but this run uses "

@@ -52,7 +52,7 @@ def _summary(context: RunContext) -> dict[str, Any] | None:
 
 
 def read_result(path: str) -> dict[str, Any]:
-    """In the parent: what rank 0 wrote with :func:`write_result`."""
+    """In the parent: what rank 0 wrote with ``write_result``."""
     result: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
     return result
 

@@ -3,8 +3,8 @@
 A checkpoint holds the bare model (no DDP ``module.`` prefix), the loop's optimizer state
 (a torch optimizer's, or the LMA's), the LR scheduler's state, every rank's RNG state, the
 position (step, epoch, batch in the epoch), the sampler seed, the best validation loss,
-every rank's callback states (:mod:`._callback_state`) and the configuration (file format
-and atomic writes: :mod:`._files`). Every rank contributes its RNG and callback states and
+every rank's callback states (``_callback_state``) and the configuration (file format
+and atomic writes: ``_files``). Every rank contributes its RNG and callback states and
 rank 0 writes; on resume every rank loads the same file, so all agree on the step.
 """
 
