@@ -55,7 +55,9 @@ _LOSS = re.compile(r"loss\s*:?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))",
 _PROGRESS = re.compile(r"━|\bTraining\b.*%|\bValidation\b.*%")
 # a log record rendered by rich's handler ("2026-01-01 00:00:00 INFO     text   file.py:12"),
 # and the indented lines it wraps onto; records are collected apart, in ``logged``
-_LOG_HEAD = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s")
+_LOG_HEAD = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)?\s*(DEBUG|INFO|WARNING|ERROR|CRITICAL)\s"
+)
 _LOG_WRAP = re.compile(r"^\s{20,}\S")
 
 
@@ -78,9 +80,7 @@ def sine_data(n: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def small_model() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(1, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
-    )
+    return torch.nn.Sequential(torch.nn.Linear(1, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 
 
 def loader(

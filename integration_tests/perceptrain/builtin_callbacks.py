@@ -13,10 +13,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-
-from _harness import Counters, api, full_loss, loader, run, sine_data, small_model  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
+from _harness import Counters, api, full_loss, loader, run, sine_data, small_model
 
 
 def plot_fit(model: torch.nn.Module, iteration: int) -> tuple[str, Any]:
@@ -67,9 +66,7 @@ def main(counters: Counters) -> dict[str, Any]:
     # LoadCheckpoint on a fresh model: the latest checkpoint of the run folder.
     fresh = small_model()
     fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.01)
-    loaded = cb.LoadCheckpoint(on="train_start", called_every=1).run_callback(
-        trainer, config, None
-    )
+    loaded = cb.LoadCheckpoint(on="train_start", called_every=1).run_callback(trainer, config, None)
     loaded_model, _, loaded_iteration = loaded
     fresh.load_state_dict(loaded_model.state_dict())
     del fresh_optimizer

@@ -14,10 +14,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-
-from _harness import Counters, api, full_loss, loader, run, sine_data, small_model  # noqa: E402
+import matplotlib.pyplot as plt
+import torch
+from _harness import Counters, api, full_loss, loader, run, sine_data, small_model
 
 FIELDS = (
     "max_iter", "print_every", "write_every", "checkpoint_every", "plot_every",
@@ -83,7 +82,9 @@ def main(counters: Counters) -> dict[str, Any]:
     )
     trainer.fit()
     return {
-        "field_names": sorted(f.name for f in dataclasses.fields(TrainConfig) if not f.name.startswith("_")),
+        "field_names": sorted(
+            f.name for f in dataclasses.fields(TrainConfig) if not f.name.startswith("_")
+        ),
         "defaults": shown_defaults,
         "validation_criterion_calls": improvements,
         "full_loss": full_loss(model, x, y),

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from _harness import Counters, api, full_loss, number, run, sine_data, small_model
 
 
@@ -20,7 +19,11 @@ def main(counters: Counters) -> dict[str, Any]:
         model = small_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
         steps = [0]
-        optimizer.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
+
+        def count(*_: Any) -> None:
+            steps[0] += 1
+
+        optimizer.register_step_post_hook(count)
         counters.watch_optimizer(optimizer)
         config = TrainConfig(max_iter=4, root_folder=f"runs_{name}")
         Trainer(model, optimizer, config, loss_fn=loss_fn).fit(dataloader)

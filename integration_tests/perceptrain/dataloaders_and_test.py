@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from _harness import Counters, api, full_loss, loader, number, run, sine_data, small_model
 
 

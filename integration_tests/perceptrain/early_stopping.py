@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from _harness import Counters, api, full_loss, loader, run, sine_data, small_model
 
 
@@ -18,7 +17,10 @@ def main(counters: Counters) -> dict[str, Any]:
     cb = api("callbacks")
     x, y = sine_data()
     out: dict[str, Any] = {}
-    for monitor, on, val_every in (("val_loss", "val_epoch_end", 2), ("train_loss", "train_epoch_end", 0)):
+    for monitor, on, val_every in (
+        ("val_loss", "val_epoch_end", 2),
+        ("train_loss", "train_epoch_end", 0),
+    ):
         model = small_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=0.3)
         counters.watch_optimizer(optimizer)
@@ -32,7 +34,10 @@ def main(counters: Counters) -> dict[str, Any]:
             max_iter=60,
             val_every=val_every,
             root_folder=f"runs_{monitor}",
-            callbacks=[stopping, cb.Callback(on="train_epoch_end", called_every=1, callback=record)],
+            callbacks=[
+                stopping,
+                cb.Callback(on="train_epoch_end", called_every=1, callback=record),
+            ],
         )
         trainer = Trainer(
             model,

@@ -8,7 +8,6 @@ from typing import Any
 import nevergrad as ng
 import numpy as np
 import torch
-
 from _harness import Counters, api, full_loss, loader, run, sine_data
 
 

@@ -9,10 +9,9 @@ import argparse
 from typing import Any
 
 import torch
+from _harness import Counters, api, full_loss, run, trainer_state
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
-
-from _harness import Counters, api, full_loss, run, trainer_state
 
 
 def main(counters: Counters) -> dict[str, Any]:

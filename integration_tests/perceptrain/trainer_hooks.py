@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from _harness import Counters, api, full_loss, loader, run, sine_data, small_model
 
 
@@ -36,14 +35,16 @@ def main(counters: Counters) -> dict[str, Any]:
             calls.append(["on_train_batch_start", self.current_epoch, len(batch[0])])
 
         def on_train_batch_end(self, train_batch_loss_metrics: Any) -> None:
-            loss, metrics = train_batch_loss_metrics
+            _, metrics = train_batch_loss_metrics
             calls.append(["on_train_batch_end", self.current_epoch, sorted(metrics)])
 
         def on_val_batch_start(self, batch: Any) -> None:
             calls.append(["on_val_batch_start", self.current_epoch, len(batch[0])])
 
         def on_val_batch_end(self, val_batch_loss_metrics: Any) -> None:
-            calls.append(["on_val_batch_end", self.current_epoch, sorted(val_batch_loss_metrics[1])])
+            calls.append(
+                ["on_val_batch_end", self.current_epoch, sorted(val_batch_loss_metrics[1])]
+            )
 
     x, y = sine_data()
     model = small_model()

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from _harness import (
     Counters,
     Masker,
@@ -38,7 +37,11 @@ def main(counters: Counters) -> dict[str, Any]:
             model = small_model()
             optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
             steps = [0]
-            optimizer.register_step_post_hook(lambda *_: steps.__setitem__(0, steps[0] + 1))
+
+            def count(*_: Any, steps: list[int] = steps) -> None:
+                steps[0] += 1
+
+            optimizer.register_step_post_hook(count)
             counters.watch_optimizer(optimizer)
             config = TrainConfig(
                 max_iter=4, checkpoint_every=2, write_every=2, **{folder_field: Path(layout)}

@@ -1,0 +1,276 @@
+"""marquardt.trainer against perceptrain 0.1.0 itself: the same scripts, what a user sees.
+
+Each script in ``integration_tests/perceptrain/`` is a perceptrain user's everyday usage (the
+seeds' ``train.py``, callbacks, early stopping, custom losses, hooks, data helpers,
+nevergrad, two runs into one folder). It prints one JSON line: optimizer steps taken,
+forward passes, the printed loss lines, the files written, the scalars in them, the
+checkpoints' epochs, the callbacks' and hooks' calls, the early-stopping decisions, the
+final loss. The scripts run once under perceptrain, in a virtual environment of its own
+(perceptrain 0.1.0, nevergrad and torch as pinned in ``constraints/test.txt``; made once and
+kept in a cache folder keyed by those versions), and once under ``marquardt.trainer`` in
+this interpreter; each test compares one script's two lines field by field. Numbers must
+agree to float rounding; a field may differ only where ``ALLOWED`` says why.
+
+The cache folder is ``$MARQUARDT_PEERS_CACHE`` or ``<tmp>/marquardt-peers``; making the
+environment needs a package index (about a minute). Without one the tests skip, except
+under ``CI=true``, where they fail: on CI the comparison is the point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _support import ROOT, base_env
+
+SCRIPTS_DIR = Path(__file__).resolve().parent / "perceptrain"
+RUNNER = SCRIPTS_DIR / "_run_all.py"
+SCRIPTS = sorted(p.stem for p in SCRIPTS_DIR.glob("[a-z]*.py") if p.name != "_run_all.py")
+CONSTRAINTS = ROOT / "constraints" / "test.txt"
+PEER = "perceptrain==0.1.0"
+
+# What may differ, and why. A key is (script or "*", a regular expression matched against
+# the whole path of a field, as ``printed[3]`` or ``runs.resume[0].files[2]``).
+ALLOWED: dict[tuple[str, str], str] = {
+    ("*", r"module"): "names the package the script ran under",
+    ("*", r"logged(\[\d+\])?"): (
+        "log records are each package's own wording (perceptrain logs its accelerator's "
+        "set-up at INFO); what users act on is printed, written or returned, compared elsewhere"
+    ),
+    ("*", r"traceback"): "only present beside an error, compared as `error`",
+}
+
+# Float agreement: both sides compute in float64; TensorBoard stores float32; printed
+# values have 7 decimals.
+REL_TOL = 1e-5
+ABS_TOL = 2e-7
+# Index hosts pip fails to reach, or that lack the packages asked for.
+_NO_INDEX = re.compile(
+    r"No matching distribution found|Could not find a version that satisfies|"
+    r"Failed to establish a new connection|Temporary failure in name resolution|"
+    r"Network is unreachable|ProxyError|Max retries exceeded"
+)
+
+
+def _pins(names: tuple[str, ...]) -> list[str]:
+    """``name==version`` of each of ``names`` as ``constraints/test.txt`` pins it."""
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        requirement = line.split("#", 1)[0].strip()
+        if "==" in requirement:
+            name, version = requirement.split("==", 1)
+            pins[name.strip().lower()] = f"{name.strip()}=={version.strip()}"
+    missing = [n for n in names if n not in pins]
+    assert not missing, f"{CONSTRAINTS} pins no version of {missing}"
+    return [pins[n] for n in names]
+
+
+def _unavailable(message: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message}\n(CI=true: the perceptrain comparison must run on CI)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def perceptrain_python() -> Path:
+    """The interpreter of a virtual environment with perceptrain, nevergrad and pinned torch."""
+    requirements = [PEER, *_pins(("torch", "nevergrad"))]
+    key = hashlib.sha256(
+        "\n".join([*requirements, CONSTRAINTS.read_text(), sys.version]).encode()
+    ).hexdigest()[:16]
+    cache = Path(
+        os.environ.get("MARQUARDT_PEERS_CACHE") or Path(tempfile.gettempdir()) / "marquardt-peers"
+    )
+    venv = cache / f"perceptrain-0.1.0-py{sys.version_info[0]}{sys.version_info[1]}-{key}"
+    python = venv / "bin" / "python"
+    done = venv / ".complete"
+    if done.exists() and python.exists():
+        return python
+    cache.mkdir(parents=True, exist_ok=True)
+    # pip would count packages on this interpreter's PYTHONPATH as installed there
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    t0 = time.monotonic()
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+    assert made.returncode == 0, f"python -m venv {venv} failed:\n{made.stderr}"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-c",
+         str(CONSTRAINTS), *requirements],
+        capture_output=True, text=True, timeout=900, check=False, env=env,
+    )  # fmt: skip
+    if installed.returncode != 0:
+        output = installed.stdout[-3000:] + installed.stderr[-3000:]
+        if _NO_INDEX.search(output):
+            _unavailable(
+                f"no package index provides {requirements}, so perceptrain cannot be "
+                f"installed beside marquardt:\n{output}\nHINT: make a package index "
+                "reachable (PIP_INDEX_URL), or point MARQUARDT_PEERS_CACHE at a cache that "
+                "holds the environment"
+            )
+        pytest.fail(f"pip install {' '.join(requirements)} into {venv} failed:\n{output}")
+    done.write_text(f"{' '.join(requirements)}\nmade in {time.monotonic() - t0:.0f} s\n")
+    return python
+
+
+@dataclass
+class Side:
+    """One package's JSON line per script, or what went wrong running the script."""
+
+    module: str
+    results: dict[str, dict[str, Any]]
+    failures: dict[str, str]
+    seconds: float
+
+
+def _run_side(python: Path, module: str, out: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    command = [str(python), str(RUNNER), str(out), *[f"{s}.py" for s in SCRIPTS]]
+    env = {**env, "TRAINER_MODULE": module, "TMPDIR": str(out)}
+    return subprocess.Popen(
+        command, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _collect(module: str, out: Path, proc: subprocess.Popen[str], seconds: float) -> Side:
+    _, stderr = proc.communicate()
+    assert proc.returncode == 0, f"{RUNNER} under {module} exited {proc.returncode}:\n{stderr}"
+    results, failures = {}, {}
+    for script in SCRIPTS:
+        status = (out / f"{script}.rc").read_text().split()[0]
+        lines = (out / f"{script}.out").read_text().splitlines()
+        err = (out / f"{script}.err").read_text()
+        if status != "0" or not lines:
+            failures[script] = (
+                f"exit status {status}\n--- stdout\n{lines[-20:]}\n--- stderr\n{err[-3000:]}"
+            )
+            continue
+        results[script] = json.loads(lines[-1])
+    return Side(module, results, failures, seconds)
+
+
+@pytest.fixture(scope="session")
+def sides(
+    perceptrain_python: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Side, Side]]:
+    """Every script under perceptrain and under marquardt.trainer, the two runs side by side."""
+    env = base_env({"OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"})
+    peer_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    out_p = tmp_path_factory.mktemp("perceptrain")
+    out_m = tmp_path_factory.mktemp("marquardt")
+    t0 = time.monotonic()
+    procs = [
+        _run_side(perceptrain_python, "perceptrain", out_p, peer_env),
+        _run_side(Path(sys.executable), "marquardt.trainer", out_m, env),
+    ]
+    try:
+        for proc in procs:
+            proc.wait(timeout=600)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+    seconds = time.monotonic() - t0
+    yield (
+        _collect("perceptrain", out_p, procs[0], seconds),
+        _collect("marquardt.trainer", out_m, procs[1], seconds),
+    )
+
+
+def _allowed(script: str, path: str) -> str | None:
+    for (where, pattern), reason in ALLOWED.items():
+        if where in ("*", script) and re.fullmatch(pattern, path):
+            return reason
+    return None
+
+
+def differences(script: str, ours: Any, theirs: Any, path: str = "") -> list[str]:
+    """Where ``ours`` (marquardt) and ``theirs`` (perceptrain) differ, but for ``ALLOWED``."""
+    if path and _allowed(script, path):
+        return []
+    here = path or "<line>"
+    if isinstance(theirs, dict) and isinstance(ours, dict):
+        found = []
+        for key in sorted(set(theirs) | set(ours)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in ours:
+                if not _allowed(script, sub):
+                    found.append(f"{sub}: missing here; perceptrain: {_short(theirs[key])}")
+            elif key not in theirs:
+                if not _allowed(script, sub):
+                    found.append(f"{sub}: only here: {_short(ours[key])}")
+            else:
+                found += differences(script, ours[key], theirs[key], sub)
+        return found
+    if isinstance(theirs, list) and isinstance(ours, list):
+        found = []
+        if len(theirs) != len(ours) and not _allowed(script, f"{path}#len"):
+            found.append(
+                f"{here}: {len(ours)} items here, {len(theirs)} in perceptrain; "
+                f"here {_short(ours)}, perceptrain {_short(theirs)}"
+            )
+            return found
+        for index, (a, b) in enumerate(zip(ours, theirs, strict=False)):
+            found += differences(script, a, b, f"{path}[{index}]")
+        return found
+    if _same_number(ours, theirs) or ours == theirs:
+        return []
+    return [f"{here}: {_short(ours)} here, {_short(theirs)} in perceptrain"]
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    numbers = (int, float)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, numbers) and isinstance(b, numbers):
+        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    return False
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def test_the_scripts_run_under_perceptrain(sides: tuple[Side, Side]) -> None:
+    """The reference itself: every script runs to its JSON line under perceptrain."""
+    perceptrain, _ = sides
+    assert not perceptrain.failures, "\n\n".join(
+        f"{name}: {text}" for name, text in perceptrain.failures.items()
+    )
+    errors = {k: v["error"] for k, v in perceptrain.results.items() if "error" in v}
+    assert not errors, f"scripts that raise under perceptrain itself: {errors}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_marquardt_shows_what_perceptrain_shows(script: str, sides: tuple[Side, Side]) -> None:
+    perceptrain, marquardt = sides
+    if script in perceptrain.failures:
+        pytest.fail(f"{script} did not run under perceptrain: {perceptrain.failures[script]}")
+    assert script not in marquardt.failures, (
+        f"{script} did not run under marquardt.trainer: {marquardt.failures[script]}"
+    )
+    ours = marquardt.results[script]
+    found = differences(script, ours, perceptrain.results[script])
+    if "error" in ours:  # the first thing a user meets
+        found.insert(0, f"raised {ours['error']}\n{ours.get('traceback', '')}")
+    assert not found, (
+        f"integration_tests/perceptrain/{script}.py: {len(found)} difference(s) from "
+        "perceptrain 0.1.0 (marquardt first, then perceptrain):\n  " + "\n  ".join(found[:40])
+    )
