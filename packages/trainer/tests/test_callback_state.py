@@ -29,15 +29,19 @@ VALUES = [1.0, 0.9, 0.95, 0.92, 0.8, 0.85, 0.81, 0.82, 0.83, 0.84]
 
 
 def _fake_trainer() -> Any:
-    return SimpleNamespace(state=SimpleNamespace(step=0, should_stop=False, stop_reason=""))
+    return SimpleNamespace(
+        state=SimpleNamespace(current_epoch=0, should_stop=False, stop_reason=""),
+        opt_result=SimpleNamespace(iteration=1, metrics={}, extra={}),
+    )
 
 
 def _feed(stopper: EarlyStopping, values: list[float], start: int = 0) -> int | None:
     """Feed validation losses; the index (from ``start``) at which the stopper stopped."""
     trainer = _fake_trainer()
     for i, value in enumerate(values, start=start):
-        trainer.state.step = i
-        stopper.on_validation_end(trainer, {"val_loss": value})
+        trainer.state.current_epoch = i
+        trainer.opt_result.metrics = {"val_loss": value}
+        stopper("val_epoch_end", trainer, None, None)
         if trainer.state.should_stop:
             return i
     return None
@@ -154,7 +158,7 @@ def test_each_rank_takes_back_its_own_state_or_rank_zero_s() -> None:
 
 def _loader() -> DataLoader:  # type: ignore[type-arg]
     x = torch.linspace(-1, 1, 64).unsqueeze(1)
-    return DataLoader(TensorDataset(x, torch.sinc(3 * x)), batch_size=16, shuffle=True)
+    return DataLoader(TensorDataset(x, torch.sinc(3 * x)), batch_size=32, shuffle=True)
 
 
 def _fit(folder: Path, max_iter: int, stopper: EarlyStopping, **kw: Any) -> Trainer:
@@ -165,8 +169,8 @@ def _fit(folder: Path, max_iter: int, stopper: EarlyStopping, **kw: Any) -> Trai
         root_folder=folder,
         verbose=False,
         seed=0,
-        val_every=4,
-        checkpoint_every=5,
+        val_every=2,
+        checkpoint_every=3,
         callbacks=[stopper],
         **kw,
     )
@@ -180,31 +184,31 @@ def _stopper() -> EarlyStopping:
     return EarlyStopping(patience=3, min_delta=1e-3)
 
 
-def test_a_resumed_run_stops_at_the_step_of_the_uninterrupted_run(tmp_path: Path) -> None:
+def test_a_resumed_run_stops_at_the_epoch_of_the_uninterrupted_run(tmp_path: Path) -> None:
     straight = _stopper()
-    _fit(tmp_path / "a", 300, straight)
-    assert straight.stopped_at is not None and straight.stopped_at < 300
-    cut = straight.stopped_at - 7  # checkpointed after a validation without improvement
+    _fit(tmp_path / "a", 150, straight)
+    assert straight.stopped_at is not None and straight.stopped_at < 150
+    cut = straight.stopped_at - 2  # checkpointed after a validation without improvement
     first = _stopper()
     _fit(tmp_path / "b", cut, first)
     assert first.bad_validations >= 1
     resumed = _stopper()
-    trainer = _fit(tmp_path / "b", 300, resumed, resume_from="latest")
-    assert trainer.state.step == resumed.stopped_at == straight.stopped_at
+    trainer = _fit(tmp_path / "b", 150, resumed, resume_from="latest")
+    assert trainer.current_epoch == resumed.stopped_at == straight.stopped_at
     assert resumed.best == straight.best
 
 
 def test_a_checkpoint_without_callback_state_still_resumes(tmp_path: Path) -> None:
     first = _stopper()
-    _fit(tmp_path, 6, first)
-    (_, path), *_ = reversed(ckpt.list_checkpoints(tmp_path / "checkpoints"))
+    run = Path(_fit(tmp_path, 6, first).config.log_folder)
+    (_, path), *_ = reversed(ckpt.list_checkpoints(run / "checkpoints"))
     data = ckpt.read_checkpoint(path)
     del data["callbacks"]  # as written before callbacks were checkpointed
     torch.save(data, path)
     resumed = _stopper()
     trainer = _fit(tmp_path, 10, resumed, resume_from=str(path))
-    assert trainer.state.step == 10
-    assert resumed.best is not None and resumed.best != first.best  # started fresh at step 6
+    assert trainer.current_epoch == 10 and trainer.config.log_folder == run
+    assert resumed.best is not None and resumed.best != first.best  # started fresh at epoch 6
 
 
 def test_resuming_without_a_stateful_callback_fails_before_any_work(tmp_path: Path) -> None:

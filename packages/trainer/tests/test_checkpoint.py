@@ -32,7 +32,7 @@ def _model(hidden: int = 8) -> nn.Module:
 
 def _loader() -> DataLoader:  # type: ignore[type-arg]
     x = torch.linspace(-1, 1, 32).unsqueeze(1)
-    return DataLoader(TensorDataset(x, torch.sin(3 * x)), batch_size=8)
+    return DataLoader(TensorDataset(x, torch.sin(3 * x)), batch_size=16)  # 2 steps an epoch
 
 
 @contextlib.contextmanager
@@ -45,7 +45,8 @@ def _weights_kept(model: nn.Module) -> Iterator[None]:
 
 def _train(tmp_path: Path, model: nn.Module, **kw: object) -> Trainer:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    config = TrainConfig(max_iter=4, root_folder=tmp_path, verbose=False, **kw)  # type: ignore[arg-type]
+    settings: dict[str, object] = {"max_iter": 1, "checkpoint_every": 1, **kw}
+    config = TrainConfig(log_folder=tmp_path, verbose=False, **settings)  # type: ignore[arg-type]
     trainer = Trainer(model, optimizer, config)
     trainer.fit(_loader())
     return trainer
@@ -116,9 +117,9 @@ def test_missing_checkpoint_fails_before_work(tmp_path: Path) -> None:
 
 
 def test_truncated_checkpoint_is_refused_and_names_an_older_one(tmp_path: Path) -> None:
-    _train(tmp_path, _model(), checkpoint_every=2)
+    _train(tmp_path, _model(), max_iter=2)  # checkpoints after epochs 1 and 2: steps 4, 6
     folder = tmp_path / ckpt.CHECKPOINT_DIR
-    latest = folder / ckpt.checkpoint_name(4)
+    latest = folder / ckpt.checkpoint_name(6)
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
     model = _model()
     with (
@@ -126,13 +127,13 @@ def test_truncated_checkpoint_is_refused_and_names_an_older_one(tmp_path: Path) 
         pytest.raises(
             CheckpointCorruptError,
             match=r"cannot be read: it is truncated.*HINT: resume from an earlier "
-            r"checkpoint \(ckpt_000000002.pt\)",
+            r"checkpoint \(ckpt_000000004.pt\)",
         ),
     ):
         _train(tmp_path / "other", model, resume_from=latest)
     # "latest" skips the damaged file with a warning and resumes from the one before.
     with pytest.warns(RuntimeWarning, match="trying an older checkpoint"):
-        assert ckpt.find_latest(tmp_path, tmp_path) == folder / ckpt.checkpoint_name(2)
+        assert ckpt.find_latest(tmp_path) == folder / ckpt.checkpoint_name(4)
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
@@ -155,9 +156,7 @@ def test_checkpoint_of_another_optimizer_is_refused(tmp_path: Path) -> None:
     path = tmp_path / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(4)
     model = _model()
     with _weights_kept(model):
-        config = TrainConfig(
-            max_iter=8, root_folder=tmp_path / "c", resume_from=path, verbose=False
-        )
+        config = TrainConfig(max_iter=8, log_folder=tmp_path / "c", resume_from=path, verbose=False)
         trainer = Trainer(model, torch.optim.Adam(model.parameters()), config)
         with pytest.raises(
             CheckpointMismatchError, match="holds the state of a SGD but this run uses a Adam"
@@ -173,9 +172,9 @@ def test_a_plain_torch_file_is_not_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_prune_keeps_the_newest(tmp_path: Path) -> None:
-    _train(tmp_path, _model(), checkpoint_every=1, keep_checkpoints=2)
+    _train(tmp_path, _model(), max_iter=3, keep_checkpoints=2)  # epochs 1, 2, 3: steps 4, 6, 8
     steps = [s for s, _ in ckpt.list_checkpoints(tmp_path / ckpt.CHECKPOINT_DIR)]
-    assert steps == [3, 4]
+    assert steps == [6, 8]
 
 
 def test_rng_state_round_trip() -> None:

@@ -2,18 +2,49 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 
-from marquardt.trainer import ConfigError, EarlyStopping, LaunchError, TrainConfig, _settings
+from marquardt.trainer import (
+    ConfigError,
+    EarlyStopping,
+    EpochSemanticsWarning,
+    ExperimentTrackingTool,
+    LaunchError,
+    TrainConfig,
+    _settings,
+)
+from marquardt.trainer import _config as _config_module
 from marquardt.trainer._compute import resolve_compute
 
 
-def test_defaults_are_valid_and_serialisable() -> None:
+def test_defaults_are_perceptrains_and_serialisable() -> None:
     config = TrainConfig()
-    assert config.trackers == ("csv",)
+    assert config.trackers == ("tensorboard",)
+    assert config.tracking_tool is ExperimentTrackingTool.TENSORBOARD
+    assert (config.max_iter, config.print_every, config.write_every, config.val_every) == (
+        10_000,
+        0,
+        0,
+        0,
+    )
+    assert (config.compute_setup, config.backend, config.log_setup) == ("cpu", "gloo", "cpu")
+    assert config.root_folder == Path("./qml_logs") and config.log_folder == Path("./")
+    assert (config.val_epsilon, config.batch_size, config.plotting_functions) == (1e-5, 1, ())
     plain = config.to_dict()
     assert plain["nprocs"] == 1 and plain["callbacks"] == []
+
+
+def test_a_script_for_step_counting_is_warned_once() -> None:
+    _config_module._warned.discard("epochs")
+    with pytest.warns(EpochSemanticsWarning, match="count epochs"):
+        TrainConfig(max_iter=50, print_every=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TrainConfig(max_iter=50)  # once per process
 
 
 @pytest.mark.parametrize(
@@ -22,7 +53,13 @@ def test_defaults_are_valid_and_serialisable() -> None:
         ({"nprocs": 0}, r"nprocs=0\): nprocs must be a whole number >= 1\. HINT"),
         ({"nprocs": 1.5}, r"nprocs must be a whole number"),
         ({"nprocs": True}, r"nprocs must be a whole number"),
-        ({"max_iter": 0}, r"max_iter must be a whole number >= 1"),
+        ({"max_iter": -1}, r"max_iter must be a whole number >= 0"),
+        ({"plot_every": -1}, r"plot_every must be a whole number >= 0"),
+        ({"batch_size": 0}, r"batch_size must be a whole number >= 1"),
+        ({"val_epsilon": -1.0}, r"val_epsilon must be a finite number >= 0"),
+        ({"validation_criterion": 3}, r"validation_criterion must be a function or None"),
+        ({"log_setup": "gpu"}, r"log_setup must be one of cpu, auto"),
+        ({"plotting_functions": (1,)}, r"plotting_functions must be a tuple of functions"),
         ({"print_every": -1}, r"print_every must be a whole number >= 0\. HINT: use 0"),
         ({"checkpoint_every": -5}, r"checkpoint_every must be"),
         ({"accumulate_grad_batches": 0}, r"accumulate_grad_batches must be"),
@@ -72,7 +109,7 @@ def test_auto_on_a_cpu_machine_falls_back_to_gloo_with_a_notice() -> None:
 
 
 def test_auto_with_gpus_picks_nccl() -> None:
-    compute = resolve_compute(TrainConfig(), gpu_count=2)
+    compute = resolve_compute(TrainConfig(compute_setup="auto", backend="auto"), gpu_count=2)
     assert (compute.use_gpu, compute.backend) == (True, "nccl")
     assert resolve_compute(TrainConfig(compute_setup="cpu"), gpu_count=2).backend == "gloo"
 

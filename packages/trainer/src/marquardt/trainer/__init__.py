@@ -1,5 +1,7 @@
-"""marquardt.trainer: ``TrainConfig`` and ``Trainer``, a DDP loop and an LM loop.
+"""marquardt.trainer: perceptrain 0.1.0's ``TrainConfig`` and ``Trainer``, a DDP loop and an LM loop.
 
+perceptrain's API and meanings (``max_iter`` and the ``*_every`` periods count epochs;
+``Callback(on=..., called_every=...)``; ``loss_fn(batch, model) -> (loss, metrics)``).
 The same script runs under ``python`` (one process, or ``nprocs`` spawned ones),
 ``torchrun``, Slurm's ``srun`` (one task per process, or one task per node that spawns
 its processes) and ``legate`` (the LM loop)::
@@ -9,10 +11,27 @@ its processes) and ``legate`` (the LM loop)::
 
     config = TrainConfig(backend="gloo", nprocs=2, compute_setup="cpu", max_iter=50)
     model, optimizer = Trainer(model, optimizer, config, loss_fn="mse").fit(loader)
+
+Unlike perceptrain, importing this package does not change torch's default dtype.
 """
 
-from ._callbacks import Callback, EarlyStopping, WallClockBudget
-from ._config import TrainConfig
+from ._callbacks import (
+    Callback,
+    CallbacksManager,
+    EarlyStopping,
+    LoadCheckpoint,
+    LogHyperparameters,
+    LogModelTracker,
+    PlotMetrics,
+    PrintMetrics,
+    SaveBestCheckpoint,
+    SaveCheckpoint,
+    TrainingStage,
+    WallClockBudget,
+    WriteMetrics,
+    WritePlots,
+)
+from ._config import ExperimentTrackingTool, TrainConfig
 from ._environments import (
     LaunchEnvironment,
     LegateEnvironment,
@@ -30,6 +49,7 @@ from ._errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
     ConfigError,
+    EpochSemanticsWarning,
     LaunchError,
     TrainerError,
     WorkerFailedError,
@@ -38,25 +58,38 @@ from ._logging._base import Logger
 from ._logging._csv import CSVLogger
 from ._logging._mlflow import MLflowLogger
 from ._logging._tensorboard import TensorBoardLogger
+from ._persistence._helpers import load_checkpoint, load_model, write_checkpoint
+from ._result import OptimizeResult
 from ._state import TrainerState
 from ._trainer import Trainer
 
 __all__ = [
     "CSVLogger",
     "Callback",
+    "CallbacksManager",
     "CheckpointCorruptError",
     "CheckpointError",
     "CheckpointMismatchError",
     "CheckpointNotFoundError",
     "ConfigError",
     "EarlyStopping",
+    "EpochSemanticsWarning",
+    "ExperimentTrackingTool",
     "LaunchEnvironment",
     "LaunchError",
     "LegateEnvironment",
+    "LoadCheckpoint",
+    "LogHyperparameters",
+    "LogModelTracker",
     "Logger",
     "MLflowLogger",
+    "OptimizeResult",
     "PlainEnvironment",
+    "PlotMetrics",
+    "PrintMetrics",
     "ProcessLayout",
+    "SaveBestCheckpoint",
+    "SaveCheckpoint",
     "SlurmTaskPerNode",
     "SlurmTaskPerProcess",
     "SpawnEnvironment",
@@ -66,7 +99,13 @@ __all__ = [
     "Trainer",
     "TrainerError",
     "TrainerState",
+    "TrainingStage",
     "WallClockBudget",
     "WorkerFailedError",
+    "WriteMetrics",
+    "WritePlots",
     "detect_environment",
+    "load_checkpoint",
+    "load_model",
+    "write_checkpoint",
 ]

@@ -10,18 +10,26 @@ there a GPU? how many tasks did srun start?) are made by the launch environments
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ._callbacks import Callback
-from ._errors import ConfigError
-from ._logging._base import Logger, is_logger
+from ._callbacks._base import Callback
+from ._errors import ConfigError, EpochSemanticsWarning
+from ._logging._base import is_logger
 
 COMPUTE_SETUPS = ("cpu", "gpu", "auto")
+LOG_SETUPS = ("cpu", "auto")
+PERIODS = ("print_every", "write_every", "checkpoint_every", "val_every", "plot_every")
+_HINTS = {
+    "validation_criterion": "e.g. lambda val_loss, best, eps: val_loss < best - eps",
+    "trainstop_criterion": "leave it None: perceptrain 0.1.0 does not call it either",
+}
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 TRACKING_TOOLS = ("csv", "tensorboard", "mlflow")
 SCHEDULER_INTERVALS = ("epoch", "step")
@@ -33,6 +41,13 @@ _DTYPES: dict[str, torch.dtype] = {
 }
 
 
+def _name(value: Any) -> Any:
+    """A function by its name (for hparams.json and checkpoints), other values as they are."""
+    if callable(value) and not isinstance(value, type):
+        return getattr(value, "__qualname__", type(value).__name__)
+    return value
+
+
 def _fail(name: str, value: Any, need: str, hint: str) -> ConfigError:
     return ConfigError(f"TrainConfig({name}={value!r}): {need}. HINT: {hint}")
 
@@ -41,6 +56,70 @@ def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         need = f"{name} must be a whole number >= {minimum}"
         raise _fail(name, value, need, hint)
+
+
+def _check_non_negative(name: str, value: Any, meaning: str) -> None:
+    """A finite real number >= 0 (``True`` is not a number here)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise _fail(name, value, f"{name} must be a finite number >= 0", meaning)
+
+
+_warned: set[str] = set()
+
+
+def _warn(key: str, text: str, category: type[Warning] = UserWarning) -> None:
+    """Warn once per process for ``key``."""
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(text, category, stacklevel=5)
+
+
+def _warn_once(config: TrainConfig) -> None:
+    """The warnings a configuration earns, each once per process (perceptrain's and ours)."""
+    changed = [
+        f"{f.name}={getattr(config, f.name)}"
+        for f in fields(config)
+        if f.name in EPOCH_FIELDS and getattr(config, f.name) != f.default
+    ]
+    if changed:
+        _warn(
+            "epochs",
+            f"TrainConfig({', '.join(changed)}): max_iter and the *_every periods count "
+            "epochs (perceptrain's meaning) since marquardt-trainer 0.3; they counted "
+            "optimizer steps before. A script written for 0.2 now trains max_iter + 1 epochs. "
+            "HINT: for N optimizer steps on a loader of B batches, use max_iter = N // B - 1",
+            EpochSemanticsWarning,
+        )
+    if config.live_plot_every:
+        _warn(
+            "live_plot",
+            "TrainConfig(live_plot_every=...): live plots (livelossplot) are not available in "
+            "marquardt.trainer; nothing is shown. HINT: use plot_every with "
+            "plotting_functions, written to TensorBoard or MLflow",
+        )
+    if config.trainstop_criterion is not None:
+        _warn(
+            "trainstop",
+            "TrainConfig(trainstop_criterion=...) is accepted but never called, as in "
+            "perceptrain 0.1.0. HINT: stop from a Callback with trainer.stop_training()",
+        )
+    if config.plot_every and not config.plotting_functions:
+        _warn(
+            "plot_every",
+            "TrainConfig(plot_every=...) without plotting_functions: no plots are written",
+        )
+    if config.checkpoint_best_only and config.validation_criterion is None:
+        _warn(
+            "best_only",
+            "TrainConfig(checkpoint_best_only=True) without validation_criterion: no "
+            "checkpoint is saved (perceptrain's meaning). HINT: validation_criterion=lambda "
+            "val, best, eps: val < best - eps",
+        )
 
 
 def _check_positive(name: str, value: Any, need: str, hint: str) -> None:
@@ -54,80 +133,151 @@ def _check_positive(name: str, value: Any, need: str, hint: str) -> None:
         raise _fail(name, value, need, hint)
 
 
+class ExperimentTrackingTool(str, Enum):
+    """The experiment trackers ``TrainConfig.tracking_tool`` names (perceptrain's, and CSV)."""
+
+    TENSORBOARD = "tensorboard"
+    MLFLOW = "mlflow"
+    CSV = "csv"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+#: Fields whose meaning changed from optimizer steps to epochs in marquardt-trainer 0.3.
+EPOCH_FIELDS = ("max_iter", "print_every", "write_every", "checkpoint_every", "val_every")
+#: ``log_folder``'s default: no folder given (the run gets a subfolder of ``root_folder``).
+DEFAULT_LOG_FOLDER = Path("./")
+
+
 @dataclass
 class TrainConfig:
-    """How to train: loop length, logging, checkpoints, processes, devices.
+    """How to train: perceptrain 0.1.0's ``TrainConfig``, field for field, and ours beside it.
 
-    Counting: ``max_iter`` is the number of optimizer steps (LM steps in the LM loop);
-    the loader is cycled over as many epochs as that takes. With
-    ``accumulate_grad_batches = a`` one step consumes ``a`` batches per process. In a
-    data-parallel run every process takes ``batch_size`` samples of the loader per batch,
-    so the global batch is ``batch_size × world_size``.
+    Counting (perceptrain's): ``max_iter`` counts **epochs**. Training runs epochs
+    0, 1, ..., ``max_iter`` (``max_iter + 1`` of them); epoch 0 trains like any other,
+    and callbacks other than ``train_start`` do not run at epoch 0, so what is printed
+    and written starts at epoch 1. An epoch is every batch of a loader with a length
+    (``len(loader)``, at most ``Trainer(max_batches=...)``), one batch of a loader
+    without one (an ``InfiniteTensorDataset``, a stream), or one evaluation when there
+    is no data (a model that computes its own loss). With
+    ``accumulate_grad_batches = a`` one optimizer step consumes ``a`` batches of the
+    epoch. In a data-parallel run every process takes its share of each epoch.
 
-    Periods (``print_every``, ``write_every``, ``checkpoint_every``, ``val_every``) are in
-    steps; 0 turns the action off (a final checkpoint is still written at the end of
-    ``fit``, and on SIGTERM).
+    Periods in epochs, 0 turns the action off: ``print_every`` (the epoch's mean loss
+    on the console), ``write_every`` (to the tracking tool, and at the end),
+    ``checkpoint_every`` (a checkpoint, and one at the end), ``val_every`` (a validation
+    at the start and every so many epochs), ``plot_every`` (``plotting_functions``,
+    ``fn(model, epoch) -> (name, figure)``, to the tracking tool).
 
-    Folders: the run folder is ``log_folder`` if given, else ``root_folder`` (plus a
-    time-stamped subfolder per run when ``create_subfolder_per_run``). It holds
-    ``metrics.csv``, ``hparams.json``, TensorBoard events and ``checkpoints/``.
+    Validation: ``validation_criterion(val_loss, best_val_loss, val_epsilon) -> bool``
+    decides what counts as a better model for ``checkpoint_best_only`` (which writes
+    ``checkpoints/best.pt`` and no numbered checkpoint); without one, a validation
+    loss below ``best - val_epsilon`` does.
 
-    ``checkpoint_best_only``: write ``checkpoints/best.pt`` at each new lowest validation
-    loss and no numbered checkpoint, except when a stop must leave one (SIGTERM, a
-    ``WallClockBudget``), so that the run can be resumed.
+    Folders (perceptrain's naming): a run writes into ``log_folder`` when one is given
+    and holds no run yet; otherwise into a new subfolder ``<n>_<YYYYmmddTHHMMSS>_<pid in
+    hex>`` of ``root_folder`` (or of the given ``log_folder``), ``n`` counting the runs
+    there. A run never writes into another run's folder, except to resume it: with
+    ``resume_from="latest"`` the run continues the newest run under the folder (its
+    checkpoints, metrics and TensorBoard events) and with a checkpoint path the run that
+    file belongs to. The run folder holds ``metrics.csv``, ``hparams.json``, the tracking
+    tool's files and ``checkpoints/``.
 
-    LR scheduler (``Trainer(..., scheduler=...)``): stepped after every epoch
-    (``scheduler_interval="epoch"``) or every optimizer step (``"step"``);
-    ``ReduceLROnPlateau`` is stepped after each validation with the validation metric
-    ``scheduler_monitor``.
+    ``tracking_tool``: an :class:`ExperimentTrackingTool` (or its name), a logger
+    instance, or a list of those; ``metrics.csv`` is always written as well.
 
-    ``resume_from``: ``None`` starts afresh (except in a Slurm job that was requeued, where
-    it means ``"latest"``), ``"latest"`` resumes from the newest checkpoint under the run
-    folder (or under ``root_folder``'s run subfolders) and starts afresh if there is none,
-    a path resumes from that file and fails if it is missing.
+    Ours, beside perceptrain's: ``resume_from`` (``None``: afresh, except in a requeued
+    Slurm job, where it means ``"latest"``; ``"latest"``; or a checkpoint path), ``seed``,
+    ``grad_clip``, ``accumulate_grad_batches``, ``keep_checkpoints``, ``dist_timeout``,
+    ``slice_size`` (the LM loop's Jacobian slice), ``scheduler_interval`` and
+    ``scheduler_monitor`` (``Trainer(scheduler=...)``, stepped per epoch or per optimizer
+    step; ``ReduceLROnPlateau`` after each validation).
 
     Processes: ``nprocs`` is the total number of training processes (the world size).
     Without a launcher, ``nprocs > 1`` spawns them; under torchrun the launcher's
-    ``WORLD_SIZE`` rules (``nprocs`` may stay 1); under srun, ``nprocs`` must equal the
-    number of tasks (one task per process) or a multiple of it (each task spawns
-    ``nprocs / tasks`` processes). ``compute_setup="auto"`` uses GPUs when there are
-    some; ``backend="auto"`` picks nccl on GPUs and gloo on CPUs, and ``backend="nccl"``
-    with ``compute_setup="auto"`` on a machine without GPUs falls back to gloo on CPUs with
-    a notice. ``dist_timeout`` bounds how long a collective waits for a dead peer.
+    ``WORLD_SIZE`` rules; under srun, ``nprocs`` must equal the number of tasks or a
+    multiple of it. ``compute_setup``: ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPUs when there
+    are some); ``backend``: ``"gloo"``, ``"nccl"``, ``"mpi"`` or ``"auto"`` (nccl on GPUs,
+    gloo on CPUs). ``log_setup`` (``"cpu"`` or ``"auto"``): metrics are always brought to
+    the CPU to be logged, so both work alike here.
+
+    A script written for marquardt-trainer 0.2, where ``max_iter`` and the periods counted
+    optimizer steps, is not silently re-read: the first ``TrainConfig`` of a process that
+    sets any of them warns once with :class:`EpochSemanticsWarning` (silence it with
+    ``warnings.filterwarnings("ignore", category=EpochSemanticsWarning)``).
     """
 
     max_iter: int = 10_000
-    print_every: int = 100
-    write_every: int = 50
+    print_every: int = 0
+    write_every: int = 0
     checkpoint_every: int = 0
-    val_every: int = 0
-    root_folder: str | Path = "marquardt_runs"
-    log_folder: str | Path | None = None
-    create_subfolder_per_run: bool = False
-    resume_from: str | Path | None = None
+    plot_every: int = 0
+    live_plot_every: int = 0
     callbacks: list[Callback] = field(default_factory=list)
-    tracking_tool: str | Logger | Sequence[str | Logger] | None = "csv"
+    log_model: bool = False
+    root_folder: str | Path = Path("./qml_logs")
+    create_subfolder_per_run: bool = False
+    log_folder: str | Path = DEFAULT_LOG_FOLDER
+    checkpoint_best_only: bool = False
+    val_every: int = 0
+    val_epsilon: float = 1e-5
+    validation_criterion: Callable[..., bool] | None = None
+    trainstop_criterion: Callable[..., bool] | None = None
+    batch_size: int = 1
+    verbose: bool = True
+    tracking_tool: Any = ExperimentTrackingTool.TENSORBOARD
     hyperparams: dict[str, Any] = field(default_factory=dict)
+    plotting_functions: tuple[Callable[..., Any], ...] = field(default_factory=tuple)
+    _subfolders: list[str] = field(default_factory=list)
     nprocs: int = 1
-    compute_setup: str = "auto"
-    backend: str = "auto"
+    compute_setup: str = "cpu"
+    backend: str = "gloo"
+    log_setup: str = "cpu"
     dtype: torch.dtype | str | None = None
-    seed: int | None = None
     all_reduce_metrics: bool = False
+    # ours
+    resume_from: str | Path | None = None
+    seed: int | None = None
     grad_clip: float | None = None
     accumulate_grad_batches: int = 1
-    verbose: bool = True
     keep_checkpoints: int = 3
     dist_timeout: float = 300.0
     slice_size: int | None = None
-    checkpoint_best_only: bool = False
     scheduler_interval: str = "epoch"
     scheduler_monitor: str = "val_loss"
 
     def __post_init__(self) -> None:
-        _check_int("max_iter", self.max_iter, 1, "give the number of optimizer steps, e.g. 1000")
-        for name in ("print_every", "write_every", "checkpoint_every", "val_every"):
+        _check_int("max_iter", self.max_iter, 0, "give the number of epochs, e.g. 100")
+        for name in PERIODS:
             _check_int(name, getattr(self, name), 0, f"use 0 to turn {name} off")
+        _check_int("batch_size", self.batch_size, 1, "the batch size of tensors given to fit")
+        _check_non_negative(
+            "val_epsilon", self.val_epsilon, "the margin a validation loss must improve by"
+        )
+        for name in ("validation_criterion", "trainstop_criterion"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise _fail(name, value, f"{name} must be a function or None", _HINTS[name])
+        if isinstance(self.plotting_functions, list):
+            self.plotting_functions = tuple(self.plotting_functions)
+        if not isinstance(self.plotting_functions, tuple) or not all(
+            callable(f) for f in self.plotting_functions
+        ):
+            raise _fail(
+                "plotting_functions",
+                self.plotting_functions,
+                "plotting_functions must be a tuple of functions fn(model, epoch) -> "
+                "(name, figure)",
+                "e.g. plotting_functions=(plot_fit,)",
+            )
+        if self.log_setup not in LOG_SETUPS:
+            raise _fail(
+                "log_setup",
+                self.log_setup,
+                f"log_setup must be one of {', '.join(LOG_SETUPS)}",
+                "'cpu' (the default) logs from the CPU",
+            )
         _check_int("nprocs", self.nprocs, 1, "use 1 for a single process, or the world size")
         _check_int(
             "accumulate_grad_batches",
@@ -181,6 +331,7 @@ class TrainConfig:
             "all_reduce_metrics",
             "verbose",
             "checkpoint_best_only",
+            "log_model",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise _fail(
@@ -210,6 +361,11 @@ class TrainConfig:
                 "subclass Callback and pass instances, e.g. callbacks=[EarlyStopping()]",
             )
         self.callbacks = list(self.callbacks)
+        if not isinstance(self._subfolders, list):
+            raise _fail("_subfolders", self._subfolders, "a list of run folder names", "[]")
+        self.root_folder = Path(self.root_folder)
+        self.log_folder = Path(self.log_folder)
+        _warn_once(self)
         if not isinstance(self.hyperparams, dict) or not all(
             isinstance(k, str) for k in self.hyperparams
         ):
@@ -256,10 +412,10 @@ class TrainConfig:
             )
 
     def _check_paths(self) -> None:
+        if self.log_folder is None:  # marquardt-trainer 0.2's "no log folder"
+            self.log_folder = DEFAULT_LOG_FOLDER
         for name in ("root_folder", "log_folder"):
             value = getattr(self, name)
-            if value is None and name == "log_folder":
-                continue
             if not isinstance(value, str | Path) or str(value) == "":
                 raise _fail(name, value, f"{name} must be a non-empty path", "e.g. 'runs'")
         resume = self.resume_from
@@ -302,7 +458,9 @@ class TrainConfig:
                 value = list(self.trackers)
             elif isinstance(value, Path | torch.dtype):
                 value = str(value)
-            elif isinstance(value, tuple):
-                value = list(value)
+            elif isinstance(value, tuple | list):
+                value = [_name(v) for v in value]
+            elif callable(value):
+                value = _name(value)
             out[f.name] = value
         return out

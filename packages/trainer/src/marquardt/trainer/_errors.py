@@ -45,3 +45,7 @@ class WorkerFailedError(TrainerError, RuntimeError):
     def __init__(self, message: str, rank: int | None = None) -> None:
         super().__init__(message)
         self.rank = rank
+
+
+class EpochSemanticsWarning(UserWarning):
+    """``max_iter`` and the ``*_every`` periods count epochs (they counted steps before 0.3)."""

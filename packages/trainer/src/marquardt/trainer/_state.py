@@ -2,7 +2,9 @@
 
 The loop updates it after every step; callbacks read it as ``trainer.state``. Its
 position fields (``step``, ``epoch``, ``batch_in_epoch``) are what a checkpoint stores, so
-a resumed run continues at the same batch of the same epoch.
+a resumed run continues at the same batch of the same epoch (once an epoch's batches are
+done, ``epoch`` already names the next one); ``current_epoch`` is the epoch the run is in
+(or ended last), which ``OptimizeResult.iteration`` reports.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class TrainerState:
     step: int = 0
     epoch: int = 0
     batch_in_epoch: int = 0
+    current_epoch: int = 0
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1

@@ -1,11 +1,13 @@
-"""``Trainer``: the facade that checks everything, picks the loop and the launch, builds the run.
+"""``Trainer``: perceptrain 0.1.0's trainer, over our DDP and LM loops and launchers.
 
-The gradient loop (:mod:`._loops._gradient`) averages gradients over W processes,
-ḡ = (1/W) Σ_r ∇L_r(θ) (Li et al. 2020), so W processes of batch b follow one process of
-batch W·b; the LM loop (:mod:`._loops._lm`) takes one Levenberg-Marquardt step
-δ = (JᵀJ + λD)⁻¹ Jᵀr per batch (Marquardt 1963) in one process. The runner
-(:mod:`._loops._runner`) gives both the same schedule: steps over cycled epochs,
-checkpoints, resume, validation, callbacks, reports.
+The facade checks everything, picks the loop and the launch, builds the run. Which loop
+runs is decided by the optimizer: a ``marquardt.solver.LMA`` (or a factory of one) runs
+the LM loop (:mod:`._loops._lm`), one Levenberg-Marquardt step δ = (JᵀJ + λD)⁻¹ Jᵀr per
+batch (Marquardt 1963); a torch optimizer runs the gradient loop (:mod:`._loops._gradient`),
+whose W processes average their gradients, ḡ = (1/W) Σ_r ∇L_r(θ) (Li et al. 2020).
+``Trainer.set_use_grad(False)`` is perceptrain's gradient-free training with a nevergrad
+optimizer. The runner (:mod:`._loops._runner`) gives every loop perceptrain's schedule:
+epochs of batches, stages with hook methods and callbacks, validation, checkpoints.
 
 ``fit`` either trains in this process (plain, torchrun, one srun task per process, legate:
 :mod:`._launch._worker`) or spawns the training processes, each of which builds its own
@@ -16,14 +18,20 @@ checkpoints, resume, validation, callbacks, reports.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 from . import _compute
-from ._callbacks import Hooks
+from ._callbacks._base import CallbacksManager, TrainingStage
+from ._callbacks._dispatch import StageDispatch
 from ._config import TrainConfig
 from ._data._sources import DataSource
 from ._environments import LaunchEnvironment, detect_environment
@@ -37,46 +45,90 @@ from ._loops._context import RunContext
 from ._loops._gradient import GradientLoop
 from ._loops._lm import LMLoop, build_lma, is_lma, is_lma_factory
 from ._loops._schedule import LRSchedule, check_scheduler
+from ._loops._validation import batches_per_epoch, evaluate_batch
+from ._loss import resolve_loss
 from ._persistence import _files as ckpt
 from ._persistence._handback import apply_result
 from ._persistence._plan import RunPlan, plan_run
 from ._persistence._run_state import check_checkpoint
+from ._result import LossMetrics, OptimizeResult
 from ._state import TrainerState
-from .optimize_step import optimize_step
+from .optimize_step import _to, optimize_step
 
-_LOSSES: dict[str, Callable[[], nn.Module]] = {
-    "mse": nn.MSELoss,
-    "cross_entropy": nn.CrossEntropyLoss,
-}
+
+def _is_nevergrad(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is a nevergrad optimizer (without importing nevergrad)."""
+    return any(c.__module__.startswith("nevergrad") for c in type(optimizer).__mro__)
+
+
+def _gradient_free_loop() -> Any:
+    """The gradient-free loop's class, if this installation has it."""
+    try:
+        from ._loops import _gradient_free  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return getattr(_gradient_free, "GradientFreeLoop", None)
+
+
+def _as_loader(data: Any, batch_size: int, name: str) -> Any:
+    """A tuple or list of tensors as a ``DataLoader`` of ``batch_size``; others as given."""
+    if isinstance(data, tuple | list) and data and all(isinstance(t, torch.Tensor) for t in data):
+        return DataLoader(TensorDataset(*data), batch_size=batch_size)
+    if data is not None and callable(data) and not hasattr(data, "__iter__"):
+        raise ConfigError(
+            f"Trainer({name}=...): got a function where a DataLoader belongs. HINT: pass "
+            "optimize_step by keyword (Trainer(model, optimizer, config, loss_fn, "
+            "optimize_step=fn)): the fifth positional argument is train_dataloader"
+        )
+    return data
 
 
 class Trainer:
-    """Train ``model`` with ``optimizer`` (a torch optimizer, or an ``LMA``) under ``config``.
+    """Train ``model`` with ``optimizer`` under ``config`` (perceptrain's ``Trainer``).
 
-    ``loss_fn``: ``"mse"``, ``"cross_entropy"`` or a callable ``(outputs, targets) ->
-    loss`` (or ``(loss, metrics)``). ``optimize_step``: the function that takes one step
-    (default [`optimize_step`][marquardt.trainer.optimize_step.optimize_step]). ``scheduler``: a
-    ``torch.optim.lr_scheduler`` scheduler of ``optimizer`` (stepped as
-    ``TrainConfig.scheduler_interval`` says; ``ReduceLROnPlateau`` after each validation).
-    ``environment``: the launch environment; detected from the process's environment
-    variables when not given.
+    ``optimizer``: a ``torch.optim.Optimizer`` (gradient loop, DDP over processes), a
+    ``marquardt.solver.LMA`` or a factory ``make_lma(model, process_group)`` (the LM
+    loop), a nevergrad optimizer with ``Trainer.set_use_grad(False)`` (gradient-free), or
+    ``None`` (given later with ``enable_grad_opt`` / ``disable_grad_opt``).
+
+    ``loss_fn``: ``"mse"``, ``"cross_entropy"``, a function ``loss_fn(batch, model) ->
+    (loss, metrics)`` (perceptrain's form: its second parameter is named ``model`` or
+    annotated ``nn.Module``; ``batch`` is ``None`` when there is no data), or a criterion
+    ``(outputs, targets) -> loss`` (any other function, or an ``nn.Module`` loss such as
+    ``nn.MSELoss()``), applied to ``model(x)`` and ``y``.
+
+    ``train_dataloader`` / ``val_dataloader`` / ``test_dataloader``: the default data of
+    ``fit`` and ``test`` (a tuple of tensors becomes a loader of ``config.batch_size``).
+    ``optimize_step(model, optimizer, loss_fn, xs, device, dtype)``: one step, default
+    [`optimize_step`][marquardt.trainer.optimize_step.optimize_step]. ``max_batches``: at
+    most this many batches per epoch.
+
+    Ours: ``scheduler`` (a ``torch.optim.lr_scheduler`` scheduler of ``optimizer``,
+    stepped as ``TrainConfig.scheduler_interval`` says), ``environment`` (the launch
+    environment; detected from the process's environment variables when not given).
+
+    A subclass overrides perceptrain's hook methods (``on_train_start``,
+    ``on_train_epoch_end(results)``, ``on_val_batch_end(loss_metrics)``, ...); they are
+    called in every training process, around the stages' callbacks. During and after
+    ``fit``: ``opt_result`` (an :class:`OptimizeResult`), ``current_epoch``,
+    ``global_step`` (optimizer steps taken), ``training_stage``; ``stop_training()``
+    says whether a stop was asked (``trainer._stop_training.fill_(1)`` asks, as
+    perceptrain's callbacks do).
 
     Everything that can be checked is checked here, before any work: the configuration
     against the machine (GPUs, launcher, tasks), the optimizer against the model, the loop
     against the process count.
     """
 
-    use_grad: ClassVar[bool] = True
+    _use_grad: ClassVar[bool] = True
 
     @classmethod
     def set_use_grad(cls, value: bool) -> None:
-        """``True``: gradient loop with a torch optimizer; ``False``: the LM loop (an LMA)."""
+        """``True``: gradient-based training (or LM with an LMA); ``False``: gradient-free
+        training with a nevergrad optimizer, as in perceptrain."""
         if not isinstance(value, bool):
-            raise ConfigError(
-                f"Trainer.set_use_grad({value!r}): expected True or False, got a "
-                f"{type(value).__name__}. HINT: Trainer.set_use_grad(False) selects the LM loop"
-            )
-        cls.use_grad = value
+            raise TypeError("use_grad must be a boolean value.")
+        cls._use_grad = value
 
     def __init__(
         self,
@@ -84,7 +136,11 @@ class Trainer:
         optimizer: Any,
         config: TrainConfig | None = None,
         loss_fn: str | Callable[..., Any] = "mse",
+        train_dataloader: Any = None,
+        val_dataloader: Any = None,
+        test_dataloader: Any = None,
         optimize_step: Callable[..., Any] = optimize_step,
+        max_batches: int | None = None,
         *,
         scheduler: Any = None,
         environment: LaunchEnvironment | None = None,
@@ -109,98 +165,259 @@ class Trainer:
             raise ConfigError(
                 f"Trainer(optimize_step=...): expected a callable, got "
                 f"{type(optimize_step).__name__}. HINT: pass a function (model, optimizer, "
-                "loss_fn, batch, device, dtype) -> (loss, metrics), or leave the default"
+                "loss_fn, xs, device, dtype) -> (loss, metrics), or leave the default"
+            )
+        if max_batches is not None and (
+            isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
+        ):
+            raise ConfigError(
+                f"Trainer(max_batches={max_batches!r}): a whole number >= 1 or None. HINT: "
+                "None uses every batch of the loader in each epoch"
             )
         self.config = config
         self.model = model
-        self.optimizer = optimizer
-        self.loss_fn = self._resolve_loss(loss_fn)
+        self.loss_fn = resolve_loss(loss_fn)
         self.optimize_step = optimize_step
-        self.loop = self._choose_loop()
-        if scheduler is not None and self.loop.kind == "lm":
-            raise ConfigError(
-                "Trainer(scheduler=...) with an LMA: LM has no learning rate to schedule (its "
-                "damping adapts itself). HINT: leave scheduler=None in the LM loop"
-            )
-        check_scheduler(scheduler, optimizer, config)
+        self.max_batches = max_batches
+        self.train_dataloader = _as_loader(train_dataloader, config.batch_size, "train_dataloader")
+        self.val_dataloader = _as_loader(val_dataloader, config.batch_size, "val_dataloader")
+        self.test_dataloader = _as_loader(test_dataloader, config.batch_size, "test_dataloader")
         self.scheduler = scheduler
+        self.state = TrainerState()
+        self.opt_result: OptimizeResult | None = None
+        self.training_stage = TrainingStage.IDLE
+        self._stop_training = torch.tensor(0, dtype=torch.int)
+        self._context: RunContext | None = None
+        self._optimizer: Any = None
+        self.loop: Loop | None = None
         self.gpu_count = _compute.visible_gpu_count()
         self.compute = _compute.resolve_compute(config, self.gpu_count)
         self.environment = environment or detect_environment(
             os.environ, config.nprocs, self.gpu_count, self.compute.use_gpu
         )
         self.environment.validate()
-        self.loop.check_world(self.environment.name, self.environment.world_size)
-        self.state = TrainerState()
+        self.optimizer = optimizer
+
+    # ----------------------------------------------------------------- perceptrain's state
+    @property
+    def use_grad(self) -> bool:
+        """Gradient-based (``True``) or gradient-free (``False``) training."""
+        return self._use_grad
+
+    @use_grad.setter
+    def use_grad(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError("use_grad must be an True or False.")
+        self._use_grad = value  # type: ignore[misc]
+
+    @property
+    def optimizer(self) -> Any:
+        """The optimizer (the LMA a factory built, once ``fit`` has run)."""
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: Any) -> None:
+        """Set the optimizer and choose its loop, checked against the model and the world."""
+        self._optimizer = optimizer
+        self.loop = None if optimizer is None else self._choose_loop(optimizer)
+        if self.loop is not None:
+            if self.scheduler is not None and self.loop.kind == "lm":
+                raise ConfigError(
+                    "Trainer(scheduler=...) with an LMA: LM has no learning rate to schedule "
+                    "(its damping adapts itself). HINT: leave scheduler=None in the LM loop"
+                )
+            check_scheduler(self.scheduler, optimizer, self.config)
+            self.loop.check_world(self.environment.name, self.environment.world_size)
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch the run is in (or ended last)."""
+        return self.state.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """The optimizer steps taken so far (over every ``fit`` that resumed this run)."""
+        return self.state.step
+
+    @property
+    def accelerator(self) -> Any:
+        """perceptrain's ``trainer.accelerator``, read-only: ``rank``, ``world_size``,
+        ``local_rank`` of this process."""
+        state = self.state
+        return SimpleNamespace(
+            rank=state.rank, world_size=state.world_size, local_rank=state.local_rank
+        )
 
     @property
     def is_lm(self) -> bool:
         """Whether this trainer runs the LM loop."""
-        return self.loop.kind == "lm"
+        return self.loop is not None and self.loop.kind == "lm"
+
+    def stop_training(self) -> bool:
+        """Whether a stop was asked (by a callback, ``_stop_training``, or the run)."""
+        return bool(int(self._stop_training.max()) > 0 or self.state.should_stop)
+
+    # ----------------------------------------------------------------- hooks (override these)
+    def on_train_start(self) -> None:
+        """Called at the start of training (after the ``train_start`` callbacks)."""
+
+    def on_train_end(
+        self,
+        train_losses: list[list[LossMetrics]],
+        val_losses: list[list[LossMetrics]] | None = None,
+    ) -> None:
+        """Called at the end of training with every epoch's batch results."""
+
+    def on_train_epoch_start(self) -> None:
+        """Called at the start of each training epoch."""
+
+    def on_train_epoch_end(self, train_epoch_loss_metrics: list[LossMetrics]) -> None:
+        """Called at the end of each training epoch with its batches' ``(loss, metrics)``."""
+
+    def on_val_epoch_start(self) -> None:
+        """Called at the start of each validation after an epoch."""
+
+    def on_val_epoch_end(self, val_epoch_loss_metrics: list[LossMetrics]) -> None:
+        """Called at the end of each validation after an epoch."""
+
+    def on_train_batch_start(self, batch: Any) -> None:
+        """Called before each training step with its batch (on the device)."""
+
+    def on_train_batch_end(self, train_batch_loss_metrics: LossMetrics) -> None:
+        """Called after each training step with its ``(loss, metrics)``."""
+
+    def on_val_batch_start(self, batch: Any) -> None:
+        """Called before each validation batch."""
+
+    def on_val_batch_end(self, val_batch_loss_metrics: LossMetrics) -> None:
+        """Called after each validation batch with its ``(loss, metrics)``."""
+
+    def on_test_batch_start(self, batch: Any) -> None:
+        """Called before each test batch."""
+
+    def on_test_batch_end(self, test_batch_loss_metrics: LossMetrics) -> None:
+        """Called after each test batch with its ``(loss, metrics)``."""
 
     # ----------------------------------------------------------------- set-up
-    @staticmethod
-    def _resolve_loss(loss_fn: str | Callable[..., Any]) -> Callable[..., Any]:
-        if isinstance(loss_fn, str):
-            if loss_fn not in _LOSSES:
-                raise ConfigError(
-                    f"Trainer(loss_fn={loss_fn!r}): unknown loss name. HINT: use one of "
-                    f"{', '.join(map(repr, _LOSSES))}, or pass a callable (outputs, targets)"
+    def _choose_loop(self, optimizer: Any) -> Loop:
+        """The LM loop for an LMA, the gradient loop for a torch optimizer, the
+        gradient-free loop for a nevergrad optimizer under ``use_grad=False``."""
+        if is_lma(optimizer) or (is_lma_factory(optimizer) and not _is_nevergrad(optimizer)):
+            if not self.use_grad:
+                warnings.warn(
+                    "Trainer.set_use_grad(False) means gradient-free training (nevergrad) as in "
+                    "perceptrain; the LM loop is chosen by passing an LMA, whatever use_grad "
+                    "says. HINT: call Trainer.set_use_grad(True)",
+                    UserWarning,
+                    stacklevel=4,
                 )
-            return _LOSSES[loss_fn]()
-        if not callable(loss_fn):
+            return LMLoop(self.model, optimizer, self.config)
+        if not self.use_grad:
+            loop_class = _gradient_free_loop()
+            if not _is_nevergrad(optimizer):
+                raise ConfigError(
+                    f"Trainer.set_use_grad(False) trains gradient-free with a nevergrad "
+                    f"optimizer, but the optimizer is a {type(optimizer).__name__}. HINT: pass "
+                    "nevergrad.optimizers.NGOpt(parametrization=n_params, budget=max_iter), "
+                    "or call Trainer.set_use_grad(True) for a torch optimizer or an LMA"
+                )
+            if loop_class is None:
+                raise ConfigError(
+                    "Trainer.set_use_grad(False) with a nevergrad optimizer: this "
+                    "installation of marquardt.trainer has no gradient-free loop. HINT: use "
+                    "a torch optimizer with Trainer.set_use_grad(True)"
+                )
+            return loop_class(self.model, optimizer, self.loss_fn, self.config)  # type: ignore[no-any-return]
+        if _is_nevergrad(optimizer):
             raise ConfigError(
-                f"Trainer(loss_fn={loss_fn!r}): expected a name or a callable. HINT: use one "
-                f"of {', '.join(map(repr, _LOSSES))}, or a callable (outputs, targets) -> loss"
+                f"Trainer: a nevergrad optimizer ({type(optimizer).__name__}) needs "
+                "gradient-free training. HINT: call Trainer.set_use_grad(False) first, or use "
+                "trainer.disable_grad_opt(optimizer)"
             )
-        return loss_fn
+        return GradientLoop(self.model, optimizer, self.loss_fn, self.optimize_step, self.config)
 
-    def _choose_loop(self) -> Loop:
-        """The LM loop for an LMA, else the gradient loop (``set_use_grad`` says which is meant)."""
-        if is_lma(self.optimizer) or is_lma_factory(self.optimizer):
-            return LMLoop(self.model, self.optimizer, self.config)
-        if not Trainer.use_grad:
-            raise ConfigError(
-                f"Trainer.set_use_grad(False) selects the LM loop, which needs an LMA, but the "
-                f"optimizer is a {type(self.optimizer).__name__}. HINT: pass "
-                "marquardt.solver.LMA(model, devices, residual_fn) (pip install "
-                "marquardt-trainer[lm]), or call Trainer.set_use_grad(True)"
-            )
-        return GradientLoop(
-            self.model, self.optimizer, self.loss_fn, self.optimize_step, self.config
-        )
+    @contextmanager
+    def enable_grad_opt(self, optimizer: Any = None) -> Iterator[None]:
+        """Within the block: gradient-based training with ``optimizer`` (default: the
+        trainer's); the mode and optimizer are restored after it."""
+        with self._grad_mode(True, optimizer):
+            yield
+
+    @contextmanager
+    def disable_grad_opt(self, optimizer: Any = None) -> Iterator[None]:
+        """Within the block: gradient-free training with the nevergrad ``optimizer``."""
+        with self._grad_mode(False, optimizer):
+            yield
+
+    @contextmanager
+    def _grad_mode(self, use_grad: bool, optimizer: Any) -> Iterator[None]:
+        had_own = "_use_grad" in self.__dict__
+        original_mode, original_optimizer = self.use_grad, self._optimizer
+        try:
+            self.use_grad = use_grad
+            self.optimizer = optimizer if optimizer is not None else original_optimizer
+            yield
+        finally:
+            if had_own:
+                self.use_grad = original_mode
+            else:
+                self.__dict__.pop("_use_grad", None)
+            self.optimizer = original_optimizer
 
     def run_context(self) -> RunContext:
         """This process's `RunContext` of the run (the parts get it, not the Trainer)."""
+        loop = self._require_loop()
         return RunContext(
             config=self.config,
             state=self.state,
-            loop=self.loop,
-            hooks=Hooks(self.config.callbacks, owner=self),
+            loop=loop,
+            callbacks=list(self.config.callbacks),
+            owner=self,
             schedule=LRSchedule(self.scheduler, self.config),
             loss_fn=self.loss_fn,
             compute=self.compute,
             launcher=self.environment.name,
+            max_batches=self.max_batches,
         )
+
+    def _attach(self, context: RunContext, train_loader: Any, val_loader: Any) -> None:
+        """In the training process, before the first stage: what callbacks read."""
+        self._context = context
+        self._run_optimizer = context.loop.optimizer
+        if train_loader is not None:
+            self.train_dataloader = train_loader
+        if val_loader is not None:
+            self.val_dataloader = val_loader
+        self.config.log_folder = context.folder
+        self.opt_result = OptimizeResult(self.state.current_epoch, self.model, self.optimizer)
+
+    def _require_loop(self) -> Loop:
+        if self.loop is None:
+            raise ConfigError(
+                "Trainer: no optimizer. HINT: pass one to Trainer(model, optimizer, ...) or "
+                "train inside `with trainer.enable_grad_opt(optimizer):`"
+            )
+        return self.loop
 
     def _check_resume(self, plan: RunPlan) -> None:
         """The planned checkpoint fits this run, before any process or step starts."""
         if plan.resume is not None:
+            loop = self._require_loop()
             path = Path(plan.resume)
             check_checkpoint(
                 ckpt.read_checkpoint(path),
                 path,
                 self.model,
-                self.loop.kind,
-                self.loop.optimizer_name,
+                loop.kind,
+                loop.optimizer_name,
                 self.config.callbacks,
             )
 
-    # ----------------------------------------------------------------- fit
+    # ----------------------------------------------------------------- fit, test
     def fit(
         self,
-        train_loader: Any = None,
-        val_loader: Any = None,
+        train_dataloader: Any = None,
+        val_dataloader: Any = None,
         *,
         train_dataset: Any = None,
         val_dataset: Any = None,
@@ -211,25 +428,54 @@ class Trainer:
     ) -> tuple[nn.Module, Any]:
         """Train; return the trained model and optimizer (in this process, also after a spawn).
 
-        Data, at one of three levels: loaders (``fit(train_loader, val_loader)``); datasets
-        with loader settings (``fit(train_dataset=ds, val_dataset=vs, batch_size=32,
-        num_workers=1)``), from which each process builds its loaders, the training one
-        with a ``DistributedSampler``; or dataset factories (``train_dataset=make_dataset``,
+        Data: the loaders given here, else the trainer's own (``Trainer(...,
+        train_dataloader=...)``), else none (``loss_fn(None, model)``: a model that computes
+        its own loss). Ours beside: datasets with loader settings (``fit(train_dataset=ds,
+        val_dataset=vs, batch_size=32, num_workers=1)``; ``batch_size`` defaults to
+        ``config.batch_size``), from which each process builds its loaders, the training one
+        with a ``DistributedSampler``, or dataset factories (``train_dataset=make_dataset``,
         a callable taking no argument), called inside each training process.
 
         After SIGTERM the run writes a checkpoint and this call exits the program with
         status 0 (``SystemExit``); a restart with ``resume_from="latest"`` continues it.
         """
-        data = DataSource.from_fit(
-            train_loader,
-            val_loader,
-            train_dataset,
-            val_dataset,
-            batch_size,
-            num_workers,
-            shuffle,
-            drop_last,
-        )
+        loop = self._require_loop()
+        if train_dataloader is not None:
+            self.train_dataloader = _as_loader(
+                train_dataloader, self.config.batch_size, "train_dataloader"
+            )
+        if val_dataloader is not None:
+            self.val_dataloader = _as_loader(
+                val_dataloader, self.config.batch_size, "val_dataloader"
+            )
+        if train_dataset is not None:
+            data = DataSource.from_fit(
+                None,
+                None,
+                train_dataset,
+                val_dataset,
+                batch_size if batch_size is not None else self.config.batch_size,
+                num_workers,
+                shuffle,
+                drop_last,
+            )
+        else:
+            data = DataSource.from_fit(
+                self.train_dataloader,
+                self.val_dataloader,
+                None,
+                val_dataset,
+                batch_size,
+                num_workers,
+                shuffle,
+                drop_last,
+            )
+        if self.config.val_every and data.val is None:
+            raise ConfigError(
+                f"TrainConfig(val_every={self.config.val_every}) but there is no validation "
+                "data. HINT: pass val_dataloader=... (to Trainer or fit), or set val_every=0"
+            )
+        self._stop_training.fill_(0)
         env = self.environment
         layouts = env.layouts()
         if env.spawns or layouts[0].rank == 0:
@@ -246,12 +492,52 @@ class Trainer:
             run_worker(self.run_context(), env, layouts[0], plan, data)
         if self.state.interrupted:
             raise SystemExit(0)
-        return self.model, self.loop.optimizer
+        self.training_stage = TrainingStage.IDLE
+        return self.model, loop.optimizer
+
+    def test(self, test_dataloader: Any = None) -> list[LossMetrics]:
+        """Evaluate the model on every batch of ``test_dataloader`` (default: the trainer's),
+        in this process, with the ``test_batch_*`` hooks and callbacks; the batches'
+        ``(loss, {"test_loss": ..., "test_<metric>": ...})``."""
+        if test_dataloader is not None:
+            self.test_dataloader = _as_loader(
+                test_dataloader, self.config.batch_size, "test_dataloader"
+            )
+        loader = self.test_dataloader
+        stages = StageDispatch(
+            self, CallbacksManager(self.config.callbacks, self.config, None), self.state
+        )
+        try:
+            device = next(self.model.parameters()).device
+        except StopIteration:
+            device = torch.device("cpu")
+        dtype = None if self.is_lm else self.config.torch_dtype
+        was_training = self.model.training
+        self.model.eval()
+        results: list[LossMetrics] = []
+        batches: Sequence[Any] | Any = [None] if loader is None else loader
+        count = batches_per_epoch(loader, self.max_batches)
+        try:
+            for index, batch in enumerate(batches):
+                if index >= count:
+                    break
+                batch = _to(batch, device, dtype)
+                stages.hook("on_test_batch_start", batch)
+                stages.start(TrainingStage.TEST_BATCH_START)
+                result = evaluate_batch(self.loss_fn, self.model, batch, "test", None)
+                results.append(result)
+                stages.end(TrainingStage.TEST_BATCH_END, result)
+                stages.hook("on_test_batch_end", result)
+        finally:
+            self.model.train(was_training)
+            stages.idle()
+        return results
 
     def _fit_spawn(
         self, env: LaunchEnvironment, layouts: list[Any], plan: RunPlan, data: DataSource
     ) -> None:
         """Spawn the training processes; the caller's objects get rank 0's trained state."""
+        loop = self._require_loop()
         spec = WorkerSpec(
             trainer_class=type(self),
             model=self.model,
@@ -268,20 +554,32 @@ class Trainer:
             launcher=env.name,
             gpu_count=self.gpu_count,
             use_gpu=self.compute.use_gpu,
+            use_grad=self.use_grad,
+            max_batches=self.max_batches,
         )
         result = fit_spawn(spec, layouts)
         if self.is_lm:  # the caller gets an LMA of its own model (one process) with the state
-            self.loop.optimizer = build_lma(self.optimizer, self.model, world_size=1)
+            loop.optimizer = build_lma(self.optimizer, self.model, world_size=1)
         apply_result(
             result,
             self.model,
-            self.loop.optimizer,
+            loop.optimizer,
             self.scheduler,
             self.config.callbacks,
             self.state,
         )
         if self.is_lm:
-            self.loop.optimizer.sync_replicas()
+            loop.optimizer.sync_replicas()
+        self.config.log_folder = Path(plan.folder)
+        summary = result.get("opt_result")
+        if summary is not None:
+            self.opt_result = OptimizeResult(
+                summary["iteration"],
+                self.model,
+                loop.optimizer,
+                summary["loss"],
+                summary["metrics"],
+            )
         if self.state.interrupted:
             notice(
                 f"{env.name}: training stopped by SIGTERM at step {self.state.step}; the "

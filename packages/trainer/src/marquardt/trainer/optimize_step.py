@@ -1,10 +1,11 @@
-"""One optimizer step on one batch: ``optimize_step(model, optimizer, loss_fn, batch, device, dtype)``.
+"""One optimizer step on one batch: ``optimize_step(model, optimizer, loss_fn, xs, device, dtype)``.
 
-The step minimises the batch loss L(θ) = loss_fn(model(x; θ), y) with any
-``torch.optim.Optimizer``. The forward and backward pass live in a *closure* handed to
-``optimizer.step``, so optimizers that re-evaluate the loss during a step (L-BFGS, Nocedal
-& Wright 2006, ch. 7, with its line search) work unchanged; first-order optimizers call
-the closure once.
+perceptrain's signature and meaning: the step minimises the batch loss L(θ) returned by
+``loss_fn(xs, model) -> (loss, metrics)`` (``xs`` is the batch, ``None`` when the model
+needs no data) with any ``torch.optim.Optimizer``. The forward and backward pass live in
+a *closure* handed to ``optimizer.step``, so optimizers that re-evaluate the loss during a
+step (L-BFGS, Nocedal & Wright 2006, ch. 7, with its line search) work unchanged;
+first-order optimizers call the closure once.
 
 In a data-parallel run the model is wrapped in ``DistributedDataParallel``, whose
 backward pass averages the gradients over the processes, so every process takes the same
@@ -15,27 +16,15 @@ averaged over the processes, so every process takes the same decisions.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
+from ._loss import loss_and_metrics
+
 __all__ = ["optimize_step"]
-
-LossOutput = torch.Tensor | tuple[torch.Tensor, dict[str, Any]]
-
-
-def _split(batch: Any) -> tuple[Any, Any]:
-    if isinstance(batch, Sequence) and not isinstance(batch, str | bytes) and len(batch) == 2:
-        return batch[0], batch[1]
-    if isinstance(batch, dict) and "x" in batch and "y" in batch:
-        return batch["x"], batch["y"]
-    raise TypeError(
-        f"optimize_step expects a batch (inputs, targets) but got {type(batch).__name__}"
-        f"{f' of length {len(batch)}' if isinstance(batch, Sequence) else ''}. HINT: make the "
-        "dataset return (x, y) pairs, e.g. TensorDataset(x, y), or pass your own optimize_step"
-    )
 
 
 def _to(value: Any, device: torch.device | str | None, dtype: torch.dtype | None) -> Any:
@@ -48,13 +37,6 @@ def _to(value: Any, device: torch.device | str | None, dtype: torch.dtype | None
     if isinstance(value, dict):
         return {k: _to(v, device, dtype) for k, v in value.items()}
     return value
-
-
-def _loss_and_metrics(output: LossOutput) -> tuple[torch.Tensor, dict[str, Any]]:
-    if isinstance(output, tuple):
-        loss, metrics = output
-        return loss, dict(metrics)
-    return output, {}
 
 
 def _is_distributed(model: nn.Module) -> bool:
@@ -79,30 +61,28 @@ def _detach_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
 def optimize_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[..., LossOutput],
-    batch: Any,
-    device: torch.device | str | None,
-    dtype: torch.dtype | None,
+    loss_fn: Callable[..., Any],
+    xs: Any,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
     *,
     grad_clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    """Take one step of ``optimizer`` on ``batch``; return the detached loss and metrics.
+    """Take one step of ``optimizer`` on the batch ``xs``; return the detached loss and metrics.
 
-    ``batch`` is ``(inputs, targets)`` (or a dict with ``x`` and ``y``); tensors go to
-    ``device``, floating ones to ``dtype``. ``loss_fn(outputs, targets)`` returns the loss,
-    or ``(loss, metrics)``. ``grad_clip`` bounds the gradient norm before the step.
-    The returned loss is the value at the parameters the step started from.
+    ``loss_fn(xs, model)`` returns ``(loss, metrics)``; tensors of ``xs`` go to ``device``,
+    floating ones to ``dtype`` (the trainer has moved them already). ``grad_clip`` bounds
+    the gradient norm before the step. The returned loss is the value at the parameters
+    the step started from.
     """
-    inputs, targets = _split(batch)
-    inputs = _to(inputs, device, dtype)
-    targets = _to(targets, device, dtype)
+    batch = _to(xs, device, dtype)
     distributed = _is_distributed(model)
     reevaluates = isinstance(optimizer, torch.optim.LBFGS)
     record: dict[str, Any] = {}
 
     def closure() -> Any:
         optimizer.zero_grad(set_to_none=True)
-        loss, metrics = _loss_and_metrics(loss_fn(model(inputs), targets))
+        loss, metrics = loss_and_metrics(loss_fn(batch, model))
         loss.backward()
         if grad_clip is not None:
             nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
@@ -120,7 +100,7 @@ def optimize_step(
 def _accumulate_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[..., LossOutput],
+    loss_fn: Callable[..., Any],
     batches: list[Any],
     device: torch.device | str | None,
     dtype: torch.dtype | None,
@@ -137,13 +117,11 @@ def _accumulate_step(
     merged: dict[str, Any] = {}
     count = len(batches)
     for index, batch in enumerate(batches):
-        inputs, targets = _split(batch)
-        inputs = _to(inputs, device, dtype)
-        targets = _to(targets, device, dtype)
+        batch = _to(batch, device, dtype)
         sync = index == count - 1 or not isinstance(model, nn.parallel.DistributedDataParallel)
         context = contextlib.nullcontext() if sync else model.no_sync()  # type: ignore[operator]
         with context:
-            loss, metrics = _loss_and_metrics(loss_fn(model(inputs), targets))
+            loss, metrics = loss_and_metrics(loss_fn(batch, model))
             (loss / count).backward()
         total = loss.detach() / count if total is None else total + loss.detach() / count
         for key, value in _detach_metrics(metrics).items():

@@ -108,10 +108,12 @@ def _loader_kwargs(loader: DataLoader[Any]) -> dict[str, Any]:
 
 
 def prepare_loader(
-    loader: Iterable[Any], rank: int, world_size: int, seed: int
-) -> tuple[Iterable[Any], ResumableSampler | None]:
+    loader: Iterable[Any] | None, rank: int, world_size: int, seed: int
+) -> tuple[Iterable[Any] | None, ResumableSampler | None]:
     """The loader this rank iterates, and its resumable sampler (None for a stream, or a
-    loader kept as given)."""
+    loader kept as given; ``None`` when there is no data)."""
+    if loader is None:
+        return None, None
     if not isinstance(loader, DataLoader):
         if world_size > 1:
             raise ConfigError(

@@ -109,11 +109,6 @@ class DataSource:
     ) -> DataSource:
         """Check ``fit``'s arguments (before any work) and keep them."""
         if train_dataset is None:
-            if train_loader is None:
-                raise ConfigError(
-                    "fit() got no training data. HINT: fit(train_loader) with a DataLoader, or "
-                    "fit(train_dataset=dataset_or_factory, batch_size=32)"
-                )
             if val_dataset is not None or batch_size is not None:
                 raise ConfigError(
                     "fit(): loader settings (batch_size, val_dataset) go with train_dataset, "

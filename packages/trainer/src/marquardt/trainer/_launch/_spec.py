@@ -111,6 +111,8 @@ class WorkerSpec:
     launcher: str
     gpu_count: int
     use_gpu: bool
+    use_grad: bool = True
+    max_batches: int | None = None
 
     def build(self, layout: ProcessLayout) -> Any:
         """The ``Trainer`` of the process at ``layout``, through its own constructor."""
@@ -119,12 +121,14 @@ class WorkerSpec:
             optimizer = optimizer.build(self.model)
         scheduler = None if self.scheduler is None else self.scheduler.build(optimizer)
         environment = SpawnedProcess(layout, self.launcher, self.gpu_count, self.use_gpu)
+        self.trainer_class.set_use_grad(self.use_grad)  # this process's class, fresh
         return self.trainer_class(
             self.model,
             optimizer,
             self.config,
             loss_fn=self.loss_fn,
             optimize_step=self.optimize_step,
+            max_batches=self.max_batches,
             scheduler=scheduler,
             environment=environment,
         )

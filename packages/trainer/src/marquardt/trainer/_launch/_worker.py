@@ -18,6 +18,9 @@ from typing import Any
 import torch
 
 from .. import _distributed as pg
+from .._callbacks._base import CallbacksManager
+from .._callbacks._builtin import config_callbacks
+from .._callbacks._dispatch import StageDispatch
 from .._data._loaders import prepare_loader
 from .._data._sources import DataSource
 from .._environments import LaunchEnvironment, ProcessLayout
@@ -95,12 +98,10 @@ def _resume(context: RunContext, layout: ProcessLayout, plan: RunPlan) -> dict[s
         path = Path(plan.resume)
         data = ckpt.read_checkpoint(path)
         loop = context.loop
-        check_checkpoint(
-            data, path, loop.model, loop.kind, loop.optimizer_name, context.hooks.callbacks
-        )
+        check_checkpoint(data, path, loop.model, loop.kind, loop.optimizer_name, context.callbacks)
         restore(context, data, layout)
     # A callback whose state cannot be checkpointed fails now, not at the first checkpoint.
-    callback_state.capture(context.hooks.callbacks)
+    callback_state.capture(context.callbacks)
     steps = pg.all_gather_object(context.state.step)
     if len(set(steps)) > 1:
         raise CheckpointMismatchError(
@@ -144,12 +145,19 @@ def _train(
         verbose=config.verbose,
         params={"config": config.to_dict(), "hyperparams": config.hyperparams},
         tools=config.tracking,
+        state=state,
     )
     context.logger = logger
+    # perceptrain's order: the user's callbacks, then the configuration's built-ins.
+    manager = CallbacksManager([*context.callbacks, *config_callbacks(config)], config, logger)
+    context.stages = StageDispatch(context.owner, manager, state)
+    attach = getattr(context.owner, "_attach", None)
+    if attach is not None:
+        attach(context, train_loader, val_loader)
     if saved is not None:
         logger.message(
-            f"resumed from {plan.resume} at step {state.step} (epoch "
-            f"{state.epoch}, batch {state.batch_in_epoch})"
+            f"resumed from {plan.resume} at epoch {state.epoch}, batch "
+            f"{state.batch_in_epoch} (step {state.step})"
         )
     try:
         run_loop(context, loader, sampler, val_loader, stop)

@@ -1,4 +1,4 @@
-"""``MLflowLogger``: parameters, metrics per step and the final checkpoint in an MLflow run.
+"""``MLflowLogger``: parameters, metrics by epoch, figures and the final checkpoint in an MLflow run.
 
 Needs the ``mlflow`` extra (``mlflow-skinny``). It talks to the tracking store through an
 ``MlflowClient`` of its own (no global active run), so it works beside user code that uses
@@ -82,9 +82,12 @@ class MLflowLogger:
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
-        entries = [Metric(k, float(v), stamp, step) for k, v in metrics.items()]
-        entries.append(Metric(f"{phase}_epoch", float(epoch), stamp, step))
+        entries = [Metric(k, float(v), stamp, epoch) for k, v in metrics.items()]
         self._client.log_batch(self.run_id, metrics=entries)
+
+    def log_figure(self, name: str, figure: Any, epoch: int) -> None:
+        """A plotting function's figure at ``epoch``, as ``<name>_<epoch>.png``."""
+        self._client.log_figure(self.run_id, figure, f"{name}_{epoch}.png")
 
     def log_artifact(self, path: Path) -> None:
         self._client.log_artifact(self.run_id, str(path), artifact_path="model")

@@ -1,7 +1,10 @@
 """``RunLogger``: rank 0's reporting for one run, with the loggers chosen once.
 
-The tracking tools' names (``"csv"``, ``"tensorboard"``, ``"mlflow"``) become
-logger instances here, once; instances are used as given. Every rank builds a
+It is the ``writer`` callbacks receive, with perceptrain's writer methods: ``write``
+(metrics of an epoch), ``print_metrics``, ``log_hyperparams``, ``plot`` (plotting
+functions' figures) and ``log_model``, translated here to our loggers. The tracking
+tools' names (``"tensorboard"``, ``"mlflow"``, ``"csv"``) become logger instances here,
+once; instances are used as given; ``metrics.csv`` is always written. Every rank builds a
 ``RunLogger``, but only rank 0's is enabled: the others print and write nothing. The run
 folder always gets ``hparams.json`` (the configuration and ``TrainConfig.hyperparams``).
 """
@@ -13,6 +16,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from .._persistence._files import atomic_save, bare_state_dict
+from .._state import TrainerState
 from ._base import Logger
 from ._console import Console
 from ._csv import CSVLogger
@@ -28,8 +35,24 @@ BY_NAME: dict[str, type[Any]] = {
 
 
 def make_loggers(tools: Iterable[Any]) -> list[Logger]:
-    """Loggers for ``TrainConfig.tracking``: names built with their defaults, instances kept."""
-    return [BY_NAME[t]() if isinstance(t, str) else t for t in tools]
+    """Loggers for ``TrainConfig.tracking``: names built with their defaults, instances kept,
+    and a ``CSVLogger`` when there is none."""
+    loggers = [BY_NAME[str(t)]() if isinstance(t, str) else t for t in tools]
+    if not any(isinstance(logger, CSVLogger) for logger in loggers):
+        loggers.insert(0, CSVLogger())
+    return loggers
+
+
+def phase_of(metrics: Mapping[str, Any]) -> str:
+    """``"val"`` or ``"test"`` when every metric name says so, else ``"train"``."""
+    for phase in ("val", "test"):
+        if metrics and all(str(k).startswith(f"{phase}_") for k in metrics):
+            return phase
+    return "train"
+
+
+def _number(value: Any) -> float:
+    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
 
 
 class RunLogger:
@@ -46,9 +69,11 @@ class RunLogger:
         verbose: bool,
         params: Mapping[str, Any],
         tools: Iterable[Any],
+        state: TrainerState | None = None,
     ) -> None:
         self.folder = folder
         self.enabled = enabled
+        self.state = state
         self.loggers: list[Logger] = []
         self.console: Console | None = None
         if not enabled:
@@ -56,26 +81,74 @@ class RunLogger:
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / "hparams.json", "w") as handle:
             json.dump(dict(params), handle, indent=2, default=str)
-        self.console = Console(max_iter, start_step, verbose)
+        start_epoch = state.epoch if state is not None else 0
+        self.console = Console(max_iter + 1, start_epoch, verbose)
         self.console.line(f"marquardt.trainer: {describe}; run folder {folder}")
         for logger in make_loggers(tools):
             logger.start(folder, start_step)
             logger.log_hyperparams(params)
             self.loggers.append(logger)
 
-    def print_line(
-        self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train"
-    ) -> None:
-        if self.console is not None:
-            self.console.step_line(step, epoch, metrics, phase)
-
-    def progress(self, step: int, metrics: dict[str, float]) -> None:
-        if self.console is not None:
-            self.console.progress(step, metrics)
-
-    def write(self, step: int, epoch: int, metrics: dict[str, float], phase: str = "train") -> None:
+    # perceptrain's writer methods (rank 0 does the work; other ranks' writers are idle)
+    def write(self, iteration: int, metrics: Mapping[str, Any]) -> None:
+        """The metrics of epoch ``iteration`` to every logger (at the current global step)."""
+        if not self.enabled:
+            return
+        plain = {str(k): _number(v) for k, v in metrics.items() if _is_number(v)}
+        step = self.state.step if self.state is not None else iteration
+        phase = phase_of(plain)
         for logger in self.loggers:
-            logger.log_metrics(metrics, step, epoch=epoch, phase=phase)
+            logger.log_metrics(plain, step, epoch=iteration, phase=phase)
+
+    def print_metrics(self, result: Any) -> None:
+        """One line in perceptrain's format: rank, device, epoch, the loss, other metrics."""
+        if self.console is None:
+            return
+        metrics = result.metrics
+        loss_key = next((k for k in metrics if "loss" in k.lower()), None)
+        line = f"P {result.rank: >2}|{result.device!s: <7}| Iteration {result.iteration: >7}| "
+        if loss_key is not None:
+            line += f"{loss_key.title()}: {_number(metrics[loss_key]):.7f} -"
+        else:
+            line += "Loss: None -"
+        line += " ".join(f"{k}: {_number(v):.7f}" for k, v in metrics.items() if k != loss_key)
+        self.console.line(line)
+
+    def log_hyperparams(self, hyperparams: Mapping[str, Any]) -> None:
+        """``hyperparams`` to every logger (they also went to ``hparams.json`` at the start)."""
+        for logger in self.loggers:
+            logger.log_hyperparams(dict(hyperparams))
+
+    def plot(self, model: Any, iteration: int, plotting_functions: Iterable[Any]) -> None:
+        """Each ``fn(model, iteration) -> (name, figure)`` to the loggers that take figures,
+        or as ``plots/<name>_<iteration>.png`` in the run folder when none does."""
+        if not self.enabled:
+            return
+        takers = [g for g in self.loggers if callable(getattr(g, "log_figure", None))]
+        for fn in plotting_functions:
+            name, figure = fn(model, iteration)
+            for logger in takers:
+                logger.log_figure(str(name), figure, iteration)  # type: ignore[attr-defined]
+            if not takers:
+                (self.folder / "plots").mkdir(parents=True, exist_ok=True)
+                figure.savefig(self.folder / "plots" / f"{name}_{iteration}.png")
+            _close(figure)
+
+    def log_model(self, model: Any, *dataloaders: Any) -> None:
+        """The model's weights as ``model.pt`` in the run folder, given to every logger."""
+        if not self.enabled:
+            return
+        path = atomic_save(bare_state_dict(model), self.folder / "model.pt")
+        for logger in self.loggers:
+            logger.log_artifact(path)
+
+    def print_line(self, text: str) -> None:
+        if self.console is not None:
+            self.console.line(text)
+
+    def progress(self, epoch: int, metrics: dict[str, float]) -> None:
+        if self.console is not None:
+            self.console.progress(epoch, metrics)
 
     def artifact(self, path: Path) -> None:
         for logger in self.loggers:
@@ -92,3 +165,18 @@ class RunLogger:
         if self.console is not None:
             self.console.close()
             self.console = None
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.numel() == 1
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _close(figure: Any) -> None:
+    """Close a matplotlib figure so figures do not pile up over a run."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    plt.close(figure)

@@ -1,7 +1,7 @@
-"""``TensorBoardLogger``: scalars ``<phase>/<metric>`` in ``<run folder>/tensorboard``.
+"""``TensorBoardLogger``: scalars ``train_loss``, ``val_loss``, ... by epoch in ``<run folder>/tensorboard``.
 
 Needs the ``tensorboard`` extra; without it the run goes on with a notice (the CSV still
-holds every metric). A resumed run purges the events after the step it resumes from.
+holds every metric). A resumed run appends its epochs to the events already there.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class TensorBoardLogger:
             )
             return
         directory = self.log_dir or folder / "tensorboard"
-        self._writer = SummaryWriter(log_dir=str(directory), purge_step=start_step)
+        self._writer = SummaryWriter(log_dir=str(directory))
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         if self._writer is not None:
@@ -41,7 +41,12 @@ class TensorBoardLogger:
     ) -> None:
         if self._writer is not None:
             for key, value in metrics.items():
-                self._writer.add_scalar(f"{phase}/{key}", value, step)
+                self._writer.add_scalar(key, value, epoch)
+
+    def log_figure(self, name: str, figure: Any, epoch: int) -> None:
+        """A plotting function's figure at ``epoch``."""
+        if self._writer is not None:
+            self._writer.add_figure(name, figure, global_step=epoch)
 
     def log_artifact(self, path: Path) -> None:
         """TensorBoard keeps no files of the run."""

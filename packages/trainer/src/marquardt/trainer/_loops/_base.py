@@ -11,14 +11,12 @@ loop runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from torch import nn
-
-from .._callbacks import Hooks
 
 
 @dataclass(frozen=True)
@@ -60,11 +58,15 @@ class Loop(Protocol):
     def teardown(self) -> None:
         """Let go of whatever holds the process group, before the process leaves it."""
 
-    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
-        """Take one optimizer (or LM) step on the next batch(es), calling ``on_batch_start``."""
+    @property
+    def batches_per_step(self) -> int:
+        """How many batches one step consumes (``accumulate_grad_batches``, or 1)."""
 
-    def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
-        """A validation batch's inputs and targets, on ``device`` and in the training dtype."""
+    def prepare_batch(self, batch: Any, device: torch.device) -> Any:
+        """``batch`` where and how the step uses it (device, dtype); checked once."""
+
+    def step(self, group: list[Any], device: torch.device) -> StepResult:
+        """Take one optimizer (or LM) step on the prepared batches of ``group``."""
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's (or LMA's) state, under the checkpoint entries this loop owns."""

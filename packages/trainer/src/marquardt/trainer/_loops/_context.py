@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from .._callbacks import Hooks
+from .._callbacks._base import Callback
+from .._callbacks._dispatch import StageDispatch
 from .._compute import Compute
 from .._config import TrainConfig
 from .._logging._run_logger import RunLogger
@@ -43,7 +44,10 @@ class RunContext:
     config: TrainConfig
     state: TrainerState
     loop: Loop
-    hooks: Hooks
+    #: The user's callbacks (whose states the checkpoints hold).
+    callbacks: list[Callback]
+    #: The trainer the callbacks and hook methods receive.
+    owner: Any
     schedule: LRSchedule
     loss_fn: Callable[..., Any]
     compute: Compute
@@ -52,6 +56,8 @@ class RunContext:
     logger: RunLogger | None = None
     checkpoints: Checkpoints | None = None
     sampler_seed: int = 0
+    max_batches: int | None = None
+    stages: StageDispatch = None  # type: ignore[assignment]  # set by the worker
 
     @property
     def model(self) -> nn.Module:
@@ -59,8 +65,8 @@ class RunContext:
         return self.loop.model
 
     def describe(self) -> str:
-        """The run's first line: loop, launcher, world size, device, steps."""
+        """The run's first line: loop, launcher, world size, device, epochs."""
         return (
             f"{self.loop.describe(self.compute.backend)}, {self.launcher}, world size "
-            f"{self.state.world_size}, device {self.state.device}, {self.config.max_iter} steps"
+            f"{self.state.world_size}, device {self.state.device}, epochs 0-{self.config.max_iter}"
         )

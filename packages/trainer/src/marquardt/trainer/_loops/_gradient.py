@@ -12,16 +12,15 @@ process of batch W·b. With ``accumulate_grad_batches = a`` a step averages a ba
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._callbacks import Hooks
 from .._config import TrainConfig
 from .._errors import ConfigError
-from ..optimize_step import _accumulate_step, _split, optimize_step
+from ..optimize_step import _accumulate_step, _to, optimize_step
 from ._base import StepResult
 
 
@@ -130,12 +129,18 @@ class GradientLoop:
         process ("terminate called without an active exception")."""
         self.net = self.model
 
-    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
-        """One optimizer step on the next ``accumulate_grad_batches`` batches."""
-        group = [next(batches) for _ in range(self.accumulate)]
-        hooks("on_batch_start", group[0] if self.accumulate == 1 else group)
+    @property
+    def batches_per_step(self) -> int:
+        return self.accumulate
+
+    def prepare_batch(self, batch: Any, device: torch.device) -> Any:
+        """Tensors of ``batch`` on ``device``; floating ones in the training dtype."""
+        return _to(batch, device, self.dtype)
+
+    def step(self, group: list[Any], device: torch.device) -> StepResult:
+        """One optimizer step on ``group`` (one batch, or ``accumulate_grad_batches``)."""
         extra = {} if self.grad_clip is None else {"grad_clip": self.grad_clip}
-        if self.accumulate == 1:
+        if len(group) == 1:
             loss, raw = self.step_fn(
                 self.net, self.optimizer, self.loss_fn, group[0], device, self.dtype, **extra
             )
@@ -143,17 +148,7 @@ class GradientLoop:
             loss, raw = _accumulate_step(
                 self.net, self.optimizer, self.loss_fn, group, device, self.dtype, **extra
             )
-        return StepResult(float(loss), {k: float(v) for k, v in raw.items()})
-
-    def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
-        inputs, targets = _split(batch)
-        dtype = self.dtype
-        inputs = inputs.to(device=device, dtype=dtype or inputs.dtype)
-        targets = targets.to(
-            device=device,
-            dtype=dtype if targets.is_floating_point() and dtype else targets.dtype,
-        )
-        return inputs, targets
+        return StepResult(float(loss), {k: float(v) for k, v in (raw or {}).items()})
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state_dict(), "lma": None}

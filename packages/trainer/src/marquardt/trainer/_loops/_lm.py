@@ -22,16 +22,15 @@ LMA's state (λ, ν, step count) and its last step report.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._callbacks import Hooks
 from .._config import TrainConfig
 from .._errors import ConfigError
-from ..optimize_step import _split
+from .._loss import split_batch
 from ._base import StepResult
 
 
@@ -144,11 +143,20 @@ class LMLoop:
     def train(self) -> None:
         self.model.train()
 
-    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
-        """One LM step on the next batch; asks to stop when LM terminates."""
-        batch = next(batches)
-        hooks("on_batch_start", batch)
-        inputs, targets = _split(batch)
+    batches_per_step = 1
+
+    def prepare_batch(self, batch: Any, device: torch.device) -> Any:
+        """The batch as it is: the LMA moves its slices to its own devices."""
+        if batch is None:
+            raise ConfigError(
+                "the LM loop fits residuals of (inputs, targets) batches but there is no "
+                "data. HINT: pass a train_dataloader of (x, y) pairs"
+            )
+        return batch
+
+    def step(self, group: list[Any], device: torch.device) -> StepResult:
+        """One LM step on the batch; asks to stop when LM terminates."""
+        inputs, targets = split_batch(group[0])
         slice_size = self.slice_size
         if slice_size is not None:
             # A loader's last batch may be shorter than the configured slice; LMA refuses a
@@ -169,10 +177,6 @@ class LMLoop:
 
     def teardown(self) -> None:
         """Nothing: an LMA looks the default group up at each collective, never holds it."""
-
-    def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
-        inputs, targets = _split(batch)
-        return inputs.to(device), targets.to(device)
 
     def state_dict(self) -> dict[str, Any]:
         report = getattr(self.optimizer, "report", None)

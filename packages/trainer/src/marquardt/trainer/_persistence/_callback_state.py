@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .._callbacks import Callback
+from .._callbacks._base import Callback
 from .._errors import CheckpointMismatchError, ConfigError
 
 #: The checkpoint entry that holds the callbacks' states (one mapping per rank).

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -168,27 +169,17 @@ def prune(folder: str | Path, keep: int) -> None:
         path.unlink(missing_ok=True)
 
 
-def find_latest(run_folder: Path, root_folder: Path) -> Path | None:
-    """The newest readable checkpoint of the run folder, else of ``root_folder``'s runs.
+def find_latest(*run_folders: Path) -> Path | None:
+    """The newest readable checkpoint of the first of ``run_folders`` that has one.
 
     A newest file that cannot be read (damaged outside the trainer's atomic writes) is
     skipped with a warning, so an unattended requeue falls back to the one before it.
     """
-    candidates = [run_folder / CHECKPOINT_DIR]
-    if root_folder.is_dir():
-        runs = sorted(
-            (p for p in root_folder.iterdir() if (p / CHECKPOINT_DIR).is_dir()),
-            key=lambda p: p.name,
-            reverse=True,
-        )
-        candidates.extend(p / CHECKPOINT_DIR for p in runs)
-    for folder in candidates:
-        for _, path in reversed(list_checkpoints(folder)):
+    for run in run_folders:
+        for _, path in reversed(list_checkpoints(run / CHECKPOINT_DIR)):
             try:
                 read_checkpoint(path)
             except CheckpointCorruptError as exc:
-                import warnings
-
                 warnings.warn(f"{exc}; trying an older checkpoint", RuntimeWarning, stacklevel=2)
                 continue
             return path

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._callbacks import Callback
+from .._callbacks._base import Callback
 from .._loops._context import RunContext
 from .._state import TrainerState
 from . import _callback_state as callback_state
@@ -32,10 +32,23 @@ def write_result(context: RunContext, path: str) -> None:
             "step": state.step,
             "interrupted": state.interrupted,
             "stop_reason": state.stop_reason,
-            callback_state.ENTRY: [callback_state.capture(context.hooks.callbacks)],
+            callback_state.ENTRY: [callback_state.capture(context.callbacks)],
+            "opt_result": _summary(context),
         },
         path,
     )
+
+
+def _summary(context: RunContext) -> dict[str, Any] | None:
+    """The final ``opt_result`` as plain numbers (the parent rebuilds it around its model)."""
+    result = getattr(context.owner, "opt_result", None)
+    if result is None:
+        return None
+    return {
+        "iteration": int(result.iteration),
+        "loss": None if result.loss is None else float(result.loss),
+        "metrics": {str(k): float(v) for k, v in result.metrics.items()},
+    }
 
 
 def read_result(path: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .. import _distributed as pg
-from .._callbacks import Callback
+from .._callbacks._base import Callback
 from .._environments import ProcessLayout
 from .._loops._context import RunContext
 from . import _callback_state as callback_state
@@ -64,6 +64,7 @@ def payload(
         "step": state.step,
         "epoch": state.epoch,
         "batch_in_epoch": state.batch_in_epoch,
+        "current_epoch": state.current_epoch,
         "model": ckpt.bare_state_dict(loop.model),
         "model_signature": ckpt.model_signature(loop.model),
         **loop.state_dict(),
@@ -81,7 +82,7 @@ def payload(
 
 def save(context: RunContext) -> None:
     """A numbered checkpoint (every rank's RNG, for exact resume), written by rank 0."""
-    callbacks = context.hooks.callbacks
+    callbacks = context.callbacks
     own = (ckpt.rng_state(), callback_state.capture(callbacks))
     gathered = pg.all_gather_object(own)
     if context.state.rank != 0:
@@ -98,11 +99,10 @@ def save(context: RunContext) -> None:
 def save_best(context: RunContext) -> None:
     """``best.pt``: the checkpoint at the best validation loss so far (rank 0 only)."""
     if context.state.rank == 0:
-        callbacks = [callback_state.capture(context.hooks.callbacks)]
+        callbacks = [callback_state.capture(context.callbacks)]
         path = context.folder / ckpt.CHECKPOINT_DIR / ckpt.BEST_NAME
         ckpt.atomic_save(payload(context, [ckpt.rng_state()], callbacks), path)
-        if context.config.checkpoint_best_only:
-            context.state.last_checkpoint = path
+        context.state.last_checkpoint = path
 
 
 class Checkpoints:
@@ -127,8 +127,9 @@ def restore(context: RunContext, data: dict[str, Any], layout: ProcessLayout) ->
     state.step = int(data["step"])
     state.epoch = int(data["epoch"])
     state.batch_in_epoch = int(data["batch_in_epoch"])
+    state.current_epoch = int(data.get("current_epoch", state.epoch))
     state.best_val = data.get("best_val")
-    callback_state.restore(data, context.hooks.callbacks, layout.rank, layout.world_size)
+    callback_state.restore(data, context.callbacks, layout.rank, layout.world_size)
 
 
 def restore_rng(data: dict[str, Any], layout: ProcessLayout) -> None:

@@ -1,0 +1,150 @@
+"""The configuration's built-in callbacks, perceptrain's, wired to our loggers and checkpoints.
+
+``TrainConfig``'s periods become these callbacks, bound where perceptrain binds them
+(:func:`config_callbacks`): ``PrintMetrics`` and ``WriteMetrics`` at ``train_epoch_end``
+every ``print_every`` / ``write_every`` epochs (and ``WriteMetrics`` at ``val_epoch_end``
+every ``val_every``), ``WritePlots`` every ``plot_every``, ``SaveCheckpoint`` every
+``checkpoint_every`` and at the end, ``SaveBestCheckpoint`` at ``val_epoch_end`` with
+``checkpoint_best_only``, ``LogHyperparameters`` and ``LogModelTracker`` at the end. A
+user may also put any of them in ``TrainConfig.callbacks``, bound elsewhere.
+
+``writer`` is the run's :class:`~marquardt.trainer._logging._run_logger.RunLogger` (idle
+on ranks other than 0); checkpoints are our atomic files, written with every rank's RNG
+state (so every rank takes part, and rank 0 writes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import Callback, TrainingStage
+
+
+def _context(trainer: Any) -> Any:
+    """The running trainer's run context (its checkpoints); ``None`` outside ``fit``."""
+    return getattr(trainer, "_context", None)
+
+
+class PrintMetrics(Callback):
+    """Print ``opt_result``'s metrics in perceptrain's format (rank, device, epoch, loss)."""
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        writer.print_metrics(trainer.opt_result)
+
+
+class WriteMetrics(Callback):
+    """Write ``opt_result``'s metrics to the tracking tools (and ``metrics.csv``)."""
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        opt_result = trainer.opt_result
+        writer.write(opt_result.iteration, opt_result.metrics)
+
+
+class WritePlots(Callback):
+    """Write the figures of ``config.plotting_functions`` at this epoch."""
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        if config.plotting_functions:
+            writer.plot(trainer.model, trainer.opt_result.iteration, config.plotting_functions)
+
+
+#: The name the issue tracker and perceptrain's documentation also use for it.
+PlotMetrics = WritePlots
+
+
+class LogHyperparameters(Callback):
+    """Log ``config.hyperparams`` to the tracking tools."""
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        writer.log_hyperparams(config.hyperparams)
+
+
+class LogModelTracker(Callback):
+    """Log the model (its weights, ``model.pt``) to the tracking tools."""
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        writer.log_model(
+            trainer.model,
+            getattr(trainer, "train_dataloader", None),
+            getattr(trainer, "val_dataloader", None),
+            getattr(trainer, "test_dataloader", None),
+        )
+
+
+class SaveCheckpoint(Callback):
+    """Write a checkpoint of the run as it stands (``checkpoints/ckpt_<step>.pt``)."""
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        context = _context(trainer)
+        if context is not None and context.checkpoints is not None:
+            context.checkpoints.save()
+
+
+class SaveBestCheckpoint(SaveCheckpoint):
+    """Write ``checkpoints/best.pt`` when ``config.validation_criterion(loss, best,
+    val_epsilon)`` says ``opt_result.loss`` beats the best so far."""
+
+    def __init__(self, on: str | TrainingStage = "val_epoch_end", called_every: int = 1) -> None:
+        super().__init__(on=on, called_every=called_every)
+        self.best_loss = float("inf")
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        context = _context(trainer)
+        state = getattr(trainer, "state", None)
+        if state is not None and state.best_val is not None:
+            self.best_loss = min(self.best_loss, float(state.best_val))
+        loss = trainer.opt_result.loss
+        criterion = config.validation_criterion
+        if loss is None or criterion is None:
+            return
+        if criterion(float(loss), self.best_loss, config.val_epsilon):
+            self.best_loss = float(loss)
+            if state is not None:
+                state.best_val = self.best_loss
+            if context is not None and context.checkpoints is not None:
+                context.checkpoints.save_best()
+
+
+class LoadCheckpoint(Callback):
+    """Load the newest checkpoint of ``config.log_folder`` into the model and optimizer.
+
+    Returns ``(model, optimizer, epoch)`` as perceptrain's does. The trainer itself resumes
+    through ``TrainConfig.resume_from``; this is for a user's own use.
+    """
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        from .._persistence._helpers import load_checkpoint
+
+        return load_checkpoint(config.log_folder, trainer.model, trainer.optimizer)
+
+
+def config_callbacks(config: Any) -> list[Callback]:
+    """The callbacks ``config``'s periods ask for, bound as perceptrain binds them."""
+    out: list[Callback] = [WritePlots(on="train_start")]
+    if config.val_every:
+        out.append(WriteMetrics(on="train_start"))
+        if not config.checkpoint_best_only:
+            out.append(SaveCheckpoint(on="train_start"))
+    if config.checkpoint_best_only:
+        out.append(SaveBestCheckpoint(on="val_epoch_end", called_every=config.val_every))
+    elif config.checkpoint_every:
+        out.append(SaveCheckpoint(on="train_epoch_end", called_every=config.checkpoint_every))
+    if config.verbose and config.print_every:
+        out.append(PrintMetrics(on="train_epoch_end", called_every=config.print_every))
+    if config.plot_every:
+        out.append(WritePlots(on="train_epoch_end", called_every=config.plot_every))
+    if config.write_every:
+        out.append(WriteMetrics(on="train_epoch_end", called_every=config.write_every))
+    if config.val_every:
+        out.append(WriteMetrics(on="val_epoch_end", called_every=config.val_every))
+    if config.hyperparams:
+        out.append(LogHyperparameters(on="train_end"))
+    if config.log_model:
+        out.append(LogModelTracker(on="train_end"))
+    if config.plot_every:
+        out.append(WritePlots(on="train_end"))
+    if not config.checkpoint_best_only and config.checkpoint_every:
+        out.append(SaveCheckpoint(on="train_end"))
+    if config.write_every:
+        out.append(WriteMetrics(on="train_end"))
+    return out

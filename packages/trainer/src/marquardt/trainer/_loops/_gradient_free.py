@@ -1,0 +1,190 @@
+"""``GradientFreeLoop``: a nevergrad optimizer, one ask/tell per batch, in one process.
+
+perceptrain's gradient-free training (``Trainer.set_use_grad(False)`` with a nevergrad
+optimizer, Rapin & Teytaud 2018, "Nevergrad - A gradient-free optimization platform").
+The model is a function of θ ∈ ℝᴾ, its trainable parameters as one vector
+(:mod:`marquardt.trainer._parameters`); the optimizer proposes θ and learns from the loss
+at θ, without gradients. Each batch is one step:
+
+    L = loss_fn(batch, model)          at the θ the model holds
+    optimizer.tell(candidate, L)       the candidate whose θ the model holds
+    candidate = optimizer.ask()        the next θ to try
+    model ← candidate.value
+
+The first candidate is θ₀, the model's parameters when the loop is made, told to
+nevergrad as a point it did not ask for. As in perceptrain the optimizer's ``budget`` is
+set to ``max_iter`` (a run tells it more often, once per batch of every epoch; nevergrad
+accepts that), the loss reported for a step is the loss before the step's ``ask``, and
+after the last step the model holds the last candidate asked, which was not evaluated;
+``optimizer.recommend().value`` is the best θ seen, for
+:func:`~marquardt.trainer._parameters.set_parameters`.
+
+Nevergrad is the optional extra ``marquardt-trainer[nevergrad]``, imported only when a
+gradient-free run is made. A checkpoint holds the optimizer and its candidate pickled
+together (nevergrad's own format, as perceptrain's ``optimizer.dump``): read only
+checkpoints you trust.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._callbacks import Hooks
+from .._errors import ConfigError
+from .._parameters import get_parameters, num_parameters, set_parameters
+from ..optimize_step import _loss_and_metrics, _split, _to
+from ._base import StepResult
+
+#: The extra that installs nevergrad, named in every error about it.
+EXTRA_HINT = "pip install 'marquardt-trainer[nevergrad]'"
+
+
+def require_nevergrad() -> ModuleType:
+    """``nevergrad``, or :class:`ConfigError` saying how to install it."""
+    try:
+        import nevergrad
+    except ImportError as exc:
+        raise ConfigError(
+            f"gradient-free training (Trainer.set_use_grad(False)) needs nevergrad, which is "
+            f"not installed ({exc}). HINT: {EXTRA_HINT}"
+        ) from exc
+    return nevergrad
+
+
+def is_nevergrad_optimizer(obj: Any) -> bool:
+    """Whether ``obj`` is a nevergrad optimizer (False, without importing it, if it is absent).
+
+    An object can only be a nevergrad optimizer once nevergrad has been imported, so the
+    check looks in ``sys.modules`` and never imports nevergrad itself.
+    """
+    base = sys.modules.get("nevergrad.optimization.base")
+    return base is not None and isinstance(obj, base.Optimizer)
+
+
+def check_nevergrad_optimizer(optimizer: Any, model: nn.Module) -> None:
+    """``optimizer`` is a nevergrad optimizer over a vector of the model's parameter count."""
+    if not is_nevergrad_optimizer(optimizer):
+        hint = (
+            "pass the optimizer of the gradient loop with Trainer.set_use_grad(True)"
+            if isinstance(optimizer, torch.optim.Optimizer)
+            else "e.g. nevergrad.optimizers.NGOpt(parametrization=num_parameters(model), "
+            f"budget=config.max_iter) ({EXTRA_HINT})"
+        )
+        raise ConfigError(
+            "Trainer.set_use_grad(False) trains without gradients and needs a nevergrad "
+            f"optimizer, got {type(optimizer).__name__}. An LMA selects the LM loop by "
+            f"itself, under either setting. HINT: {hint}"
+        )
+    expected = num_parameters(model)
+    dimension = getattr(optimizer, "dimension", expected)
+    if dimension != expected:
+        raise ConfigError(
+            f"the nevergrad optimizer searches a space of dimension {dimension} but the model "
+            f"has {expected} trainable parameters. HINT: build it with "
+            "parametrization=num_parameters(model)"
+        )
+
+
+class GradientFreeLoop:
+    """Gradient-free training: one nevergrad ask/tell per batch (see the module's docstring)."""
+
+    kind = "nevergrad"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: Any,
+        loss_fn: Callable[..., Any],
+        max_iter: int,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        nevergrad = require_nevergrad()
+        check_nevergrad_optimizer(optimizer, model)
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.dtype = dtype
+        optimizer.budget = max_iter
+        optimizer.enable_pickling()
+        theta = get_parameters(model).detach().to("cpu", torch.float64).numpy()
+        self.candidate: Any = nevergrad.p.Array(init=theta)
+
+    @property
+    def optimizer_name(self) -> str:
+        return type(self.optimizer).__name__
+
+    def describe(self, backend: str) -> str:
+        return f"gradient-free loop (nevergrad {self.optimizer_name})"
+
+    def check_world(self, launcher: str, world_size: int) -> None:
+        if world_size > 1:
+            raise ConfigError(
+                f"gradient-free training runs in one process, but {launcher} started "
+                f"{world_size}: each would ask nevergrad for its own candidates and the "
+                "replicas would part. HINT: run it with nprocs=1 (and no torchrun or srun "
+                "for more than one task)"
+            )
+
+    def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
+        if not use_gpu:
+            return torch.device("cpu")
+        index = gpu_index()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+
+    def setup(self, device: torch.device, world_size: int) -> None:
+        self.model.to(device=device)
+        if self.dtype is not None:
+            self.model.to(dtype=self.dtype)
+
+    def train(self) -> None:
+        self.model.train()
+
+    def teardown(self) -> None:
+        """Nothing holds a process group."""
+
+    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
+        """Evaluate the current candidate on the next batch, tell it, ask and load the next."""
+        batch = next(batches)
+        hooks("on_batch_start", batch)
+        loss, metrics = _loss_and_metrics(self.loss_fn(_to(batch, device, self.dtype), self.model))
+        value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
+        self.optimizer.tell(self.candidate, value)
+        self.candidate = self.optimizer.ask()
+        set_parameters(self.model, torch.as_tensor(self.candidate.value))
+        return StepResult(value, {k: float(torch.as_tensor(v).detach()) for k, v in metrics.items()})
+
+    def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
+        inputs, targets = _split(batch)
+        return _to(inputs, device, self.dtype), _to(targets, device, self.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer and its current candidate, pickled together into a byte tensor."""
+        buffer = io.BytesIO()
+        pickle.dump((self.optimizer, self.candidate), buffer)
+        data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
+        return {"optimizer": None, "lma": None, "nevergrad": data}
+
+    def load_state_dict(self, entries: Mapping[str, Any]) -> None:
+        """Take back the optimizer and candidate (the loop's ``optimizer`` is the restored one)."""
+        data = entries.get("nevergrad")
+        if not isinstance(data, torch.Tensor):
+            raise ConfigError(
+                "the checkpoint holds no nevergrad optimizer state. HINT: resume a "
+                "gradient-free run from a checkpoint of a gradient-free run"
+            )
+        optimizer, candidate = pickle.loads(data.numpy().tobytes())
+        if type(optimizer) is not type(self.optimizer):
+            raise ConfigError(
+                f"the checkpoint's nevergrad optimizer is a {type(optimizer).__name__}, this "
+                f"run's a {self.optimizer_name}. HINT: resume with the same optimizer class"
+            )
+        self.optimizer, self.candidate = optimizer, candidate
