@@ -43,6 +43,7 @@ SEED = 0
 
 # "1_20261125T232000_1a2b" (perceptrain's <run id>_<timestamp>_<pid in hex>)
 _SUBFOLDER = re.compile(r"(\d+)_\d{8}T\d{6}_[0-9a-f]+")
+_MASKED_RUN = re.compile(r"<run\d+>")
 _EVENTS = re.compile(r"events\.out\.tfevents\..*")
 # TensorBoard's add_hparams writes into a subfolder named by the time: "1795649073.6431792"
 _HPARAMS = re.compile(r"(?<![\w.])\d{9,}\.\d+(?![\w.])")
@@ -135,10 +136,11 @@ def number(value: Any) -> Any:
 
 
 class Masker:
-    """Masks run subfolders' time stamps and process ids, keeping runs apart.
+    """Masks run subfolders' names, keeping runs apart.
 
-    The subfolders found under ``root`` are numbered in the order of their time stamps:
-    ``1_20261125T232000_1a2b`` becomes ``1_<time0>_<pid>``, the next run's ``<time1>``.
+    The subfolders ``<id>_<timestamp>_<pid>`` found under ``root`` are numbered in the order
+    of their time stamps: the first run's becomes ``<run0>``, the next ``<run1>``; their ids
+    are kept, in that order, in ``ids``.
     """
 
     def __init__(self, root: Path) -> None:
@@ -147,11 +149,10 @@ class Masker:
             key=lambda name: (name.split("_")[1], name),
         )
         self._order = {name: index for index, name in enumerate(names)}
+        self.ids = [int(name.split("_")[0]) for name in names]
 
     def __call__(self, relative: str) -> str:
-        relative = _SUBFOLDER.sub(
-            lambda m: f"{m[1]}_<time{self._order.get(m[0], '?')}>_<pid>", relative
-        )
+        relative = _SUBFOLDER.sub(lambda m: f"<run{self._order.get(m[0], '?')}>", relative)
         relative = _HPARAMS.sub("<time>", relative)
         return _EVENTS.sub("events.out.tfevents.<host>", relative)
 
@@ -207,20 +208,39 @@ def _csv_scalars(path: Path) -> dict[str, Any]:
 
 
 def metrics_written(root: Path) -> dict[str, Any]:
-    """Every scalar written under ``root``, by run folder then tag: ``[[step, value], ...]``."""
+    """Every scalar written under ``root``, by folder then tag: ``[[step, value], ...]``.
+
+    TensorBoard files count for the run folder they belong to: a ``tensorboard/`` folder
+    inside a run folder is that run's. Folders whose event files hold no scalar and no image
+    (TensorBoard's per-call ``add_hparams`` folders) are left out. CSV files are keyed by
+    their own path.
+    """
     out: dict[str, Any] = {}
     mask = Masker(root)
     folders = sorted({p.parent for p in root.rglob("events.out.tfevents.*")})
     for folder in folders:
         key = mask(str(folder.relative_to(root)))
+        key = key.removesuffix("/tensorboard") if key != "tensorboard" else "."
         try:
-            out.setdefault(key, {}).update(_tensorboard_scalars(folder))
+            scalars = _tensorboard_scalars(folder)
         except ImportError as exc:
-            out.setdefault(key, {})["<unreadable>"] = str(exc)
+            scalars = {"<unreadable>": str(exc)}
+        if scalars:
+            out.setdefault(key, {}).update(scalars)
     for path in sorted(root.rglob("*.csv")):
-        key = mask(str(path.relative_to(root)))
-        out[key] = _csv_scalars(path)
+        out[mask(str(path.relative_to(root)))] = _csv_scalars(path)
     return out
+
+
+def run_folders(files: list[str]) -> list[str]:
+    """The run folders among masked file paths: up to a ``<runK>`` part, else the first part
+    of the path."""
+    found = set()
+    for path in files:
+        parts = path.split("/")
+        runs = [i for i, part in enumerate(parts) if _MASKED_RUN.fullmatch(part)]
+        found.add("/".join(parts[: runs[-1] + 1]) if runs else parts[0] if len(parts) > 1 else ".")
+    return sorted(found)
 
 
 def printed_losses(lines: list[str]) -> list[list[Any]]:
@@ -305,6 +325,8 @@ def run(main: Callable[[Counters], dict[str, Any]]) -> None:
     report["steps"] = counters.steps
     report["forwards"] = counters.forwards
     report["files"] = files_under(folder)
+    report["run_folders"] = run_folders(report["files"])
+    report["run_ids"] = Masker(folder).ids
     report["metrics"] = metrics_written(folder)
     report["checkpoints"] = checkpoint_epochs(folder)
     sys.stdout.write(json.dumps(number(report), sort_keys=True) + "\n")

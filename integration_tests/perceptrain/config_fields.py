@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import matplotlib
@@ -82,9 +81,6 @@ def main(counters: Counters) -> dict[str, Any]:
     )
     trainer.fit()
     return {
-        "field_names": sorted(
-            f.name for f in dataclasses.fields(TrainConfig) if not f.name.startswith("_")
-        ),
         "defaults": shown_defaults,
         "validation_criterion_calls": improvements,
         "full_loss": full_loss(model, x, y),
