@@ -14,7 +14,7 @@ from ._data._datasets import (
     to_dataloader,
 )
 from ._data._dict_loader import DictDataLoader
-from ._optimize_result import OptimizeResult
+from ._result import OptimizeResult
 
 __all__ = [
     "DictDataLoader",

@@ -122,8 +122,8 @@ class Callback:
             self._on = TrainingStage(on)
         else:
             raise ValueError(
-                f"{type(self).__name__}(on={on!r}): invalid value for 'on'. Must be one of "
-                f"{VALID_ON_VALUES}. HINT: e.g. on='train_epoch_end'"
+                f"Invalid value for 'on'. Must be one of {VALID_ON_VALUES}. (got "
+                f"{type(self).__name__}(on={on!r})) HINT: e.g. on='train_epoch_end'"
             )
 
     def _should_call(self, when: TrainingStage, opt_result: Any) -> bool:

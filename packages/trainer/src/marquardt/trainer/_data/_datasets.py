@@ -10,8 +10,8 @@
 - :class:`GenerativeIterableDataset`: one draw of a distribution per item, without end.
 - :func:`to_dataloader`: a ``DataLoader`` over tensors, finite or infinite.
 
-A loader over an infinite dataset has no end of epoch: perceptrain counts one batch per
-epoch for it (:func:`marquardt.trainer._data._epochs.batches_per_epoch`).
+A loader over an infinite dataset has no end and no length: the trainer takes one batch
+of it per epoch, as perceptrain does.
 """
 
 from __future__ import annotations

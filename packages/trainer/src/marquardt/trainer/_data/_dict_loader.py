@@ -8,7 +8,9 @@ and the loss is the sum over the names of the criterion against zero,
     L = Σ_k criterion(r_k, 0),    metrics = {k: criterion(r_k, 0)},
 
 so each term's loss is logged under its own name (:func:`per_key_loss`). The loaders are
-read in step; an epoch ends when the first of them runs out.
+read in step; an epoch ends when the first of them runs out. Its length is the first
+loader's, as perceptrain counts an epoch by the first loader (no length when that one has
+none, an infinite loader: one batch per epoch then).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class DictDataLoader:
     def __iter__(self) -> DictDataLoader:
         self._iterators = {name: iter(loader) for name, loader in self.dataloaders.items()}
         return self
+
+    def __len__(self) -> int:
+        if not self.dataloaders:
+            raise TypeError("DictDataLoader({}) has no loader, hence no length")
+        return len(next(iter(self.dataloaders.values())))
 
     def __getstate__(self) -> dict[str, Any]:
         # Running iterators stay behind: a loader sent to another process starts afresh.

@@ -30,17 +30,18 @@ from __future__ import annotations
 import io
 import pickle
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
 import torch
 from torch import nn
 
-from .._callbacks import Hooks
+from .._config import TrainConfig
 from .._errors import ConfigError
+from .._loss import loss_and_metrics
 from .._parameters import get_parameters, num_parameters, set_parameters
-from ..optimize_step import _loss_and_metrics, _split, _to
+from ..optimize_step import _to
 from ._base import StepResult
 
 #: The extra that installs nevergrad, named in every error about it.
@@ -103,16 +104,15 @@ class GradientFreeLoop:
         model: nn.Module,
         optimizer: Any,
         loss_fn: Callable[..., Any],
-        max_iter: int,
-        dtype: torch.dtype | None = None,
+        config: TrainConfig,
     ) -> None:
         nevergrad = require_nevergrad()
         check_nevergrad_optimizer(optimizer, model)
         self.model = model
         self.optimizer = optimizer
         self.loss_fn = loss_fn
-        self.dtype = dtype
-        optimizer.budget = max_iter
+        self.dtype = config.torch_dtype
+        optimizer.budget = config.max_iter
         optimizer.enable_pickling()
         theta = get_parameters(model).detach().to("cpu", torch.float64).numpy()
         self.candidate: Any = nevergrad.p.Array(init=theta)
@@ -151,20 +151,23 @@ class GradientFreeLoop:
     def teardown(self) -> None:
         """Nothing holds a process group."""
 
-    def step(self, batches: Iterator[Any], hooks: Hooks, device: torch.device) -> StepResult:
-        """Evaluate the current candidate on the next batch, tell it, ask and load the next."""
-        batch = next(batches)
-        hooks("on_batch_start", batch)
-        loss, metrics = _loss_and_metrics(self.loss_fn(_to(batch, device, self.dtype), self.model))
+    @property
+    def batches_per_step(self) -> int:
+        return 1
+
+    def prepare_batch(self, batch: Any, device: torch.device) -> Any:
+        """Tensors of ``batch`` on ``device``; floating ones in the training dtype."""
+        return _to(batch, device, self.dtype)
+
+    def step(self, group: list[Any], device: torch.device) -> StepResult:
+        """Evaluate the current candidate on the batch, tell it, ask and load the next."""
+        (batch,) = group
+        loss, metrics = loss_and_metrics(self.loss_fn(batch, self.model))
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
         self.optimizer.tell(self.candidate, value)
         self.candidate = self.optimizer.ask()
         set_parameters(self.model, torch.as_tensor(self.candidate.value))
         return StepResult(value, {k: float(torch.as_tensor(v).detach()) for k, v in metrics.items()})
-
-    def eval_batch(self, batch: Any, device: torch.device) -> tuple[Any, Any]:
-        inputs, targets = _split(batch)
-        return _to(inputs, device, self.dtype), _to(targets, device, self.dtype)
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer and its current candidate, pickled together into a byte tensor."""
