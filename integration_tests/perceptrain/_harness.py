@@ -47,8 +47,8 @@ _MASKED_RUN = re.compile(r"<run\d+>")
 _EVENTS = re.compile(r"events\.out\.tfevents\..*")
 # TensorBoard's add_hparams writes into a subfolder named by the time: "1795649073.6431792"
 _HPARAMS = re.compile(r"(?<![\w.])\d{9,}\.\d+(?![\w.])")
-# "model_Sequential_ckpt_005_device_cpu.pt", "ckpt_000000010.pt", "..._ckpt_best_..."
-_CKPT = re.compile(r"ckpt_(\d+|best)")
+# "model_Sequential_ckpt_005_device_cpu.pt", "ckpt_000000010.pt", "..._ckpt_best_...", "best.pt"
+_CKPT = re.compile(r"ckpt_(\d+|best)|^(best)\.pt$")
 _NAMED = re.compile(r"([A-Za-z_][\w]*)\s*:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))\b")
 _ITERATION = re.compile(r"(?:iteration|epoch)\s*:?\s*(\d+)", re.IGNORECASE)
 _LOSS = re.compile(r"loss\s*:?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))", re.IGNORECASE)
@@ -170,7 +170,8 @@ def checkpoint_epochs(root: Path) -> list[Any]:
             continue
         match = _CKPT.search(path.name)
         if match:
-            found.add(match[1] if match[1] == "best" else int(match[1]))
+            number = match[1] or match[2]
+            found.add(number if number == "best" else int(number))
     return sorted(found, key=lambda e: (isinstance(e, str), e if isinstance(e, int) else 0))
 
 

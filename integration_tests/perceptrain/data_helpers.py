@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from _harness import Counters, api, full_loss, number, run, sine_data, small_model
+from _harness import Counters, api, full_loss, number, run, seed_everything, sine_data, small_model
 
 
 def main(counters: Counters) -> dict[str, Any]:
@@ -16,6 +16,7 @@ def main(counters: Counters) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     def train(name: str, dataloader: Any, loss_fn: Any = "mse") -> dict[str, Any]:
+        seed_everything()  # each run from the same start, whatever fit() drew
         model = small_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
         steps = [0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from _harness import Counters, api, full_loss, loader, run, sine_data, small_model
+from _harness import Counters, api, full_loss, loader, run, seed_everything, sine_data, small_model
 
 
 def main(counters: Counters) -> dict[str, Any]:
@@ -21,6 +21,7 @@ def main(counters: Counters) -> dict[str, Any]:
         ("val_loss", "val_epoch_end", 2),
         ("train_loss", "train_epoch_end", 0),
     ):
+        seed_everything()  # each run from the same start, whatever fit() drew
         model = small_model()
         optimizer = torch.optim.Adam(model.parameters(), lr=0.3)
         counters.watch_optimizer(optimizer)

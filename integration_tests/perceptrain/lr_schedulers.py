@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from _harness import Counters, api, full_loss, loader, run, sine_data, small_model
+from _harness import Counters, api, full_loss, loader, run, seed_everything, sine_data, small_model
 
 
 def main(counters: Counters) -> dict[str, Any]:
@@ -27,6 +27,7 @@ def main(counters: Counters) -> dict[str, Any]:
     }  # fmt: skip
     out: dict[str, Any] = {}
     for name, make in schedules.items():
+        seed_everything()  # each run from the same start, whatever fit() drew
         model = small_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         counters.watch_optimizer(optimizer)

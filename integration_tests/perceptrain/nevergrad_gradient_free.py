@@ -8,7 +8,7 @@ from typing import Any
 import nevergrad as ng
 import numpy as np
 import torch
-from _harness import Counters, api, full_loss, loader, run, sine_data
+from _harness import Counters, api, full_loss, loader, run, seed_everything, sine_data
 
 
 def tiny_model() -> torch.nn.Module:
@@ -25,6 +25,7 @@ def main(counters: Counters) -> dict[str, Any]:
         out["num_parameters"] = type(exc).__name__
 
     # set_use_grad(False) before the Trainer is made
+    seed_everything()  # each run from the same start, whatever fit() drew
     model = tiny_model()
     counters.watch_model(model)
     size = sum(p.numel() for p in model.parameters())
@@ -43,7 +44,7 @@ def main(counters: Counters) -> dict[str, Any]:
     }
 
     # the context manager on a trainer made for gradients
-    np.random.seed(1)
+    seed_everything()  # each run from the same start, whatever fit() drew
     model = tiny_model()
     gradient_optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     counters.watch_optimizer(gradient_optimizer)
