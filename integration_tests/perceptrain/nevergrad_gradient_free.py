@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import nevergrad as ng
-import numpy as np
 import torch
 from _harness import Counters, api, full_loss, loader, run, seed_everything, sine_data
 
