@@ -3,8 +3,8 @@
 Each script in this folder is a perceptrain user's everyday usage. It runs unchanged under
 perceptrain 0.1.0 or under ``marquardt.trainer``: the environment variable
 ``TRAINER_MODULE`` names the package its ``perceptrain...`` imports resolve to
-(``perceptrain`` or ``marquardt.trainer``; ``perceptrain.callbacks`` becomes
-``marquardt.trainer.callbacks``, as a user changing the import lines would write it).
+(``perceptrain`` or ``marquardt.trainer``), as a user changes the import lines following
+docs/coming-from-perceptrain.md (``IMPORTS``).
 
 ``run(main)`` runs ``main`` in a fresh temporary folder with the default dtype float64 and
 every random generator seeded, captures what it prints, and prints one JSON line (the last
@@ -62,10 +62,22 @@ _LOG_HEAD = re.compile(
 _LOG_WRAP = re.compile(r"^\s{20,}\S")
 
 
+# perceptrain's modules and where marquardt.trainer has them (the docs page's import table);
+# a module not listed keeps its name under the package.
+IMPORTS = {
+    "marquardt.trainer": {
+        "": "marquardt.trainer",
+        "callbacks": "marquardt.trainer",
+        "data": "marquardt.trainer.data",
+        "optimize_step": "marquardt.trainer.optimize_step",
+    }
+}
+
+
 def api(submodule: str = "") -> ModuleType:
     """``perceptrain.<submodule>`` under the package being compared."""
-    name = MODULE if not submodule else f"{MODULE}.{submodule}"
-    return importlib.import_module(name)
+    default = MODULE if not submodule else f"{MODULE}.{submodule}"
+    return importlib.import_module(IMPORTS.get(MODULE, {}).get(submodule, default))
 
 
 def seed_everything() -> None:
