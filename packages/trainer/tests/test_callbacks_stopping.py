@@ -73,8 +73,8 @@ def test_state_survives_a_resume_and_decides_the_same_stop() -> None:
     assert EarlyStopping(monitor="val_acc", mode="max").state_key == (
         "EarlyStopping(monitor=val_acc, mode=max)"
     )
-    with pytest.raises(ValueError, match="counter"):
-        EarlyStopping().load_state_dict({"best_value": 1.0})
+    with pytest.raises(ValueError, match="bad_validations"):
+        EarlyStopping().load_state_dict({"best": 1.0})
 
 
 def _fit(tmp_path: Path, callbacks: list[Callback], max_iter: int, **kw: Any) -> Trainer:

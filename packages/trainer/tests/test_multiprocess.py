@@ -3,6 +3,7 @@ environments, DDP against one process, SIGTERM, a killed worker, kill-and-resume
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import time
@@ -22,8 +23,9 @@ pytestmark = pytest.mark.multiprocess
 
 SEED_ARGS = ["--backend", "gloo", "--compute_setup", "cpu"]
 JOB = str(SCRIPTS / "job.py")
-#: The reference run: 20 shuffled steps with metrics reduced over ranks (global batch 8).
-REFERENCE = ["--shuffle", "--max-iter", "20", "--all-reduce"]
+#: The reference run: 3 epochs of 8 shuffled steps with metrics reduced over ranks (global
+#: batch 8).
+REFERENCE = ["--shuffle", "--max-iter", "2", "--all-reduce"]
 #: The reference run in 2 processes of batch 4 (spawned by job.py).
 TWO_PROCESSES = [JOB, "--nprocs", "2", "--batch-size", "4", *REFERENCE]
 #: Rank 1 kills itself (SIGKILL) at step 3; collectives give up on it after 20 s.
@@ -67,14 +69,10 @@ def _seed_initial_loss() -> float:
         return float(nn.functional.mse_loss(model(x), y))
 
 
-def _seed_final_loss(run: Path) -> float:
-    x = torch.linspace(0, 1, 100).reshape(-1, 1)
-    y = torch.sin(2 * torch.pi * x)
-    model = nn.Sequential(nn.Linear(1, 16), nn.ReLU(), nn.Linear(16, 1))
-    data = ckpt.read_checkpoint(run / "marquardt_runs" / "checkpoints" / ckpt.checkpoint_name(50))
-    model.load_state_dict(data["model"])
-    with torch.no_grad():
-        return float(nn.functional.mse_loss(model(x), y))
+def _printed_losses(out: str) -> dict[int, float]:
+    """The epoch mean losses PrintMetrics printed, by epoch."""
+    found = re.findall(r"^P  0\|cpu    \| Iteration +(\d+)\| Train_Loss: ([0-9.]+) -$", out, re.M)
+    return {int(epoch): float(loss) for epoch, loss in found}
 
 
 def _start_srun_tasks(
@@ -99,8 +97,9 @@ def _start_srun_tasks(
 def _check_seed_run(cwd: Path, code: int, out: str, err: str, where: str) -> None:
     assert code == 0, f"{out}\n{err}"
     assert f"{where}, world size 2" in out
-    assert out.count("train step 50/50") == 1  # printed once, by rank 0
-    assert _seed_final_loss(cwd) < _seed_initial_loss()
+    losses = _printed_losses(out)  # printed once, by rank 0, every 5 epochs
+    assert sorted(losses) == list(range(5, 51, 5)) and out.count("Iteration      50|") == 1
+    assert losses[50] < _seed_initial_loss()
 
 
 def test_seed_script_spawns_two_processes_and_the_loss_falls(
@@ -207,9 +206,9 @@ def test_two_processes_match_one_process_on_the_same_global_batch(
 def test_metrics_are_reduced_over_ranks_and_written_once(reference: dict[str, Any]) -> None:
     # With all_reduce_metrics, the logged loss of 2 ranks of batch 4 is the mean of their
     # batch losses: the loss of the global batch of 8, which one process logs directly.
-    one = [float(r["loss"]) for r in reference["one_csv"]]
-    two = [float(r["loss"]) for r in reference["two_csv"]]
-    assert len(one) == len(two) == 20  # rank 0 alone wrote, once per step
+    one = [float(r["train_loss"]) for r in reference["one_csv"]]
+    two = [float(r["train_loss"]) for r in reference["two_csv"]]
+    assert len(one) == len(two) == 3  # rank 0 alone wrote: epochs 1, 2, and 2 at the end
     assert max(abs(a - b) for a, b in zip(one, two, strict=True)) < 1e-5
 
 
@@ -255,12 +254,12 @@ def test_sigterm_checkpoints_exits_zero_and_resume_reproduces(
 ) -> None:
     common = [*TWO_PROCESSES, "--out", "resumed.json", "--root", "run"]
     code, out, err = procs.run(
-        [*common, "--fault", "sigterm-parent", "--fault-step", "8"], cwd=tmp_path
+        [*common, "--fault", "sigterm-parent", "--fault-step", "11"], cwd=tmp_path
     )
     assert code == 0, err
     assert "SIGTERM received" in err and "exiting with status 0" in err
     steps = [s for s, _ in ckpt.list_checkpoints(tmp_path / "run" / "checkpoints")]
-    assert len(steps) == 1 and 8 <= steps[0] < 20
+    assert len(steps) == 1 and 11 <= steps[0] < 24
     assert not (tmp_path / "resumed.json").exists()  # the script did not carry on
     code, out, err = procs.run([*common, "--resume", "latest"], cwd=tmp_path)
     assert code == 0, err
@@ -305,8 +304,9 @@ def test_a_survivor_without_launcher_exits_nonzero_when_its_peer_dies(
 def test_kill_and_resume_reproduces_the_uninterrupted_run(
     tmp_path: Path, procs: Processes, loop: str
 ) -> None:
-    """Train 16 steps straight; train with checkpoints every 5, SIGKILL at step 12 (in a
-    subprocess), resume from step 10 and finish: the same final loss."""
+    """Train 4 epochs of 4 steps straight; train with checkpoints every epoch, SIGKILL at
+    step 14 (in a subprocess), resume from step 12 (epoch 2's end) and finish: the same
+    final loss."""
     common = [
         "--loop",
         loop,
@@ -314,17 +314,17 @@ def test_kill_and_resume_reproduces_the_uninterrupted_run(
         "1",
         "--shuffle",
         "--max-iter",
-        "16",
+        "3",
         "--batch-size",
         "16",
         "--checkpoint-every",
-        "5",
+        "1",
     ]
     code, _, err = procs.run(
-        [JOB, *common, "--root", "killed", "--fault", "sigkill", "--fault-step", "12"], cwd=tmp_path
+        [JOB, *common, "--root", "killed", "--fault", "sigkill", "--fault-step", "14"], cwd=tmp_path
     )
     assert code == -9, err
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "killed" / "checkpoints")][-1] == 10
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "killed" / "checkpoints")][-1] == 12
     resumed = run_job_here(tmp_path, *common, "--root", "killed", "--resume", "latest")
     straight = run_job_here(tmp_path, *common, "--root", "straight")
     difference = abs(straight["loss"] - resumed["loss"])
@@ -344,25 +344,25 @@ def test_early_stopping_killed_and_resumed_stops_where_the_uninterrupted_run_doe
     common = [
         *("--nprocs", "1", "--shuffle", "--batch-size", "16", "--max-iter", "300"),
         *("--val-every", "4", "--patience", "3", "--min-delta", "1e-3"),
-        *("--checkpoint-every", "5"),
+        *("--checkpoint-every", "1"),
     ]
     straight = run_job_here(tmp_path, *common, "--root", "straight")
-    stop = straight["stopped_at"]
-    assert stop is not None and straight["step"] == stop < 300
-    kill = stop - 2  # after the last checkpoint before the stop, which follows a bad validation
+    stop = straight["stopped_at"]  # an epoch (4 steps each)
+    assert stop is not None and straight["epoch"] == stop < 300
+    kill = (stop - 2) * 4 + 2  # in epoch stop - 2, after the validation without improvement
     code, _, err = procs.run(
         [JOB, *common, "--root", "killed", "--fault", "sigkill", "--fault-step", str(kill)],
         cwd=tmp_path,
     )
     assert code == -9, err
     last_step, last = ckpt.list_checkpoints(tmp_path / "killed" / "checkpoints")[-1]
-    assert last_step == (kill - 1) // 5 * 5  # the kill comes before step kill is saved
+    assert last_step == (stop - 2) * 4  # the end of epoch stop - 3
     saved = ckpt.read_checkpoint(last)["callbacks"][0]
     (early,) = [v["state"] for k, v in saved.items() if k.startswith("EarlyStopping")]
     assert early["bad_validations"] >= 1  # the state matters: forgetting it moves the stop
     resumed = run_job_here(tmp_path, *common, "--root", "killed", "--resume", "latest")
     print(f"early stopping: straight {stop}, resumed {resumed['stopped_at']}")
-    assert resumed["step"] == resumed["stopped_at"] == stop
+    assert resumed["epoch"] == resumed["stopped_at"] == stop
     assert resumed["best"] == straight["best"]
 
 
@@ -385,41 +385,44 @@ def test_a_stream_is_split_over_ranks_and_workers_disjointly(
 ) -> None:
     """40 items, 2 ranks of ``workers`` loader workers: each rank sees its own items (item i
     goes to slot i mod 2n, slot s belonging to rank s // n), and the ranks' items together
-    are the whole stream, in every epoch (two without workers, one with: starting workers
-    is slow)."""
+    are the whole stream, in every pass. A stream has no length: an epoch is one batch (as
+    perceptrain's infinite datasets), and a rank's stream starts again when it ends."""
     slots = 2 * max(workers, 1)
-    per_epoch = 5 if workers == 0 else 6  # batches of 4 per rank (per worker: 10 = 4+4+2)
-    epochs = 2 if workers == 0 else 1
+    per_pass = 5 if workers == 0 else 6  # batches of 4 per rank (per worker: 10 = 4+4+2)
+    passes = 2 if workers == 0 else 1
+    epochs = passes * per_pass
     seen = _stream_run(
         tmp_path,
         procs,
-        *("--items", "40", "--workers", str(workers), "--max-iter", str(epochs * per_epoch)),
+        *("--items", "40", "--workers", str(workers), "--max-iter", str(epochs - 1)),
     )
-    assert [len(steps) for steps in seen] == [epochs * per_epoch] * 2
-    for epoch in range(epochs):
-        items = [[i for e, batch in steps if e == epoch for i in batch] for steps in seen]
+    assert [[e for e, _ in steps] for steps in seen] == [list(range(epochs))] * 2
+    for index in range(passes):
+        part = slice(index * per_pass, (index + 1) * per_pass)
+        items = [[i for _, batch in steps[part] for i in batch] for steps in seen]
         assert sorted(items[0] + items[1]) == list(range(40))  # disjoint, and the whole stream
         for rank in (0, 1):
             assert {i % slots // max(workers, 1) for i in items[rank]} == {rank}
 
 
 @pytest.mark.parametrize(
-    "args,per_epoch",
+    "args,per_pass",
     [
         # 33 items over 2 ranks: 17 items (5 batches) on rank 0, 16 (4 batches) on rank 1.
-        (["--items", "33"], 4),
+        (["--items", "33"], (5, 4)),
         # A dataset that shards itself: rank 0 has 20 items (5 batches), rank 1 10 (3).
-        (["--items", "40", "--self-sharding"], 3),
+        (["--items", "40", "--self-sharding"], (5, 3)),
     ],
     ids=["trainer-sharded", "self-sharded"],
 )
-def test_ranks_whose_streams_end_apart_end_the_epoch_together(
-    tmp_path: Path, procs: Processes, args: list[str], per_epoch: int
+def test_ranks_whose_streams_end_apart_train_every_epoch(
+    tmp_path: Path, procs: Processes, args: list[str], per_pass: tuple[int, int]
 ) -> None:
-    seen = _stream_run(tmp_path, procs, *args, "--max-iter", "10")
-    for steps in seen:
-        assert len(steps) == 10  # both ranks trained every step, none hung
-        epochs = [e for e, _ in steps]
-        assert epochs == [s // per_epoch for s in range(10)]  # the shorter rank ends each epoch
+    seen = _stream_run(tmp_path, procs, *args, "--max-iter", "9")
+    for rank, steps in enumerate(seen):
+        assert [e for e, _ in steps] == list(range(10))  # one batch an epoch, none hung
+        batches = [batch for _, batch in steps]
+        n = per_pass[rank]
+        assert batches[n] == batches[0]  # the rank's stream started again after its end
     if "--self-sharding" in args:
         assert {i % 2 for _, batch in seen[1] for i in batch} == {1}  # its own split was kept

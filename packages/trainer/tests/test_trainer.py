@@ -214,9 +214,7 @@ def test_called_every_condition_and_modify_optimize_result(tmp_path: Path) -> No
     )
     model = _model()
     config = _config(tmp_path, max_iter=6, write_every=0, callbacks=[callback])
-    Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), config).fit(
-        _loader(batch_size=64)
-    )
+    Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), config).fit(_loader(batch_size=64))
     assert seen == [(2, "x"), (6, "x")]
 
 
@@ -234,9 +232,7 @@ def test_a_run_callback_subclass_runs_every_called_every_epochs(tmp_path: Path) 
     callback = Subclassed()
     model = _model()
     config = _config(tmp_path, max_iter=6, callbacks=[callback])
-    Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), config).fit(
-        _loader(batch_size=32)
-    )
+    Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), config).fit(_loader(batch_size=32))
     assert callback.calls == 4  # two batches in each of epochs 3 and 6
 
 
@@ -520,9 +516,7 @@ def test_set_use_grad_false_means_gradient_free(tmp_path: Path) -> None:
 def test_optimize_step_passed_in_the_old_position_is_explained(tmp_path: Path) -> None:
     model = _model()
     with pytest.raises(ConfigError, match="pass optimize_step by keyword"):
-        Trainer(
-            model, torch.optim.SGD(model.parameters()), _config(tmp_path), "mse", optimize_step
-        )
+        Trainer(model, torch.optim.SGD(model.parameters()), _config(tmp_path), "mse", optimize_step)
 
 
 def test_optimizer_of_another_model_is_refused(tmp_path: Path) -> None:

@@ -2,10 +2,11 @@
 
 Writes, from the calling process (the spawning parent, or rank 0 of a launcher), a JSON
 file with the final full-data loss and the trained parameters of the model ``fit`` returned.
-Faults are injected by callbacks: rank R SIGKILLs itself at step S, or rank 0 sends SIGTERM
-to the spawning parent (or to itself) at step S. With ``--patience`` the run validates on the
-full data every ``--val-every`` steps and stops early (``EarlyStopping``); the JSON then
-holds the callback's best value and the step it stopped at.
+Faults are injected by callbacks: rank R SIGKILLs itself at global step S, or rank 0 sends
+SIGTERM to the spawning parent (or to itself) at step S. ``--max-iter`` and the periods count
+epochs. With ``--patience`` the run validates on the full data every ``--val-every`` epochs
+and stops early (``EarlyStopping``); the JSON then holds the callback's best value and the
+epoch it stopped at.
 """
 
 import argparse
@@ -23,13 +24,17 @@ from marquardt.trainer import Callback, EarlyStopping, TrainConfig, Trainer
 
 
 class Fault(Callback):
-    """At ``step`` on ``rank``: SIGKILL this process, or SIGTERM the launcher."""
+    """At global step ``step`` on ``rank``: SIGKILL this process, or SIGTERM the launcher."""
 
     def __init__(self, kind, step, rank):
+        super().__init__(on="train_batch_end")
         self.kind, self.step, self.rank = kind, step, rank
 
-    def on_batch_end(self, trainer, loss, metrics):
-        if trainer.state.step != self.step or trainer.state.rank != self.rank:
+    def _should_call(self, when, opt_result):
+        return True  # after every batch, epoch 0's too
+
+    def run_callback(self, trainer, config, writer):
+        if trainer.global_step != self.step or trainer.accelerator.rank != self.rank:
             return
         if self.kind == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -57,13 +62,11 @@ def make_lma(model, process_group, kill_rank=None, kill_call=None):
     return LMA(model, [torch.device("cpu")], residual_fn=fn, process_group=process_group)
 
 
-class Params(Callback):
+def write_params(trainer, config, writer):
     """Every rank writes its final parameters to params_<rank>.json (do the ranks agree?)."""
-
-    def on_train_end(self, trainer):
-        flat = torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).tolist()
-        with open(f"params_{trainer.state.rank}.json", "w") as handle:
-            json.dump(flat, handle)
+    flat = torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).tolist()
+    with open(f"params_{trainer.accelerator.rank}.json", "w") as handle:
+        json.dump(flat, handle)
 
 
 def sinc_data(n):
@@ -114,7 +117,7 @@ def main(argv=None):
         optimizer = optim.SGD(model.parameters(), lr=args.lr, momentum=0.5)
     callbacks = [Fault(args.fault, args.fault_step, args.fault_rank)] if args.fault else []
     if args.rank_params:
-        callbacks.append(Params())
+        callbacks.append(Callback(on="train_end", callback=write_params))
     stopper = None
     val_loader = None
     if args.patience:
@@ -126,7 +129,7 @@ def main(argv=None):
         nprocs=args.nprocs,
         backend="gloo",
         compute_setup="cpu",
-        root_folder=args.root,
+        log_folder=args.root,
         resume_from=args.resume,
         checkpoint_every=args.checkpoint_every,
         print_every=5,
@@ -144,7 +147,12 @@ def main(argv=None):
             loss = nn.functional.mse_loss(model(x), y).item()
         flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).tolist()
         with open(args.out, "w") as handle:
-            result = {"loss": loss, "params": flat, "step": trainer.state.step}
+            result = {
+                "loss": loss,
+                "params": flat,
+                "step": trainer.global_step,
+                "epoch": trainer.current_epoch,
+            }
             if stopper is not None:
                 result.update(best=stopper.best, stopped_at=stopper.stopped_at)
             json.dump(result, handle)

@@ -19,7 +19,7 @@ import torch
 from torch import nn, optim
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from marquardt.trainer import Callback, TrainConfig, Trainer
+from marquardt.trainer import TrainConfig, Trainer
 
 ITEMS = 48
 #: Something a dataset factory closes over that pickle refuses (module-level, per process).
@@ -57,16 +57,18 @@ def make_dataset():
     return dataset
 
 
-class Record(Callback):
-    def __init__(self):
+class Recording(Trainer):
+    """Every rank records the items of each of its training batches."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.seen = []
 
-    def on_batch_start(self, trainer, batch):
+    def on_train_batch_start(self, batch):
         self.seen.append([int(v) for v in batch[0].reshape(-1).tolist()])
 
-    def on_train_end(self, trainer):
-        rank = trainer.state.rank
-        with open(f"levels_{rank}.json", "w") as handle:
+    def on_train_end(self, train_losses, val_losses=None):
+        with open(f"levels_{self.accelerator.rank}.json", "w") as handle:
             json.dump({"seen": self.seen, "pid": os.getpid(), "built": BUILT}, handle)
 
 
@@ -80,18 +82,17 @@ def main(argv=None):
     torch.manual_seed(0)
     model = nn.Linear(1, 1)
     config = TrainConfig(
-        max_iter=6,  # one epoch: 48 items, 2 ranks, batches of 4
+        max_iter=0,  # one epoch: 48 items, 2 ranks, batches of 4
         nprocs=args.nprocs,
         backend="gloo",
         compute_setup="cpu",
         root_folder="runs",
         print_every=0,
         write_every=0,
-        callbacks=[Record()],
         seed=0,
         dist_timeout=30,
     )
-    trainer = Trainer(model, optim.SGD(model.parameters(), lr=1e-6), config, loss_fn="mse")
+    trainer = Recording(model, optim.SGD(model.parameters(), lr=1e-6), config, loss_fn="mse")
     if args.level == 1:
         trainer.fit(DataLoader(TensorDataset(*tensors()), batch_size=4, shuffle=True))
     elif args.level == 2:

@@ -14,7 +14,7 @@ import torch
 from torch import nn, optim
 from torch.utils.data import DataLoader, IterableDataset
 
-from marquardt.trainer import Callback, TrainConfig, Trainer
+from marquardt.trainer import TrainConfig, Trainer
 
 
 class Stream(IterableDataset):
@@ -42,17 +42,20 @@ class UnevenSelfSharding(Stream):
             yield torch.tensor([float(i)]), torch.zeros(1)
 
 
-class Record(Callback):
-    def __init__(self):
+class Recording(Trainer):
+    """Every rank records the items of each of its training batches, with the epoch."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.seen = []
 
-    def on_batch_start(self, trainer, batch):
+    def on_train_batch_start(self, batch):
         items = [int(v) for v in batch[0].reshape(-1).tolist()]
-        self.seen.append([trainer.state.epoch, items])
+        self.seen.append([self.current_epoch, items])
 
-    def on_train_end(self, trainer):
-        with open(f"seen_{trainer.state.rank}.json", "w") as handle:
-            json.dump({"seen": self.seen, "step": trainer.state.step}, handle)
+    def on_train_end(self, train_losses, val_losses=None):
+        with open(f"seen_{self.accelerator.rank}.json", "w") as handle:
+            json.dump({"seen": self.seen, "step": self.global_step}, handle)
 
 
 def main(argv=None):
@@ -78,11 +81,10 @@ def main(argv=None):
         root_folder="runs",
         print_every=0,
         write_every=0,
-        callbacks=[Record()],
         seed=0,
         dist_timeout=args.dist_timeout,
     )
-    Trainer(model, optim.SGD(model.parameters(), lr=1e-6), config, loss_fn="mse").fit(loader)
+    Recording(model, optim.SGD(model.parameters(), lr=1e-6), config, loss_fn="mse").fit(loader)
     sys.stdout.flush()
 
 

@@ -36,6 +36,8 @@ class TrainerState:
     val_metrics: dict[str, float] = field(default_factory=dict)
     best_val: float | None = None
     log_folder: Path | None = None
+    #: ``time.monotonic()`` when this invocation of ``fit`` started training.
+    started_at: float | None = None
     last_checkpoint: Path | None = None
 
     @property

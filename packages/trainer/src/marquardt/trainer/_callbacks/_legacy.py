@@ -119,7 +119,7 @@ class EarlyStopping(Callback):
 class WallClockBudget(Callback):
     """Stop, with a checkpoint, once this invocation of ``fit`` has trained ``seconds``.
 
-    The clock starts at ``train_start`` (after any resume), so a requeued job gets its
+    The clock starts at ``train_start`` (``trainer.state.started_at``) (after any resume), so a requeued job gets its
     budget afresh; the check is made after each step, so leave the length of a step (and
     of writing a checkpoint) as a margin below a scheduler's hard limit. Every rank checks
     its own clock and one rank asking is enough: every rank stops at the same step, and the
@@ -139,17 +139,14 @@ class WallClockBudget(Callback):
                 "HINT: e.g. WallClockBudget(seconds=3.5 * 3600) for a 4-hour job"
             )
         self.seconds = float(seconds)
-        self._started: float | None = None
 
-    def __call__(self, when: str | TrainingStage, trainer: Any, config: Any, writer: Any) -> Any:
-        """Starts its clock at ``train_start``; checks it after every training batch."""
-        if when == TrainingStage.TRAIN_START:
-            self._started = time.monotonic()
-        elif when == TrainingStage.TRAIN_BATCH_END:
-            self.run_callback(trainer, config, writer)
+    def _should_call(self, when: TrainingStage, opt_result: Any) -> bool:
+        """After every training batch, epoch 0's too: the budget counts every second."""
+        return True
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> None:
-        if self._started is None or time.monotonic() - self._started < self.seconds:
+        started = trainer.state.started_at
+        if started is None or time.monotonic() - started < self.seconds:
             return
         state = trainer.state
         state.should_stop = True

@@ -65,7 +65,7 @@ class EarlyStopping(Callback):
         self.patience = patience
         self.mode = mode
         self.min_delta = float(min_delta)
-        self.best_value = math.inf if mode == "min" else -math.inf
+        self.best_value = self._start
         self.counter = 0
         #: The epoch at which this callback stopped the run (``None``: it has not).
         self.stopped_at: int | None = None
@@ -107,23 +107,48 @@ class EarlyStopping(Callback):
         state.should_stop = True
         state.stop_reason = state.stop_reason or reason
 
+    @property
+    def best(self) -> float | None:
+        """The best value so far, ``None`` before the first call (marquardt-trainer 0.2's name)."""
+        return None if math.isinf(self.best_value) else self.best_value
+
+    @best.setter
+    def best(self, value: float | None) -> None:
+        self.best_value = float(value) if value is not None else self._start
+
+    @property
+    def bad_validations(self) -> int:
+        """The calls since the last improvement (``counter``; marquardt-trainer 0.2's name)."""
+        return self.counter
+
+    @bad_validations.setter
+    def bad_validations(self, value: int) -> None:
+        self.counter = int(value)
+
+    @property
+    def _start(self) -> float:
+        return math.inf if self.mode == "min" else -math.inf
+
     def state_dict(self) -> dict[str, Any]:
-        """``best_value``, ``counter`` and ``stopped_at``: what decides the next stop."""
+        """``best``, ``bad_validations`` and ``stopped_at``: what decides the next stop.
+
+        The keys of marquardt-trainer 0.2, so its checkpoints resume with this callback.
+        """
         return {
-            "best_value": self.best_value,
-            "counter": self.counter,
+            "best": self.best,
+            "bad_validations": self.counter,
             "stopped_at": self.stopped_at,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        missing = sorted({"best_value", "counter"} - set(state))
+        missing = sorted({"best", "bad_validations"} - set(state))
         if missing:
             raise ValueError(
                 f"EarlyStopping.load_state_dict: the state has no {', '.join(missing)} (found "
                 f"{sorted(state)}). HINT: pass what EarlyStopping.state_dict() returned"
             )
-        self.best_value = float(state["best_value"])
-        self.counter = int(state["counter"])
+        self.best = state["best"]
+        self.counter = int(state["bad_validations"])
         stopped_at = state.get("stopped_at")
         self.stopped_at = None if stopped_at is None else int(stopped_at)
 

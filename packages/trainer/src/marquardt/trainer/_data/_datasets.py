@@ -119,7 +119,5 @@ def to_dataloader(
     ⌈N / batch_size⌉ batches); ``infinite=True`` an :class:`InfiniteTensorDataset`
     (random order, no end; perceptrain's trainer takes one batch of it per epoch).
     """
-    dataset: Dataset[Any] = (
-        InfiniteTensorDataset(*tensors) if infinite else TensorDataset(*tensors)
-    )
+    dataset: Dataset[Any] = InfiniteTensorDataset(*tensors) if infinite else TensorDataset(*tensors)
     return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn)

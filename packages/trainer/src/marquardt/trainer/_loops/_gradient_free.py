@@ -167,7 +167,9 @@ class GradientFreeLoop:
         self.optimizer.tell(self.candidate, value)
         self.candidate = self.optimizer.ask()
         set_parameters(self.model, torch.as_tensor(self.candidate.value))
-        return StepResult(value, {k: float(torch.as_tensor(v).detach()) for k, v in metrics.items()})
+        return StepResult(
+            value, {k: float(torch.as_tensor(v).detach()) for k, v in metrics.items()}
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer and its current candidate, pickled together into a byte tensor."""

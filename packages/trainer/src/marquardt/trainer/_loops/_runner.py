@@ -24,6 +24,7 @@ they agree again after each validation.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from itertools import islice
 from typing import Any
@@ -191,6 +192,7 @@ def run_loop(
     state.current_epoch = state.epoch
     if validating and state.step == 0:
         validate(context, val_loader, hooks=False)
+    state.started_at = time.monotonic()
     stages.start(Stage.TRAIN_START)
     stages.hook("on_train_start")
     train_losses: list[list[LossMetrics]] = []
