@@ -82,6 +82,21 @@ ALLOWED: dict[tuple[str, str], Allowed] = {
         "global_step counts the optimizer steps taken, as perceptrain's docstring says; "
         "perceptrain 0.1.0 leaves it at 0 unless a checkpoint was loaded"
     ),
+    ("*", r"run_ids(#len|\[\d+\])?"): Allowed(
+        "a new run's id counts the runs already in its folder here (1_, 2_, ...), so two "
+        "runs started in the same second never share a folder; perceptrain starts at 1 for "
+        "every TrainConfig. Run folders are compared, numbered in time order, in run_folders"
+    ),
+    (
+        "two_runs_same_folder",
+        r"runs\.resume\[1\]\.(log_folder|current_epoch|full_loss|"
+        r"checkpoints(#len)?)|metrics\.resume(/<run\d>)?(\.train_loss(#len)?)?|"
+        r"run_folders(#len|\[\d+\])?",
+    ): Allowed(
+        "a second run into an explicit log_folder gets its own subfolder there and resumes "
+        "only when asked (resume_from), so no run is continued or overwritten unasked; "
+        "perceptrain resumes from the latest checkpoint there"
+    ),
     ("seed_train", r"printed\[\d+\]"): Allowed(_SHUFFLE + "; printed_losses holds the numbers"),
     ("seed_train", r"printed_losses\[\d+\]\[1\]"): Allowed(_SHUFFLE, rel_tol=0.15),
     ("seed_train", r"printed_losses\[\d+\]\[2\]\.train_loss"): Allowed(_SHUFFLE, rel_tol=0.15),

@@ -150,22 +150,29 @@ def number(value: Any) -> Any:
 class Masker:
     """Masks run subfolders' names, keeping runs apart.
 
-    The subfolders ``<id>_<timestamp>_<pid>`` found under ``root`` are numbered in the order
-    of their time stamps: the first run's becomes ``<run0>``, the next ``<run1>``; their ids
-    are kept, in that order, in ``ids``.
+    The subfolders ``<id>_<timestamp>_<pid>`` of each folder under ``root`` are numbered in
+    the order of their time stamps (then ids): the first becomes ``<run0>``, the next
+    ``<run1>``. Their ids are kept, in that order, in ``ids``.
     """
 
     def __init__(self, root: Path) -> None:
-        names = sorted(
-            {m[0] for p in root.rglob("*") for m in _SUBFOLDER.finditer(p.name)},
-            key=lambda name: (name.split("_")[1], name),
+        runs = sorted(
+            (p for p in root.rglob("*") if p.is_dir() and _SUBFOLDER.fullmatch(p.name)),
+            key=lambda p: (str(p.parent), p.name.split("_")[1], int(p.name.split("_")[0])),
         )
-        self._order = {name: index for index, name in enumerate(names)}
-        self.ids = [int(name.split("_")[0]) for name in names]
+        self._index: dict[str, int] = {}
+        counts: dict[Path, int] = {}
+        for path in runs:
+            self._index[str(path.relative_to(root))] = counts.get(path.parent, 0)
+            counts[path.parent] = counts.get(path.parent, 0) + 1
+        self.ids = [int(p.name.split("_")[0]) for p in runs]
 
     def __call__(self, relative: str) -> str:
-        relative = _SUBFOLDER.sub(lambda m: f"<run{self._order.get(m[0], '?')}>", relative)
-        relative = _HPARAMS.sub("<time>", relative)
+        parts = relative.split("/")
+        for i, part in enumerate(parts):
+            if _SUBFOLDER.fullmatch(part):
+                parts[i] = f"<run{self._index.get('/'.join(parts[: i + 1]), '?')}>"
+        relative = _HPARAMS.sub("<time>", "/".join(parts))
         return _EVENTS.sub("events.out.tfevents.<host>", relative)
 
 
