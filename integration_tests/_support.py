@@ -27,13 +27,14 @@ FIT = SCRIPTS / "fit.py"
 LM_EXAMPLE = ROOT / "examples" / "sinc_lm.py"
 STUB_SOURCE = ROOT / "packages" / "core-solver" / "tests" / "legate_support" / "libcuda_stub.c"
 
-# "train step 10/60 | epoch 9 | loss 0.533694" (rank 0, every print_every steps)
-_LOSS = re.compile(r"train step (\d+)/(\d+) \| epoch \d+ \| loss ([-+0-9.eE]+|nan|inf)")
-# "marquardt.trainer: DDP loop (gloo), torchrun, world size 2, device cpu, 60 steps; ..."
+# "P  0|cpu    | Iteration      10| Train_Loss: 0.5336940 -" (rank 0, every print_every
+# epochs: perceptrain's PrintMetrics line, the epoch's mean loss)
+_LOSS = re.compile(r"P +0\|\S+ *\| Iteration +(\d+)\| Train_Loss: ([-+0-9.eE]+|nan|inf) -")
+# "marquardt.trainer: DDP loop (gloo), torchrun, world size 2, device cpu, epochs 0-60; ..."
 _DESCRIBE = re.compile(
     r"marquardt\.trainer: (?P<loop>DDP loop \(\w+\)|LM loop), (?P<where>.+?), "
     r"world size (?P<world>\d+), "
-    r"device (?P<device>\S+), (?P<steps>\d+) steps"
+    r"device (?P<device>\S+), epochs 0-(?P<epochs>\d+)"
 )
 # "epoch   1 step     3  loss 4.010e-02  time    84.2 ms  damping 1.0e-03  attempts 2"
 _LM_STEP = re.compile(r"epoch +\d+ step +(\d+) +loss ([-+0-9.eE]+|nan|inf) ")
@@ -163,12 +164,12 @@ class RankLine:
 
 
 def losses(text: str) -> list[tuple[int, float]]:
-    """(step, loss) of every progress line the trainer printed."""
-    return [(int(m[1]), float(m[3])) for m in _LOSS.finditer(text)]
+    """(epoch, loss) of every progress line the trainer printed."""
+    return [(int(m[1]), float(m[2])) for m in _LOSS.finditer(text)]
 
 
 def describe_lines(text: str) -> list[dict[str, str]]:
-    """The trainer's opening line(s): loop, launcher, world size, device, steps."""
+    """The trainer's opening line(s): loop, launcher, world size, device, last epoch."""
     return [m.groupdict() for m in _DESCRIBE.finditer(text)]
 
 
@@ -177,14 +178,15 @@ def rank_lines(text: str) -> list[RankLine]:
     return [RankLine(int(m[1]), int(m[2]), int(m[3]), m[4], m[5]) for m in _RANK.finditer(text)]
 
 
-def assert_trained(text: str, *, world_size: int, steps: int, print_every: int) -> None:
-    """The run printed every progress line, its losses are finite, and the loss fell.
+def assert_trained(text: str, *, world_size: int, epochs: int, print_every: int) -> None:
+    """The run printed every progress line (epochs 1 to ``epochs``), its losses are finite,
+    and the loss fell.
 
     ``scripts/fit.py`` reaches about 0.2 from 0.53 in 60 Adam steps (mean over ranks);
     a fall to below 70 % of the first printed loss cannot happen without training.
     """
     found = losses(text)
-    assert [s for s, _ in found] == list(range(print_every, steps + 1, print_every)), text
+    assert [s for s, _ in found] == list(range(print_every, epochs + 1, print_every)), text
     values = [v for _, v in found]
     assert all(math.isfinite(v) for v in values), values
     assert values[-1] < 0.7 * values[0], f"the loss did not fall: {values}"

@@ -44,7 +44,7 @@ def test_torchrun_nccl_on_two_gpus(tmp_path: Path) -> None:
     env = base_env({"COMPUTE_SETUP": "gpu", "BACKEND": "nccl", "NPROCS": "2", "SCRIPT": str(FIT)})
     done = run(["bash", str(LAUNCH / "torchrun" / "single_node.sh")], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.describe()
-    assert_trained(done.output, world_size=2, steps=60, print_every=10)
+    assert_trained(done.output, world_size=2, epochs=60, print_every=10)
     head = describe_lines(done.output)[0]
     assert head["loop"] == "DDP loop (nccl)" and head["device"].startswith("cuda"), head
     assert_ranks(done.output, 2)

@@ -107,7 +107,7 @@ def test_recipe_trains_on_cpu(case: Case, slurm: SlurmCluster, tmp_path: Path) -
     env = {**CPU, "SCRIPT": str(FIT), **dict(case.env)}
     job = _submit(slurm, case.recipe, case.sbatch_args, env, tmp_path)
     assert job.returncode == 0 and job.state == "COMPLETED", job.describe()
-    assert_trained(job.output, world_size=case.world_size, steps=60, print_every=10)
+    assert_trained(job.output, world_size=case.world_size, epochs=60, print_every=10)
     assert describe_lines(job.output)[0]["where"] == case.launcher, job.output
     ranks = assert_ranks(job.output, case.world_size)
     assert sorted(r.local_rank for r in ranks) == list(range(case.world_size))
@@ -126,7 +126,7 @@ def test_seed_script_runs_unchanged_under_multi_gpu(slurm: SlurmCluster, tmp_pat
     job = _submit(slurm, "multi_gpu.sbatch", ("--cpus-per-task=2",), env, tmp_path)
     assert job.returncode == 0 and job.state == "COMPLETED", job.describe()
     head = describe_lines(job.output)
-    assert len(head) == 1 and head[0]["world"] == "2" and head[0]["steps"] == "50", head
+    assert len(head) == 1 and head[0]["world"] == "2" and head[0]["epochs"] == "50", head
     assert [s for s, _ in losses(job.output)] == list(range(5, 51, 5)), job.output
 
 
@@ -155,7 +155,7 @@ def test_lm_loop_in_two_processes(case: Case, slurm: SlurmCluster, tmp_path: Pat
     env = {**CPU, "SCRIPT": str(FIT_LM), **dict(case.env)}
     job = _submit(slurm, case.recipe, case.sbatch_args, env, tmp_path)
     assert job.returncode == 0 and job.state == "COMPLETED", job.describe()
-    assert_trained(job.output, world_size=2, steps=20, print_every=10)
+    assert_trained(job.output, world_size=2, epochs=20, print_every=10)
     head = describe_lines(job.output)[0]
     assert head["loop"] == "LM loop" and head["where"] == case.launcher, job.output
     ranks = assert_ranks(job.output, 2)

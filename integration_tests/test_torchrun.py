@@ -36,14 +36,15 @@ def test_single_node_two_workers_fit(tmp_path: Path) -> None:
     env = base_env({**CPU, "NPROCS": "2", "SCRIPT": str(FIT)})
     done = run(["bash", str(LAUNCH / "torchrun" / "single_node.sh")], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.describe()
-    assert_trained(done.output, world_size=2, steps=60, print_every=10)
+    assert_trained(done.output, world_size=2, epochs=60, print_every=10)
     assert describe_lines(done.output)[0]["where"] == "torchrun"
     ranks = assert_ranks(done.output, 2)
     assert sorted(r.local_rank for r in ranks) == [0, 1]
 
 
 def test_single_node_runs_the_seed_script(tmp_path: Path) -> None:
-    """The seeds' train.py (imports changed only) under the recipe: 50 steps, printed by rank 0."""
+    """The seeds' train.py (imports changed only) under the recipe: epochs 0-50, printed by
+    rank 0 every 5."""
     env = base_env({**CPU, "NPROCS": "2", "SCRIPT": str(SEED_TRAIN)})
     done = run(["bash", str(LAUNCH / "torchrun" / "single_node.sh")], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.describe()
@@ -82,7 +83,7 @@ def test_multi_node_two_agents_meet_through_c10d(tmp_path: Path) -> None:
     assert first.returncode == 0, first.describe()
     assert second.returncode == 0, second.describe()
     both = first.output + second.output
-    assert_trained(both, world_size=2, steps=60, print_every=10)
+    assert_trained(both, world_size=2, epochs=60, print_every=10)
     ranks = assert_ranks(both, 2)
     # One worker per agent: each is local rank 0 of its own "node".
     assert [r.local_rank for r in ranks] == [0, 0]

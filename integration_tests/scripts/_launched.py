@@ -45,7 +45,10 @@ class ReportRank(Callback):
     """Print where this process sits in the run (every process, once):
     ``fit-rank: rank R local_rank L world_size W host H cuda_visible_devices C``."""
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def __init__(self) -> None:
+        super().__init__(on="train_start")
+
+    def run_callback(self, trainer: Trainer, config: object, writer: object) -> None:
         state = trainer.state
         print(
             f"fit-rank: rank {state.rank} local_rank {state.local_rank} "

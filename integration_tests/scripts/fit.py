@@ -2,8 +2,9 @@
 
 Same data (y = sin 2πx on [0, 1]), model and command line as ``train.py`` (``--nprocs``,
 ``--compute_setup``, ``--backend``), so every launcher recipe runs it unchanged. It differs
-where a test needs a property that could fail: Adam at a fixed seed for ``--max_iter`` steps
-with each rank's batch the whole of its shard, so the loss falls far; losses averaged over
+where a test needs a property that could fail: Adam at a fixed seed for epochs 0 to
+``--max_iter``, one step each (each rank's batch is the whole of its shard), so the loss
+falls far; losses averaged over
 the ranks (``all_reduce_metrics``); and every process prints one line
 ``fit-rank: rank R local_rank L world_size W host H cuda_visible_devices C`` when training
 starts, so a test can check the layout the launcher produced.
@@ -23,7 +24,7 @@ Trainer.set_use_grad(True)
 
 
 def main() -> None:
-    parser = command_line(60, "Optimizer steps.")
+    parser = command_line(60, "The last epoch (one optimizer step each).")
     parser.add_argument("--lr", type=float, default=0.02, help="Adam's learning rate.")
     args = parser.parse_args()
 

@@ -15,9 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.solver import LMA
-from marquardt.trainer import TrainConfig, Trainer
-
-Trainer.set_use_grad(False)
+from marquardt.trainer import Callback, TrainConfig, Trainer
 
 
 def residual(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -28,10 +26,13 @@ def make_lma(model: nn.Module, process_group: str | None) -> LMA:
     return LMA(model, [torch.device("cpu")], residual, process_group=process_group)
 
 
-class ReportParams(ReportRank):
-    """Where this process sits (at the start), and its final parameters (at the end)."""
+class ReportParams(Callback):
+    """This process's final parameters (at the end)."""
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def __init__(self) -> None:
+        super().__init__(on="train_end")
+
+    def run_callback(self, trainer: Trainer, config: object, writer: object) -> None:
         flat = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
         print(
             f"lm-params: rank {trainer.state.rank} sum {float(flat.sum())!r} "
@@ -41,7 +42,7 @@ class ReportParams(ReportRank):
 
 
 def main() -> None:
-    args = command_line(20, "LM steps.").parse_args()
+    args = command_line(20, "The last epoch (two LM steps each).").parse_args()
 
     torch.manual_seed(0)
     # Global batches of 50 (25 per rank with 2 ranks): two steps an epoch.
@@ -55,7 +56,7 @@ def main() -> None:
         print_every=10,
         max_iter=args.max_iter,
         seed=0,
-        callbacks=[ReportParams()],
+        callbacks=[ReportRank(), ReportParams()],
     )
     Trainer(model, make_lma, config, loss_fn="mse").fit(dataloader)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.trainer import TrainConfig, Trainer
 from marquardt.trainer._callbacks._monitoring import GradientMonitoring, gradient_statistics
+from marquardt.trainer._result import OptimizeResult
 
 
 def test_statistics_are_those_of_each_gradient() -> None:
@@ -45,3 +48,16 @@ def test_a_fit_writes_them_at_the_due_epochs(tmp_path: Path) -> None:
     assert [int(r["epoch"]) for r in rows] == [3, 6]
     assert all(float(r["weight_max"]) >= float(r["weight_min"]) for r in rows)
     assert {"bias_mean", "bias_std", "bias_max", "bias_min"} <= set(rows[0])
+
+
+def test_nothing_is_written_when_no_parameter_has_a_gradient() -> None:
+    written: list[Any] = []
+    writer = SimpleNamespace(write=lambda iteration, metrics: written.append((iteration, metrics)))
+    model = torch.nn.Linear(2, 1)
+    trainer = SimpleNamespace(model=model, opt_result=OptimizeResult(2, model, None))
+    monitor = GradientMonitoring(on="train_epoch_end", called_every=1)
+    monitor.run_callback(trainer, None, writer)
+    assert written == []
+    model(torch.ones(1, 2)).sum().backward()
+    monitor.run_callback(trainer, None, writer)
+    assert [i for i, _ in written] == [2] and set(written[0][1]) >= {"weight_mean", "bias_min"}

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.trainer import TrainConfig, Trainer
-from marquardt.trainer._callbacks._base import Callback, CallbacksManager, TrainingStage
+from marquardt.trainer._callbacks._base import Callback, CallbacksManager
 from marquardt.trainer._callbacks._stopping import EarlyStopping, WallClockBudget
 from marquardt.trainer._result import OptimizeResult
 from marquardt.trainer._state import TrainerState
@@ -106,15 +106,14 @@ def test_train_loss_monitoring_stops_a_real_fit(tmp_path: Path) -> None:
     assert math.isfinite(stopper.best_value)
 
 
-def test_wall_clock_budget_starts_at_train_start_and_stops_with_a_checkpoint(
+def test_wall_clock_budget_counts_from_the_runs_start_and_stops_with_a_checkpoint(
     tmp_path: Path,
 ) -> None:
     slow = Callback(on="train_batch_end", callback=lambda *_: time.sleep(0.05))
     budget = WallClockBudget(seconds=0.3)
-    assert budget.stages == frozenset((TrainingStage.TRAIN_START, TrainingStage.TRAIN_BATCH_END))
     trainer = _fit(tmp_path, [slow, budget], max_iter=1000, checkpoint_best_only=True)
     assert "wall-clock budget of 0.3 s spent" in trainer.state.stop_reason
-    assert trainer.state.current_epoch < 30
+    assert 1 <= trainer.state.current_epoch < 30
     assert trainer.state.last_checkpoint is not None and trainer.state.last_checkpoint.exists()
     with pytest.raises(ValueError, match=r"seconds must be a finite number > 0.*HINT"):
         WallClockBudget(seconds=0)
@@ -122,14 +121,18 @@ def test_wall_clock_budget_starts_at_train_start_and_stops_with_a_checkpoint(
         WallClockBudget(seconds=1, on="train_start")
 
 
-def test_wall_clock_budget_clock_restarts_at_each_train_start() -> None:
-    budget = WallClockBudget(seconds=0.05)
+def test_wall_clock_budget_checks_every_call_of_its_stage_epoch_0_included() -> None:
+    budget = WallClockBudget(seconds=0.05, on="train_epoch_end")
     trainer = _stand_in()
-    budget("train_start", trainer, None, None)
-    time.sleep(0.08)
-    budget("train_start", trainer, None, None)  # a new fit: the budget is whole again
-    budget("train_batch_end", trainer, None, None)
+    trainer.opt_result = OptimizeResult(0, None, None)
+    budget("train_epoch_end", trainer, None, None)  # outside fit: no clock, no stop
+    assert not trainer.state.should_stop
+    trainer.state.started_at = time.monotonic()
+    budget("train_epoch_end", trainer, None, None)
+    budget("train_batch_end", trainer, None, None)  # another stage: not its business
     assert not trainer.state.should_stop
     time.sleep(0.08)
     budget("train_batch_end", trainer, None, None)
+    assert not trainer.state.should_stop
+    budget("train_epoch_end", trainer, None, None)
     assert trainer.state.should_stop and trainer.state.checkpoint_requested

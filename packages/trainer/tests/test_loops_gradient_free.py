@@ -137,7 +137,7 @@ def test_errors_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ConfigError, match=r"nevergrad.*HINT"):
         GradientFreeLoop(model, sgd, resolve_loss("mse"), _config())
     loop = GradientFreeLoop(model, _optimizer(model), resolve_loss("mse"), _config())
-    with pytest.raises(ConfigError, match=r"one process, but torchrun started 2.*HINT"):
+    with pytest.raises(ConfigError, match=r"one process, but this run has 2 \(torchrun\).*HINT"):
         loop.check_world("torchrun", 2)
     monkeypatch.setitem(sys.modules, "nevergrad", None)  # as if the extra were absent
     with pytest.raises(ConfigError, match=r"marquardt-trainer\[nevergrad\]"):
@@ -190,3 +190,20 @@ def test_a_resumed_fit_ends_where_the_uninterrupted_one_does(tmp_path: Path) -> 
     straight = fit(12, tmp_path / "straight", None)
     assert resumed[0] == straight[0] == 13
     assert resumed[1] == straight[1]
+
+
+def test_ngopt_either_trains_or_says_which_optimizer_to_use_instead() -> None:
+    """nevergrad 1.0.12's NGOpt meta-model calls float() on a one-element array, which
+    NumPy 2.4 refuses: a readable error naming the alternatives, never a bare TypeError."""
+    model, x, y = _problem()
+    optimizer = ng.optimizers.NGOpt(parametrization=num_parameters(model), budget=40)
+    loop = GradientFreeLoop(model, optimizer, resolve_loss("mse"), _config())
+    cpu = torch.device("cpu")
+    batch = loop.prepare_batch((x, y), cpu)
+    try:
+        for _ in range(40):
+            loop.step([batch], cpu)
+    except ConfigError as error:
+        assert "OnePlusOne or CMA" in str(error) and "HINT" in str(error)
+    else:
+        assert optimizer.num_tell == 40

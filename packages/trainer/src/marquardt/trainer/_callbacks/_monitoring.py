@@ -4,7 +4,8 @@ For each parameter ``name`` with a gradient g (the last backward pass's), the ca
 writes ``name_mean``, ``name_std``, ``name_max`` and ``name_min`` (the mean, the sample
 standard deviation, the largest and the smallest entry of g), perceptrain's names, at the
 epoch ``trainer.opt_result.iteration``, through the run's writer (which writes on rank 0
-only). Parameters without a gradient (frozen, or a gradient-free or LM run) are left out.
+only). Parameters without a gradient (frozen, or a gradient-free or LM run) are left out,
+and nothing is written when none has one.
 """
 
 from __future__ import annotations
@@ -38,4 +39,6 @@ class GradientMonitoring(Callback):
         super().__init__(on=on, called_every=called_every)
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> None:
-        writer.write(trainer.opt_result.iteration, gradient_statistics(trainer.model))
+        stats = gradient_statistics(trainer.model)
+        if stats:
+            writer.write(trainer.opt_result.iteration, stats)

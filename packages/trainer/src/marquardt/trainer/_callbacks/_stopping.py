@@ -156,12 +156,12 @@ class EarlyStopping(Callback):
 class WallClockBudget(Callback):
     """Stop, with a checkpoint, once this call of ``fit`` has trained ``seconds``.
 
-    The clock starts at ``train_start`` (after any resume), so a requeued job gets its
-    budget afresh; it is checked at every ``on`` (each training batch by default, epoch 0
-    included: ``called_every`` does not apply), so leave the length of a batch (and of
-    writing a checkpoint) as a margin below a scheduler's hard limit. One process asking
-    is enough: every process stops at the same batch, and the checkpoint is written even
-    with ``checkpoint_best_only``.
+    The clock is the run's: ``trainer.state.started_at``, set when training starts (after
+    any resume), so a requeued job gets its budget afresh. It is checked at every ``on``
+    (each training batch by default, epoch 0 included: ``called_every`` does not apply),
+    so leave the length of a batch (and of writing a checkpoint) as a margin below a
+    scheduler's hard limit. One process asking is enough: every process stops at the same
+    batch, and the checkpoint is written even with ``checkpoint_best_only``.
     """
 
     def __init__(self, seconds: float, on: str | TrainingStage = "train_batch_end") -> None:
@@ -182,28 +182,15 @@ class WallClockBudget(Callback):
                 "training. HINT: on='train_batch_end' (the default) or on='train_epoch_end'"
             )
         self.seconds = float(seconds)
-        self._started: float | None = None
 
-    @property
-    def stages(self) -> frozenset[TrainingStage]:
-        """The stages it runs at: ``train_start`` (the clock starts) and ``on`` (the check)."""
-        return frozenset((TrainingStage.TRAIN_START, self.on))
-
-    def __call__(self, when: str | TrainingStage, trainer: Any, config: Any, writer: Any) -> Any:
-        """Start the clock at ``train_start``; check it at every ``on``."""
-        stage = TrainingStage(when)
-        if stage is TrainingStage.TRAIN_START:
-            self._started = time.monotonic()
-        elif stage == self.on:
-            self.run_callback(trainer, config, writer)
+    def _should_call(self, when: TrainingStage, opt_result: Any) -> bool:
+        """At every call of its stage, epoch 0's too: the budget counts every second."""
+        return True
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> None:
-        if self._started is None:  # no train_start seen: count from the first check
-            self._started = time.monotonic()
-        if time.monotonic() - self._started < self.seconds:
-            return
-        self._started = None
         state = trainer.state
+        if state.started_at is None or time.monotonic() - state.started_at < self.seconds:
+            return
         state.should_stop = True
         state.checkpoint_requested = True
         state.stop_reason = state.stop_reason or f"wall-clock budget of {self.seconds:g} s spent"

@@ -121,7 +121,7 @@ class WorkerSpec:
             optimizer = optimizer.build(self.model)
         scheduler = None if self.scheduler is None else self.scheduler.build(optimizer)
         environment = SpawnedProcess(layout, self.launcher, self.gpu_count, self.use_gpu)
-        self.trainer_class.set_use_grad(self.use_grad)  # this process's class, fresh
+        self.trainer_class.set_use_grad(self.use_grad)  # type: ignore[attr-defined]  # fresh class
         return self.trainer_class(
             self.model,
             optimizer,

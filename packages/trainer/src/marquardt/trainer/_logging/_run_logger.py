@@ -95,6 +95,8 @@ class RunLogger:
         if not self.enabled:
             return
         plain = {str(k): _number(v) for k, v in metrics.items() if _is_number(v)}
+        if not plain:  # e.g. train_start of a resumed run: nothing measured yet
+            return
         step = self.state.step if self.state is not None else iteration
         phase = phase_of(plain)
         for logger in self.loggers:

@@ -127,8 +127,8 @@ class GradientFreeLoop:
     def check_world(self, launcher: str, world_size: int) -> None:
         if world_size > 1:
             raise ConfigError(
-                f"gradient-free training runs in one process, but {launcher} started "
-                f"{world_size}: each would ask nevergrad for its own candidates and the "
+                f"gradient-free training runs in one process, but this run has {world_size} "
+                f"({launcher}): each would ask nevergrad for its own candidates and the "
                 "replicas would part. HINT: run it with nprocs=1 (and no torchrun or srun "
                 "for more than one task)"
             )
@@ -165,11 +165,27 @@ class GradientFreeLoop:
         loss, metrics = loss_and_metrics(self.loss_fn(batch, self.model))
         value = float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss)
         self.optimizer.tell(self.candidate, value)
-        self.candidate = self.optimizer.ask()
+        self.candidate = self._ask()
         set_parameters(self.model, torch.as_tensor(self.candidate.value))
         return StepResult(
             value, {k: float(torch.as_tensor(v).detach()) for k, v in metrics.items()}
         )
+
+    def _ask(self) -> Any:
+        """``optimizer.ask()``; nevergrad's known clash with NumPy made readable."""
+        try:
+            return self.optimizer.ask()
+        except TypeError as exc:
+            if "0-dimensional arrays" not in str(exc):
+                raise
+            import numpy
+
+            raise ConfigError(
+                f"{self.optimizer_name}.ask() failed inside nevergrad: {exc}. Its meta-model "
+                "(used by NGOpt and its variants) converts a one-element array with float(), "
+                f"which NumPy {numpy.__version__} refuses. HINT: choose an optimizer without "
+                "the meta-model, e.g. nevergrad.optimizers.OnePlusOne or CMA"
+            ) from exc
 
     def state_dict(self) -> dict[str, Any]:
         """The optimizer and its current candidate, pickled together into a byte tensor."""

@@ -48,7 +48,7 @@ class EpochBatches:
         self.loader = loader
         self.sampler = sampler
         self.count = batches_per_epoch(loader, context.max_batches)
-        self.sized = self.count > 1 or _has_len(loader)
+        self.sized = _has_len(loader)
         self._iterator: Iterator[Any] | None = None
 
     def _fresh(self) -> Iterator[Any]:
