@@ -90,8 +90,8 @@ ALLOWED: dict[tuple[str, str], Allowed] = {
     (
         "two_runs_same_folder",
         r"runs\.resume\[1\]\.(log_folder|current_epoch|full_loss|"
-        r"checkpoints(#len)?)|metrics\.resume(/<run\d>)?(\.train_loss(#len)?)?|"
-        r"run_folders(#len|\[\d+\])?",
+        r"checkpoints(#len|\[\d+\])?)|metrics\.resume(/<run\d>)?(\.train_loss(#len)?)?|"
+        r"run_folders(#len|\[\d+\])?|checkpoints(#len|\[\d+\])?",
     ): Allowed(
         "a second run into an explicit log_folder gets its own subfolder there and resumes "
         "only when asked (resume_from), so no run is continued or overwritten unasked; "
