@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -146,7 +147,7 @@ def _pins(names: tuple[str, ...]) -> list[str]:
 
 
 def _unavailable(message: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
         pytest.fail(f"{message}\n(CI=true: the perceptrain comparison must run on CI)")
     pytest.skip(message)
 
@@ -204,17 +205,19 @@ class Side:
     seconds: float
 
 
-def _run_side(python: Path, module: str, out: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+def _run_side(python: Path, module: str, out: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The runner for one package; each script's output goes to files in ``out``."""
     command = [str(python), str(RUNNER), str(out), *[f"{s}.py" for s in SCRIPTS]]
     env = {**env, "TRAINER_MODULE": module, "TMPDIR": str(out)}
-    return subprocess.Popen(
-        command, env=env, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
-    )  # fmt: skip
+    with (out / "runner.err").open("w") as stderr:
+        return subprocess.Popen(
+            command, env=env, cwd=out, stdout=subprocess.DEVNULL, stderr=stderr,
+            start_new_session=True,
+        )  # fmt: skip
 
 
-def _collect(module: str, out: Path, proc: subprocess.Popen[str], seconds: float) -> Side:
-    _, stderr = proc.communicate()
+def _collect(module: str, out: Path, proc: subprocess.Popen[bytes], seconds: float) -> Side:
+    stderr = (out / "runner.err").read_text()
     assert proc.returncode == 0, f"{RUNNER} under {module} exited {proc.returncode}:\n{stderr}"
     results, failures = {}, {}
     for script in SCRIPTS:
@@ -250,8 +253,12 @@ def sides(
     finally:
         for proc in procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, 9)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     seconds = time.monotonic() - t0
+    print(
+        f"\nperceptrain comparison: {len(SCRIPTS)} scripts under both packages in {seconds:.0f} s"
+    )
     yield (
         _collect("perceptrain", out_p, procs[0], seconds),
         _collect("marquardt.trainer", out_m, procs[1], seconds),
