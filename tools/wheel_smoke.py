@@ -135,15 +135,20 @@ def smoke_trainer() -> None:
     before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     config = TrainConfig(
-        max_iter=5, print_every=0, compute_setup="cpu", backend="gloo", root_folder="runs"
+        max_iter=1,
+        write_every=1,
+        tracking_tool="csv",
+        compute_setup="cpu",
+        backend="gloo",
+        root_folder="runs",
     )
     Trainer.set_use_grad(True)
     model, _ = Trainer(model, optimizer, config, loss_fn="mse").fit(_loader())
     moved = any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
-    assert moved, "5 SGD steps left the model unchanged"
+    assert moved, "2 epochs of SGD steps left the model unchanged"
     metrics = sorted(Path("runs").rglob("metrics.csv"))
     assert metrics, "the run wrote no metrics.csv"
-    print(f"Trainer fit 5 SGD steps, metrics in {metrics[0]}")
+    print(f"Trainer fit 2 epochs of 4 SGD steps, metrics in {metrics[0]}")
 
 
 def smoke_trainer_lm() -> None:
@@ -156,11 +161,10 @@ def smoke_trainer_lm() -> None:
 
     model = nn.Linear(1, 1)
     lma = LMA(model, [torch.device("cpu")], residual_fn=lambda a, b: a - b)
-    config = TrainConfig(max_iter=3, print_every=0, root_folder="runs_lm")
-    Trainer.set_use_grad(False)
-    _, lma = Trainer(model, lma, config, loss_fn="mse").fit(_loader())
+    config = TrainConfig(max_iter=0, tracking_tool="csv", root_folder="runs_lm")
+    _, lma = Trainer(model, lma, config, loss_fn="mse").fit(_loader())  # one epoch: 4 steps
     assert lma.report.loss_after < 1e-6, lma.report
-    print(f"Trainer LM loop: batch loss {lma.report.loss_after:.1e} after 3 steps")
+    print(f"Trainer LM loop: batch loss {lma.report.loss_after:.1e} after {lma.steps} steps")
 
 
 def main(argv: list[str]) -> None:

@@ -47,7 +47,10 @@ def test_lm_in_two_spawned_processes_the_loss_falls_and_the_ranks_agree(
     tmp_path: Path, procs: Processes
 ) -> None:
     code, out, err = procs.run(
-        [JOB, *LM, "--nprocs", "2", "--max-iter", "12", "--rank-params", "--out", "two.json"],
+        [
+            *(JOB, *LM, "--nprocs", "2", "--max-iter", "5", "--checkpoint-every", "5"),
+            *("--rank-params", "--out", "two.json"),
+        ],
         cwd=tmp_path,
     )
     assert code == 0, err
@@ -55,6 +58,7 @@ def test_lm_in_two_spawned_processes_the_loss_falls_and_the_ranks_agree(
     result = read_json(tmp_path / "two.json")  # from the parent's model: rank 0's weights
     assert result["loss"] < 0.2 * _initial_loss()
     assert result["params"] == pytest.approx(_ranks_agree(tmp_path), abs=0)
+    # 6 epochs of 2 global batches: 12 LM steps, checkpointed after epoch 5, the last
     saved = ckpt.read_checkpoint(tmp_path / "runs" / "checkpoints" / ckpt.checkpoint_name(12))
     assert saved["kind"] == "lm" and saved["world_size"] == 2
     assert saved["lma"]["steps"] == 12 and saved["lm_report"]["rows"] == 32  # the global batch
@@ -64,7 +68,7 @@ def test_lm_under_torchrun(tmp_path: Path, procs: Processes) -> None:
     args = [
         *("-m", "torch.distributed.run", "--nproc_per_node", "2"),
         *("--master_port", str(_free_port())),
-        *(JOB, *LM, "--lm-factory", "--max-iter", "12", "--rank-params", "--out", "two.json"),
+        *(JOB, *LM, "--lm-factory", "--max-iter", "5", "--rank-params", "--out", "two.json"),
     ]
     code, out, err = procs.run(args, cwd=tmp_path)
     assert code == 0, err
@@ -76,7 +80,8 @@ def test_lm_under_torchrun(tmp_path: Path, procs: Processes) -> None:
 def test_lm_sigterm_checkpoints_and_kill_and_resume_reproduces(
     tmp_path: Path, procs: Processes
 ) -> None:
-    common = [JOB, *LM, "--nprocs", "2", "--max-iter", "16", "--checkpoint-every", "5"]
+    # 8 epochs of 2 steps, a checkpoint every 2 epochs: steps 6, 10, 14 and 16 at the end
+    common = [JOB, *LM, "--nprocs", "2", "--max-iter", "7", "--checkpoint-every", "2"]
     code, _, err = procs.run([*common, "--root", "straight", "--out", "straight.json"], tmp_path)
     assert code == 0, err
     # SIGKILL of rank 1 after step 12: the run fails, the checkpoint of step 10 is whole.

@@ -19,7 +19,6 @@ from ._callbacks import (
     Callback,
     CallbacksManager,
     EarlyStopping,
-    LoadCheckpoint,
     LogHyperparameters,
     LogModelTracker,
     PlotMetrics,
@@ -58,7 +57,7 @@ from ._logging._base import Logger
 from ._logging._csv import CSVLogger
 from ._logging._mlflow import MLflowLogger
 from ._logging._tensorboard import TensorBoardLogger
-from ._persistence._helpers import load_checkpoint, load_model, write_checkpoint
+from ._persistence._helpers import LoadCheckpoint, load_checkpoint, load_model, write_checkpoint
 from ._result import OptimizeResult
 from ._state import TrainerState
 from ._trainer import Trainer

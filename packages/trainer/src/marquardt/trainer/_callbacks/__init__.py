@@ -1,8 +1,11 @@
-"""Callbacks: ``Callback`` bound to a ``TrainingStage``, the manager, and the built-ins."""
+"""Callbacks: ``Callback`` bound to a ``TrainingStage``, the manager, and the built-ins.
+
+Nothing here imports the trainer's other folders (the loops and persistence import this
+package); ``LoadCheckpoint`` lives with the checkpoint helpers it calls.
+"""
 
 from ._base import Callback, CallbacksManager, TrainingStage
 from ._builtin import (
-    LoadCheckpoint,
     LogHyperparameters,
     LogModelTracker,
     PlotMetrics,
@@ -19,7 +22,6 @@ __all__ = [
     "Callback",
     "CallbacksManager",
     "EarlyStopping",
-    "LoadCheckpoint",
     "LogHyperparameters",
     "LogModelTracker",
     "PlotMetrics",

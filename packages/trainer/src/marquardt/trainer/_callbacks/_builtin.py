@@ -6,7 +6,9 @@ every ``print_every`` / ``write_every`` epochs (and ``WriteMetrics`` at ``val_ep
 every ``val_every``), ``WritePlots`` every ``plot_every``, ``SaveCheckpoint`` every
 ``checkpoint_every`` and at the end, ``SaveBestCheckpoint`` at ``val_epoch_end`` with
 ``checkpoint_best_only``, ``LogHyperparameters`` and ``LogModelTracker`` at the end. A
-user may also put any of them in ``TrainConfig.callbacks``, bound elsewhere.
+user may also put any of them in ``TrainConfig.callbacks``, bound elsewhere
+(``LoadCheckpoint`` lives with the checkpoint helpers it calls,
+:mod:`marquardt.trainer._persistence._helpers`).
 
 ``writer`` is the run's :class:`~marquardt.trainer._logging._run_logger.RunLogger` (idle
 on ranks other than 0); checkpoints are our atomic files, written with every rank's RNG
@@ -103,19 +105,6 @@ class SaveBestCheckpoint(SaveCheckpoint):
                 state.best_val = self.best_loss
             if context is not None and context.checkpoints is not None:
                 context.checkpoints.save_best()
-
-
-class LoadCheckpoint(Callback):
-    """Load the newest checkpoint of ``config.log_folder`` into the model and optimizer.
-
-    Returns ``(model, optimizer, epoch)`` as perceptrain's does. The trainer itself resumes
-    through ``TrainConfig.resume_from``; this is for a user's own use.
-    """
-
-    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
-        from .._persistence._helpers import load_checkpoint
-
-        return load_checkpoint(config.log_folder, trainer.model, trainer.optimizer)
 
 
 def config_callbacks(config: Any) -> list[Callback]:

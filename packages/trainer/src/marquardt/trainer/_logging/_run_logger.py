@@ -12,13 +12,13 @@ folder always gets ``hparams.json`` (the configuration and ``TrainConfig.hyperpa
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .._persistence._files import atomic_save, bare_state_dict
 from .._state import TrainerState
 from ._base import Logger
 from ._console import Console
@@ -140,7 +140,10 @@ class RunLogger:
         """The model's weights as ``model.pt`` in the run folder, given to every logger."""
         if not self.enabled:
             return
-        path = atomic_save(bare_state_dict(model), self.folder / "model.pt")
+        path = self.folder / "model.pt"
+        tmp = path.with_name(f".model.pt.tmp-{os.getpid()}")
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+        os.replace(tmp, path)  # whole or absent, never half-written
         for logger in self.loggers:
             logger.log_artifact(path)
 

@@ -7,7 +7,8 @@ name, state_dict)``, written atomically and read with ``torch.load(weights_only=
 (perceptrain pickles the optimizer class; a name is enough to check it). Reading a run
 folder of this trainer (``checkpoints/ckpt_<step>.pt``) works too: the newest checkpoint's
 model and optimizer states and its epoch. The trainer's own resume is
-``TrainConfig.resume_from``; these are for a user's scripts.
+``TrainConfig.resume_from``; these (and the ``LoadCheckpoint`` callback) are for a user's
+scripts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._callbacks._base import Callback
 from . import _files as ckpt
 
 _INDEXED = re.compile(r"_ckpt_(\d+)_device_[^.]*\.pt$")
@@ -120,3 +122,14 @@ def load_checkpoint(
     if same_class and data is not None and data.get("optimizer") is not None:
         optimizer.load_state_dict(data["optimizer"])
     return model, optimizer, iteration
+
+
+class LoadCheckpoint(Callback):
+    """Load the newest checkpoint of ``config.log_folder`` into the model and optimizer.
+
+    Returns ``(model, optimizer, epoch)`` as perceptrain's does. The trainer itself resumes
+    through ``TrainConfig.resume_from``; this is for a user's own use.
+    """
+
+    def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
+        return load_checkpoint(config.log_folder, trainer.model, trainer.optimizer)
