@@ -98,6 +98,16 @@ ALLOWED: dict[tuple[str, str], Allowed] = {
         "only when asked (resume_from), so no run is continued or overwritten unasked; "
         "perceptrain resumes from the latest checkpoint there"
     ),
+    ("*", r"(.*\.)?checkpoints\[\d+\]"): Allowed(
+        "checkpoint files are numbered by the global step here (checkpoints/ckpt_<step>.pt), "
+        "by the epoch in perceptrain; how many are written is compared (checkpoints#len)"
+    ),
+    ("r3_sampling", r"steps|residual|released_at_epoch_start(\[\d+\]\[1\])?"): Allowed(
+        "an epoch here is every batch of a loader with a length; perceptrain 0.1.0 takes one "
+        "batch an epoch from a loader whose dataset is not a TensorDataset; and perceptrain "
+        "runs deep copies of the configured callbacks, so its R3Sampling renews a copy of "
+        "the dataset that the loader never reads (fitness_calls are compared)"
+    ),
     ("seed_train", r"printed\[\d+\]"): Allowed(_SHUFFLE + "; printed_losses holds the numbers"),
     ("seed_train", r"printed_losses\[\d+\]\[1\]"): Allowed(_SHUFFLE, rel_tol=0.15),
     ("seed_train", r"printed_losses\[\d+\]\[2\]\.train_loss"): Allowed(_SHUFFLE, rel_tol=0.15),
