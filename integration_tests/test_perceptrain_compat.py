@@ -382,3 +382,40 @@ def test_the_comparison_finds_what_differs() -> None:
     near = differences("seed_train", {"full_loss": 0.21}, {"full_loss": 0.20})
     far = differences("seed_train", {"full_loss": 0.4}, {"full_loss": 0.20})
     assert near == [] and len(far) == 1, (near, far)
+
+
+_PERCEPTRAIN_NAMES = """
+import dataclasses, json
+import perceptrain.callbacks, perceptrain.data
+from perceptrain import Trainer, TrainConfig
+names = [f.name for f in dataclasses.fields(TrainConfig) if not f.name.startswith("_")]
+names += perceptrain.callbacks.__all__
+names += [n for n in dir(Trainer) if not n.startswith("_")]
+names += ["current_epoch", "global_step", "opt_result"]  # set in Trainer.__init__
+names += [n for n in ("to_dataloader", "DictDataLoader", "InfiniteTensorDataset", "R3Dataset",
+                      "GenerativeIterableDataset", "OptimizeResult") if hasattr(perceptrain.data, n)]
+print(json.dumps(sorted(set(names))))
+"""
+
+
+def test_the_docs_page_names_every_perceptrain_name(
+    perceptrain_python: Path, tmp_path: Path
+) -> None:
+    """docs/coming-from-perceptrain.md has a status for every field, callback, Trainer
+    method and data helper that perceptrain 0.1.0 itself lists."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    listed = subprocess.run(
+        [str(perceptrain_python), "-c", _PERCEPTRAIN_NAMES],
+        capture_output=True, text=True, timeout=300, check=False, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    names = json.loads(listed.stdout.splitlines()[-1])
+    page = (ROOT / "docs" / "coming-from-perceptrain.md").read_text(encoding="utf-8")
+    missing = [
+        name for name in names if not re.search(rf"`[^`\n]*\b{re.escape(name)}\b[^`\n]*`", page)
+    ]
+    assert len(names) > 60, names
+    assert not missing, (
+        f"docs/coming-from-perceptrain.md gives no status for {missing}. HINT: add a row "
+        "to its table: same, differs (how) or not provided (why)"
+    )
