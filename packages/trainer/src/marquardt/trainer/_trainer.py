@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +36,7 @@ from ._config import TrainConfig
 from ._data._sources import DataSource
 from ._environments import LaunchEnvironment, detect_environment
 from ._errors import ConfigError
+from ._hooks import TrainerHooks
 from ._launch._spawning import fit_spawn
 from ._launch._spec import OptimizerSpec, SchedulerSpec, WorkerSpec
 from ._launch._worker import run_worker
@@ -45,7 +46,7 @@ from ._loops._context import RunContext
 from ._loops._gradient import GradientLoop
 from ._loops._lm import LMLoop, build_lma, is_lma, is_lma_factory
 from ._loops._schedule import LRSchedule, check_scheduler
-from ._loops._validation import batches_per_epoch, evaluate_batch
+from ._loops._validation import run_test
 from ._loss import resolve_loss
 from ._persistence import _files as ckpt
 from ._persistence._handback import apply_result
@@ -53,7 +54,7 @@ from ._persistence._plan import RunPlan, plan_run
 from ._persistence._run_state import check_checkpoint
 from ._result import LossMetrics, OptimizeResult
 from ._state import TrainerState
-from .optimize_step import _to, optimize_step
+from .optimize_step import optimize_step
 
 
 def _is_nevergrad(optimizer: Any) -> bool:
@@ -83,7 +84,7 @@ def _as_loader(data: Any, batch_size: int, name: str) -> Any:
     return data
 
 
-class Trainer:
+class Trainer(TrainerHooks):
     """Train ``model`` with ``optimizer`` under ``config`` (perceptrain's ``Trainer``).
 
     ``optimizer``: a ``torch.optim.Optimizer`` (gradient loop, DDP over processes), a
@@ -256,47 +257,6 @@ class Trainer:
     def stop_training(self) -> bool:
         """Whether a stop was asked (by a callback, ``_stop_training``, or the run)."""
         return bool(int(self._stop_training.max()) > 0 or self.state.should_stop)
-
-    # ----------------------------------------------------------------- hooks (override these)
-    def on_train_start(self) -> None:
-        """Called at the start of training (after the ``train_start`` callbacks)."""
-
-    def on_train_end(
-        self,
-        train_losses: list[list[LossMetrics]],
-        val_losses: list[list[LossMetrics]] | None = None,
-    ) -> None:
-        """Called at the end of training with every epoch's batch results."""
-
-    def on_train_epoch_start(self) -> None:
-        """Called at the start of each training epoch."""
-
-    def on_train_epoch_end(self, train_epoch_loss_metrics: list[LossMetrics]) -> None:
-        """Called at the end of each training epoch with its batches' ``(loss, metrics)``."""
-
-    def on_val_epoch_start(self) -> None:
-        """Called at the start of each validation after an epoch."""
-
-    def on_val_epoch_end(self, val_epoch_loss_metrics: list[LossMetrics]) -> None:
-        """Called at the end of each validation after an epoch."""
-
-    def on_train_batch_start(self, batch: Any) -> None:
-        """Called before each training step with its batch (on the device)."""
-
-    def on_train_batch_end(self, train_batch_loss_metrics: LossMetrics) -> None:
-        """Called after each training step with its ``(loss, metrics)``."""
-
-    def on_val_batch_start(self, batch: Any) -> None:
-        """Called before each validation batch."""
-
-    def on_val_batch_end(self, val_batch_loss_metrics: LossMetrics) -> None:
-        """Called after each validation batch with its ``(loss, metrics)``."""
-
-    def on_test_batch_start(self, batch: Any) -> None:
-        """Called before each test batch."""
-
-    def on_test_batch_end(self, test_batch_loss_metrics: LossMetrics) -> None:
-        """Called after each test batch with its ``(loss, metrics)``."""
 
     # ----------------------------------------------------------------- set-up
     def _choose_loop(self, optimizer: Any) -> Loop:
@@ -503,7 +463,6 @@ class Trainer:
             self.test_dataloader = _as_loader(
                 test_dataloader, self.config.batch_size, "test_dataloader"
             )
-        loader = self.test_dataloader
         stages = StageDispatch(
             self, CallbacksManager(self.config.callbacks, self.config, None), self.state
         )
@@ -512,26 +471,9 @@ class Trainer:
         except StopIteration:
             device = torch.device("cpu")
         dtype = None if self.is_lm else self.config.torch_dtype
-        was_training = self.model.training
-        self.model.eval()
-        results: list[LossMetrics] = []
-        batches: Sequence[Any] | Any = [None] if loader is None else loader
-        count = batches_per_epoch(loader, self.max_batches)
-        try:
-            for index, batch in enumerate(batches):
-                if index >= count:
-                    break
-                batch = _to(batch, device, dtype)
-                stages.hook("on_test_batch_start", batch)
-                stages.start(TrainingStage.TEST_BATCH_START)
-                result = evaluate_batch(self.loss_fn, self.model, batch, "test", None)
-                results.append(result)
-                stages.end(TrainingStage.TEST_BATCH_END, result)
-                stages.hook("on_test_batch_end", result)
-        finally:
-            self.model.train(was_training)
-            stages.idle()
-        return results
+        return run_test(
+            stages, self.loss_fn, self.model, self.test_dataloader, device, dtype, self.max_batches
+        )
 
     def _fit_spawn(
         self, env: LaunchEnvironment, layouts: list[Any], plan: RunPlan, data: DataSource

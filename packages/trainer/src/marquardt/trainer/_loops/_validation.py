@@ -16,6 +16,7 @@ import torch
 
 from .. import _distributed as pg
 from .._callbacks._base import TrainingStage as Stage
+from .._callbacks._dispatch import StageDispatch
 from .._loss import loss_and_metrics
 from .._result import LossMetrics, detached, with_phase
 from ..optimize_step import _to
@@ -80,4 +81,34 @@ def validate(context: RunContext, val_loader: Any, *, hooks: bool) -> list[LossM
     context.schedule.after_validation(state.val_metrics)
     if hooks:
         stages.hook("on_val_epoch_end", results)
+    return results
+
+
+def run_test(
+    stages: StageDispatch,
+    loss_fn: Any,
+    model: Any,
+    loader: Any,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    max_batches: int | None,
+) -> list[LossMetrics]:
+    """Every batch of ``loader`` (one ``None`` batch without one) with the ``test_batch_*``
+    hooks and callbacks; the batches' ``(loss, {"test_loss": ..., "test_<metric>": ...})``."""
+    was_training = model.training
+    model.eval()
+    results: list[LossMetrics] = []
+    batches = [None] if loader is None else islice(loader, batches_per_epoch(loader, max_batches))
+    try:
+        for batch in batches:
+            batch = _to(batch, device, dtype)
+            stages.hook("on_test_batch_start", batch)
+            stages.start(Stage.TEST_BATCH_START)
+            result = evaluate_batch(loss_fn, model, batch, "test", None)
+            results.append(result)
+            stages.end(Stage.TEST_BATCH_END, result)
+            stages.hook("on_test_batch_end", result)
+    finally:
+        model.train(was_training)
+        stages.idle()
     return results
