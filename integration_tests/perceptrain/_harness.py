@@ -9,8 +9,9 @@ docs/coming-from-perceptrain.md (``IMPORTS``).
 ``run(main)`` runs ``main`` in a fresh temporary folder with the default dtype float64 and
 every random generator seeded, captures what it prints, and prints one JSON line (the last
 line of stdout) with what a user sees: optimizer steps taken, forward passes, the printed
-loss lines, the files written under the folder (run subfolders' time stamps and process ids
-masked), the scalars written to TensorBoard event files and CSV files, the epochs of the
+loss lines, the files written under the folder (each ``<id>_<time>_<pid>`` run subfolder
+shown as ``<run0>``, ``<run1>``... in time order; the ids apart, in ``run_ids``), the run
+folders, the scalars written to TensorBoard event files and CSV files, the numbers of the
 checkpoints, and what ``main`` returns (callbacks' calls, early-stopping decisions, ...).
 An exception becomes ``{"error": "<type>: <message>"}`` beside what was seen until then.
 """
