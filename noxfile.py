@@ -165,8 +165,13 @@ def integration_tests(session: nox.Session) -> None:
     """Multi-process and multi-component tests: torchrun, a real Slurm, legate, PBS."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     # matplotlib: the docs' executed code blocks draw plots (curve fitting's uncertainty band);
-    # scikit-learn: the digits tutorial loads its data set.
-    session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric", "matplotlib", "scikit-learn")
+    # scikit-learn: the digits tutorial loads its data set; nevergrad and tensorboard: the
+    # perceptrain comparison trains without gradients and reads the TensorBoard files back
+    # (it makes perceptrain's own environment itself, test_perceptrain_compat.py).
+    session.install(
+        *TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric", "matplotlib", "scikit-learn",
+        "nevergrad", "tensorboard",
+    )  # fmt: skip
     session.install(*TOOL_CONSTRAINTS, "import-linter")  # test_layering.py runs lint-imports
     # test_docs_site.py builds the docs site and checks what a reader of it sees.
     session.install("-r", str(ROOT / "docs" / "requirements.txt"), *TEST_CONSTRAINTS)
