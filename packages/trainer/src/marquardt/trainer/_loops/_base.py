@@ -28,6 +28,22 @@ class StepResult:
     stop_reason: str | None = None
 
 
+def gpu_or_cpu(use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
+    """This process's GPU (made current) when the run uses GPUs, else the CPU."""
+    if not use_gpu:
+        return torch.device("cpu")
+    index = gpu_index()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def place(model: nn.Module, device: torch.device, dtype: torch.dtype | None) -> None:
+    """Move ``model`` to ``device`` and, when given, cast it to ``dtype``."""
+    model.to(device=device)
+    if dtype is not None:
+        model.to(dtype=dtype)
+
+
 class Loop(Protocol):
     """One training loop: a model, its optimizer, and how a step is taken."""
 

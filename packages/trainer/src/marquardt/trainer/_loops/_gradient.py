@@ -21,7 +21,7 @@ from torch import nn
 from .._config import TrainConfig
 from .._errors import ConfigError
 from ..optimize_step import _accumulate_step, _to, optimize_step
-from ._base import StepResult
+from ._base import StepResult, gpu_or_cpu, place
 
 
 def check_torch_optimizer(
@@ -106,16 +106,10 @@ class GradientLoop:
         """Any number of processes: DDP averages their gradients."""
 
     def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
-        if not use_gpu:
-            return torch.device("cpu")
-        index = gpu_index()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
+        return gpu_or_cpu(use_gpu, gpu_index)
 
     def setup(self, device: torch.device, world_size: int) -> None:
-        self.model.to(device=device)
-        if self.dtype is not None:
-            self.model.to(dtype=self.dtype)
+        place(self.model, device, self.dtype)
         if world_size > 1:
             device_ids = [device.index] if device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)

@@ -42,7 +42,7 @@ from .._errors import ConfigError
 from .._loss import loss_and_metrics
 from .._parameters import get_parameters, num_parameters, set_parameters
 from ..optimize_step import _to
-from ._base import StepResult
+from ._base import StepResult, gpu_or_cpu, place
 
 #: The extra that installs nevergrad, named in every error about it.
 EXTRA_HINT = "pip install 'marquardt-trainer[nevergrad]'"
@@ -134,16 +134,10 @@ class GradientFreeLoop:
             )
 
     def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
-        if not use_gpu:
-            return torch.device("cpu")
-        index = gpu_index()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
+        return gpu_or_cpu(use_gpu, gpu_index)
 
     def setup(self, device: torch.device, world_size: int) -> None:
-        self.model.to(device=device)
-        if self.dtype is not None:
-            self.model.to(dtype=self.dtype)
+        place(self.model, device, self.dtype)
 
     def train(self) -> None:
         self.model.train()
