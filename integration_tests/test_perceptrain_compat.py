@@ -59,9 +59,10 @@ _LAYOUT = (
     "by side; run folders, checkpoints' numbers and the scalars are compared on their own"
 )
 _SHUFFLE = (
-    "a shuffled DataLoader is re-sampled by the trainer's DistributedSampler, seeded by "
-    "TrainConfig.seed and the same on every rank, not by torch's global generator: other "
-    "batches, so other losses; steps, epochs and the printed iterations are compared exactly"
+    "a shuffled DataLoader is re-sampled by the trainer's DistributedSampler (its own "
+    "permutation per epoch from one seed: TrainConfig.seed, or a draw from torch's generator), "
+    "the same on every rank, not by the DataLoader's RandomSampler: other batches, so other "
+    "losses; steps, epochs and the printed iterations are compared exactly"
 )
 
 # What may differ, and why. A key is (script or "*", a regular expression matched against
@@ -111,7 +112,10 @@ ALLOWED: dict[tuple[str, str], Allowed] = {
     ("seed_train", r"printed\[\d+\]"): Allowed(_SHUFFLE + "; printed_losses holds the numbers"),
     ("seed_train", r"printed_losses\[\d+\]\[1\]"): Allowed(_SHUFFLE, rel_tol=0.15),
     ("seed_train", r"printed_losses\[\d+\]\[2\]\.train_loss"): Allowed(_SHUFFLE, rel_tol=0.15),
-    ("seed_train", r"state\.opt_result\.loss|full_loss"): Allowed(_SHUFFLE, rel_tol=0.05),
+    # the last batch's loss is one batch of 16 points: it varies with the batches as much as
+    # the printed epoch means; the loss on all the data, full_loss, is held to 5 %
+    ("seed_train", r"state\.opt_result\.loss"): Allowed(_SHUFFLE, rel_tol=0.15),
+    ("seed_train", r"full_loss"): Allowed(_SHUFFLE, rel_tol=0.05),
     ("callback_subclass", r"seen\[\d+\]\.writer"): Allowed(
         "the writer handed to callbacks is marquardt's run logger, one object for all the "
         "run's loggers with perceptrain's writer methods (write, print_metrics, "
@@ -120,6 +124,31 @@ ALLOWED: dict[tuple[str, str], Allowed] = {
     ("dataloaders_and_test", r"test_default(#len)?"): Allowed(
         "perceptrain 0.1.0's test() without an argument iterates None batches and raises "
         "TypeError; here it uses the test data given to the constructor, as its docstring says"
+    ),
+    (
+        "dataloaders_and_test",
+        r"printed(_losses)?\[[23]\](\[\d+\])?(\.train_loss)?|"
+        r"metrics\.qml_logs/<run0>\.val_loss\[[12]\]\[1\]|metrics\.qml_logs/<run1>|"
+        r"run_folders(#len|\[\d+\])?",
+    ): Allowed(
+        "a second fit() trains epochs 0..max_iter again in both (steps and epochs are "
+        "compared); perceptrain first reloads the newest checkpoint of its folder (here the "
+        "one of epoch 0) and writes into the first run's folder, so it trains from older "
+        "weights; here it goes on from the model as it is, in a run folder of its own"
+    ),
+    ("data_helpers", r"to_dataloader_infinite\.full_loss"): Allowed(
+        "a loader without a length gives one batch an epoch in both, but here the epochs go "
+        "on through one shuffled stream (every sample once before the next shuffle), as for "
+        "any stream, where perceptrain starts the iterator afresh each epoch (a new shuffle, "
+        "its first batch; a finite stream would give its first batch every epoch): other "
+        "batches after epoch 0",
+        rel_tol=0.01,
+    ),
+    ("lr_schedulers", r"schedules\.cosine\.(lr\[\d+\]\[1\]|full_loss)"): Allowed(
+        "LRSchedulerCosineAnnealing anneals each group from its first rate to min_lr "
+        "(cos over the epochs); perceptrain 0.1.0 recomputes from the current rate at every "
+        "call, so its rate compounds and collapses early (0.0021 against 0.0035 at epoch 6 "
+        "of 12); the other three schedules are compared exactly"
     ),
 }
 

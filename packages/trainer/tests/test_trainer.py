@@ -101,6 +101,25 @@ def test_the_seed_s_config_takes_perceptrain_s_number_of_steps(tmp_path: Path) -
     assert trainer.global_step == 357 and trainer.current_epoch == 50
 
 
+def test_a_second_fit_trains_its_epochs_again_from_the_model_as_it_is(tmp_path: Path) -> None:
+    starts: list[float] = []
+
+    class Recording(Trainer):
+        def on_train_start(self) -> None:
+            starts.append(_full_loss(self.model))
+
+    model = _model()
+    trainer = Recording(model, torch.optim.SGD(model.parameters(), lr=0.2), _config(tmp_path))
+    trainer.fit(_loader())
+    first_run = trainer.config.log_folder
+    after_first = _full_loss(model)
+    trainer.fit(_loader(batch_size=16))  # 4 batches an epoch
+    assert (trainer.global_step, trainer.current_epoch) == (16, 3)  # epochs 0-3 again
+    assert starts[1] == after_first  # went on from the trained weights
+    assert trainer.config.log_folder != first_run  # a run folder of its own
+    assert len(list(read_csv(Path(first_run) / "metrics.csv"))) == 4  # the first run kept whole
+
+
 def test_lbfgs_works_through_the_closure(tmp_path: Path) -> None:
     model = _model()
     optimizer = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5)

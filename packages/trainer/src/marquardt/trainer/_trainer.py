@@ -418,6 +418,10 @@ class Trainer(TrainerHooks):
                 "data. HINT: pass val_dataloader=... (to Trainer or fit), or set val_every=0"
             )
         self._stop_training.fill_(0)
+        if self.state.step or self.state.epoch:
+            # fit again: epochs 0..max_iter once more from the model and optimizer as they
+            # are (perceptrain's meaning), in a run of its own
+            self.state = TrainerState()
         env = self.environment
         layouts = env.layouts()
         if env.spawns or layouts[0].rank == 0:

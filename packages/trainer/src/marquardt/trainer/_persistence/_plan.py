@@ -8,12 +8,13 @@ rank 0 (a missing checkpoint) is raised on every rank, so none is left waiting.
 from __future__ import annotations
 
 import os
-import random
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .. import _distributed as pg
 from .. import _settings
@@ -105,7 +106,10 @@ def plan_run(config: TrainConfig) -> RunPlan:
             if given is None:
                 config._subfolders.append(name)
             folder = base / name
-    seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
+    # Without TrainConfig.seed the sampler's seed comes from torch's global generator, so a
+    # script that calls torch.manual_seed shuffles the same way each time (as a DataLoader
+    # with shuffle=True would); rank 0's plan is the one every rank follows.
+    seed = config.seed if config.seed is not None else int(torch.randint(2**31, ()).item())
     return RunPlan(str(folder), None if path is None else str(path), seed)
 
 
