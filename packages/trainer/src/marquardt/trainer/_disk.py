@@ -13,6 +13,7 @@ holds fewer than two checkpoints of the model.
 
 from __future__ import annotations
 
+import contextlib
 import errno as errnos
 import os
 import re
@@ -43,6 +44,21 @@ PICKLE_BYTES = 16384
 CHECKPOINT_DIR = "checkpoints"
 BEST_NAME = "best.pt"
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
+
+
+def replace_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """Make ``path`` whole or not at all: ``write(tmp)`` fills a temporary file beside it,
+    which is then renamed over ``path`` (atomic on POSIX). On any failure, an interrupt
+    included, the temporary file is removed and the failure raised as it came."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # never in place of the error being raised
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def size_text(count: int | None) -> str:

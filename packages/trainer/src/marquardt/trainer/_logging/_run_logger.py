@@ -11,9 +11,7 @@ folder always gets ``hparams.json`` (the configuration and ``TrainConfig.hyperpa
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
@@ -40,18 +38,6 @@ BY_NAME: dict[str, type[Any]] = {
 
 #: The run's configuration and ``TrainConfig.hyperparams``, in the run folder.
 HPARAMS = "hparams.json"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):  # never in place of the error being raised
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 def _files_of(logger: Any, folder: Path) -> Path:
@@ -112,7 +98,7 @@ class RunLogger:
             return
         text = json.dumps(dict(params), indent=2, default=str)
         with self._writing("file", folder / HPARAMS):
-            _write_atomically(folder / HPARAMS, text)
+            disk.replace_atomically(folder / HPARAMS, lambda tmp: tmp.write_text(text))
         start_epoch = state.epoch if state is not None else 0
         self.console = Console(max_iter + 1, start_epoch, verbose)
         self.console.line(f"marquardt.trainer: {describe}; run folder {folder}")
@@ -176,16 +162,9 @@ class RunLogger:
         if not self.enabled:
             return
         path = self.folder / "model.pt"
-        tmp = path.with_name(f".model.pt.tmp-{os.getpid()}")
         weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         with self._writing("file", path):
-            try:
-                torch.save(weights, str(tmp))
-                os.replace(tmp, path)  # whole or absent, never half-written
-            except BaseException:
-                with contextlib.suppress(OSError):  # never in place of the error being raised
-                    tmp.unlink(missing_ok=True)
-                raise
+            disk.replace_atomically(path, lambda tmp: torch.save(weights, str(tmp)))
         for logger in self.loggers:
             with self._writing_for(logger):
                 logger.log_artifact(path)

@@ -20,7 +20,6 @@ optimizer or another loop each raise a ``CheckpointError`` saying which.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import random
@@ -148,6 +147,16 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _write_fsynced(obj: Any, tmp: Path) -> None:
+    # torch writes the file itself: given a Python file object instead, a Ctrl-C landing
+    # in its write callback left a writer whose destructor wrote to the closed file later,
+    # and the process died in std::terminate.
+    torch.save(obj, str(tmp))
+    _fsync_file(tmp)
+    if _before_rename is not None:
+        _before_rename(tmp)
+
+
 def atomic_save(obj: Any, path: str | Path) -> Path:
     """Write ``obj`` with ``torch.save`` to ``path`` atomically (temp file, fsync, rename).
 
@@ -156,7 +165,6 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
     newest checkpoint left whole; no temporary file stays behind.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with _disk.writing(
         "checkpoint",
         path,
@@ -164,20 +172,7 @@ def atomic_save(obj: Any, path: str | Path) -> Path:
         last_checkpoint=functools.partial(last_intact, path),
         error=CheckpointWriteError,
     ):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            # torch writes the file itself: given a Python file object instead, a Ctrl-C
-            # landing in its write callback left a writer whose destructor wrote to the
-            # closed file later, and the process died in std::terminate.
-            torch.save(obj, str(tmp))
-            _fsync_file(tmp)
-            if _before_rename is not None:
-                _before_rename(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):  # never in place of the error being raised
-                tmp.unlink(missing_ok=True)
-            raise
+        _disk.replace_atomically(path, lambda tmp: _write_fsynced(obj, tmp))
     _fsync_dir(path.parent)
     return path
 
