@@ -8,11 +8,14 @@ Versions are pinned in ``constraints/``: ``test.txt`` for libraries, ``tools.txt
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -21,6 +24,10 @@ TEST_CONSTRAINTS = ("-c", str(ROOT / "constraints" / "test.txt"))
 TOOL_CONSTRAINTS = ("-c", str(ROOT / "constraints" / "tools.txt"))
 DIST = ROOT / "dist"
 PYTHON = "3.11"
+
+# Under CI each session's environment is removed when the session ends: they hold torch
+# (and two of them Legate) each, about 16 GB together, more than a CI disk may have free.
+DISCARD_ENVIRONMENTS = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["tests", "lint", "typecheck"]
@@ -35,6 +42,32 @@ PACKAGES: dict[str, tuple[tuple[str, ...], str, str]] = {
 }
 ALL_PACKAGES = ("core-devices", "core-jacobian", "core-solver", "trainer")
 CORE_PACKAGES = ("core-devices", "core-jacobian", "core-solver")
+
+
+def _session(**kwargs: Any) -> Callable[[Callable[[nox.Session], None]], Any]:
+    """``nox.session``, whose environment is removed after the session under CI."""
+
+    def decorate(func: Callable[[nox.Session], None]) -> Any:
+        @functools.wraps(func)
+        def run(session: nox.Session) -> None:
+            try:
+                func(session)
+            finally:
+                if DISCARD_ENVIRONMENTS:
+                    _discard_environment(session)
+
+        return nox.session(**kwargs)(run)
+
+    return decorate
+
+
+def _discard_environment(session: nox.Session) -> None:
+    location = getattr(session.virtualenv, "location", None)
+    if not location or not Path(location).is_dir():
+        return
+    shutil.rmtree(location, ignore_errors=True)
+    free = shutil.disk_usage(ROOT).free / 2**30
+    session.log(f"removed {location}; {free:.1f} GiB free on the disk")
 
 
 def _folder(name: str) -> str:
@@ -52,7 +85,7 @@ def _install_packages(session: nox.Session, *folders: str, extras: str = "test")
 def _make_test_session(name: str) -> None:
     siblings, markers, extras = PACKAGES[name]
 
-    @nox.session(name=f"tests-{name}", python=PYTHON)
+    @_session(name=f"tests-{name}", python=PYTHON)
     def _tests(session: nox.Session) -> None:
         folder = _folder(name)
         _install_packages(session, *siblings, folder, extras=extras)
@@ -86,7 +119,7 @@ def tests(session: nox.Session) -> None:
     )
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def build(session: nox.Session) -> None:
     """An sdist and a wheel of every package into dist/, their metadata and contents checked."""
     session.install(*TOOL_CONSTRAINTS, "build", "twine")
@@ -107,7 +140,7 @@ def build(session: nox.Session) -> None:
     session.run("python", str(ROOT / "tools" / "check_dists.py"), str(DIST))
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def install_wheels(session: nox.Session) -> None:
     """Each wheel alone in a fresh environment outside the repository, with a smoke check.
 
@@ -160,7 +193,7 @@ def install_wheels(session: nox.Session) -> None:
                 )
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def integration_tests(session: nox.Session) -> None:
     """Multi-process and multi-component tests: torchrun, a real Slurm, legate, PBS."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
@@ -175,8 +208,17 @@ def integration_tests(session: nox.Session) -> None:
     session.install(*TOOL_CONSTRAINTS, "import-linter")  # test_layering.py runs lint-imports
     # test_docs_site.py builds the docs site and checks what a reader of it sees.
     session.install("-r", str(ROOT / "docs" / "requirements.txt"), *TEST_CONSTRAINTS)
+    env = {}
+    if DISCARD_ENVIRONMENTS:  # perceptrain's own environment goes with this one
+        env["MARQUARDT_PEERS_CACHE"] = str(Path(session.virtualenv.location) / "peers")
     session.run(
-        "pytest", str(ROOT / "integration_tests"), "-p", "no:cacheprovider", "-ra", *session.posargs
+        "pytest",
+        str(ROOT / "integration_tests"),
+        "-p",
+        "no:cacheprovider",
+        "-ra",
+        *session.posargs,
+        env=env,
     )
 
 
@@ -193,7 +235,7 @@ def _gpu_present() -> bool:
         return shutil.which("nvidia-smi") is not None and os.path.exists("/dev/nvidia0")
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def gpu_tests(session: nox.Session) -> None:
     """Tests marked ``gpu``. On a machine without a GPU, says so and runs nothing."""
     if not _gpu_present():
@@ -216,7 +258,7 @@ def gpu_tests(session: nox.Session) -> None:
     )
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff; the import layers devices <- jacobian <- solver <- trainer; sibling dependencies."""
     session.install(*TOOL_CONSTRAINTS, "ruff", "import-linter")
@@ -228,7 +270,7 @@ def lint(session: nox.Session) -> None:
     session.run("python", str(ROOT / "tools" / "check_siblings.py"))
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """mypy, strict on the core packages, ordinary on the trainer."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
@@ -250,7 +292,7 @@ def typecheck(session: nox.Session) -> None:
     )
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """Build the docs site strictly; every code block is executed by the docs tests."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
@@ -273,7 +315,7 @@ def docs(session: nox.Session) -> None:
     session.run("python", str(ROOT / "tools" / "docs_site_check.py"), str(ROOT / "site"))
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def bench(session: nox.Session) -> None:
     """Benchmarks against the peers, measured in the same run; ratios printed beside targets."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
@@ -281,7 +323,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@_session(python=PYTHON)
 def demo(session: nox.Session) -> None:
     """The main job: the sinc LM fit of the tutorial on this machine, with a loss-curve PNG."""
     _install_packages(session, "core-devices", "core-jacobian", "core-solver", extras="test")
