@@ -101,6 +101,34 @@ def test_skip_undoes_the_step_and_skips_the_batch(tmp_path: Path) -> None:
     assert _kept_checkpoints_are_finite(_run_folder(tmp_path / "qml_logs"))[-1] == 31 * 3
 
 
+def test_a_skipped_batch_begins_for_hooks_but_only_a_step_taken_ends(tmp_path: Path) -> None:
+    """Hooks see every batch begin; only steps taken end, the one after a skip carrying
+    ``skipped_batches``."""
+    x = torch.linspace(-1, 1, 32).unsqueeze(1)
+    y = torch.sin(x)
+    y[17] = float("inf")  # batch 2 of 4, every epoch
+
+    class Watched(Trainer):
+        starts = 0
+        ends: list[dict[str, Any]] = []
+
+        def on_train_batch_start(self, batch: Any) -> None:
+            type(self).starts += 1
+
+        def on_train_batch_end(self, train_batch_loss_metrics: Any) -> None:
+            type(self).ends.append(dict(train_batch_loss_metrics[1]))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
+    config = TrainConfig(max_iter=1, root_folder=tmp_path, on_nonfinite="skip",
+                         verbose=False, seed=0)  # fmt: skip
+    trainer = Watched(model, torch.optim.SGD(model.parameters(), lr=0.05), config)
+    trainer.fit(train_dataset=TensorDataset(x, y), batch_size=8, shuffle=False)
+    assert Watched.starts == 2 * 4 and len(Watched.ends) == 2 * 3 == trainer.state.step
+    carried = [m.get("train_skipped_batches") for m in Watched.ends]
+    assert carried == [None, None, 1.0, None, None, 1.0]
+
+
 def test_stop_names_the_batch_with_the_infinite_loss(tmp_path: Path) -> None:
     out = _run_here(tmp_path, "--fault", "poison", "--policy", "stop")
     assert (out["step"], out["epoch"], out["batch"]) == (3, 0, 2)  # sample 17 of batch 16-23
