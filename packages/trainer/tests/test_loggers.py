@@ -144,14 +144,26 @@ def test_mlflow_file_store_holds_params_metrics_per_epoch_and_the_final_model(
     assert sorted({m.value for m in history}) == pytest.approx(sorted(set(csv_losses)))
     val_steps = [m.step for m in client.get_metric_history(logger.run_id, "val_loss")]
     assert sorted(set(val_steps)) == [0, 2, 4]
-    (folder,) = client.list_artifacts(logger.run_id)
-    names = sorted(a.path for a in client.list_artifacts(logger.run_id, folder.path))
-    assert names == [f"model/{ckpt.checkpoint_name(10)}", "model/model.pt"]
-    local = Path(client.download_artifacts(logger.run_id, names[0], str(tmp_path / "dl")))
+    folders = sorted(a.path for a in client.list_artifacts(logger.run_id))
+    assert folders == ["checkpoints", "model"]
+    (saved,) = (a.path for a in client.list_artifacts(logger.run_id, "checkpoints"))
+    assert saved == f"checkpoints/{ckpt.checkpoint_name(10)}"
+    local = Path(client.download_artifacts(logger.run_id, saved, str(tmp_path / "dl")))
     model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
     model.load_state_dict(ckpt.read_checkpoint(local)["model"])
     trained = trainer.model.state_dict()
     assert all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())
+    # log_model: an MLflow model (as perceptrain logs it), loadable, with the batch's signature
+    import mlflow.pytorch
+
+    folder = client.download_artifacts(logger.run_id, "model", str(tmp_path / "dl"))
+    assert (Path(folder) / "MLmodel").is_file()
+    loaded = mlflow.pytorch.load_model(folder)
+    x = torch.linspace(-1, 1, 5).unsqueeze(1)
+    assert torch.equal(loaded(x), trainer.model(x))
+    signature = mlflow.models.get_model_info(folder).signature
+    assert signature is not None
+    assert tuple(signature.inputs.to_dict()[0]["tensor-spec"]["shape"]) == (-1, 1)
 
 
 def test_mlflow_by_name_uses_the_environment_s_store(

@@ -1,4 +1,4 @@
-"""``MLflowLogger``: parameters, metrics by epoch, figures and the final checkpoint in an MLflow run.
+"""``MLflowLogger``: parameters, metrics by epoch, figures, the final checkpoint and the model in an MLflow run.
 
 Needs the ``mlflow`` extra (``mlflow-skinny``). It talks to the tracking store through an
 ``MlflowClient`` of its own (no global active run), so it works beside user code that uses
@@ -7,14 +7,22 @@ file store in ``<run folder>/mlruns``; the experiment is ``experiment`` if given
 ``MLFLOW_EXPERIMENT_NAME``, else ``"marquardt"``. Each invocation of ``fit`` is one MLflow
 run; a resumed run logs its steps from where it resumed. Recent MLflow keeps its file store
 in maintenance mode and refuses it unless ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
+
+Artifacts: the final checkpoint under ``checkpoints/``; with ``log_model`` the model as an
+MLflow model under ``model/`` (``mlflow.pytorch``, pickled, with a signature inferred from
+one training batch), which ``mlflow.pytorch.load_model("runs:/<run id>/model")`` loads.
 """
 
 from __future__ import annotations
 
+import inspect
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .. import _disk as disk
 from .. import _settings
@@ -93,7 +101,31 @@ class MLflowLogger:
         self._client.log_figure(self.run_id, figure, f"{name}_{epoch}.png")
 
     def log_artifact(self, path: Path) -> None:
-        self._client.log_artifact(self.run_id, str(path), artifact_path="model")
+        self._client.log_artifact(self.run_id, str(path), artifact_path="checkpoints")
+
+    def log_model(self, model: torch.nn.Module, example: torch.Tensor | None) -> None:
+        """``model`` as an MLflow model under the artifact ``model/``; its signature from
+        ``model(example)`` when ``example`` (inputs of one batch) is given."""
+        import mlflow.pytorch
+        from mlflow.models import infer_signature
+
+        signature = None
+        if example is not None:
+            with torch.no_grad():
+                out = model(example)
+            if isinstance(out, torch.Tensor):
+                signature = infer_signature(
+                    example.detach().cpu().numpy(), out.detach().cpu().numpy()
+                )
+        options: dict[str, Any] = {"signature": signature}
+        if "serialization_format" in inspect.signature(mlflow.pytorch.save_model).parameters:
+            # MLflow 3's default, "pt2", traces the model and refuses one without an
+            # example input; pickling takes any module, as perceptrain's MLflow did.
+            options["serialization_format"] = "pickle"
+        with tempfile.TemporaryDirectory(prefix="marquardt-mlflow-") as tmp:
+            local = Path(tmp) / "model"
+            mlflow.pytorch.save_model(model, str(local), **options)
+            self._client.log_artifacts(self.run_id, str(local), artifact_path="model")
 
     def close(self) -> None:
         if self._client is not None and self.run_id is not None:

@@ -158,16 +158,23 @@ class RunLogger:
             _close(figure)
 
     def log_model(self, model: Any, *dataloaders: Any) -> None:
-        """The model's weights as ``model.pt`` in the run folder, given to every logger."""
+        """The model's weights as ``model.pt`` in the run folder; the model itself to the
+        loggers that take models (MLflow: an MLflow model, its signature from the first
+        data loader's first batch), ``model.pt`` to the others."""
         if not self.enabled:
             return
         path = self.folder / "model.pt"
         weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         with self._writing("file", path):
             disk.replace_atomically(path, lambda tmp: torch.save(weights, str(tmp)))
+        takers = [g for g in self.loggers if callable(getattr(g, "log_model", None))]
+        example = _example_inputs(model, dataloaders[0]) if takers and dataloaders else None
         for logger in self.loggers:
             with self._writing_for(logger):
-                logger.log_artifact(path)
+                if logger in takers:
+                    logger.log_model(model, example)  # type: ignore[attr-defined]
+                else:
+                    logger.log_artifact(path)
 
     def print_line(self, text: str) -> None:
         if self.console is not None:
@@ -227,3 +234,20 @@ def _close(figure: Any) -> None:
     except ImportError:
         return
     plt.close(figure)
+
+
+def _example_inputs(model: Any, loader: Any) -> torch.Tensor | None:
+    """The inputs of ``loader``'s first batch on the model's device (None when the batch is
+    not ``(inputs, ...)`` with a tensor first), drawn without moving torch's generator."""
+    if loader is None:
+        return None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            batch = next(iter(loader))
+    except Exception:
+        return None
+    inputs = batch[0] if isinstance(batch, (list, tuple)) and batch else None
+    if not isinstance(inputs, torch.Tensor):
+        return None
+    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return inputs.to(first.device) if first is not None else inputs
