@@ -108,15 +108,15 @@ def test_a_skipped_batch_begins_for_hooks_but_only_a_step_taken_ends(tmp_path: P
     y = torch.sin(x)
     y[17] = float("inf")  # batch 2 of 4, every epoch
 
-    class Watched(Trainer):
-        starts = 0
-        ends: list[dict[str, Any]] = []
+    starts: list[Any] = []
+    ends: list[dict[str, Any]] = []
 
+    class Watched(Trainer):
         def on_train_batch_start(self, batch: Any) -> None:
-            type(self).starts += 1
+            starts.append(batch)
 
         def on_train_batch_end(self, train_batch_loss_metrics: Any) -> None:
-            type(self).ends.append(dict(train_batch_loss_metrics[1]))
+            ends.append(dict(train_batch_loss_metrics[1]))
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
@@ -124,8 +124,8 @@ def test_a_skipped_batch_begins_for_hooks_but_only_a_step_taken_ends(tmp_path: P
                          verbose=False, seed=0)  # fmt: skip
     trainer = Watched(model, torch.optim.SGD(model.parameters(), lr=0.05), config)
     trainer.fit(train_dataset=TensorDataset(x, y), batch_size=8, shuffle=False)
-    assert Watched.starts == 2 * 4 and len(Watched.ends) == 2 * 3 == trainer.state.step
-    carried = [m.get("train_skipped_batches") for m in Watched.ends]
+    assert len(starts) == 2 * 4 and len(ends) == 2 * 3 == trainer.state.step
+    carried = [m.get("train_skipped_batches") for m in ends]
     assert carried == [None, None, 1.0, None, None, 1.0]
 
 
