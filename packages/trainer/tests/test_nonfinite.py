@@ -210,6 +210,22 @@ def test_two_processes_skip_the_batch_only_rank_1_finds_infinite(
     assert ranks[0]["finite"] and ranks[0]["params"] == ranks[1]["params"]
 
 
+@pytest.mark.multiprocess
+def test_a_spawned_run_raises_the_non_finite_error_itself(tmp_path: Path, procs: Processes) -> None:
+    """``nprocs=2`` under plain python (a spawn): the caller catches ``NonFiniteLossError``
+    with its step, epoch and batch, as without a spawn, not only ``WorkerFailedError``."""
+    proc = procs.start(
+        [str(SCRIPT), "--fault", "poison", "--policy", "stop", "--nprocs", "2", "--out", "spawn"],
+        cwd=tmp_path,
+        env=clean_env(MASTER_PORT=str(_free_port())),
+    )
+    code, out, err = procs.wait(proc, timeout=180)
+    assert code == 0, f"{out}\n{err}"
+    outcome = json.loads((tmp_path / "spawn-rank0.json").read_text())
+    assert (outcome["step"], outcome["epoch"], outcome["batch"]) == (3, 0, 2), outcome
+    assert "HINT:" in outcome["error"]
+
+
 class _Exp(nn.Module):
     """``exp(w·x)``: finite on small inputs, overflowing on large ones."""
 

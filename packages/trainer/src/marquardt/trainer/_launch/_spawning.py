@@ -6,7 +6,10 @@ every child (started with ``torch.multiprocessing``, method ``spawn``, which is 
 CUDA), which builds its ``Trainer`` from it and trains; SIGTERM is forwarded to them; when
 one dies the others are stopped and the error names the rank that failed first; and rank
 0's result file (``marquardt.trainer._persistence._handback``) is read back for the
-caller.
+caller. A rank that ends with one of the trainer's own errors (``NonFiniteLossError``,
+``RunFilesError``, ``ConfigError``, ...) leaves it pickled beside the result file, and the
+caller gets that error itself (chained from the ``WorkerFailedError``), as it would without a
+spawn.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import torch.multiprocessing as mp
 
 from .._environments import ProcessLayout
-from .._errors import ConfigError, WorkerFailedError
+from .._errors import ConfigError, TrainerError, WorkerFailedError
 from .._persistence._handback import read_result
 from .._signals import SignalForwarder, exit_with_parent
 from ._spec import WorkerSpec
@@ -47,10 +50,44 @@ def fit_spawn(spec: WorkerSpec, layouts: list[ProcessLayout]) -> dict[str, Any]:
             "module-level dataset factory (fit(train_dataset=make_dataset, batch_size=...))"
         ) from exc
     try:
-        _join_spawned(data, layouts)
+        try:
+            _join_spawned(data, layouts)
+        except WorkerFailedError as failed:
+            own = _kept_error(workdir, failed.rank)
+            if own is not None:
+                raise own from failed
+            raise
         return read_result(spec.result_path)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _keep_error(workdir: str, rank: int, exc: TrainerError) -> None:
+    """Pickle ``exc`` as ``error-<rank>.pkl`` in ``workdir`` (nothing when it cannot be)."""
+    try:
+        data = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+    except Exception:
+        return
+    path = os.path.join(workdir, f"error-{rank}.pkl")
+    with open(path + ".tmp", "wb") as out:
+        out.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def _kept_error(workdir: str, culprit: int | None) -> TrainerError | None:
+    """The error the rank ``culprit`` kept, else the lowest rank's, else None."""
+    kept = sorted(
+        int(name[6:-4])
+        for name in os.listdir(workdir)
+        if name.startswith("error-") and name.endswith(".pkl")
+    )
+    if not kept:
+        return None
+    rank = culprit if culprit in kept else kept[0]
+    with open(os.path.join(workdir, f"error-{rank}.pkl"), "rb") as data:
+        error = pickle.load(data)
+    return error if isinstance(error, TrainerError) else None
 
 
 def _join_spawned(data: bytes, layouts: list[ProcessLayout]) -> None:
@@ -115,11 +152,16 @@ def _spawn_entry(index: int, data: bytes, layouts: list[ProcessLayout]) -> None:
     trainer = spec.build(layout)
     # A lost peer ends this process inside run_worker with PEER_FAILED_EXIT, which tells
     # the parent this rank is not the culprit.
-    run_worker(
-        trainer.run_context(),
-        trainer.environment,
-        layout,
-        spec.plan,
-        spec.data,
-        spec.result_path if index == 0 else None,
-    )
+    try:
+        run_worker(
+            trainer.run_context(),
+            trainer.environment,
+            layout,
+            spec.plan,
+            spec.data,
+            spec.result_path if index == 0 else None,
+        )
+    except TrainerError as exc:
+        if not isinstance(exc, WorkerFailedError):
+            _keep_error(os.path.dirname(spec.result_path), layout.rank, exc)
+        raise
