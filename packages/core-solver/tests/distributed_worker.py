@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from marquardt.solver import LMA, RanksDisagreeError
+from marquardt.solver import LMA, RanksDisagreeError, ResidualNotFiniteError
 
 STEPS = 10
 
@@ -114,6 +114,43 @@ def _disagreement() -> str:
     return ""
 
 
+def _refused_together() -> list[dict[str, Any]]:
+    """Rank 1's batch holds a NaN residual (the log of a negative target), found while
+    planning the first step ("first") or while assembling a later one ("later"): each rank
+    must refuse the batch at once, and the next batch, clean, must step on both. Per rank."""
+    rank = dist.get_rank()
+    out: dict[str, Any] = {}
+    for strategy, samples, first in (("accumulate", 200, 100), ("explicit", 40, 23)):
+        x, y = data(samples)
+        lo, hi = (0, first) if rank == 0 else (first, samples)
+        x, clean = x[lo:hi], torch.exp(y[lo:hi])
+        bad = clean.clone()
+        if rank == 1:
+            bad[3] = -1.0
+        for when in ("first", "later"):
+            lma = LMA(
+                make_model(),
+                ["cpu"],
+                residual_fn=lambda a, b: a - torch.log(b),
+                process_group="default",
+                strategy=strategy,
+            )
+            if when == "later":
+                lma.step(x, clean)
+            case = f"{strategy}-{when}"
+            started = time.monotonic()
+            try:
+                lma.step(x, bad)
+                out[case] = "stepped"
+            except ResidualNotFiniteError as err:
+                out[case] = str(err)
+            out[f"{case}-seconds"] = time.monotonic() - started
+            out[f"{case}-after"] = lma.step(x, clean)[0]
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, out)
+    return everyone
+
+
 def _killed_mid_step(out: str) -> None:
     """Rank 1 dies with SIGKILL inside its second step (its first residual evaluation)."""
     x, y = data(200)
@@ -145,6 +182,7 @@ def main() -> None:
     )
     results = {name: run_config(name, group=True) for name in CONFIGS}
     results["_disagreement"] = _disagreement()
+    results["_refused_together"] = _refused_together()
     if rank == 0:
         torch.save(results, out)
     dist.barrier()

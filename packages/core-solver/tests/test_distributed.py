@@ -7,6 +7,7 @@ the middle of a step; the tests below read what the pair left behind.
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -101,6 +102,25 @@ def test_the_configurations_cover_both_strategies(pair: dict[str, Any]) -> None:
 def test_the_agreement_check_names_the_rank_that_differs(pair: dict[str, Any]) -> None:
     text = _results(pair)["_disagreement"]
     assert "rank 1 has λ" in text and "rank 0 has" in text
+
+
+@pytest.mark.multiprocess
+def test_non_finite_residuals_on_one_rank_are_refused_by_both_at_once(
+    pair: dict[str, Any],
+) -> None:
+    """Rank 1 alone holds a NaN residual, found while planning or while assembling: both
+    ranks raise ResidualNotFiniteError in the same step (no collective left waiting for
+    its 20 s timeout), rank 1 naming the sample and rank 0 the other rank, for both
+    strategies; the next batch steps on both."""
+    ranks = _results(pair)["_refused_together"]
+    for case in ("accumulate-first", "accumulate-later", "explicit-first", "explicit-later"):
+        mine, other = ranks[1][case], ranks[0][case]
+        assert "first at sample 3" in mine, (case, mine)
+        assert "finite residuals on every rank were expected" in other, (case, other)
+        assert "another rank's residuals are NaN or infinite" in other, (case, other)
+        assert all(r[f"{case}-seconds"] < 10.0 for r in ranks), case
+        after = [r[f"{case}-after"] for r in ranks]
+        assert after[0] == after[1] and math.isfinite(after[0]), case
 
 
 @pytest.mark.multiprocess

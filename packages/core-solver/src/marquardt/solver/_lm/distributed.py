@@ -13,6 +13,12 @@ of Levenberg (1944) and Marquardt (1963) (see ``_lma``) are sums over ranks:
   over samples, as one process weighs its slices), all-reduced as two numbers, so the
   ranks take the same accept / reject decision (Nielsen 1999) and λ stays identical.
 
+A rank whose residuals are not finite still takes its part in the step's next collective
+(the memory plan's, with a flag, when planning found them; else the products', with NaN in
+place of its products or rows), and then raises ``ResidualNotFiniteError``; the flag or
+the NaN reaches every other rank through that collective, and each raises it too: the
+ranks refuse the batch together, with no collective left waiting.
+
 Every rank then solves the same system with the same λ. A rank that solves alone and
 broadcasts δ makes the others wait for the same factorisation and adds one broadcast of
 P numbers per attempt; solving on every rank costs no collective, which is why it is done
@@ -33,6 +39,7 @@ process-group one; ``LMA`` holds one of them (`step_scope`).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,6 +57,7 @@ from marquardt.jacobian import (
     NormalProducts,
     PreparedBatch,
     Replicas,
+    ResidualNotFiniteError,
 )
 
 from .._backends.base import ArrayBackend, LinearSystem
@@ -65,6 +73,7 @@ __all__ = [
     "RankFailureError",
     "RanksDisagreeError",
     "StepScope",
+    "refused_elsewhere",
     "step_scope",
 ]
 
@@ -341,7 +350,11 @@ class GroupScope:
         dtype: torch.dtype | None,
     ) -> Assembly:
         t0 = time.perf_counter()
-        local = engine.normal_products(batch, dtype=dtype)
+        failure: ResidualNotFiniteError | None = None
+        try:
+            local = engine.normal_products(batch, dtype=dtype)
+        except ResidualNotFiniteError as exc:  # NaN goes to the others (module docstring)
+            failure, local = exc, _not_finite_products(engine, batch, dtype)
         t1 = time.perf_counter()
         jtj = local.jtj.to(self.device).contiguous()
         # Jᵀr, ‖r‖² and N in one float64 vector: the row count and the RSS exact.
@@ -357,6 +370,13 @@ class GroupScope:
         t2 = time.perf_counter()
         home = local.jtj.device
         totals = tail[-2:].tolist()
+        if failure is not None:
+            raise failure
+        if not math.isfinite(totals[0]):
+            raise refused_elsewhere(
+                "‖r‖² summed over the ranks is not finite: another rank's residuals are NaN "
+                "or infinite (or their squares overflowed)"
+            )
         products = NormalProducts(
             jtj=jtj.to(home),
             jtr=tail[:-2].to(home, local.jtr.dtype).reshape(local.jtr.shape),
@@ -387,7 +407,12 @@ class GroupScope:
         dtype = engine.replicas.dtype
         jac = torch.empty(batch.rows, params, dtype=dtype, device=home)
         res = torch.empty(batch.rows, dtype=dtype, device=home)
-        timings = engine.fill_jacobian(batch, jac, res)
+        failure: ResidualNotFiniteError | None = None
+        try:
+            timings = engine.fill_jacobian(batch, jac, res)
+        except ResidualNotFiniteError as exc:  # NaN goes to the others (module docstring)
+            failure, timings = exc, {}
+            res.fill_(float("nan"))
         t1 = time.perf_counter()
         sizes = [
             torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world_size)
@@ -407,6 +432,13 @@ class GroupScope:
             dist.all_gather(blocks, block, group=self.group)
         del block
         t2 = time.perf_counter()
+        if failure is not None:
+            raise failure
+        if not all(
+            bool(torch.isfinite(got[:count, params]).all())
+            for count, got in zip(counts, blocks, strict=True)
+        ):
+            raise refused_elsewhere("another rank's residuals are NaN or infinite")
         rows = sum(counts)
         slices = []
         start = 0
@@ -550,3 +582,30 @@ def step_scope(process_group: object, devices: list[torch.device]) -> StepScope:
             )
         )
     return GroupScope(group=group, device=device, check=check_ranks())
+
+
+def _not_finite_products(
+    engine: JacobianEngine, batch: PreparedBatch, dtype: torch.dtype | None
+) -> NormalProducts:
+    """NaN products of this batch's shape: a rank's part when its residuals are not finite."""
+    home = engine.replicas.devices[0]
+    acc = dtype or engine.replicas.dtype
+    k = batch.params
+    return NormalProducts(
+        jtj=torch.full((k, k), float("nan"), dtype=acc, device=home),
+        jtr=torch.full((k,), float("nan"), dtype=acc, device=home),
+        rss=float("nan"),
+        rows=batch.rows,
+    )
+
+
+def refused_elsewhere(what: str) -> ResidualNotFiniteError:
+    """The error of a rank whose own residuals were finite, when another rank's were not."""
+    return ResidualNotFiniteError(
+        message(
+            "finite residuals on every rank were expected",
+            what,
+            "the rank whose residuals are not finite names the sample in its own error; "
+            "nothing was changed on any rank",
+        )
+    )

@@ -39,7 +39,13 @@ import torch
 from torch import nn
 
 from marquardt.devices import check_model_devices
-from marquardt.jacobian import JacobianEngine, PointResidual, PreparedBatch, Replicas
+from marquardt.jacobian import (
+    JacobianEngine,
+    PointResidual,
+    PreparedBatch,
+    Replicas,
+    ResidualNotFiniteError,
+)
 
 from .._backends.base import ArrayBackend, host_vector
 from .._backends.choice import resolve_backend
@@ -48,7 +54,7 @@ from .attempts import Attempts, run_attempts
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
 from .damping import DampingRule
-from .distributed import StepScope, step_scope
+from .distributed import StepScope, refused_elsewhere, step_scope
 from .geodesic import GeodesicAcceleration
 from .memory_fit import check_limit, step_memory, usable_memory
 from .options import (
@@ -374,9 +380,16 @@ class LMA:
         columns = None if index is None else self._engine.columns(index)
         # Checked above (NaN/inf included); planned once here, and reused by the assembly
         # and every trial forward of this step.
-        batch = self._scope.prepare(
-            self._engine, inputs, targets, slice_size, self._strategy, columns=columns
-        )
+        try:
+            batch = self._scope.prepare(
+                self._engine, inputs, targets, slice_size, self._strategy, columns=columns
+            )
+        except ResidualNotFiniteError:
+            # Planning evaluates residuals: the other ranks learn of the refusal through
+            # the plan's collective, and refuse the batch too.
+            if self._scope.world_size > 1:
+                self._fits(None)
+            raise
         if not self._fits(batch):
             # Too large for the memory, chosen by the planner: subsets from now on.
             return self.step(inputs, targets, slice_size)
@@ -463,11 +476,22 @@ class LMA:
         )
         return self._finish(report, t_begin, loss_after, terminated=terminated)
 
-    def _fits(self, batch: PreparedBatch) -> bool:
+    def _fits(self, batch: PreparedBatch | None) -> bool:
         """True when the step of ``batch`` fits the memory; False when it does not and the
         solver switched to subsets (nothing forced); raises when a forced choice does not
-        fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here."""
-        if self._backend.name == "cupynumeric":
+        fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here.
+
+        In a process group every rank takes the plan the tightest rank can take, and
+        learns whether each rank could plan its share: ``batch`` is None on a rank whose
+        residuals were refused while planning; the others raise ``ResidualNotFiniteError``.
+        """
+        group = self._scope.world_size > 1
+        if self._backend.name == "cupynumeric" and not group:
+            return True
+        if batch is None or self._backend.name == "cupynumeric":
+            *_, planned = self._scope.least((1, 0, int(batch is not None)))
+            if batch is not None and not planned:
+                raise refused_elsewhere("another rank's residuals are NaN or infinite")
             return True
         device = torch.device("cpu") if self._backend.name == "numpy" else self.devices[0]
         item = self._replicas.dtype.itemsize
@@ -478,8 +502,9 @@ class LMA:
             len(self.devices),
             usable_memory(device, self._memory_limit),
         )
-        # In a process group every rank takes the plan the tightest rank can take.
-        fits, fitting_k = self._scope.least((int(fit.fits), fit.fitting_k))
+        fits, fitting_k, planned = self._scope.least((int(fit.fits), fit.fitting_k, 1))
+        if not planned:
+            raise refused_elsewhere("another rank's residuals are NaN or infinite")
         if fits:
             return True
         if batch.columns is None and self._auto_subsets and fitting_k >= 1:
