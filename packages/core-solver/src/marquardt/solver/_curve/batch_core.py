@@ -156,7 +156,7 @@ def _scaled_rows(j: torch.Tensor, rows: torch.Tensor, data: BatchData) -> torch.
 
 
 def _column_norms(js: torch.Tensor) -> torch.Tensor:
-    return torch.sqrt(torch.einsum("mnp,mnp->mp", js, js))
+    return torch.sqrt((js * js).sum(1))
 
 
 def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
@@ -194,7 +194,7 @@ def _damped_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """δ (M × P) from the scaled damped system, and whether each fit's factorisation held."""
     free = ~held
-    gram = torch.einsum("mnp,mnq->mpq", s.js, s.js) / (s.d[:, :, None] * s.d[:, None, :])
+    gram = torch.bmm(s.js.transpose(1, 2), s.js) / (s.d[:, :, None] * s.d[:, None, :])
     both = free[:, :, None] & free[:, None, :]
     eye = torch.eye(s.p.shape[1], dtype=s.p.dtype, device=s.p.device)
     diagonal = torch.where(free, s.lam[:, None], torch.ones_like(s.lam[:, None]))
@@ -224,7 +224,7 @@ def _iterate(
     r_new, j_new = _residuals(values, jac, data)
     cost_new, rows_new, rs_new = _measure(r_new, data)
     finite = torch.isfinite(r_new.sum(1) + j_new.sum((1, 2)))
-    linear = s.rs + torch.einsum("mnp,mp->mn", s.js, step)
+    linear = s.rs + torch.bmm(s.js, step[:, :, None])[:, :, 0]
     predicted = s.cost - 0.5 * (linear * linear).sum(1)
     actual = s.cost - cost_new
     sign = torch.where(actual > 0, 1.0, -1.0).to(actual.dtype)
