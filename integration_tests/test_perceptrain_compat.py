@@ -11,11 +11,12 @@ kept in a cache folder keyed by those versions), and once under ``marquardt.trai
 this interpreter. The perceptrain environment is layered on this interpreter's packages (a
 ``.pth`` file names its site-packages): torch, NumPy and whatever else both need are the
 same builds on both sides and on the disk once, and the environment holds only what
-perceptrain adds (about 120 MB instead of 1.5 GB); each test compares one script's two lines field by field. Numbers must
-agree to float rounding; a field may differ only where ``ALLOWED`` says why.
+perceptrain adds (about 120 MB instead of 1.5 GB). Each test compares one script's two
+lines field by field. Numbers must agree to float rounding; a field may differ only where
+``ALLOWED`` says why.
 
 The cache folder is ``$MARQUARDT_PEERS_CACHE`` or ``<tmp>/marquardt-peers``; making the
-environment needs a package index (about a minute). Without one the tests skip, except
+environment needs a package index (about 15 seconds). Without one the tests skip, except
 under ``CI=true``, where they fail: on CI the comparison is the point.
 """
 
