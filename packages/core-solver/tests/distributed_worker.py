@@ -115,19 +115,20 @@ def _disagreement() -> str:
 
 
 def _refused_together() -> list[dict[str, Any]]:
-    """Rank 1's batch holds a NaN residual (the log of a negative target), found while
-    planning the first step ("first") or while assembling a later one ("later"): each rank
-    must refuse the batch at once, and the next batch, clean, must step on both. Per rank."""
+    """Rank 1's batch holds a NaN residual (the log of a negative target) at sample 3, which
+    planning evaluates ("planning"), or at sample 10, which only the assembly does
+    ("assembly"): each rank must refuse the batch at once, and the next batch, clean, must
+    step on both. Per rank."""
     rank = dist.get_rank()
     out: dict[str, Any] = {}
-    for strategy, samples, first in (("accumulate", 200, 100), ("explicit", 40, 23)):
+    for strategy, samples, first in (("auto", 200, 100), ("explicit", 40, 23)):
         x, y = data(samples)
         lo, hi = (0, first) if rank == 0 else (first, samples)
         x, clean = x[lo:hi], torch.exp(y[lo:hi])
-        bad = clean.clone()
-        if rank == 1:
-            bad[3] = -1.0
-        for when in ("first", "later"):
+        for where, sample in (("planning", 3), ("assembly", 10)):
+            bad = clean.clone()
+            if rank == 1:
+                bad[sample] = -1.0
             lma = LMA(
                 make_model(),
                 ["cpu"],
@@ -135,9 +136,8 @@ def _refused_together() -> list[dict[str, Any]]:
                 process_group="default",
                 strategy=strategy,
             )
-            if when == "later":
-                lma.step(x, clean)
-            case = f"{strategy}-{when}"
+            lma.step(x, clean)
+            case = f"{strategy}-{where}"
             started = time.monotonic()
             try:
                 lma.step(x, bad)

@@ -113,9 +113,10 @@ def test_non_finite_residuals_on_one_rank_are_refused_by_both_at_once(
     its 20 s timeout), rank 1 naming the sample and rank 0 the other rank, for both
     strategies; the next batch steps on both."""
     ranks = _results(pair)["_refused_together"]
-    for case in ("accumulate-first", "accumulate-later", "explicit-first", "explicit-later"):
+    for case in ("auto-planning", "auto-assembly", "explicit-planning", "explicit-assembly"):
         mine, other = ranks[1][case], ranks[0][case]
-        assert "first at sample 3" in mine, (case, mine)
+        sample = 3 if case.endswith("planning") else 10
+        assert f"first at sample {sample}" in mine, (case, mine)
         assert "finite residuals on every rank were expected" in other, (case, other)
         assert "another rank's residuals are NaN or infinite" in other, (case, other)
         assert all(r[f"{case}-seconds"] < 10.0 for r in ranks), case

@@ -124,3 +124,32 @@ def test_a_rank_killed_inside_an_lm_step_ends_the_run_naming_it(
     assert "rank 1 was killed by signal SIGKILL" in err, err
     assert elapsed < 150
     print(f"rank 1 killed inside an LM step: the run ended after {elapsed:.1f} s")
+
+
+_FREED = """
+import sys
+import torch.distributed as dist
+from marquardt.trainer import _distributed as pg
+from marquardt.trainer._environments import ProcessLayout
+
+layout = ProcessLayout(rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0,
+                       master_addr="127.0.0.1", master_port=int(sys.argv[1]))
+pg.init_process_group(layout, "gloo", 30.0, f"tcp://127.0.0.1:{sys.argv[1]}")
+group = dist.distributed_c10d._get_default_group()
+from torch.func import functional_call, jacrev, vmap  # what the LM loop's first step uses
+import torch._dynamo
+pg.destroy_process_group()
+print(sys.getrefcount(group) - 1)  # the references left but this one
+"""
+
+
+def test_the_process_group_is_freed_when_destroyed(tmp_path: Path, procs: Processes) -> None:
+    """torch._dynamo, imported after the group is made (torch.func does on the LM loop's
+    first step), would keep the group, and gloo's threads, alive past the destroy, and about
+    one exit in ten aborted ("terminate called without an active exception"). Nothing but
+    the script's own name is left holding it."""
+    script = tmp_path / "freed.py"
+    script.write_text(_FREED)
+    code, out, err = procs.run([str(script), str(_free_port())], cwd=tmp_path)
+    assert code == 0, err
+    assert out.split()[-1] == "1", out

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import socket
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -224,6 +225,28 @@ def test_a_spawned_run_raises_the_non_finite_error_itself(tmp_path: Path, procs:
     outcome = json.loads((tmp_path / "spawn-rank0.json").read_text())
     assert (outcome["step"], outcome["epoch"], outcome["batch"]) == (3, 0, 2), outcome
     assert "HINT:" in outcome["error"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_lm_in_two_processes_a_residual_only_rank_1_finds_infinite(
+    tmp_path: Path, procs: Processes, policy: str
+) -> None:
+    """The LM loop over a process group, sample 17's residual infinite on rank 1 alone: both
+    ranks refuse the batch in the same step (no collective left waiting) and stop there
+    together, or skip it together and end with the same finite parameters."""
+    pytest.importorskip("marquardt.solver", reason="the LM loop needs marquardt-solver")
+    args = ["--loop", "lm", "--fault", "poison", "--policy", policy, "--epochs", "3"]
+    started = time.monotonic()
+    ranks = _two_ranks(procs, tmp_path, *args)
+    assert time.monotonic() - started < 90  # not a collective's timeout (dist_timeout)
+    if policy == "stop":
+        assert all("error" in r for r in ranks), ranks
+        assert [(r["step"], r["epoch"], r["batch"]) for r in ranks] == [(3, 0, 2)] * 2
+        assert "sample" in ranks[1]["error"]  # the rank whose residual it is names it
+    else:
+        assert ranks[0]["finished"] == ranks[1]["finished"] == 4 * (BATCHES - 1)
+        assert ranks[0]["finite"] and ranks[0]["params"] == ranks[1]["params"]
 
 
 class _Exp(nn.Module):

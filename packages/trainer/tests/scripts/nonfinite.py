@@ -6,6 +6,10 @@ few epochs). ``--fault poison``: sample 17 has an infinite target (in 2 processe
 rank 1 holds it), so one batch per epoch has an infinite loss. The run trains epochs
 ``0 … --epochs`` of ``--batches`` batches of 8 samples (4 per process in 2), one step per
 batch, and writes a checkpoint after every epoch from epoch 1 on (perceptrain's counting).
+
+``--loop lm``: the LM loop (an LMA per process, over the process group) fits exp(w·x) to
+exp(2x) on [0, 1]; ``--fault poison`` then sets x of sample 17 to 2000, where exp(w·x)
+overflows (finite data, an infinite residual: in 2 processes on rank 1 alone).
 """
 
 from __future__ import annotations
@@ -29,6 +33,32 @@ def dataset(fault: str) -> TensorDataset:
     return TensorDataset(x, y)
 
 
+class Exp(nn.Module):
+    """exp(w·x), float64: finite on [0, 1], overflowing at x = 2000."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(self.w * x)
+
+
+def lm_dataset(fault: str) -> TensorDataset:
+    x = torch.linspace(0, 1, 64, dtype=torch.float64).unsqueeze(1)
+    y = torch.exp(2.0 * x) + 1e-3 * torch.sin(50.0 * x)  # not fitted exactly by any batch
+    if fault == "poison":
+        x[17] = 2000.0
+    return TensorDataset(x, y)
+
+
+def make_lma(model: nn.Module, process_group: object) -> object:
+    """The LMA of each training process, over the process group when there is one."""
+    from marquardt.solver import LMA
+
+    return LMA(model, ["cpu"], residual_fn=torch.sub, process_group=process_group)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", choices=["diverge", "poison"], required=True)
@@ -37,9 +67,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--loop", choices=["ddp", "lm"], default="ddp")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
+    lm = args.loop == "lm"
+    model = Exp() if lm else nn.Sequential(nn.Linear(1, 16), nn.Tanh(), nn.Linear(16, 1))
     lr = 3.0 if args.fault == "diverge" else 0.05
     config = TrainConfig(
         max_iter=args.epochs,
@@ -52,11 +84,12 @@ def main(argv: list[str] | None = None) -> None:
         verbose=False,
         seed=0,
     )
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    optimizer = make_lma if lm else torch.optim.SGD(model.parameters(), lr=lr)
     trainer = Trainer(model, optimizer, config, max_batches=args.batches)
+    data = lm_dataset(args.fault) if lm else dataset(args.fault)
     outcome: dict[str, object] = {}
     try:
-        trainer.fit(train_dataset=dataset(args.fault), batch_size=8 // args.nprocs, shuffle=False)
+        trainer.fit(train_dataset=data, batch_size=8 // args.nprocs, shuffle=False)
         outcome["finished"] = trainer.state.step
         outcome["epochs"] = trainer.state.epoch
     except NonFiniteLossError as exc:

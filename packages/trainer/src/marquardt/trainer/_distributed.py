@@ -50,6 +50,13 @@ def init_process_group(
     """Join the process group of ``layout`` at ``init_method`` (torchrun's: ``env://``)."""
     check_backend_available(backend)
     timeout = datetime.timedelta(seconds=seconds)
+    # torch._dynamo, imported once the group exists (torch.func imports it: the LM loop's
+    # Jacobians of custom modules), holds ten references to the default group past
+    # destroy_process_group; gloo's threads then outlive it, and about one exit in ten
+    # aborts ("terminate called without an active exception"). Imported first, it holds
+    # none (0.8 s, once per training process).
+    import torch._dynamo  # noqa: F401
+
     try:
         dist.init_process_group(
             backend=backend,

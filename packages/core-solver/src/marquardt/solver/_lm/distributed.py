@@ -311,10 +311,16 @@ class GroupScope:
         *,
         columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
-        """The local batch; with ``strategy="auto"`` the global N decides (N ≥ P: accumulate)."""
-        batch = engine.prepare(
-            inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
-        )
+        """The local batch; with ``strategy="auto"`` the global N decides (N ≥ P: accumulate).
+        A rank whose residuals planning refuses still takes part in the row count."""
+        try:
+            batch = engine.prepare(
+                inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
+            )
+        except ResidualNotFiniteError:
+            if strategy == "auto":
+                self._all_reduce(torch.zeros(1, dtype=torch.float64), "sum of the row counts")
+            raise
         if strategy != "auto":
             return batch
         rows = self._all_reduce(
