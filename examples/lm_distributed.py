@@ -46,6 +46,10 @@ use_cuda = torch.cuda.is_available() and args.backend != "gloo"
 device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
 if distributed:
     backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
+    # Before the group: imported later (torch.func does, for custom modules) it would keep
+    # the group alive past its destruction (docs/lm-many-nodes.md, "Faults and checks").
+    import torch._dynamo  # noqa: F401
+
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
 rank = dist.get_rank() if distributed else 0
 world = dist.get_world_size() if distributed else 1
