@@ -48,7 +48,7 @@ if distributed:
     backend = args.backend if args.backend != "auto" else ("nccl" if use_cuda else "gloo")
     # Before the group: imported later (torch.func does, for custom modules) it would keep
     # the group alive past its destruction (docs/lm-many-nodes.md, "Faults and checks").
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo
 
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout))
 rank = dist.get_rank() if distributed else 0
