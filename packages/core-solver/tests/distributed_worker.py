@@ -25,7 +25,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from marquardt.solver import LMA, RanksDisagreeError, ResidualNotFiniteError
+from marquardt.solver import (
+    LMA,
+    BatchNotFiniteError,
+    RanksDisagreeError,
+    ResidualNotFiniteError,
+)
 
 STEPS = 10
 
@@ -115,20 +120,21 @@ def _disagreement() -> str:
 
 
 def _refused_together() -> list[dict[str, Any]]:
-    """Rank 1's batch holds a NaN residual (the log of a negative target) at sample 3, which
-    planning evaluates ("planning"), or at sample 10, which only the assembly does
-    ("assembly"): each rank must refuse the batch at once, and the next batch, clean, must
-    step on both. Per rank."""
+    """Rank 1's batch holds a NaN target ("data", refused by the data check), or a NaN
+    residual (the log of a negative target) at sample 3, which planning evaluates
+    ("planning"), or at sample 10, which only the assembly does ("assembly"): each rank
+    must refuse the batch at once, and the next batch, clean, must step on both. Per
+    rank."""
     rank = dist.get_rank()
     out: dict[str, Any] = {}
     for strategy, samples, first in (("auto", 200, 100), ("explicit", 40, 23)):
         x, y = data(samples)
         lo, hi = (0, first) if rank == 0 else (first, samples)
         x, clean = x[lo:hi], torch.exp(y[lo:hi])
-        for where, sample in (("planning", 3), ("assembly", 10)):
+        for where, sample in (("data", 5), ("planning", 3), ("assembly", 10)):
             bad = clean.clone()
             if rank == 1:
-                bad[sample] = -1.0
+                bad[sample] = float("nan") if where == "data" else -1.0
             lma = LMA(
                 make_model(),
                 ["cpu"],
@@ -142,8 +148,8 @@ def _refused_together() -> list[dict[str, Any]]:
             try:
                 lma.step(x, bad)
                 out[case] = "stepped"
-            except ResidualNotFiniteError as err:
-                out[case] = str(err)
+            except (ResidualNotFiniteError, BatchNotFiniteError) as err:
+                out[case] = f"{type(err).__name__}: {err}"
             out[f"{case}-seconds"] = time.monotonic() - started
             out[f"{case}-after"] = lma.step(x, clean)[0]
     everyone: list[Any] = [None] * dist.get_world_size()

@@ -108,17 +108,22 @@ def test_the_agreement_check_names_the_rank_that_differs(pair: dict[str, Any]) -
 def test_non_finite_residuals_on_one_rank_are_refused_by_both_at_once(
     pair: dict[str, Any],
 ) -> None:
-    """Rank 1 alone holds a NaN residual, found while planning or while assembling: both
+    """Rank 1 alone holds a NaN target (refused by the data check), or a NaN residual,
+    found while planning or while assembling: both
     ranks raise ResidualNotFiniteError in the same step (no collective left waiting for
     its 20 s timeout), rank 1 naming the sample and rank 0 the other rank, for both
     strategies; the next batch steps on both."""
     ranks = _results(pair)["_refused_together"]
+    for strategy in ("auto", "explicit"):
+        mine, other = ranks[1][f"{strategy}-data"], ranks[0][f"{strategy}-data"]
+        assert mine.startswith("BatchNotFiniteError") and "finite targets" in mine, mine
+        assert other.startswith("ResidualNotFiniteError") and "another rank's data" in other
     for case in ("auto-planning", "auto-assembly", "explicit-planning", "explicit-assembly"):
         mine, other = ranks[1][case], ranks[0][case]
         sample = 3 if case.endswith("planning") else 10
         assert f"first at sample {sample}" in mine, (case, mine)
         assert "finite residuals on every rank were expected" in other, (case, other)
-        assert "another rank's residuals are NaN or infinite" in other, (case, other)
+        assert "another rank's" in other and "NaN or infinite" in other, (case, other)
         assert all(r[f"{case}-seconds"] < 10.0 for r in ranks), case
         after = [r[f"{case}-after"] for r in ranks]
         assert after[0] == after[1] and math.isfinite(after[0]), case

@@ -305,6 +305,30 @@ def test_lm_loop_skips_a_batch_with_non_finite_residuals(tmp_path: Path) -> None
     _kept_checkpoints_are_finite(_run_folder(tmp_path))
 
 
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_lm_loop_meets_a_batch_with_a_nan_target(tmp_path: Path, policy: str) -> None:
+    """The LMA refuses a batch holding a NaN target (BatchNotFiniteError, its data check):
+    on_nonfinite treats it as a non-finite batch, as the gradient loop does."""
+    pytest.importorskip("marquardt.solver", reason="the LM loop needs marquardt-solver")
+    from marquardt.solver import LMA
+
+    x = torch.linspace(0.0, 1.0, 40, dtype=torch.float64).reshape(-1, 1)
+    y = torch.exp(2.0 * x) + 1e-3 * torch.sin(50.0 * x)
+    y[18] = float("nan")  # batch 2 of 5, every epoch
+    loader = DataLoader(TensorDataset(x, y), batch_size=8)
+    model = _Exp()
+    config = TrainConfig(max_iter=2, root_folder=tmp_path, on_nonfinite=policy, verbose=False)
+    trainer = Trainer(model, LMA(model, ["cpu"], residual_fn=torch.sub), config)
+    if policy == "stop":
+        with pytest.raises(NonFiniteLossError, match="finite targets") as caught:
+            trainer.fit(loader)
+        assert (caught.value.step, caught.value.epoch, caught.value.batch) == (3, 0, 2)
+        return
+    trainer.fit(loader)
+    assert 3 <= trainer.state.step <= 3 * 4  # batch 2 skipped each epoch (LM may end early)
+    assert abs(float(model.w.detach()) - 2.0) < 1e-3
+
+
 def test_the_finiteness_check_finds_one_bad_entry_and_is_not_fooled_by_a_large_sum() -> None:
     from marquardt.trainer._loops._nonfinite import finite_model
 

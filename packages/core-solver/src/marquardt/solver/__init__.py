@@ -29,6 +29,7 @@ from ._curve.inputs import CurveFitInputError
 from ._curve.scipy_edge import curve_fit
 from ._errors import (
     BackendUnavailableError,
+    BatchNotFiniteError,
     OptimizeWarning,
     SolverConfigError,
     SolverInputError,
@@ -46,6 +47,7 @@ __all__ = [
     "LMA",
     "ArrayBackend",
     "BackendUnavailableError",
+    "BatchNotFiniteError",
     "CovarianceWarning",
     "CurveFitInputError",
     "CurveFitResult",

@@ -30,6 +30,10 @@ class SolverInputError(ValueError):
     """A batch given to ``LMA.step`` cannot be used (shape, dtype, device, NaN, slice size)."""
 
 
+class BatchNotFiniteError(SolverInputError):
+    """The inputs or targets given to ``LMA.step`` hold NaN or infinity."""
+
+
 class SolverStateError(ValueError):
     """A state dict given to ``LMA.load_state_dict`` does not fit this solver."""
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .._errors import SolverInputError, message
+from .._errors import BatchNotFiniteError, SolverInputError, message
 
 __all__ = ["FiniteScans", "check_batch", "same_device"]
 
@@ -114,7 +114,7 @@ def check_batch(
         if scans is not None and scans.known(value):
             continue
         if floating and not bool(torch.isfinite(value).all()):
-            raise SolverInputError(
+            raise BatchNotFiniteError(
                 message(
                     f"LMA.step expects finite {name}",
                     f"{name} contain {int((~torch.isfinite(value)).sum())} NaN/inf values",

@@ -13,11 +13,13 @@ of Levenberg (1944) and Marquardt (1963) (see ``_lma``) are sums over ranks:
   over samples, as one process weighs its slices), all-reduced as two numbers, so the
   ranks take the same accept / reject decision (Nielsen 1999) and λ stays identical.
 
-A rank whose residuals are not finite still takes its part in the step's next collective
-(the memory plan's, with a flag, when planning found them; else the products', with NaN in
-place of its products or rows), and then raises ``ResidualNotFiniteError``; the flag or
-the NaN reaches every other rank through that collective, and each raises it too: the
-ranks refuse the batch together, with no collective left waiting.
+A rank whose data or residuals are not finite still takes its part in the step's
+collectives up to the next one that can carry the news (the memory plan's, with a flag,
+when the data check or planning found them; else the products', with NaN in place of its
+products or rows), and then raises ``BatchNotFiniteError`` or ``ResidualNotFiniteError``;
+every other rank learns of it through that collective and raises
+``ResidualNotFiniteError``: the ranks refuse the batch together, with no collective left
+waiting.
 
 Every rank then solves the same system with the same λ. A rank that solves alone and
 broadcasts δ makes the others wait for the same factorisation and adds one broadcast of
@@ -68,6 +70,7 @@ from .report import StepReport
 
 __all__ = [
     "DEFAULT_GROUP",
+    "REFUSED",
     "GroupScope",
     "LocalScope",
     "RankFailureError",
@@ -76,6 +79,9 @@ __all__ = [
     "refused_elsewhere",
     "step_scope",
 ]
+
+#: What a rank says when another refused its share of the batch.
+REFUSED = "another rank's data or residuals are NaN or infinite: it refused its part of the batch"
 
 #: ``LMA(process_group=DEFAULT_GROUP)``: torch.distributed's default (world) group.
 DEFAULT_GROUP = "default"
@@ -138,6 +144,10 @@ class StepScope(Protocol):
         """The smallest of each value over the ranks (a memory plan all ranks can take)."""
         ...
 
+    def refuse(self, strategy: str) -> None:
+        """Take part in the step this rank refused before planning (see ``GroupScope``)."""
+        ...
+
     def finish(self, report: StepReport, replicas: Replicas) -> None:
         """Called once per step, after the attempts."""
         ...
@@ -184,6 +194,9 @@ class LocalScope:
 
     def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
         return values
+
+    def refuse(self, strategy: str) -> None:
+        """Nothing to tell."""
 
     def finish(self, report: StepReport, replicas: Replicas) -> None:
         """Nothing to check."""
@@ -287,6 +300,15 @@ class GroupScope:
             dist.broadcast(value, src=self._source(), group=self.group)
         return int(value.item())
 
+    def refuse(self, strategy: str) -> None:
+        """This rank's part in a step whose batch it refused before planning it (data or
+        residuals not finite): the collectives the others make until they learn of it,
+        the row count (``strategy="auto"``) and the memory plan's minimum, with its flag
+        down; ``LMA._fits`` then raises on every other rank."""
+        if strategy == "auto":
+            self._all_reduce(torch.zeros(1, dtype=torch.float64), "sum of the row counts")
+        self.least((1, 0, 0))
+
     def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
         """The smallest of each value over the ranks."""
         buf = torch.tensor(values, dtype=torch.int64, device=self.device)
@@ -311,16 +333,10 @@ class GroupScope:
         *,
         columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
-        """The local batch; with ``strategy="auto"`` the global N decides (N ≥ P: accumulate).
-        A rank whose residuals planning refuses still takes part in the row count."""
-        try:
-            batch = engine.prepare(
-                inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
-            )
-        except ResidualNotFiniteError:
-            if strategy == "auto":
-                self._all_reduce(torch.zeros(1, dtype=torch.float64), "sum of the row counts")
-            raise
+        """The local batch; with ``strategy="auto"`` the global N decides (N ≥ P: accumulate)."""
+        batch = engine.prepare(
+            inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
+        )
         if strategy != "auto":
             return batch
         rows = self._all_reduce(
@@ -444,7 +460,7 @@ class GroupScope:
             bool(torch.isfinite(got[:count, params]).all())
             for count, got in zip(counts, blocks, strict=True)
         ):
-            raise refused_elsewhere("another rank's residuals are NaN or infinite")
+            raise refused_elsewhere(REFUSED)
         rows = sum(counts)
         slices = []
         start = 0

@@ -49,12 +49,12 @@ from marquardt.jacobian import (
 
 from .._backends.base import ArrayBackend, host_vector
 from .._backends.choice import resolve_backend
-from .._errors import SolverConfigError, message
+from .._errors import BatchNotFiniteError, SolverConfigError, message
 from .attempts import Attempts, run_attempts
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
 from .damping import DampingRule
-from .distributed import StepScope, refused_elsewhere, step_scope
+from .distributed import REFUSED, StepScope, refused_elsewhere, step_scope
 from .geodesic import GeodesicAcceleration
 from .memory_fit import check_limit, step_memory, usable_memory
 from .options import (
@@ -349,14 +349,18 @@ class LMA:
         rank's share of the global batch, ``slice_size`` applies to it, and ``loss`` is
         the loss on the global batch, the same on every rank.
         """
-        inputs, targets, slice_size = check_batch(
-            inputs,
-            targets,
-            slice_size,
-            dtype=self._replicas.dtype,
-            home=self._replicas.devices,
-            scans=self._scans,
-        )
+        try:
+            inputs, targets, slice_size = check_batch(
+                inputs,
+                targets,
+                slice_size,
+                dtype=self._replicas.dtype,
+                home=self._replicas.devices,
+                scans=self._scans,
+            )
+        except BatchNotFiniteError:
+            self._scope.refuse(self._strategy)  # the other ranks refuse it too
+            raise
         grad = torch.is_grad_enabled()
         try:
             if self._selection is None:
@@ -387,8 +391,7 @@ class LMA:
         except ResidualNotFiniteError:
             # Planning evaluates residuals: the other ranks learn of the refusal through
             # the plan's collective, and refuse the batch too.
-            if self._scope.world_size > 1:
-                self._fits(None)
+            self._scope.refuse(self._strategy)
             raise
         if not self._fits(batch):
             # Too large for the memory, chosen by the planner: subsets from now on.
@@ -476,22 +479,21 @@ class LMA:
         )
         return self._finish(report, t_begin, loss_after, terminated=terminated)
 
-    def _fits(self, batch: PreparedBatch | None) -> bool:
+    def _fits(self, batch: PreparedBatch) -> bool:
         """True when the step of ``batch`` fits the memory; False when it does not and the
         solver switched to subsets (nothing forced); raises when a forced choice does not
         fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here.
 
         In a process group every rank takes the plan the tightest rank can take, and
-        learns whether each rank could plan its share: ``batch`` is None on a rank whose
-        residuals were refused while planning; the others raise ``ResidualNotFiniteError``.
+        learns whether each rank could plan its share: a rank that refused its share
+        (``StepScope.refuse``) lowers the flag, and the others raise
+        ``ResidualNotFiniteError``.
         """
-        group = self._scope.world_size > 1
-        if self._backend.name == "cupynumeric" and not group:
-            return True
-        if batch is None or self._backend.name == "cupynumeric":
-            *_, planned = self._scope.least((1, 0, int(batch is not None)))
-            if batch is not None and not planned:
-                raise refused_elsewhere("another rank's residuals are NaN or infinite")
+        if self._backend.name == "cupynumeric":
+            if self._scope.world_size > 1:
+                *_, planned = self._scope.least((1, 0, 1))
+                if not planned:
+                    raise refused_elsewhere(REFUSED)
             return True
         device = torch.device("cpu") if self._backend.name == "numpy" else self.devices[0]
         item = self._replicas.dtype.itemsize
@@ -504,7 +506,7 @@ class LMA:
         )
         fits, fitting_k, planned = self._scope.least((int(fit.fits), fit.fitting_k, 1))
         if not planned:
-            raise refused_elsewhere("another rank's residuals are NaN or infinite")
+            raise refused_elsewhere(REFUSED)
         if fits:
             return True
         if batch.columns is None and self._auto_subsets and fitting_k >= 1:

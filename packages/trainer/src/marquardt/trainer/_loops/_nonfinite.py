@@ -70,12 +70,12 @@ def finite_model(model: nn.Module) -> bool:
 
 
 def _refused_batch(exc: BaseException) -> bool:
-    """Whether ``exc`` is the LMA refusing a batch whose residuals are not finite."""
+    """Whether ``exc`` is the LMA refusing a batch whose data or residuals are not finite."""
     try:
-        from marquardt.solver import ResidualNotFiniteError
+        from marquardt.solver import BatchNotFiniteError, ResidualNotFiniteError
     except ImportError:
         return False
-    return isinstance(exc, ResidualNotFiniteError)
+    return isinstance(exc, ResidualNotFiniteError | BatchNotFiniteError)
 
 
 class NonFiniteGuard:
