@@ -249,17 +249,6 @@ def test_lm_in_two_processes_a_residual_only_rank_1_finds_infinite(
         assert ranks[0]["finite"] and ranks[0]["params"] == ranks[1]["params"]
 
 
-class _Exp(nn.Module):
-    """``exp(w·x)``: finite on small inputs, overflowing on large ones."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.tensor([1.0], dtype=torch.float64))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.exp(self.w * x)
-
-
 def _lm_trainer(tmp_path: Path, policy: str) -> tuple[Trainer, DataLoader, nn.Module]:  # type: ignore[type-arg]
     pytest.importorskip("marquardt.solver", reason="the LM loop needs marquardt-solver")
     from marquardt.solver import LMA
@@ -272,7 +261,7 @@ def _lm_trainer(tmp_path: Path, policy: str) -> tuple[Trainer, DataLoader, nn.Mo
     def poison(trainer: Any, config: Any, writer: Any) -> None:
         x[16:20] = 2000.0  # from epoch 2 on, batch 2 (samples 16-23) overflows exp
 
-    model = _Exp()
+    model = _script().Exp()  # exp(w·x), w = 1, float64
     lma = LMA(model, ["cpu"], residual_fn=torch.sub)
     config = TrainConfig(
         max_iter=10,
@@ -316,7 +305,7 @@ def test_lm_loop_meets_a_batch_with_a_nan_target(tmp_path: Path, policy: str) ->
     y = torch.exp(2.0 * x) + 1e-3 * torch.sin(50.0 * x)
     y[18] = float("nan")  # batch 2 of 5, every epoch
     loader = DataLoader(TensorDataset(x, y), batch_size=8)
-    model = _Exp()
+    model = _script().Exp()  # exp(w·x), w = 1, float64
     config = TrainConfig(max_iter=2, root_folder=tmp_path, on_nonfinite=policy, verbose=False)
     trainer = Trainer(model, LMA(model, ["cpu"], residual_fn=torch.sub), config)
     if policy == "stop":
