@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,3 +114,29 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def free_port() -> int:
+    """A TCP port free on this host now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_srun_tasks(
+    procs: Processes, args: list[str], cwd: Path, **slurm: str
+) -> list[subprocess.Popen[str]]:
+    """Two tasks of one srun step on this host (one task per process), ranks 0 and 1."""
+    port = str(free_port())
+    started = []
+    for rank in (0, 1):
+        env = clean_env(
+            SLURM_PROCID=str(rank),
+            SLURM_LOCALID=str(rank),
+            SLURM_NTASKS="2",
+            SLURM_JOB_NODELIST="localhost",
+            MASTER_PORT=port,
+            **slurm,
+        )
+        started.append(procs.start(args, cwd=cwd, env=env))
+    return started

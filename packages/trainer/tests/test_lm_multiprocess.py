@@ -5,7 +5,6 @@ the uninterrupted run; a rank killed inside an LM step ends the run, naming it."
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -14,19 +13,13 @@ import torch
 
 from marquardt.trainer._persistence import _files as ckpt
 
-from .conftest import SCRIPTS, Processes, read_json
+from .conftest import SCRIPTS, Processes, free_port, read_json
 
 pytestmark = pytest.mark.multiprocess
 
 JOB = str(SCRIPTS / "job.py")
 #: LM on sinc(3x), 64 samples: 2 ranks of 16 (a global batch of 32 for P = 25 parameters).
 LM = ["--loop", "lm", "--batch-size", "16", "--shuffle", "--dist-timeout", "30"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _initial_loss() -> float:
@@ -67,7 +60,7 @@ def test_lm_in_two_spawned_processes_the_loss_falls_and_the_ranks_agree(
 def test_lm_under_torchrun(tmp_path: Path, procs: Processes) -> None:
     args = [
         *("-m", "torch.distributed.run", "--nproc_per_node", "2"),
-        *("--master_port", str(_free_port())),
+        *("--master_port", str(free_port())),
         *(JOB, *LM, "--lm-factory", "--max-iter", "5", "--rank-params", "--out", "two.json"),
     ]
     code, out, err = procs.run(args, cwd=tmp_path)
@@ -150,6 +143,6 @@ def test_the_process_group_is_freed_when_destroyed(tmp_path: Path, procs: Proces
     the script's own name is left holding it."""
     script = tmp_path / "freed.py"
     script.write_text(_FREED)
-    code, out, err = procs.run([str(script), str(_free_port())], cwd=tmp_path)
+    code, out, err = procs.run([str(script), str(free_port())], cwd=tmp_path)
     assert code == 0, err
     assert out.split()[-1] == "1", out

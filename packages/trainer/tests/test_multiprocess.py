@@ -4,8 +4,6 @@ environments, DDP against one process, SIGTERM, a killed worker, kill-and-resume
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,15 @@ from torch import nn
 
 from marquardt.trainer._persistence import _files as ckpt
 
-from .conftest import SCRIPTS, Processes, clean_env, read_csv, read_json
+from .conftest import (
+    SCRIPTS,
+    Processes,
+    clean_env,
+    free_port,
+    read_csv,
+    read_json,
+    start_srun_tasks,
+)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -53,12 +59,6 @@ def run_job_here(cwd: Path, *args: str) -> dict[str, Any]:
     return read_json(cwd / "here.json")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _seed_initial_loss() -> float:
     """The full-data loss of the seed's model as seeded.py initialises it (seed 0)."""
     torch.manual_seed(0)
@@ -73,25 +73,6 @@ def _printed_losses(out: str) -> dict[int, float]:
     """The epoch mean losses PrintMetrics printed, by epoch."""
     found = re.findall(r"^P  0\|cpu    \| Iteration +(\d+)\| Train_Loss: ([0-9.]+) -$", out, re.M)
     return {int(epoch): float(loss) for epoch, loss in found}
-
-
-def _start_srun_tasks(
-    procs: Processes, args: list[str], cwd: Path, **slurm: str
-) -> list[subprocess.Popen[str]]:
-    """Two tasks of one srun step on this host (one task per process), ranks 0 and 1."""
-    port = str(_free_port())
-    started = []
-    for rank in (0, 1):
-        env = clean_env(
-            SLURM_PROCID=str(rank),
-            SLURM_LOCALID=str(rank),
-            SLURM_NTASKS="2",
-            SLURM_JOB_NODELIST="localhost",
-            MASTER_PORT=port,
-            **slurm,
-        )
-        started.append(procs.start(args, cwd=cwd, env=env))
-    return started
 
 
 def _check_seed_run(cwd: Path, code: int, out: str, err: str, where: str) -> None:
@@ -118,7 +99,7 @@ def test_seed_script_under_torchrun(tmp_path: Path, procs: Processes) -> None:
         "--nproc_per_node",
         "2",
         "--master_port",
-        str(_free_port()),
+        str(free_port()),
         str(SCRIPTS / "seeded.py"),
         *SEED_ARGS,
     ]
@@ -134,8 +115,8 @@ def test_seed_script_under_srun_one_task_spawning(tmp_path: Path, procs: Process
         SLURM_NTASKS="1",
         SLURM_NNODES="1",
         SLURM_JOB_NODELIST="localhost",
-        SLURM_JOB_ID=str(_free_port()),
-        MASTER_PORT=str(_free_port()),
+        SLURM_JOB_ID=str(free_port()),
+        MASTER_PORT=str(free_port()),
     )
     code, out, err = procs.run(
         [str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS], cwd=tmp_path, env=env
@@ -144,7 +125,7 @@ def test_seed_script_under_srun_one_task_spawning(tmp_path: Path, procs: Process
 
 
 def test_seed_script_under_srun_one_task_per_process(tmp_path: Path, procs: Processes) -> None:
-    started = _start_srun_tasks(
+    started = start_srun_tasks(
         procs,
         [str(SCRIPTS / "seeded.py"), "--nprocs", "2", *SEED_ARGS],
         tmp_path,
@@ -292,7 +273,7 @@ def test_a_survivor_without_launcher_exits_nonzero_when_its_peer_dies(
 ) -> None:
     # srun-style, one task per process: nobody kills rank 0 for us, it must notice itself.
     args = [JOB, "--nprocs", "2", "--max-iter", "1000000", *KILL_RANK_1]
-    started = _start_srun_tasks(procs, args, tmp_path, SLURM_JOB_ID="2")
+    started = start_srun_tasks(procs, args, tmp_path, SLURM_JOB_ID="2")
     code0, _, err0 = procs.wait(started[0], timeout=120)
     code1, _, _ = procs.wait(started[1], timeout=120)
     assert code1 == -9

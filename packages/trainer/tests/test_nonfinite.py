@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from types import ModuleType
@@ -23,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from marquardt.trainer import Callback, ConfigError, NonFiniteLossError, TrainConfig, Trainer
 from marquardt.trainer._persistence import _files as ckpt
 
-from .conftest import SCRIPTS, Processes, clean_env
+from .conftest import SCRIPTS, Processes, clean_env, free_port, start_srun_tasks
 
 SCRIPT = SCRIPTS / "nonfinite.py"
 BATCHES = 4  # per epoch, one step each (the script's --batches)
@@ -160,29 +159,9 @@ def test_a_resumed_run_names_the_checkpoint_it_resumed_from(tmp_path: Path) -> N
     assert err.last_checkpoint == str(first) and f"the last checkpoint, {first}" in str(err)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _two_ranks(procs: Processes, cwd: Path, *args: str) -> list[dict[str, Any]]:
     """The script as the two tasks of one srun step (one process each), gloo on CPU."""
-    port = str(_free_port())
-    started = [
-        procs.start(
-            [str(SCRIPT), *args, "--nprocs", "2", "--out", "two"],
-            cwd=cwd,
-            env=clean_env(
-                SLURM_PROCID=str(rank),
-                SLURM_LOCALID=str(rank),
-                SLURM_NTASKS="2",
-                SLURM_JOB_NODELIST="localhost",
-                MASTER_PORT=port,
-            ),
-        )
-        for rank in (0, 1)
-    ]
+    started = start_srun_tasks(procs, [str(SCRIPT), *args, "--nprocs", "2", "--out", "two"], cwd)
     for proc in started:
         code, out, err = procs.wait(proc, timeout=120)
         assert code == 0, f"{out}\n{err}"
@@ -218,7 +197,7 @@ def test_a_spawned_run_raises_the_non_finite_error_itself(tmp_path: Path, procs:
     proc = procs.start(
         [str(SCRIPT), "--fault", "poison", "--policy", "stop", "--nprocs", "2", "--out", "spawn"],
         cwd=tmp_path,
-        env=clean_env(MASTER_PORT=str(_free_port())),
+        env=clean_env(MASTER_PORT=str(free_port())),
     )
     code, out, err = procs.wait(proc, timeout=180)
     assert code == 0, f"{out}\n{err}"
