@@ -29,10 +29,11 @@ def interrupt_repeatedly(
     trials: int,
     seed: int,
     hits: int = 0,
+    before: Callable[[], None] | None = None,
 ) -> tuple[int, int]:
     """Run ``work`` ``trials`` times, each with a KeyboardInterrupt fired after a delay drawn
-    uniformly within the shortest of three measured runs; ``after(hit)`` checks the state
-    after each. Any other exception escapes. On a busy machine more interrupts land after
+    uniformly within the shortest of three measured runs; ``before()``, when given, notes
+    the state before each, and ``after(hit)`` checks it after each. Any other exception escapes. On a busy machine more interrupts land after
     the work: the runs go on (up to four times ``trials``) until ``hits`` of them were
     interrupted. Returns how many runs were interrupted, and how many ran."""
     durations = []
@@ -46,6 +47,8 @@ def interrupt_repeatedly(
     with python_sigint():
         while runs < trials or (interrupted < hits and runs < 4 * trials):
             runs += 1
+            if before is not None:
+                before()
             timer = threading.Timer(rng.uniform(0.0, typical), _thread.interrupt_main)
             hit = False
             try:

@@ -3,16 +3,12 @@ one plan; δ stays on the backend's device; an interrupted step leaves no trial 
 
 from __future__ import annotations
 
-import _thread
-import random
-import signal
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+from interrupts import interrupt_repeatedly
 from torch import nn
 
 import marquardt.jacobian._engine as engine_module
@@ -156,16 +152,6 @@ def _mse(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 def test_interrupts_at_random_moments_leave_the_last_accepted_point() -> None:
     """KeyboardInterrupt during trial forwards, solves and updates: afterwards θ is the
     point the step began at or an accepted one (lower loss), never a rejected trial."""
-    # interrupt_main does nothing where SIGINT is ignored (a shell's background job
-    # inherits SIG_IGN): Python's own handler makes it raise KeyboardInterrupt anywhere.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        _interrupt_at_random_moments()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _interrupt_at_random_moments() -> None:
     x, y = _sinc(600)
     # Small fixed damping and many attempts: most attempts are rejected trial points.
     lma = LMA(
@@ -179,47 +165,35 @@ def _interrupt_at_random_moments() -> None:
     )
     model = lma.model
     lma.step(x, y, 200)  # warm-up
-    durations = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        lma.step(x, y, 200)
-        durations.append(time.perf_counter() - t0)
-    # The shortest step: interrupts fire within a step, not after it, whatever its length.
-    typical = max(1e-3, min(durations))
-    rng = random.Random(7)
-    interrupted = 0
-    for _ in range(60):
-        start = [p.detach().clone() for p in model.parameters()]
-        loss_start = _mse(model, x, y)
-        damping_start = lma.damping
-        steps_start = lma.steps
-        timer = threading.Timer(rng.uniform(0.0, typical), _thread.interrupt_main)
-        hit = False
-        try:
-            try:
-                timer.start()
-                lma.step(x, y, 200)
-            finally:
-                timer.cancel()
-                timer.join()
-            # An interrupt that fired as the step returned is delivered at the next check
-            # of the interpreter: here, inside the try, never later in the test.
-            time.sleep(0.01)
-        except KeyboardInterrupt:
-            hit = True
-        interrupted += hit
+    began: dict[str, Any] = {}
+
+    def before() -> None:
+        began.update(
+            params=[p.detach().clone() for p in model.parameters()],
+            loss=_mse(model, x, y),
+            damping=lma.damping,
+            steps=lma.steps,
+        )
+
+    def after(hit: bool) -> None:
         now = [p.detach() for p in model.parameters()]
         assert all(bool(torch.isfinite(p).all()) for p in now)
-        unchanged = all(torch.equal(p, q) for p, q in zip(now, start, strict=True))
+        unchanged = all(torch.equal(p, q) for p, q in zip(now, began["params"], strict=True))
         loss_now = _mse(model, x, y)
-        assert unchanged or loss_now < loss_start, (
-            f"θ moved to a point with loss {loss_now:.6e} ≥ {loss_start:.6e} at the start"
+        assert unchanged or loss_now < began["loss"], (
+            f"θ moved to a point with loss {loss_now:.6e} ≥ {began['loss']:.6e} at the start"
         )
-        if hit and lma.steps == steps_start and unchanged:
+        if hit and lma.steps == began["steps"] and unchanged:
             # Interrupted before anything was accepted: λ may have risen, never fallen.
-            assert lma.damping >= damping_start
+            assert lma.damping >= began["damping"]
         if lma.damping >= 1e9:
             lma.damping_rule.load_state_dict({**lma.damping_rule.state_dict(), "damping": 1e-9})
+
+    # Interrupts fire within the shortest of three timed steps, so within a step, not
+    # after it, whatever its length; 60 runs, however many land.
+    interrupted, _ = interrupt_repeatedly(
+        lambda: lma.step(x, y, 200), after, trials=60, seed=7, before=before
+    )
     assert interrupted >= 20, f"only {interrupted} of 60 steps were interrupted"
 
 
