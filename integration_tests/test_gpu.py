@@ -35,10 +35,24 @@ def _gpu_count() -> int:
 GPUS = _gpu_count()
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(GPUS < 2, reason=f"needs 2 NVIDIA GPUs; NVML finds {GPUS} here"),
+    pytest.mark.skipif(GPUS < 1, reason="needs an NVIDIA GPU; NVML finds none here"),
 ]
+needs_two = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 NVIDIA GPUs; NVML finds {GPUS} here")
 
 
+@pytest.mark.multiprocess
+def test_torchrun_nccl_on_one_gpu(tmp_path: Path) -> None:
+    """The same recipe with one process: nccl, the DDP loop and the GPU, on a one-GPU node."""
+    env = base_env({"COMPUTE_SETUP": "gpu", "BACKEND": "nccl", "NPROCS": "1", "SCRIPT": str(FIT)})
+    done = run(["bash", str(LAUNCH / "torchrun" / "single_node.sh")], env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.describe()
+    assert_trained(done.output, world_size=1, epochs=60, print_every=10)
+    head = describe_lines(done.output)[0]
+    assert head["loop"] == "DDP loop (nccl)" and head["device"].startswith("cuda"), head
+    assert_ranks(done.output, 1)
+
+
+@needs_two
 @pytest.mark.multiprocess
 def test_torchrun_nccl_on_two_gpus(tmp_path: Path) -> None:
     env = base_env({"COMPUTE_SETUP": "gpu", "BACKEND": "nccl", "NPROCS": "2", "SCRIPT": str(FIT)})
@@ -50,6 +64,7 @@ def test_torchrun_nccl_on_two_gpus(tmp_path: Path) -> None:
     assert_ranks(done.output, 2)
 
 
+@needs_two
 @pytest.mark.legate
 def test_legate_single_node_splits_the_gpus(tmp_path: Path) -> None:
     """K from marquardt-devices; the solver on cuPyNumeric, the model on the GPUs left."""

@@ -7,23 +7,26 @@
 # runs, each part under its own time limit and whether or not the parts before it passed:
 #   env, env-nvidia-smi  what the machine has
 #   install              the packages and the carried wheels
-#   devices, devices-plan  marquardt-devices, and its plan for P=49921 N=10000
+#   devices, devices-processes, devices-plan  marquardt-devices: the table, the GPU
+#                        processes, and its plan for P=49921 N=10000
+#   gpu-tests-<package>  each package's gpu-marked tests (first: they are what needs the GPU)
+#   integration          integration_tests/test_gpu.py
 #   bench-gpu            benchmarks/bench_gpu.py --only core on cuda:0 (LM shapes, quality,
 #                        curve_fit, host synchronisations)
 #   bench-newer          benchmarks/bench_gpu.py --only newer (small fits, batched fits, PINN),
 #                        its report in RESULTS-gpu-newer.md and gpu-newer.json
-#   integration          integration_tests/test_gpu.py
-#   tests-<package>      each package's whole test suite, gpu-marked tests included
+#   tests-<package>      each package's other tests, spread over the cores with pytest-xdist
+#                        where it is installed (XDIST workers, 8)
 # The whole run stays within TOTAL seconds. Results go to $OUT: summary.txt (one line per
 # part), RESULTS-gpu.md, gpu.json and gpu.png from the benchmark, and gpu-run.tar.gz with
 # every part's output (<part>.txt) and the tests' JUnit XML (<part>.xml). The bundle is
 # rewritten after each part, so whatever ran is there even if the run is cut short.
 #
 # Environment: OUT (required), PYTHON (python3), WHEELS (benchmarks/gpu/wheels), SITE
-# (/tmp/marquardt-site), TOTAL (530 s), BENCH_BUDGET (300 s), NEWER_CAP (150 s),
-# TEST_CAP (150 s per package),
-# PARTS (the parts to run, by name or prefix: "env install devices bench tests integration"
-# by default), PYTEST_ARGS (added to every pytest command, e.g. "-x" or "--collect-only -q"),
+# (/tmp/marquardt-site), TOTAL (500 s), BENCH_BUDGET (200 s), NEWER_CAP (130 s),
+# GPU_TEST_CAP (60 s per package), TEST_CAP (60 s per package), XDIST (8; 0 runs the suites in
+# one process), PARTS (the parts to run, by name or prefix: "env install devices gpu-tests
+# integration bench tests" by default), PYTEST_ARGS (added to every pytest command, e.g. "-x" or "--collect-only -q"),
 # BENCH_ARGS (added to bench_gpu.py's, e.g. "--device cpu --quick" for a dry run without GPU).
 #
 # set -e is left out on purpose: a failing part is recorded and the next one still runs.
@@ -33,11 +36,13 @@ OUT="${OUT:?set OUT to the folder the results go to}"
 PYTHON="${PYTHON:-python3}"
 WHEELS="${WHEELS:-benchmarks/gpu/wheels}"
 SITE="${SITE:-/tmp/marquardt-site}"
-TOTAL="${TOTAL:-530}"
-BENCH_BUDGET="${BENCH_BUDGET:-300}"
-NEWER_CAP="${NEWER_CAP:-150}"
-TEST_CAP="${TEST_CAP:-150}"
-PARTS="${PARTS:-env install devices bench tests integration}"
+TOTAL="${TOTAL:-500}"
+BENCH_BUDGET="${BENCH_BUDGET:-200}"
+NEWER_CAP="${NEWER_CAP:-130}"
+GPU_TEST_CAP="${GPU_TEST_CAP:-60}"
+TEST_CAP="${TEST_CAP:-60}"
+XDIST="${XDIST:-8}"
+PARTS="${PARTS:-env install devices gpu-tests integration bench tests}"
 PACKAGES=(core-devices core-jacobian core-solver trainer)
 read -r -a EXTRA_PYTEST <<<"${PYTEST_ARGS:-}"
 read -r -a EXTRA_BENCH <<<"${BENCH_ARGS:-}"
@@ -169,7 +174,29 @@ export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
 # -- the planner ----------------------------------------------------------------------------------
 run_part devices 60 "$PYTHON" -m marquardt.devices
+run_part devices-processes 60 "$PYTHON" -m marquardt.devices --processes
 run_part devices-plan 60 "$PYTHON" -m marquardt.devices --params 49921 --batch 10000
+
+# -- the gpu-marked tests, one pytest per package (each has its own pytest settings) -------------
+pytest_args=(-p no:cacheprovider -ra)
+if "$PYTHON" -c "import pytest_timeout" >/dev/null 2>&1; then
+    pytest_args+=(--timeout 120)
+fi
+legate_marker="not legate"
+if timeout 60 "$PYTHON" -c "import legate" >/dev/null 2>&1; then
+    legate_marker=""
+elif wanted tests || wanted gpu-tests; then
+    # Legate and cuPyNumeric are not installed here: their tests cannot run.
+    log "tests: Legate is not installed here, so legate-marked tests are deselected"
+fi
+gpu_marker="gpu${legate_marker:+ and $legate_marker}"
+for pkg in "${PACKAGES[@]}"; do
+    run_part "gpu-tests-$pkg" "$GPU_TEST_CAP" "$PYTHON" -m pytest "packages/$pkg/tests" \
+        "${pytest_args[@]}" -m "$gpu_marker" --junitxml "$WORK/gpu-tests-$pkg.xml" \
+        "${EXTRA_PYTEST[@]}"
+done
+run_part integration 120 "$PYTHON" -m pytest integration_tests/test_gpu.py "${pytest_args[@]}" \
+    -m "$gpu_marker" --junitxml "$WORK/integration.xml" "${EXTRA_PYTEST[@]}"
 
 # -- the benchmark ------------------------------------------------------------------------------
 left=$((TOTAL - SECONDS - 60))
@@ -198,24 +225,36 @@ if [[ -f "$WORK/newer/gpu-quick.json" ]]; then
     cp "$WORK/newer/gpu-quick.json" "$WORK/gpu-newer-quick.json"
 fi
 
-# -- the tests ----------------------------------------------------------------------------------
-pytest_args=(-p no:cacheprovider -ra)
-if "$PYTHON" -c "import pytest_timeout" >/dev/null 2>&1; then
-    pytest_args+=(--timeout 120)
+# -- the other tests -----------------------------------------------------------------------------
+spread=()
+if ((XDIST > 0)) && "$PYTHON" -c "import xdist" >/dev/null 2>&1; then
+    spread=(-n "$XDIST" --dist loadfile)
 fi
-markers=()
-if ! timeout 60 "$PYTHON" -c "import legate" >/dev/null 2>&1; then
-    # Legate and cuPyNumeric are not installed here: their tests cannot run.
-    markers=(-m "not legate")
-    log "tests: Legate is not installed here, so legate-marked tests are deselected"
-fi
-run_part integration 120 "$PYTHON" -m pytest integration_tests/test_gpu.py "${pytest_args[@]}" \
-    --junitxml "$WORK/integration.xml" "${EXTRA_PYTEST[@]}"
+other_marker="not gpu${legate_marker:+ and $legate_marker}"
 for pkg in "${PACKAGES[@]}"; do
     run_part "tests-$pkg" "$TEST_CAP" "$PYTHON" -m pytest "packages/$pkg/tests" \
-        "${pytest_args[@]}" "${markers[@]}" --junitxml "$WORK/tests-$pkg.xml" "${EXTRA_PYTEST[@]}"
+        "${pytest_args[@]}" "${spread[@]}" -m "$other_marker" --junitxml "$WORK/tests-$pkg.xml" \
+        "${EXTRA_PYTEST[@]}"
 done
 
+# The tests' counts, from their JUnit XML.
+"$PYTHON" - "$WORK" <<'PY' | tee -a "$SUMMARY"
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+for path in sorted(Path(sys.argv[1]).glob("*.xml")):
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError as error:
+        print(f"counts {path.stem}: unreadable JUnit XML ({error})")
+        continue
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+    print(f"counts {path.stem}: {passed} passed, {n['failures']} failed, {n['errors']} errors, "
+          f"{n['skipped']} skipped")
+PY
 log "run_on_gpu: done after ${SECONDS} s"
 bundle
 if [[ -f "$WORK/bench-gpu.txt" ]]; then
