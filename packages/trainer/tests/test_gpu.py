@@ -39,9 +39,8 @@ def _full_loss(model: nn.Module) -> float:
 
 
 def _config(tmp_path: Path, **kw: Any) -> TrainConfig:
-    return TrainConfig(
-        max_iter=20, compute_setup="gpu", log_folder=tmp_path / "run", verbose=False, **kw
-    )
+    settings: dict[str, Any] = {"max_iter": 20, **kw}
+    return TrainConfig(compute_setup="gpu", log_folder=tmp_path / "run", verbose=False, **settings)
 
 
 def test_ddp_loop_over_nccl_in_one_process_trains_on_the_gpu(tmp_path: Path) -> None:

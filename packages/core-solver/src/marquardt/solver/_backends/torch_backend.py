@@ -171,14 +171,16 @@ class TorchBackend:
         # A non-finite diagonal can pass the factorisation (an infinite pivot): refuse it
         # as LAPACK refuses a pivot that is not positive.
         not_factored = (info != 0) | ~torch.isfinite(m.diagonal()).all()
+
+        # Filled on the device: torch.tensor(value, device=cuda) would copy from the host,
+        # and on CUDA every such copy waits for the queue.
+        def code(value: float) -> torch.Tensor:
+            return torch.full((), value, dtype=torch.float64, device=a.device)
+
         status = torch.where(
             not_factored,
-            torch.tensor(FAILED_CHOLESKY, dtype=torch.float64, device=a.device),
-            torch.where(
-                finite,
-                torch.tensor(0.0, dtype=torch.float64, device=a.device),
-                torch.tensor(FAILED_NON_FINITE, dtype=torch.float64, device=a.device),
-            ),
+            code(FAILED_CHOLESKY),
+            torch.where(finite, code(0.0), code(FAILED_NON_FINITE)),
         )
         return Solution(
             delta=delta,
