@@ -95,3 +95,15 @@ def test_explicit_and_given_slice_sizes_are_kept() -> None:
         1_000_000, 769, 1, torch.float32, 256 << 20, strategy="accumulate", slice_samples=500_000
     )
     assert given.slice_samples == 500_000 and given.samples_per_chunk < 500_000
+
+
+def test_default_budget_on_cuda_counts_torch_cached_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half of what a new allocation can take: driver-free 8 GiB + 60 GiB torch holds unused."""
+    from marquardt.jacobian._probe import default_budget
+
+    gib = 1 << 30
+    monkeypatch.delenv("MARQUARDT_JACOBIAN_MEMORY_BUDGET", raising=False)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 64 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 4 * gib)
+    assert default_budget(torch.device("cuda", 0)) == 34 * gib

@@ -303,3 +303,17 @@ def test_per_fit_x_f_scale_and_the_feasible_start() -> None:
     for m in range(FITS):
         p1, _ = _single(decay, X, y[m], [2.5, 1.5, 0.0], bounds=bounds)
         np.testing.assert_allclose(popt[m], p1, rtol=RTOL, atol=1e-12)
+
+
+def test_usable_memory_counts_torch_cached_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After large tensors are freed, the driver reports little free memory while torch's
+    allocator holds the rest for reuse: a step is sized on both (0.8 × 68 GiB here)."""
+    from marquardt.solver._lm.memory_fit import usable_memory
+
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 64 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 4 * gib)
+    usable, source = usable_memory(torch.device("cuda", 0), None)
+    assert usable == int(0.8 * 68 * gib)
+    assert source == "free memory of cuda:0 + 60.00 GiB cached by torch x 0.8"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ._discovery import GpuInfo, GpuProcess, discover_gpus
 from ._errors import DeviceError, LegateConfigError, NvmlError
 from ._legate import LegateShare, legate_gpu_count, legate_share
-from ._memory import HostMemory, host_memory
+from ._memory import HostMemory, device_memory, host_memory
 from ._planner import Plan, plan, subset_size
 from ._split import Split, check_model_devices, current_split, get_available_gpus
 
@@ -25,6 +25,7 @@ __all__ = [
     "Split",
     "check_model_devices",
     "current_split",
+    "device_memory",
     "discover_gpus",
     "get_available_gpus",
     "host_memory",

@@ -1,14 +1,20 @@
-"""Host memory available to this process, from ``/proc/meminfo`` or ``os.sysconf``."""
+"""Memory available to this process: the host's, from ``/proc/meminfo`` or ``os.sysconf``;
+a CUDA device's, from the driver and PyTorch's caching allocator."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
 class HostMemory:
-    """Bytes of RAM that can be used now, and where the figure was read."""
+    """Bytes that can be used now (of RAM, or of a device for ``device_memory``), and where
+    the figure was read."""
 
     available: int
     source: str
@@ -47,3 +53,25 @@ def host_memory(meminfo: str = "/proc/meminfo") -> HostMemory:
     if total is not None:
         return HostMemory(total, "os.sysconf(SC_PHYS_PAGES), total RAM")
     return HostMemory(0, "unknown (no /proc/meminfo, no sysconf)")
+
+
+def device_memory(device: torch.device) -> HostMemory:
+    """Bytes a new PyTorch allocation can take on ``device`` now.
+
+    On CUDA: the driver's free memory (``torch.cuda.mem_get_info``) plus what PyTorch's
+    caching allocator holds reserved but unallocated, which it hands out again before it
+    asks the driver for more. Without the second term, a process that has freed large
+    tensors (an earlier step, another optimizer) sees far less than it can use. Elsewhere:
+    the host's ``MemAvailable`` (``host_memory``).
+    """
+    if device.type != "cuda":
+        return host_memory()
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if cached <= 0:
+        return HostMemory(int(free), f"free memory of {device}")
+    return HostMemory(
+        int(free + cached), f"free memory of {device} + {cached / 2**30:.2f} GiB cached by torch"
+    )

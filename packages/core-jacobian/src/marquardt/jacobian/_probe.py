@@ -39,14 +39,17 @@ PROBE_SAMPLES = 4
 
 def default_budget(device: torch.device) -> int:
     """Bytes one chunk may take on ``device`` when the engine was given no budget:
-    ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else half the free GPU memory (at least 64 MiB),
-    else the CPU default."""
+    ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else half the GPU memory a new allocation can
+    take (the driver's free memory and torch's cached, unused blocks; at least 64 MiB), else
+    the CPU default."""
     forced = _settings.memory_budget()
     if forced is not None:
         return forced
     if device.type == "cuda":
+        # What torch's caching allocator holds unused is handed out before new driver memory.
         free, _total = torch.cuda.mem_get_info(device)
-        return max(1 << 26, free // 2)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return max(1 << 26, (free + max(0, cached)) // 2)
     return _settings.DEFAULT_CPU_BUDGET
 
 

@@ -55,6 +55,23 @@ def to_host_fresh(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     return t.to(device)
 
 
+_WORKER_STREAMS: dict[torch.device, Any] = {}
+_WORKER_STREAMS_LOCK = threading.Lock()
+
+
+def _worker_stream(device: torch.device) -> Any:
+    """The one side stream of ``device`` that every worker thread of this process runs on.
+
+    Created on first use, never at import, and shared by all ``DeviceWorkers``: each new
+    stream costs cuBLAS a workspace (tens of MiB on recent GPUs) that PyTorch keeps for the
+    life of the process, so a stream per optimizer would leak that much per optimizer.
+    """
+    with _WORKER_STREAMS_LOCK:
+        if device not in _WORKER_STREAMS:
+            _WORKER_STREAMS[device] = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
+        return _WORKER_STREAMS[device]
+
+
 class DeviceWorkers:
     """One worker thread per model device; work for replica ``i`` runs on worker ``i``.
 
@@ -64,7 +81,6 @@ class DeviceWorkers:
     def __init__(self, devices: Sequence[torch.device]) -> None:
         self._devices = list(devices)
         self._pools: list[ThreadPoolExecutor] | None = None
-        self._streams: dict[int, Any] = {}
         self._lock = threading.Lock()
 
     def _pool(self, index: int) -> ThreadPoolExecutor:
@@ -80,12 +96,11 @@ class DeviceWorkers:
         device = self._devices[index]
         if device.type != "cuda":
             return nullcontext()
-        # Streams are created on first use in the worker, never at import.
-        if index not in self._streams:
-            self._streams[index] = torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
-        return torch.cuda.stream(self._streams[index])
+        return torch.cuda.stream(_worker_stream(device))
 
     def _run(self, index: int, fn: Callable[[], T]) -> T:
+        """``fn`` on worker ``index``'s stream; the stream is waited for, so the caller's
+        thread may use the result on any stream."""
         with self._stream_context(index):
             out = fn()
             if self._devices[index].type == "cuda":
@@ -99,9 +114,11 @@ class DeviceWorkers:
             # interrupt (KeyboardInterrupt, SystemExit) is not the job's result: it reaches
             # the caller as itself, also when it lands while the future is being completed
             # (handling it there would raise InvalidStateError on a finished future).
+            # In the calling thread on its current stream: the caller's next kernels queue
+            # behind the job's, so nothing waits for the device here.
             fut: Future[T] = Future()
             try:
-                out = self._run(index, fn)
+                out = fn()
             except Exception as exc:
                 fut.set_exception(exc)
             else:

@@ -42,6 +42,17 @@ class FiniteScans:
         self._known = [(weakref.ref(t), t._version) for t in values]
 
 
+def _all_finite(values: list[torch.Tensor]) -> bool:
+    """Whether every value is finite, read from the device once where they share one (each
+    read of a GPU tensor's value waits for the device)."""
+    if not values:
+        return True
+    flags = [torch.isfinite(value).all() for value in values]
+    if all(flag.device == flags[0].device for flag in flags):
+        return bool(torch.stack(flags).all())
+    return all(bool(flag) for flag in flags)
+
+
 def check_batch(
     inputs: object,
     targets: object,
@@ -109,11 +120,16 @@ def check_batch(
                     f"move them with {name}.to({str(home[0])!r}) or keep them on the CPU",
                 )
             )
-    for name, value in (("inputs", inputs), ("targets", targets)):
-        floating = value.is_floating_point() or value.is_complex()
-        if scans is not None and scans.known(value):
-            continue
-        if floating and not bool(torch.isfinite(value).all()):
+    unscanned = [
+        (name, value)
+        for name, value in (("inputs", inputs), ("targets", targets))
+        if (value.is_floating_point() or value.is_complex())
+        and not (scans is not None and scans.known(value))
+    ]
+    if _all_finite([value for _, value in unscanned]):
+        unscanned = []
+    for name, value in unscanned:  # something is not finite: name what
+        if not bool(torch.isfinite(value).all()):
             raise BatchNotFiniteError(
                 message(
                     f"LMA.step expects finite {name}",

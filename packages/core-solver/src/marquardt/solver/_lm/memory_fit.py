@@ -11,7 +11,8 @@ parameters, ``b`` bytes per element) holds, besides the chunks of ``J`` the engi
   damped copy.
 
 The usable memory is ``memory_limit`` when given, else 0.8 × the free memory of the
-solver's device (``torch.cuda.mem_get_info``) or of the host (``MemAvailable``). A step
+solver's device (``marquardt.devices.device_memory``: the driver's free memory plus what
+torch's caching allocator holds unused) or of the host (``MemAvailable``). A step
 that does not fit is never started: with ``strategy="auto"`` and no ``params_per_step`` the
 solver switches to parameter subsets of the largest ``k`` that fits
 (``marquardt.devices.subset_size``); a forced strategy or ``params_per_step`` that does
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from marquardt.devices import host_memory, subset_size
+from marquardt.devices import device_memory, subset_size
 from marquardt.jacobian import JacobianPlan
 
 from .._errors import SolverConfigError, message
@@ -95,11 +96,8 @@ def usable_memory(device: torch.device, limit: int | None) -> tuple[int, str]:
     """Bytes a step may use on ``device`` (the solver's), and where the figure comes from."""
     if limit is not None:
         return limit, f"memory_limit={limit}"
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free * (1 - HEADROOM)), f"free memory of {device} x {1 - HEADROOM:.1f}"
-    host = host_memory()
-    return int(host.available * (1 - HEADROOM)), f"{host.source} x {1 - HEADROOM:.1f}"
+    found = device_memory(device)
+    return int(found.available * (1 - HEADROOM)), f"{found.source} x {1 - HEADROOM:.1f}"
 
 
 def step_memory(
