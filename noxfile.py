@@ -244,18 +244,14 @@ def gpu_tests(session: nox.Session) -> None:
         )
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     session.install(*TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric")
-    paths = [str(ROOT / "packages" / p / "tests") for p in ALL_PACKAGES]
-    session.run(
-        "pytest",
-        *paths,
-        str(ROOT / "integration_tests"),
-        "-m",
-        "gpu",
-        "-p",
-        "no:cacheprovider",
-        "-ra",
-        *session.posargs,
-    )
+    # One pytest per suite: each package's tests take their pytest settings (markers,
+    # --import-mode=importlib) from its own pyproject, and their file names repeat across
+    # packages, so one run over all of them fails to collect.
+    paths = [ROOT / "packages" / p / "tests" for p in ALL_PACKAGES] + [ROOT / "integration_tests"]
+    for path in paths:
+        session.run(
+            "pytest", str(path), "-m", "gpu", "-p", "no:cacheprovider", "-ra", *session.posargs
+        )
 
 
 @_session(python=PYTHON)
