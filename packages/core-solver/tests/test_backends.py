@@ -191,6 +191,14 @@ def test_torch_solve_reads_nothing_back_from_its_device(monkeypatch: pytest.Monk
                 return _o(self, *a)  # type: ignore[operator]
 
             monkeypatch.setattr(torch.Tensor, name, spy)
+        # A tensor made from a Python number is a copy from the host: on CUDA, a wait.
+        as_tensor = torch.tensor
+
+        def from_host(*a: object, **k: object) -> torch.Tensor:
+            calls.append("torch.tensor")
+            return as_tensor(*a, **k)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(torch, "tensor", from_host)
         solution = backend.solve(system, 0.1, "marquardt")
         monkeypatch.undo()
         assert calls == []
@@ -224,3 +232,24 @@ def test_under_determined_system_needs_its_jacobian() -> None:
             underdetermined=True,
             rss=1.0,
         )
+
+
+@pytest.mark.parametrize("shape", [(1200, 800), (800, 1200)], ids=["JtJ", "JJt"])
+def test_numpy_solve_holds_one_damped_copy(shape: tuple[int, int]) -> None:
+    """The damped matrix is factorised in place: a solve allocates one S × S array beside
+    the system (it held two: the damped sum and its factor)."""
+    import tracemalloc
+
+    jac, res = _problem(*shape, seed=3)
+    backend = NumpyBackend()
+    system = backend.system_from_slices(_slices(jac, res, 400), shape[0], shape[1])
+    side = min(shape)
+    square = side * side * 8
+    tracemalloc.start()
+    try:
+        solution = backend.solve(system, 0.1, "marquardt")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert solution is not None
+    assert square <= peak < 1.5 * square, f"peak {peak / square:.2f} S x S arrays"

@@ -47,9 +47,10 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray[Any, np.dtype[Any]]:
     return t.numpy()
 
 
-def cholesky_solve_numpy(matrix: F64, rhs: F64) -> F64 | None:
+def cholesky_solve_numpy(matrix: F64, rhs: F64, *, overwrite: bool = False) -> F64 | None:
     """x with matrix·x = rhs by Cholesky in float64, or ``None`` when the matrix is not
-    (numerically) positive definite or x is not finite."""
+    (numerically) positive definite or x is not finite. With ``overwrite``, SciPy factorises
+    ``matrix`` in place (a damped copy the caller no longer needs): no second S × S array."""
     # O(n) scan only: a non-finite off-diagonal entry with a finite diagonal makes some
     # pivot NaN or negative, which the factorisation reports.
     if not np.all(np.isfinite(np.diagonal(matrix))) or not np.all(np.isfinite(rhs)):
@@ -60,7 +61,10 @@ def cholesky_solve_numpy(matrix: F64, rhs: F64) -> F64 | None:
         cho_factor = None
     try:
         if cho_factor is not None:
-            factor = cho_factor(matrix, lower=True, check_finite=False)
+            # LAPACK works in column order: a C-ordered array would be copied first, so the
+            # factor takes its transpose, the same symmetric matrix in Fortran order.
+            target = matrix.T if overwrite and matrix.flags.c_contiguous else matrix
+            factor = cho_factor(target, lower=True, overwrite_a=overwrite, check_finite=False)
             x = cho_solve(factor, rhs, check_finite=False)
         else:
             lower: F64 = np.asarray(np.linalg.cholesky(matrix), dtype=np.float64)
@@ -122,8 +126,9 @@ class NumpyBackend:
         a: F64 = system.a
         g: F64 = system.g
         if system.underdetermined:
-            m = a + damping * np.eye(a.shape[0])
-            u = cholesky_solve_numpy(m, g)
+            m = a.copy()
+            m[np.diag_indices_from(m)] += damping
+            u = cholesky_solve_numpy(m, g, overwrite=True)
             if u is None:
                 return None
             jac = system.jacobian
@@ -136,7 +141,7 @@ class NumpyBackend:
             d = system.scale(scaling, scaling_diagonal_numpy)
             m = a.copy()
             m[np.diag_indices_from(m)] += damping * d
-            delta_or_none = cholesky_solve_numpy(m, g)
+            delta_or_none = cholesky_solve_numpy(m, g, overwrite=True)
             if delta_or_none is None:
                 return None
             delta = solved = delta_or_none
