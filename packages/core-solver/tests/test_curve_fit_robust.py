@@ -70,7 +70,10 @@ def test_robust_fit_matches_least_squares(loss: str, f_scale: float) -> None:
     assert result.success, result.reason
     np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-7, atol=0)
     restarted, _ = _trf(loss, f_scale, result.popt.tolist(), sigma)  # type: ignore[misc]
-    np.testing.assert_allclose(restarted, result.popt.numpy(), rtol=1e-9, atol=0)
+    # Huber's ρ has a kink in its second derivative at z = 1: near residuals on it, TRF's
+    # restart moves by about 1e-9 relative on some CPUs' BLAS (1.02e-9 seen on an Intel Xeon).
+    rtol = 1e-8 if loss == "huber" else 1e-9
+    np.testing.assert_allclose(restarted, result.popt.numpy(), rtol=rtol, atol=0)
     scale = np.sqrt(np.outer(np.diag(pcov_ref), np.diag(pcov_ref)))
     assert np.max(np.abs(result.pcov.numpy() - pcov_ref) / scale) <= 1e-6
 

@@ -62,9 +62,12 @@ def cholesky_solve_numpy(matrix: F64, rhs: F64, *, overwrite: bool = False) -> F
     try:
         if cho_factor is not None:
             # LAPACK works in column order: a C-ordered array would be copied first, so the
-            # factor takes its transpose, the same symmetric matrix in Fortran order.
-            target = matrix.T if overwrite and matrix.flags.c_contiguous else matrix
-            factor = cho_factor(target, lower=True, overwrite_a=overwrite, check_finite=False)
+            # factor takes its transpose in Fortran order, whose upper triangle is the
+            # matrix's lower one (the triangle read otherwise: the same digits).
+            if overwrite and matrix.flags.c_contiguous:
+                factor = cho_factor(matrix.T, lower=False, overwrite_a=True, check_finite=False)
+            else:
+                factor = cho_factor(matrix, lower=True, check_finite=False)
             x = cho_solve(factor, rhs, check_finite=False)
         else:
             lower: F64 = np.asarray(np.linalg.cholesky(matrix), dtype=np.float64)
