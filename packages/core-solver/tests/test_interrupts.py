@@ -98,3 +98,35 @@ def test_interrupts_inside_lma_step_stay_interrupts(name: str) -> None:
 
     hits, runs = interrupt_repeatedly(work, after, trials=TRIALS, seed=5, hits=12)
     assert hits >= 12, f"only {hits} of {runs} steps were interrupted"
+
+
+@pytest.mark.parametrize("entry", ["curve_fit", "curve_fit_result", "curve_fit_batch"])
+def test_an_interrupt_inside_no_grad_exit_leaves_grad_mode_on(
+    entry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt landing inside ``torch.no_grad().__exit__`` before it restores grad
+    mode (the race the test above hits at random), made to happen on the first exit."""
+    from marquardt.solver import curve_fit_batch, curve_fit_result
+
+    exits = 0
+
+    def interrupted_exit(self: torch.no_grad, *_exc: object) -> None:
+        nonlocal exits
+        exits += 1
+        raise KeyboardInterrupt  # before grad mode is restored
+
+    monkeypatch.setattr(torch.no_grad, "__exit__", interrupted_exit)
+    x = torch.linspace(0.0, 4.0, 200, dtype=torch.float64)
+    y = _torch_model(x, 2.5, 1.3, 0.5)
+    call = {
+        "curve_fit": lambda: curve_fit(_torch_model, x, y, p0=[1.0, 1.0, 1.0]),
+        "curve_fit_result": lambda: curve_fit_result(_torch_model, x, y, [1.0, 1.0, 1.0]),
+        "curve_fit_batch": lambda: curve_fit_batch(
+            _torch_model, x, y.repeat(4, 1), torch.ones(4, 3, dtype=torch.float64)
+        ),
+    }[entry]
+    with pytest.raises(KeyboardInterrupt):
+        call()
+    monkeypatch.undo()
+    assert exits == 1
+    assert torch.is_grad_enabled(), "grad mode was left off"

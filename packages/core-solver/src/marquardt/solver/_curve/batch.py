@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from .._errors import OptimizeWarning
+from .._grad_mode import keeps_grad_mode
 from .._lm.covariance import CovarianceWarning
 from .._lm.memory_fit import usable_memory
 from .batch_args import BatchArgs, batch_args
@@ -158,6 +159,7 @@ def _warn(status: torch.Tensor, pcov: torch.Tensor) -> None:
         )
 
 
+@keeps_grad_mode
 def curve_fit_batch(
     f: Callable[..., Any],
     xdata: Any,

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from .._errors import OptimizeWarning
+from .._grad_mode import keeps_grad_mode
 from .._lm.covariance import covariance_from_factor
 from .._lm.report import StepReport
 from .active_set import Tolerances, solve
@@ -70,6 +71,7 @@ class CurveFitResult:
     report: StepReport | None
 
 
+@keeps_grad_mode
 def curve_fit_result(
     f: Callable[..., torch.Tensor],
     xdata: Any,

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .._backends.blas_threads import one_blas_thread
+from .._grad_mode import keeps_grad_mode
 from .._lm.robust import ROBUST_LOSSES
 from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
 from .scipy_args import (
@@ -90,6 +91,7 @@ _SCIPY_KEYWORDS = frozenset(
 )
 
 
+@keeps_grad_mode
 def curve_fit(
     f: Callable[..., Any],
     xdata: Any,
