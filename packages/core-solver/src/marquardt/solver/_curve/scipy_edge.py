@@ -43,8 +43,9 @@ from .scipy_args import (
 )
 from .scipy_covariance import columns_dependent, pivoted_qr
 from .scipy_covariance import pcov as scipy_pcov
-from .scipy_engine import ENGINE_KEYWORDS, engine_fit, torch_threads
+from .scipy_engine import ENGINE_KEYWORDS, engine_fit
 from .small import solve_small
+from .threads import choose_threads, torch_threads
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
 
@@ -55,7 +56,8 @@ __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit
 SMALL_POINTS = 50_000
 #: Below this many points the sliced engine runs with one torch thread: its kernels are
 #: short, and two threads on busy cores made a fit of 10⁵ points take 1.43 s against
-#: 38 ms (from 10⁶ on a second thread helps an idle machine: 241 against 303 ms).
+#: 38 ms (from 10⁶ on a second thread helps an idle machine: 241 against 303 ms). From it
+#: on, as many as ``threads.choose_threads`` finds idle cores for.
 ENGINE_ONE_THREAD_POINTS = 1_000_000
 #: From this many points a small fit also limits NumPy's BLAS to one thread (the limit
 #: costs ~0.1 ms, a fit of fewer points less than that).
@@ -297,7 +299,7 @@ def curve_fit(
                 untracked,
                 first,
             )
-    with torch_threads(1 if y.size < ENGINE_ONE_THREAD_POINTS else None):
+    with torch_threads(choose_threads(y.size, ENGINE_ONE_THREAD_POINTS)):
         return engine_fit(
             f,
             xdata,
