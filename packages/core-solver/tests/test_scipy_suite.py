@@ -3,8 +3,10 @@
 A child pytest runs ``scipy/optimize/tests/test_minpack.py -k TestCurveFit`` with
 ``_scipy_suite_plugin`` swapping in ``marquardt.solver.curve_fit``. SciPy 1.17 has 46
 cases; every one passes but ``test_gh4555b``, whose reference pcov was recorded from
-MINPACK's last Jacobian (one step before p̂): it is 1.6e-6 from the exact covariance and
-ours 5.6e-8 (test_curve_fit_scipy checks pcov against the exact one)."""
+MINPACK's last Jacobian (one step before p̂): it is 1.6e-6 from the exact covariance at p̂
+and 3.9e-8 from the exact covariance at the point of MINPACK's last Jacobian, ours 5.6e-8
+from the exact one at p̂ (test_curve_fit_scipy checks pcov against it). Only MINPACK's own
+path of iterates would meet that reference's 2e-7."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from .._lm.memory_fit import usable_memory
 from .batch_args import BatchArgs, batch_args
 from .batch_core import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from .batch_model import BatchModel, check_model
-from .scipy_engine import torch_threads
+from .threads import BATCH_THREAD_WORK, choose_threads, torch_threads
 
 __all__ = [
     "BYTES_PER_FIT_J",
@@ -181,7 +181,7 @@ def curve_fit_batch(
     chunk_size: int | None = None,
     device: Any = None,
     dtype: torch.dtype | None = None,
-    threads: int | None = 1,
+    threads: int | None = None,
 ) -> Any:
     """Fit f(x, *p) to each of M data sets, each fit as ``curve_fit`` fits it.
 
@@ -196,10 +196,20 @@ def curve_fit_batch(
     10·ε of ``dtype``); ``max_nfev`` (or ``maxfev``) to SciPy's 100·P with bounds, else
     200·(P + 1). ``chunk_size`` caps the fits solved at once (default: sized from memory);
     ``device`` and ``dtype`` default to ydata's (NumPy: the CPU, float64). On the CPU the
-    fits run on ``threads`` torch threads (None: torch's setting): one by default, as for
-    ``curve_fit``'s small fits (2-D Gaussian, 10⁴ fits, float64, two busy cores: 2 100
-    fits/s on two threads against 16 300 on one).
+    fits run on ``threads`` torch threads; by default (None) on one, unless a chunk holds
+    at least ``BATCH_THREAD_WORK`` elements of J (fits × N × P), where a second thread can
+    pay, and then on as many as torch's setting allows and the machine has idle cores for
+    (its cores less the one-minute load average, rounded): never more threads than that,
+    since on busy cores each short kernel waits for a descheduled thread and the fits run
+    many times slower than on one (``_curve.threads``).
     """
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
+    ):
+        raise ValueError(
+            f"threads must be a positive integer or None, got {threads!r}. HINT: leave it "
+            "out for the default (one thread unless the work and idle cores allow more)"
+        )
     args = batch_args(
         f,
         xdata,
@@ -234,7 +244,11 @@ def curve_fit_batch(
     )
     size = min(size, int(chunk_size)) if chunk_size is not None else size
     parts: list[tuple[BatchState, torch.Tensor]] = []
-    with torch_threads(threads if args.y.device.type == "cpu" else None):
+    if args.y.device.type != "cpu":
+        threads = None
+    elif threads is None:
+        threads = choose_threads(min(size, fits) * points * params, BATCH_THREAD_WORK)
+    with torch_threads(None if threads is None else int(threads)):
         for begin in range(0, fits, size):
             start, data = _chunk(args, slice(begin, begin + size))
             state = solve_batch(model, start, data, max_nfev=args.max_nfev, **args.tol)

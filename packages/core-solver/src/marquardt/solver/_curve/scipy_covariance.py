@@ -8,7 +8,11 @@ import numpy as np
 
 from .._lm.covariance import CovarianceWarning
 
-__all__ = ["pcov", "pivoted_qr"]
+__all__ = ["columns_dependent", "pcov", "pivoted_qr"]
+
+#: ε^½: beyond a condition number of 1/ε^½ for J's scaled columns, the condition number of
+#: (JᵀJ)⁻¹ passes 1/ε and its float64 rounding reaches its smallest eigenvalues.
+_COLUMN_CONDITION = float(np.finfo(np.float64).eps) ** -0.5
 
 
 def pivoted_qr(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -21,6 +25,22 @@ def pivoted_qr(jac: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     except ImportError:  # pragma: no cover - SciPy is optional
         q, r = np.linalg.qr(jac)
         return q, r, np.arange(jac.shape[1])
+
+
+def columns_dependent(jac: np.ndarray) -> bool:
+    """Whether J's columns, each scaled to unit norm, have a condition number beyond 1/ε^½:
+    then (JᵀJ)⁻¹ has one beyond 1/ε, no float64 matrix holds it to any relative accuracy,
+    and the rounding of its largest entries makes some eigenvalues negative."""
+    norms = np.linalg.norm(jac, axis=0)
+    if (
+        jac.shape[0] < jac.shape[1]
+        or jac.size == 0
+        or not np.all(np.isfinite(jac))
+        or np.any(norms == 0)
+    ):
+        return True
+    s = np.linalg.svd(jac / norms, compute_uv=False)
+    return bool(s[-1] * _COLUMN_CONDITION < s[0])
 
 
 def _unscaled_lm(jac: np.ndarray) -> np.ndarray | None:

@@ -42,10 +42,11 @@ from .scipy_args import (
     scipy_bounds,
     whitening,
 )
+from .scipy_covariance import columns_dependent, pivoted_qr
 from .scipy_covariance import pcov as scipy_pcov
-from .scipy_covariance import pivoted_qr
-from .scipy_engine import ENGINE_KEYWORDS, engine_fit, torch_threads
+from .scipy_engine import ENGINE_KEYWORDS, engine_fit
 from .small import solve_small
+from .threads import choose_threads, torch_threads
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
 
@@ -56,7 +57,8 @@ __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit
 SMALL_POINTS = 50_000
 #: Below this many points the sliced engine runs with one torch thread: its kernels are
 #: short, and two threads on busy cores made a fit of 10⁵ points take 1.43 s against
-#: 38 ms (from 10⁶ on a second thread helps an idle machine: 241 against 303 ms).
+#: 38 ms (from 10⁶ on a second thread helps an idle machine: 241 against 303 ms). From it
+#: on, as many as ``threads.choose_threads`` finds idle cores for.
 ENGINE_ONE_THREAD_POINTS = 1_000_000
 #: From this many points a small fit also limits NumPy's BLAS to one thread (the limit
 #: costs ~0.1 ms, a fit of fewer points less than that).
@@ -112,10 +114,11 @@ def curve_fit(
 
     Every argument means what it means in SciPy 1.17 (docs/curve-fitting.md#coming-from-scipy
     lists what differs). ``f`` may be written with NumPy (J by SciPy's finite differences,
-    or ``jac``) or with torch (J by autodiff). Returns ``(popt, pcov)``, or with
-    ``full_output=True`` SciPy's ``(popt, pcov, infodict, mesg, ier)``; NumPy float64 for
-    NumPy input, torch tensors on the data's device for torch input. The richer result
-    (rank, singular values, steps, report) is `curve_fit_result`'s.
+    or ``jac``) or with torch (evaluated on tensors; J at p̂ by autodiff unless ``jac`` is
+    given). Returns ``(popt, pcov)``, or with ``full_output=True`` SciPy's ``(popt, pcov,
+    infodict, mesg, ier)``; NumPy float64 for NumPy input, torch tensors on the data's
+    device for torch input. The richer result (rank, singular values, steps, report) is
+    `curve_fit_result`'s.
 
     Besides SciPy's keywords (``maxfev`` / ``max_nfev``, ``ftol``, ``xtol``, ``gtol``,
     ``x_scale``, ``diff_step``, ``loss``, ``f_scale``) a torch model takes the engine's
@@ -268,7 +271,7 @@ def curve_fit(
             return np.asarray(by_columns(x, *p)).T
 
     with _one_thread(y.size):
-        kind, _, untracked = ("numpy", "", []) if callable(jac) else model_kind(f, x, start)
+        kind, _, untracked, first = model_kind(f, x, start)
         on_device = out_device is not None and out_device.type != "cpu"
         engine = bool(ENGINE_KEYWORDS & set(kwargs)) or (
             kind == "torch" and (y.size > SMALL_POINTS or on_device)
@@ -296,8 +299,9 @@ def curve_fit(
                 out_device,
                 kind,
                 untracked,
+                first,
             )
-    with torch_threads(1 if y.size < ENGINE_ONE_THREAD_POINTS else None):
+    with torch_threads(choose_threads(y.size, ENGINE_ONE_THREAD_POINTS)):
         return engine_fit(
             f,
             xdata,
@@ -350,10 +354,11 @@ def _small_fit(
     out_device: Any,
     kind: str,
     untracked: list[int],
+    first: np.ndarray | None = None,
 ) -> Any:
     """The fit on the small path (``_curve.small``) with ``kind``'s provider of J."""
     n = start.size
-    if kind == "torch" and jac is None:
+    if kind == "torch":
         provider: Any = TorchProvider(
             f,
             x,
@@ -362,8 +367,10 @@ def _small_fit(
             differences=(lower, upper),
             scheme=jac if isinstance(jac, str) else "2-point",
             diff_step=diff_step,
+            jac=jac if callable(jac) else None,
+            first=None if first is None else (start, first),
         )
-        if untracked:
+        if untracked and jac is None:  # a named scheme or jac never differentiates by autodiff
             _refuse_untracked(x, y, whitening, provider, start, lower, upper, untracked)
     else:
         provider = DifferenceProvider(
@@ -395,12 +402,11 @@ def _small_fit(
             + f" HINT: raise maxfev (it was {maxfev}) or start nearer the optimum"
         )
     final = fit.jacobian
-    if (
-        isinstance(provider, TorchProvider)
-        and provider.differences is not None
-        and loss == "linear"
-    ):
-        final = provider.exact_jacobian(fit.params)  # the steps used differences; pcov is exact
+    if isinstance(provider, TorchProvider) and jac is None and loss == "linear":
+        # The steps used differences; pcov is autodiff's J at p̂, unless that J's columns are
+        # dependent beyond what a float64 covariance can hold: then SciPy's J, as SciPy has.
+        exact = provider.exact_jacobian(fit.params)
+        final = final if columns_dependent(exact) else exact
     pcov = scipy_pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma, method)
     popt = fit.params
     if torch_out:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,22 +14,9 @@ from .._lm.covariance import CovarianceWarning
 from .fit import curve_fit_result
 from .scipy_args import numpy_array
 
-__all__ = ["ENGINE_KEYWORDS", "engine_fit", "torch_threads"]
+__all__ = ["ENGINE_KEYWORDS", "engine_fit"]
 
 ENGINE_KEYWORDS = frozenset({"device", "dtype", "slice_size", "max_steps"})
-
-
-@contextmanager
-def torch_threads(count: int | None) -> Iterator[None]:
-    """torch's intra-op thread count set to ``count`` (None: left as it is) for a block."""
-    threads = torch.get_num_threads()
-    if count is not None:
-        torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        if count is not None:
-            torch.set_num_threads(threads)
 
 
 def engine_fit(
