@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ._callbacks._base import Callback
-from ._errors import ConfigError, EpochSemanticsWarning
+from ._errors import ConfigError
 from ._logging._base import is_logger
 
 COMPUTE_SETUPS = ("cpu", "gpu", "auto")
@@ -83,20 +83,6 @@ def _warn(key: str, text: str, category: type[Warning] = UserWarning) -> None:
 
 def _warn_once(config: TrainConfig) -> None:
     """The warnings a configuration earns, each once per process (perceptrain's and ours)."""
-    changed = [
-        f"{f.name}={getattr(config, f.name)}"
-        for f in fields(config)
-        if f.name in EPOCH_FIELDS and getattr(config, f.name) != f.default
-    ]
-    if changed:
-        _warn(
-            "epochs",
-            f"TrainConfig({', '.join(changed)}): max_iter and the *_every periods count "
-            "epochs (perceptrain's meaning) since marquardt-trainer 0.3; they counted "
-            "optimizer steps before. A script written for 0.2 now trains max_iter + 1 epochs. "
-            "HINT: for N optimizer steps on a loader of B batches, use max_iter = N // B - 1",
-            EpochSemanticsWarning,
-        )
     if config.live_plot_every:
         _warn(
             "live_plot",
@@ -146,8 +132,6 @@ class ExperimentTrackingTool(str, Enum):
         return str(self.value)
 
 
-#: Fields whose meaning changed from optimizer steps to epochs in marquardt-trainer 0.3.
-EPOCH_FIELDS = ("max_iter", "print_every", "write_every", "checkpoint_every", "val_every")
 #: ``log_folder``'s default: no folder given (the run gets a subfolder of ``root_folder``).
 DEFAULT_LOG_FOLDER = Path("./")
 
@@ -209,11 +193,6 @@ class TrainConfig:
     are some); ``backend``: ``"gloo"``, ``"nccl"``, ``"mpi"`` or ``"auto"`` (nccl on GPUs,
     gloo on CPUs). ``log_setup`` (``"cpu"`` or ``"auto"``): metrics are always brought to
     the CPU to be logged, so both work alike here.
-
-    A script written for marquardt-trainer 0.2, where ``max_iter`` and the periods counted
-    optimizer steps, is not silently re-read: the first ``TrainConfig`` of a process that
-    sets any of them warns once with ``EpochSemanticsWarning`` (silence it with
-    ``warnings.filterwarnings("ignore", category=EpochSemanticsWarning)``).
     """
 
     max_iter: int = 10_000
