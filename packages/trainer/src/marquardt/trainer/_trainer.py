@@ -51,6 +51,7 @@ from ._loops._validation import run_test
 from ._loss import resolve_loss
 from ._persistence import _files as ckpt
 from ._persistence._handback import apply_result
+from ._persistence._helpers import FolderCheckpoints
 from ._persistence._plan import RunPlan, plan_run
 from ._persistence._run_state import check_checkpoint
 from ._result import LossMetrics, OptimizeResult
@@ -99,7 +100,9 @@ class Trainer(TrainerHooks):
     ``on_train_epoch_end(results)``, ``on_val_batch_end(loss_metrics)``, ...); they are
     called in every training process, around the stages' callbacks. During and after
     ``fit``: ``opt_result`` (an ``OptimizeResult``), ``current_epoch``,
-    ``global_step`` (optimizer steps taken), ``training_stage``; ``stop_training()``
+    ``global_step`` (optimizer steps taken), ``training_stage``, ``callback_manager``
+    (the run's callbacks and its ``writer``, perceptrain's writer API over our loggers:
+    ``writer.run`` is the MLflow run); ``stop_training()``
     says whether a stop was asked (``trainer._stop_training.fill_(1)`` asks, as
     perceptrain's callbacks do).
 
@@ -176,6 +179,13 @@ class Trainer(TrainerHooks):
         self.training_stage = TrainingStage.IDLE
         self._stop_training = torch.tensor(0, dtype=torch.int)
         self._context: RunContext | None = None
+        #: perceptrain's ``trainer.callback_manager``: the run's callbacks by stage and its
+        #: ``writer``. Before ``fit`` it holds ``config.callbacks`` and no writer; from the
+        #: start of ``fit`` (in the training process) it is the run's own manager, with the
+        #: configuration's built-in callbacks and the run's writer, kept after ``fit``.
+        self.callback_manager = CallbacksManager(config.callbacks, config, None)
+        #: Where SaveCheckpoint / SaveBestCheckpoint write when called outside ``fit``.
+        self.folder_checkpoints = FolderCheckpoints(self)
         self._optimizer: Any = None
         self.loop: Loop | None = None
         self.gpu_count = _compute.visible_gpu_count()
@@ -326,6 +336,7 @@ class Trainer(TrainerHooks):
         """In the training process, before the first stage: what callbacks read."""
         self._context = context
         self._run_optimizer = context.loop.optimizer
+        self.callback_manager = context.stages.manager
         if train_loader is not None:
             self.train_dataloader = train_loader
         if val_loader is not None:

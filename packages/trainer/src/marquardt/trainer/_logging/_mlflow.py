@@ -46,6 +46,8 @@ class MLflowLogger:
         self.experiment = experiment
         self.run_name = run_name
         self.run_id: str | None = None
+        #: The MLflow run (``mlflow.entities.Run``) once started; kept after ``close``.
+        self.run: Any = None
         self._client: Any = None
 
     def start(self, folder: Path, start_step: int) -> None:
@@ -78,6 +80,7 @@ class MLflowLogger:
         self._client = client
         self.tracking_uri = uri
         self.run_id = run.info.run_id
+        self.run = run
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
