@@ -100,8 +100,10 @@ class MLflowLogger:
         self._client.log_batch(self.run_id, metrics=entries)
 
     def log_figure(self, name: str, figure: Any, epoch: int) -> None:
-        """A plotting function's figure at ``epoch``, as ``<name>_<epoch>.png``."""
-        self._client.log_figure(self.run_id, figure, f"{name}_{epoch}.png")
+        """A plotting function's figure at ``epoch``: the artifact ``name`` when it names a
+        file (``"error_epoch_4.png"``, as perceptrain logs it), else ``<name>_<epoch>.png``."""
+        artifact = name if Path(name).suffix else f"{name}_{epoch}.png"
+        self._client.log_figure(self.run_id, figure, artifact)
 
     def log_artifact(self, path: Path) -> None:
         self._client.log_artifact(self.run_id, str(path), artifact_path="checkpoints")
