@@ -67,9 +67,7 @@ def main(counters: Counters) -> dict[str, Any]:
             client = MlflowClient()
             history = client.get_metric_history(writer.run.info.run_id, "own_number")
             seen["mlflow_own_number"] = sorted([m.step, m.value] for m in history)
-            seen["mlflow_experiment"] = client.get_experiment(
-                writer.run.info.experiment_id
-            ).name
+            seen["mlflow_experiment"] = client.get_experiment(writer.run.info.experiment_id).name
         runs[tool] = seen
     return {"runs": runs}
 

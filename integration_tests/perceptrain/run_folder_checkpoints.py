@@ -76,7 +76,9 @@ def main(counters: Counters) -> dict[str, Any]:
     opt_name = next(n for n in names if n.startswith("opt_") and "_ckpt_best_" in n)
     fresh = small_model()
     fresh_optimizer = torch.optim.Adam(fresh.parameters(), lr=0.01)
-    load_checkpoint(folder, fresh, fresh_optimizer, model_ckpt_name=model_name, opt_ckpt_name=opt_name)
+    load_checkpoint(
+        folder, fresh, fresh_optimizer, model_ckpt_name=model_name, opt_ckpt_name=opt_name
+    )
     best = {
         "files": names,
         "loaded_loss": full_loss(fresh, x, y),

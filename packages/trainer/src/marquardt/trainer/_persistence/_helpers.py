@@ -73,7 +73,9 @@ def write_checkpoint(
     ckpt.atomic_save((iteration, ckpt.bare_state_dict(model)), folder / model_name)
     if optimizer is not None and hasattr(optimizer, "state_dict"):
         # the class itself, as perceptrain stores it (its loader checks isinstance)
-        ckpt.atomic_save((iteration, type(optimizer), optimizer.state_dict()), folder / optimizer_name)
+        ckpt.atomic_save(
+            (iteration, type(optimizer), optimizer.state_dict()), folder / optimizer_name
+        )
 
 
 def _read_optimizer_file(path: Path, optimizer: Any) -> tuple[Any, Any] | None:
