@@ -1,9 +1,9 @@
 """``Trainer``: perceptrain 0.1.0's trainer, over our DDP and LM loops and launchers.
 
-The facade checks everything, picks the loop and the launch, builds the run. Which loop
-runs is decided by the optimizer: a ``marquardt.solver.LMA`` (or a factory of one) runs
-the LM loop (``_loops._lm``), one Levenberg-Marquardt step δ = (JᵀJ + λD)⁻¹ Jᵀr per
-batch (Marquardt 1963); a torch optimizer runs the gradient loop (``_loops._gradient``),
+The facade checks everything, picks the loop (``_loops._choice``) and the launch, builds
+the run. Which loop runs is decided by the optimizer: a ``marquardt.solver.LMA`` (or a
+factory of one) runs the LM loop (``_loops._lm``), one Levenberg-Marquardt step
+δ = (JᵀJ + λD)⁻¹ Jᵀr per batch (Marquardt 1963); a torch optimizer runs the gradient loop (``_loops._gradient``),
 whose W processes average their gradients, ḡ = (1/W) Σ_r ∇L_r(θ) (Li et al. 2020).
 ``Trainer.set_use_grad(False)`` is perceptrain's gradient-free training with a nevergrad
 optimizer. The runner (``_loops._runner``) gives every loop perceptrain's schedule:
@@ -18,7 +18,6 @@ epochs of batches, stages with hook methods and callbacks, validation, checkpoin
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,11 +41,10 @@ from ._launch._spec import OptimizerSpec, SchedulerSpec, WorkerSpec
 from ._launch._worker import run_worker
 from ._logging._base import notice
 from ._loops._base import Loop
+from ._loops._choice import choose_loop
 from ._loops._context import RunContext
-from ._loops._gradient import GradientLoop
-from ._loops._gradient_free import GradientFreeLoop, is_nevergrad_optimizer
-from ._loops._lm import LMLoop, build_lma, is_lma, is_lma_factory
-from ._loops._schedule import LRSchedule, check_scheduler
+from ._loops._lm import build_lma
+from ._loops._torch_lr_scheduler import LRSchedule, check_scheduler
 from ._loops._validation import run_test
 from ._loss import resolve_loss
 from ._persistence import _files as ckpt
@@ -217,7 +215,13 @@ class Trainer(TrainerHooks):
     def optimizer(self, optimizer: Any) -> None:
         """Set the optimizer and choose its loop, checked against the model and the world."""
         self._optimizer = optimizer
-        self.loop = None if optimizer is None else self._choose_loop(optimizer)
+        self.loop = (
+            None
+            if optimizer is None
+            else choose_loop(
+                self.model, optimizer, self.loss_fn, self.optimize_step, self.config, self.use_grad
+            )
+        )
         if self.loop is not None:
             if self.scheduler is not None and self.loop.kind == "lm":
                 raise ConfigError(
@@ -256,38 +260,6 @@ class Trainer(TrainerHooks):
         return bool(int(self._stop_training.max()) > 0 or self.state.should_stop)
 
     # ----------------------------------------------------------------- set-up
-    def _choose_loop(self, optimizer: Any) -> Loop:
-        """The LM loop for an LMA, the gradient loop for a torch optimizer, the
-        gradient-free loop for a nevergrad optimizer under ``use_grad=False``."""
-        if is_lma(optimizer) or (
-            is_lma_factory(optimizer) and not is_nevergrad_optimizer(optimizer)
-        ):
-            if not self.use_grad:
-                warnings.warn(
-                    "Trainer.set_use_grad(False) means gradient-free training (nevergrad) as in "
-                    "perceptrain; the LM loop is chosen by passing an LMA, whatever use_grad "
-                    "says. HINT: call Trainer.set_use_grad(True)",
-                    UserWarning,
-                    stacklevel=4,
-                )
-            return LMLoop(self.model, optimizer, self.config)
-        if not self.use_grad:
-            if not is_nevergrad_optimizer(optimizer):
-                raise ConfigError(
-                    f"Trainer.set_use_grad(False) trains gradient-free with a nevergrad "
-                    f"optimizer, but the optimizer is a {type(optimizer).__name__}. HINT: pass "
-                    "nevergrad.optimizers.NGOpt(parametrization=n_params, budget=max_iter), "
-                    "or call Trainer.set_use_grad(True) for a torch optimizer or an LMA"
-                )
-            return GradientFreeLoop(self.model, optimizer, self.loss_fn, self.config)
-        if is_nevergrad_optimizer(optimizer):
-            raise ConfigError(
-                f"Trainer: a nevergrad optimizer ({type(optimizer).__name__}) needs "
-                "gradient-free training. HINT: call Trainer.set_use_grad(False) first, or use "
-                "trainer.disable_grad_opt(optimizer)"
-            )
-        return GradientLoop(self.model, optimizer, self.loss_fn, self.optimize_step, self.config)
-
     @contextmanager
     def enable_grad_opt(self, optimizer: Any = None) -> Iterator[None]:
         """Within the block: gradient-based training with ``optimizer`` (default: the
