@@ -39,10 +39,12 @@ _LAST_FINITE = re.compile(r"the last checkpoint, (\S+\.pt), is finite")
 
 
 def _checkpoints(root: Path) -> dict[Path, dict[str, Any]]:
-    """Every checkpoint under ``root``, loaded as a user would (``weights_only``)."""
+    """Every resume checkpoint under ``root`` (``checkpoints/*.pt``; perceptrain's pairs
+    beside them are written after each), loaded as a user would (``weights_only``)."""
     return {
         path: torch.load(path, map_location="cpu", weights_only=True)
         for path in sorted(root.rglob("*.pt"))
+        if path.parent.name == "checkpoints"
     }
 
 
