@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -44,6 +45,16 @@ def test_a_plain_perceptrain_config_warns_nothing() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         TrainConfig(max_iter=50, print_every=5, write_every=5, checkpoint_every=10, val_every=5)
+
+
+@pytest.mark.parametrize("rule", _config_module.FIELD_RULES, ids=lambda r: r.field)
+def test_every_field_rule_refuses_a_foreign_value_with_its_message(rule: Any) -> None:
+    """The checks of single fields are data: each rule refuses what fits no field, saying
+    what was asked, what it needs and a HINT."""
+    with pytest.raises(ConfigError) as caught:
+        TrainConfig(**{rule.field: object()})
+    assert str(caught.value).startswith(f"TrainConfig({rule.field}=<object object at ")
+    assert str(caught.value).endswith(f"): {rule.need}. HINT: {rule.hint}")
 
 
 @pytest.mark.parametrize(
