@@ -39,10 +39,12 @@ _LAST_FINITE = re.compile(r"the last checkpoint, (\S+\.pt), is finite")
 
 
 def _checkpoints(root: Path) -> dict[Path, dict[str, Any]]:
-    """Every checkpoint under ``root``, loaded as a user would (``weights_only``)."""
+    """Every resume checkpoint under ``root`` (``checkpoints/*.pt``; perceptrain's pairs
+    beside them are written after each), loaded as a user would (``weights_only``)."""
     return {
         path: torch.load(path, map_location="cpu", weights_only=True)
         for path in sorted(root.rglob("*.pt"))
+        if path.parent.name == "checkpoints"
     }
 
 
@@ -236,8 +238,8 @@ def test_a_run_folder_that_fills_up_ends_naming_the_last_intact_checkpoint(
     tmp_path: Path,
 ) -> None:
     """Every checkpoint is kept, so 256 KiB fill up within a few epochs whatever a
-    checkpoint's size: two of the 1-72-72-1 network with Adam's moments (about 90 KiB
-    each) fit, the third does not."""
+    checkpoint's size: the 1-72-72-1 network with Adam's moments takes about 90 KiB in
+    the resume file and as much again in perceptrain's pair beside it."""
     disk = tmp_path / "disk"
     disk.mkdir()
     why = _mount_tmpfs(disk, "256k")

@@ -58,10 +58,11 @@ class Allowed:
 
 
 _LAYOUT = (
-    "inside a run folder marquardt keeps its own layout (checkpoints/ckpt_<n>.pt, "
-    "tensorboard/, metrics.csv, hparams.json) where perceptrain writes "
-    "model_<class>_ckpt_<n>_device_<device>.pt, opt_<class>_ckpt_..., and the event files side "
-    "by side; run folders, checkpoints' numbers and the scalars are compared on their own"
+    "a run folder holds perceptrain's model_<class>_ckpt_<epoch>_device_<device>.pt and "
+    "opt_<class>_ckpt_... in both, and here also the resume files (checkpoints/ckpt_<step>.pt), "
+    "tensorboard/, metrics.csv and hparams.json, where perceptrain writes the event files "
+    "beside the checkpoints; run folders, the checkpoints' epochs and the scalars are "
+    "compared on their own"
 )
 _SHUFFLE = (
     "a shuffled DataLoader is re-sampled by the trainer's DistributedSampler (its own "
@@ -104,9 +105,10 @@ ALLOWED: dict[tuple[str, str], Allowed] = {
         "only when asked (resume_from), so no run is continued or overwritten unasked; "
         "perceptrain resumes from the latest checkpoint there"
     ),
-    ("*", r"(.*\.)?checkpoints\[\d+\]"): Allowed(
-        "checkpoint files are numbered by the global step here (checkpoints/ckpt_<step>.pt), "
-        "by the epoch in perceptrain; how many are written is compared (checkpoints#len)"
+    ("callback_writer", r"run_folders(#len|\[\d+\])?"): Allowed(
+        "with MLflow as the tracking tool and no checkpoint asked for, perceptrain writes "
+        "nothing into its run folder, so none appears; here every run folder holds "
+        "metrics.csv and hparams.json"
     ),
     ("r3_sampling", r"steps|residual|released_at_epoch_start(\[\d+\]\[1\])?"): Allowed(
         "an epoch here is every batch of a loader with a length; perceptrain 0.1.0 takes one "
@@ -408,6 +410,49 @@ def test_marquardt_shows_what_perceptrain_shows(script: str, sides: tuple[Side, 
         f"integration_tests/perceptrain/{script}.py: {len(found)} difference(s) from "
         "perceptrain 0.1.0 (marquardt first, then perceptrain):\n  " + "\n  ".join(found[:40])
     )
+
+
+CROSS = SCRIPTS_DIR / "_cross_checkpoint.py"
+
+
+def _side(python: Path, module: str, *args: str, cwd: Path) -> dict[str, Any]:
+    env = base_env({"TRAINER_MODULE": module, "MPLBACKEND": "Agg"})
+    if module == "perceptrain":
+        env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [str(python), str(CROSS), *args],
+        capture_output=True, text=True, timeout=300, check=False, env=env, cwd=cwd,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{module} {args}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    ("writer", "reader"),
+    [("perceptrain", "marquardt.trainer"), ("marquardt.trainer", "perceptrain")],
+)
+def test_a_run_folder_written_by_one_side_loads_in_the_other(
+    perceptrain_python: Path, tmp_path: Path, writer: str, reader: str
+) -> None:
+    """The trainer's run folder of one package (a checkpoint every 3 epochs, and the best
+    pair by ``write_checkpoint``) loads with the other's ``load_checkpoint``: the newest
+    one, then the best by name, the same weights and Adam's step count."""
+    python = {"perceptrain": perceptrain_python, "marquardt.trainer": Path(sys.executable)}
+    runs = tmp_path / "runs"
+    written = _side(python[writer], writer, "write", str(runs), cwd=tmp_path)
+    loaded = _side(python[reader], reader, "load", str(runs), cwd=tmp_path)
+    assert loaded["files"] == [
+        "model_Sequential_ckpt_000_device_cpu.pt",
+        "model_Sequential_ckpt_003_device_cpu.pt",
+        "model_Sequential_ckpt_best_device_cpu.pt",
+        "opt_Adam_ckpt_000_device_cpu.pt",
+        "opt_Adam_ckpt_003_device_cpu.pt",
+        "opt_Adam_ckpt_best_device_cpu.pt",
+    ]
+    assert loaded["latest"]["iteration"] == 3
+    for which in ("latest", "best"):
+        assert loaded[which]["weights"] == written["weights"], which
+        assert loaded[which]["adam_steps"] == written["adam_steps"] == [16] * 4, which
 
 
 def test_the_comparison_finds_what_differs() -> None:

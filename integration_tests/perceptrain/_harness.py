@@ -48,8 +48,8 @@ _MASKED_RUN = re.compile(r"<run\d+>")
 _EVENTS = re.compile(r"events\.out\.tfevents\..*")
 # TensorBoard's add_hparams writes into a subfolder named by the time: "1795649073.6431792"
 _HPARAMS = re.compile(r"(?<![\w.])\d{9,}\.\d+(?![\w.])")
-# "model_Sequential_ckpt_005_device_cpu.pt", "ckpt_000000010.pt", "..._ckpt_best_...", "best.pt"
-_CKPT = re.compile(r"ckpt_(\d+|best)|^(best)\.pt$")
+# perceptrain's model checkpoints: "model_Sequential_ckpt_005_device_cpu.pt", "..._ckpt_best_..."
+_CKPT = re.compile(r"^model_.*_ckpt_(\d+|best)_device_")
 _NAMED = re.compile(r"([A-Za-z_][\w]*)\s*:\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))\b")
 _ITERATION = re.compile(r"(?:iteration|epoch)\s*:?\s*(\d+)", re.IGNORECASE)
 _LOSS = re.compile(r"loss\s*:?\s*([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))", re.IGNORECASE)
@@ -71,6 +71,7 @@ IMPORTS = {
         "callbacks": "marquardt.trainer",
         "data": "marquardt.trainer.data",
         "optimize_step": "marquardt.trainer.optimize_step",
+        "types": "marquardt.trainer",
     }
 }
 
@@ -183,14 +184,13 @@ def files_under(root: Path) -> list[str]:
 
 
 def checkpoint_epochs(root: Path) -> list[Any]:
-    """The epochs (or ``"best"``) of the model checkpoints written under ``root``."""
+    """The epochs (or ``"best"``) of the model checkpoints written under ``root``, in
+    perceptrain's names (``model_<Model>_ckpt_<epoch>_device_<device>.pt``)."""
     found: set[Any] = set()
-    for path in root.rglob("*.pt"):
-        if path.name.startswith("opt_"):
-            continue
+    for path in root.rglob("model_*.pt"):
         match = _CKPT.search(path.name)
         if match:
-            number = match[1] or match[2]
+            number = match[1]
             found.add(number if number == "best" else int(number))
     return sorted(found, key=lambda e: (isinstance(e, str), e if isinstance(e, int) else 0))
 

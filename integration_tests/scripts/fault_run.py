@@ -13,14 +13,12 @@ prints ``fault-nonfinite: rank R step S epoch E batch B``; a finished run prints
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from _launched import command_line, sine_data
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
-from marquardt.trainer import EpochSemanticsWarning, NonFiniteLossError, TrainConfig, Trainer
+from marquardt.trainer import NonFiniteLossError, TrainConfig, Trainer
 from marquardt.trainer.optimize_step import optimize_step
 
 Trainer.set_use_grad(True)
@@ -40,8 +38,6 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="resume_from='latest'")
     args = parser.parse_args()
 
-    # The run is written for epochs; the notice for scripts of the old meaning is noise here.
-    warnings.simplefilter("ignore", EpochSemanticsWarning)
     torch.manual_seed(0)
     x, y = sine_data()
     loader = DataLoader(TensorDataset(x, args.scale * y), batch_size=args.batch_size)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +12,6 @@ import torch
 from marquardt.trainer import (
     ConfigError,
     EarlyStopping,
-    EpochSemanticsWarning,
     ExperimentTrackingTool,
     LaunchError,
     TrainConfig,
@@ -38,13 +38,23 @@ def test_defaults_are_perceptrains_and_serialisable() -> None:
     assert plain["nprocs"] == 1 and plain["callbacks"] == []
 
 
-def test_a_script_for_step_counting_is_warned_once() -> None:
-    _config_module._warned.discard("epochs")
-    with pytest.warns(EpochSemanticsWarning, match="count epochs"):
-        TrainConfig(max_iter=50, print_every=5)
+def test_a_plain_perceptrain_config_warns_nothing() -> None:
+    """max_iter and the periods count epochs, as in perceptrain; setting them is no cause
+    for a warning (none of ours is given for perceptrain's own fields)."""
+    _config_module._warned.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        TrainConfig(max_iter=50)  # once per process
+        TrainConfig(max_iter=50, print_every=5, write_every=5, checkpoint_every=10, val_every=5)
+
+
+@pytest.mark.parametrize("rule", _config_module.FIELD_RULES, ids=lambda r: r.field)
+def test_every_field_rule_refuses_a_foreign_value_with_its_message(rule: Any) -> None:
+    """The checks of single fields are data: each rule refuses what fits no field, saying
+    what was asked, what it needs and a HINT."""
+    with pytest.raises(ConfigError) as caught:
+        TrainConfig(**{rule.field: object()})
+    assert str(caught.value).startswith(f"TrainConfig({rule.field}=<object object at ")
+    assert str(caught.value).endswith(f"): {rule.need}. HINT: {rule.hint}")
 
 
 @pytest.mark.parametrize(

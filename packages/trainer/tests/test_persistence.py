@@ -15,7 +15,7 @@ from marquardt.trainer._compute import Compute
 from marquardt.trainer._environments import ProcessLayout
 from marquardt.trainer._loops._context import RunContext
 from marquardt.trainer._loops._gradient import GradientLoop
-from marquardt.trainer._loops._schedule import LRSchedule
+from marquardt.trainer._loops._torch_lr_scheduler import LRSchedule
 from marquardt.trainer._loss import resolve_loss
 from marquardt.trainer._persistence import _files as ckpt
 from marquardt.trainer._persistence._plan import RUN_NAME, plan_run

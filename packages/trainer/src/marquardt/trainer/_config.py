@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from ._callbacks._base import Callback
-from ._errors import ConfigError, EpochSemanticsWarning
+from ._errors import ConfigError
 from ._logging._base import is_logger
 
 COMPUTE_SETUPS = ("cpu", "gpu", "auto")
@@ -54,23 +54,6 @@ def _fail(name: str, value: Any, need: str, hint: str) -> ConfigError:
     return ConfigError(f"TrainConfig({name}={value!r}): {need}. HINT: {hint}")
 
 
-def _check_int(name: str, value: Any, minimum: int, hint: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        need = f"{name} must be a whole number >= {minimum}"
-        raise _fail(name, value, need, hint)
-
-
-def _check_non_negative(name: str, value: Any, meaning: str) -> None:
-    """A finite real number >= 0 (``True`` is not a number here)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-    ):
-        raise _fail(name, value, f"{name} must be a finite number >= 0", meaning)
-
-
 _warned: set[str] = set()
 
 
@@ -83,20 +66,6 @@ def _warn(key: str, text: str, category: type[Warning] = UserWarning) -> None:
 
 def _warn_once(config: TrainConfig) -> None:
     """The warnings a configuration earns, each once per process (perceptrain's and ours)."""
-    changed = [
-        f"{f.name}={getattr(config, f.name)}"
-        for f in fields(config)
-        if f.name in EPOCH_FIELDS and getattr(config, f.name) != f.default
-    ]
-    if changed:
-        _warn(
-            "epochs",
-            f"TrainConfig({', '.join(changed)}): max_iter and the *_every periods count "
-            "epochs (perceptrain's meaning) since marquardt-trainer 0.3; they counted "
-            "optimizer steps before. A script written for 0.2 now trains max_iter + 1 epochs. "
-            "HINT: for N optimizer steps on a loader of B batches, use max_iter = N // B - 1",
-            EpochSemanticsWarning,
-        )
     if config.live_plot_every:
         _warn(
             "live_plot",
@@ -124,15 +93,144 @@ def _warn_once(config: TrainConfig) -> None:
         )
 
 
-def _check_positive(name: str, value: Any, need: str, hint: str) -> None:
-    """A finite real number > 0 (``True`` is not a number here)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise _fail(name, value, need, hint)
+@dataclass(frozen=True)
+class _Rule:
+    """One field's check: ``ok(value)``, else ``TrainConfig(<field>=<value>): <need>.
+    HINT: <hint>``. ``or_none``: ``None`` is accepted as well."""
+
+    field: str
+    ok: Callable[[Any], bool]
+    need: str
+    hint: str
+    or_none: bool = False
+
+    def check(self, config: Any) -> None:
+        value = getattr(config, self.field)
+        if (value is None and self.or_none) or self.ok(value):
+            return
+        raise _fail(self.field, value, self.need, self.hint)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite real number (``True`` is not a number here)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _whole(field: str, minimum: int, hint: str, or_none: bool = False) -> _Rule:
+    def ok(value: Any) -> bool:
+        return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+
+    return _Rule(field, ok, f"{field} must be a whole number >= {minimum}", hint, or_none)
+
+
+def _one_of(field: str, choices: Sequence[str], hint: str, need: str = "") -> _Rule:
+    need = need or f"{field} must be one of {', '.join(choices)}"
+    return _Rule(field, lambda v: isinstance(v, str) and v in choices, need, hint)
+
+
+def _flag(field: str) -> _Rule:
+    return _Rule(
+        field, lambda v: isinstance(v, bool), f"{field} must be True or False", f"e.g. {field}=True"
+    )
+
+
+def _function_or_none(field: str) -> _Rule:
+    need = f"{field} must be a function or None"
+    return _Rule(field, callable, need, _HINTS[field], or_none=True)
+
+
+#: The checks of single fields, applied in this order by ``TrainConfig.__post_init__``
+#: (checks that relate fields, or normalise them, follow the table there).
+FIELD_RULES: tuple[_Rule, ...] = (
+    _whole("max_iter", 0, "give the number of epochs, e.g. 100"),
+    *(_whole(name, 0, f"use 0 to turn {name} off") for name in PERIODS),
+    _whole("batch_size", 1, "the batch size of tensors given to fit"),
+    _Rule(
+        "val_epsilon",
+        lambda v: _is_number(v) and v >= 0,
+        "val_epsilon must be a finite number >= 0",
+        "the margin a validation loss must improve by",
+    ),
+    _function_or_none("validation_criterion"),
+    _function_or_none("trainstop_criterion"),
+    _Rule(
+        "plotting_functions",
+        lambda v: isinstance(v, tuple) and all(callable(f) for f in v),
+        "plotting_functions must be a tuple of functions fn(model, epoch) -> (name, figure)",
+        "e.g. plotting_functions=(plot_fit,)",
+    ),
+    _one_of("log_setup", LOG_SETUPS, "'cpu' (the default) logs from the CPU"),
+    _whole("nprocs", 1, "use 1 for a single process, or the world size"),
+    _whole("accumulate_grad_batches", 1, "use 1 to step the optimizer after every batch"),
+    _whole("keep_checkpoints", 1, "keep at least the newest one"),
+    _one_of(
+        "on_nonfinite",
+        NONFINITE_POLICIES,
+        "'stop' ends the run with an error, 'skip' undoes the step and skips the batch, "
+        "'continue' goes on",
+        need=f"on_nonfinite must be one of {', '.join(map(repr, NONFINITE_POLICIES))}",
+    ),
+    _whole("seed", 0, "use a non-negative integer, or None", or_none=True),
+    _whole("slice_size", 1, "use None for the whole batch", or_none=True),
+    _one_of(
+        "compute_setup",
+        COMPUTE_SETUPS,
+        "'auto' uses GPUs when there are some and the CPU otherwise",
+    ),
+    _one_of(
+        "backend",
+        BACKENDS,
+        "use 'nccl' on GPUs, 'gloo' on CPUs, or 'auto' to choose by compute_setup",
+    ),
+    _one_of(
+        "scheduler_interval",
+        SCHEDULER_INTERVALS,
+        "'epoch' steps the LR scheduler after each epoch, 'step' after each optimizer step",
+        need="scheduler_interval must be 'epoch' or 'step'",
+    ),
+    _Rule(
+        "scheduler_monitor",
+        lambda v: isinstance(v, str) and bool(v),
+        "scheduler_monitor must name a validation metric",
+        "e.g. scheduler_monitor='val_loss' (what ReduceLROnPlateau watches)",
+    ),
+    *(
+        _flag(name)
+        for name in (
+            "create_subfolder_per_run",
+            "all_reduce_metrics",
+            "verbose",
+            "checkpoint_best_only",
+            "log_model",
+        )
+    ),
+    _Rule(
+        "grad_clip",
+        lambda v: _is_number(v) and v > 0,
+        "grad_clip must be a finite number > 0 (the largest gradient norm)",
+        "use None to leave gradients unclipped, e.g. grad_clip=1.0",
+        or_none=True,
+    ),
+    _Rule(
+        "dist_timeout",
+        lambda v: _is_number(v) and v > 0,
+        "dist_timeout must be a positive number of seconds",
+        "e.g. dist_timeout=300; a dead peer is detected within this time",
+    ),
+    _Rule(
+        "callbacks",
+        lambda v: isinstance(v, list | tuple) and all(isinstance(c, Callback) for c in v),
+        "callbacks must be a list of marquardt.trainer.Callback instances",
+        "subclass Callback and pass instances, e.g. callbacks=[EarlyStopping()]",
+    ),
+    _Rule("_subfolders", lambda v: isinstance(v, list), "a list of run folder names", "[]"),
+    _Rule(
+        "hyperparams",
+        lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+        "hyperparams must be a dict with string keys",
+        "e.g. hyperparams={'lr': 0.01}",
+    ),
+)
 
 
 class ExperimentTrackingTool(str, Enum):
@@ -146,8 +244,6 @@ class ExperimentTrackingTool(str, Enum):
         return str(self.value)
 
 
-#: Fields whose meaning changed from optimizer steps to epochs in marquardt-trainer 0.3.
-EPOCH_FIELDS = ("max_iter", "print_every", "write_every", "checkpoint_every", "val_every")
 #: ``log_folder``'s default: no folder given (the run gets a subfolder of ``root_folder``).
 DEFAULT_LOG_FOLDER = Path("./")
 
@@ -173,9 +269,9 @@ class TrainConfig:
     ``fn(model, epoch) -> (name, figure)``, to the tracking tool).
 
     Validation: ``validation_criterion(val_loss, best_val_loss, val_epsilon) -> bool``
-    decides what counts as a better model for ``checkpoint_best_only`` (which writes
-    ``checkpoints/best.pt`` and no numbered checkpoint); without one, a validation
-    loss below ``best - val_epsilon`` does.
+    decides what counts as a better model for ``checkpoint_best_only`` (which writes the
+    best checkpoint, ``model_<Model>_ckpt_best_device_<device>.pt`` and its ``opt_`` file,
+    and no numbered one); without one, nothing is written, as in perceptrain.
 
     Folders (perceptrain's naming): a run writes into ``log_folder`` when one is given
     and holds no run yet; otherwise into a new subfolder ``<n>_<YYYYmmddTHHMMSS>_<pid in
@@ -183,8 +279,10 @@ class TrainConfig:
     there. A run never writes into another run's folder, except to resume it: with
     ``resume_from="latest"`` the run continues the newest run under the folder (its
     checkpoints, metrics and TensorBoard events) and with a checkpoint path the run that
-    file belongs to. The run folder holds ``metrics.csv``, ``hparams.json``, the tracking
-    tool's files and ``checkpoints/``.
+    file belongs to. The run folder holds perceptrain's checkpoint files
+    (``model_<Model>_ckpt_<epoch>_device_<device>.pt``, ``opt_<Optimizer>_ckpt_...``),
+    ``metrics.csv``, ``hparams.json``, the tracking tool's files and ``checkpoints/`` (the
+    resume files).
 
     ``tracking_tool``: an ``ExperimentTrackingTool`` (or its name), a logger
     instance, or a list of those; ``metrics.csv`` is always written as well.
@@ -209,11 +307,6 @@ class TrainConfig:
     are some); ``backend``: ``"gloo"``, ``"nccl"``, ``"mpi"`` or ``"auto"`` (nccl on GPUs,
     gloo on CPUs). ``log_setup`` (``"cpu"`` or ``"auto"``): metrics are always brought to
     the CPU to be logged, so both work alike here.
-
-    A script written for marquardt-trainer 0.2, where ``max_iter`` and the periods counted
-    optimizer steps, is not silently re-read: the first ``TrainConfig`` of a process that
-    sets any of them warns once with ``EpochSemanticsWarning`` (silence it with
-    ``warnings.filterwarnings("ignore", category=EpochSemanticsWarning)``).
     """
 
     max_iter: int = 10_000
@@ -257,70 +350,10 @@ class TrainConfig:
     scheduler_monitor: str = "val_loss"
 
     def __post_init__(self) -> None:
-        _check_int("max_iter", self.max_iter, 0, "give the number of epochs, e.g. 100")
-        for name in PERIODS:
-            _check_int(name, getattr(self, name), 0, f"use 0 to turn {name} off")
-        _check_int("batch_size", self.batch_size, 1, "the batch size of tensors given to fit")
-        _check_non_negative(
-            "val_epsilon", self.val_epsilon, "the margin a validation loss must improve by"
-        )
-        for name in ("validation_criterion", "trainstop_criterion"):
-            value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise _fail(name, value, f"{name} must be a function or None", _HINTS[name])
         if isinstance(self.plotting_functions, list):
             self.plotting_functions = tuple(self.plotting_functions)
-        if not isinstance(self.plotting_functions, tuple) or not all(
-            callable(f) for f in self.plotting_functions
-        ):
-            raise _fail(
-                "plotting_functions",
-                self.plotting_functions,
-                "plotting_functions must be a tuple of functions fn(model, epoch) -> "
-                "(name, figure)",
-                "e.g. plotting_functions=(plot_fit,)",
-            )
-        if self.log_setup not in LOG_SETUPS:
-            raise _fail(
-                "log_setup",
-                self.log_setup,
-                f"log_setup must be one of {', '.join(LOG_SETUPS)}",
-                "'cpu' (the default) logs from the CPU",
-            )
-        _check_int("nprocs", self.nprocs, 1, "use 1 for a single process, or the world size")
-        _check_int(
-            "accumulate_grad_batches",
-            self.accumulate_grad_batches,
-            1,
-            "use 1 to step the optimizer after every batch",
-        )
-        _check_int("keep_checkpoints", self.keep_checkpoints, 1, "keep at least the newest one")
-        if self.on_nonfinite not in NONFINITE_POLICIES:
-            raise _fail(
-                "on_nonfinite",
-                self.on_nonfinite,
-                f"on_nonfinite must be one of {', '.join(map(repr, NONFINITE_POLICIES))}",
-                "'stop' ends the run with an error, 'skip' undoes the step and skips the "
-                "batch, 'continue' goes on",
-            )
-        if self.seed is not None:
-            _check_int("seed", self.seed, 0, "use a non-negative integer, or None")
-        if self.slice_size is not None:
-            _check_int("slice_size", self.slice_size, 1, "use None for the whole batch")
-        if not isinstance(self.compute_setup, str) or self.compute_setup not in COMPUTE_SETUPS:
-            raise _fail(
-                "compute_setup",
-                self.compute_setup,
-                f"compute_setup must be one of {', '.join(COMPUTE_SETUPS)}",
-                "'auto' uses GPUs when there are some and the CPU otherwise",
-            )
-        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
-            raise _fail(
-                "backend",
-                self.backend,
-                f"backend must be one of {', '.join(BACKENDS)}",
-                "use 'nccl' on GPUs, 'gloo' on CPUs, or 'auto' to choose by compute_setup",
-            )
+        for rule in FIELD_RULES:
+            rule.check(self)
         if self.backend == "nccl" and self.compute_setup == "cpu":
             raise ConfigError(
                 "TrainConfig(backend='nccl', compute_setup='cpu'): NCCL only moves CUDA tensors, "
@@ -329,69 +362,11 @@ class TrainConfig:
             )
         self.dtype = self._checked_dtype(self.dtype)
         self._check_tracking()
-        if self.scheduler_interval not in SCHEDULER_INTERVALS:
-            raise _fail(
-                "scheduler_interval",
-                self.scheduler_interval,
-                "scheduler_interval must be 'epoch' or 'step'",
-                "'epoch' steps the LR scheduler after each epoch, 'step' after each optimizer step",
-            )
-        if not isinstance(self.scheduler_monitor, str) or not self.scheduler_monitor:
-            raise _fail(
-                "scheduler_monitor",
-                self.scheduler_monitor,
-                "scheduler_monitor must name a validation metric",
-                "e.g. scheduler_monitor='val_loss' (what ReduceLROnPlateau watches)",
-            )
-        for name in (
-            "create_subfolder_per_run",
-            "all_reduce_metrics",
-            "verbose",
-            "checkpoint_best_only",
-            "log_model",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise _fail(
-                    name, getattr(self, name), f"{name} must be True or False", f"e.g. {name}=True"
-                )
-        if self.grad_clip is not None:
-            _check_positive(
-                "grad_clip",
-                self.grad_clip,
-                "grad_clip must be a finite number > 0 (the largest gradient norm)",
-                "use None to leave gradients unclipped, e.g. grad_clip=1.0",
-            )
-        _check_positive(
-            "dist_timeout",
-            self.dist_timeout,
-            "dist_timeout must be a positive number of seconds",
-            "e.g. dist_timeout=300; a dead peer is detected within this time",
-        )
         self._check_paths()
-        if not isinstance(self.callbacks, list | tuple) or not all(
-            isinstance(c, Callback) for c in self.callbacks
-        ):
-            raise _fail(
-                "callbacks",
-                self.callbacks,
-                "callbacks must be a list of marquardt.trainer.Callback instances",
-                "subclass Callback and pass instances, e.g. callbacks=[EarlyStopping()]",
-            )
         self.callbacks = list(self.callbacks)
-        if not isinstance(self._subfolders, list):
-            raise _fail("_subfolders", self._subfolders, "a list of run folder names", "[]")
         self.root_folder = Path(self.root_folder)
         self.log_folder = Path(self.log_folder)
         _warn_once(self)
-        if not isinstance(self.hyperparams, dict) or not all(
-            isinstance(k, str) for k in self.hyperparams
-        ):
-            raise _fail(
-                "hyperparams",
-                self.hyperparams,
-                "hyperparams must be a dict with string keys",
-                "e.g. hyperparams={'lr': 0.01}",
-            )
 
     @staticmethod
     def _checked_dtype(dtype: Any) -> torch.dtype | None:

@@ -105,13 +105,14 @@ def estimate_bytes(obj: Any) -> int:
 
 
 def checkpoint_bytes(model: nn.Module, loop_state: Mapping[str, Any]) -> int:
-    """About the size of one checkpoint of ``model`` with the loop's state. A torch
-    optimizer has no state before its first step: Adam's two moments are counted then
-    (an upper bound for SGD's momentum), so the estimate does not grow after step one."""
+    """About the size of one checkpoint of ``model`` with the loop's state: the resume file
+    and perceptrain's pair beside it, which hold the same states. A torch optimizer has no
+    state before its first step: Adam's two moments are counted then (an upper bound for
+    SGD's momentum), so the estimate does not grow after step one."""
     model_bytes = estimate_bytes(model.state_dict())
     state_bytes = estimate_bytes(loop_state)
     params, _ = _tensor_bytes(list(model.parameters()))
-    return model_bytes + max(state_bytes, 2 * params)
+    return 2 * (model_bytes + max(state_bytes, 2 * params))
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -269,11 +270,15 @@ def preflight(folder: Path, checkpoint_bytes: int, keep: int) -> None:
 
 def last_intact(path: Path) -> Path | None:
     """The newest checkpoint in ``path``'s folder other than ``path`` (``best.pt`` if it
-    is the only one): written atomically, so whole."""
-    numbered = [p for _, p in list_checkpoints(path.parent) if p != path]
+    is the only one): written atomically, so whole. For a file of a run folder itself
+    (perceptrain's ``model_*`` / ``opt_*`` pair), the run's ``checkpoints/`` folder."""
+    folder = path.parent
+    if folder.name != CHECKPOINT_DIR and (folder / CHECKPOINT_DIR).is_dir():
+        folder = folder / CHECKPOINT_DIR
+    numbered = [p for _, p in list_checkpoints(folder) if p != path]
     if numbered:
         return numbered[-1]
-    best = path.parent / BEST_NAME
+    best = folder / BEST_NAME
     return best if best != path and best.is_file() else None
 
 

@@ -127,7 +127,3 @@ class NonFiniteLossError(TrainerError, FloatingPointError):
 
 def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:
     return cls(message, **fields)
-
-
-class EpochSemanticsWarning(UserWarning):
-    """``max_iter`` and the ``*_every`` periods count epochs (they counted steps before 0.3)."""

@@ -1,9 +1,9 @@
 """``Trainer``: perceptrain 0.1.0's trainer, over our DDP and LM loops and launchers.
 
-The facade checks everything, picks the loop and the launch, builds the run. Which loop
-runs is decided by the optimizer: a ``marquardt.solver.LMA`` (or a factory of one) runs
-the LM loop (``_loops._lm``), one Levenberg-Marquardt step δ = (JᵀJ + λD)⁻¹ Jᵀr per
-batch (Marquardt 1963); a torch optimizer runs the gradient loop (``_loops._gradient``),
+The facade checks everything, picks the loop (``_loops._choice``) and the launch, builds
+the run. Which loop runs is decided by the optimizer: a ``marquardt.solver.LMA`` (or a
+factory of one) runs the LM loop (``_loops._lm``), one Levenberg-Marquardt step
+δ = (JᵀJ + λD)⁻¹ Jᵀr per batch (Marquardt 1963); a torch optimizer runs the gradient loop (``_loops._gradient``),
 whose W processes average their gradients, ḡ = (1/W) Σ_r ∇L_r(θ) (Li et al. 2020).
 ``Trainer.set_use_grad(False)`` is perceptrain's gradient-free training with a nevergrad
 optimizer. The runner (``_loops._runner``) gives every loop perceptrain's schedule:
@@ -18,7 +18,6 @@ epochs of batches, stages with hook methods and callbacks, validation, checkpoin
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,15 +41,15 @@ from ._launch._spec import OptimizerSpec, SchedulerSpec, WorkerSpec
 from ._launch._worker import run_worker
 from ._logging._base import notice
 from ._loops._base import Loop
+from ._loops._choice import choose_loop
 from ._loops._context import RunContext
-from ._loops._gradient import GradientLoop
-from ._loops._gradient_free import GradientFreeLoop, is_nevergrad_optimizer
-from ._loops._lm import LMLoop, build_lma, is_lma, is_lma_factory
-from ._loops._schedule import LRSchedule, check_scheduler
+from ._loops._lm import build_lma
+from ._loops._torch_lr_scheduler import LRSchedule, check_scheduler
 from ._loops._validation import run_test
 from ._loss import resolve_loss
 from ._persistence import _files as ckpt
 from ._persistence._handback import apply_result
+from ._persistence._helpers import FolderCheckpoints
 from ._persistence._plan import RunPlan, plan_run
 from ._persistence._run_state import check_checkpoint
 from ._result import LossMetrics, OptimizeResult
@@ -99,7 +98,9 @@ class Trainer(TrainerHooks):
     ``on_train_epoch_end(results)``, ``on_val_batch_end(loss_metrics)``, ...); they are
     called in every training process, around the stages' callbacks. During and after
     ``fit``: ``opt_result`` (an ``OptimizeResult``), ``current_epoch``,
-    ``global_step`` (optimizer steps taken), ``training_stage``; ``stop_training()``
+    ``global_step`` (optimizer steps taken), ``training_stage``, ``callback_manager``
+    (the run's callbacks and its ``writer``, perceptrain's writer API over our loggers:
+    ``writer.run`` is the MLflow run); ``stop_training()``
     says whether a stop was asked (``trainer._stop_training.fill_(1)`` asks, as
     perceptrain's callbacks do).
 
@@ -176,6 +177,13 @@ class Trainer(TrainerHooks):
         self.training_stage = TrainingStage.IDLE
         self._stop_training = torch.tensor(0, dtype=torch.int)
         self._context: RunContext | None = None
+        #: perceptrain's ``trainer.callback_manager``: the run's callbacks by stage and its
+        #: ``writer``. Before ``fit`` it holds ``config.callbacks`` and no writer; from the
+        #: start of ``fit`` (in the training process) it is the run's own manager, with the
+        #: configuration's built-in callbacks and the run's writer, kept after ``fit``.
+        self.callback_manager = CallbacksManager(config.callbacks, config, None)
+        #: Where SaveCheckpoint / SaveBestCheckpoint write when called outside ``fit``.
+        self.folder_checkpoints = FolderCheckpoints(self)
         self._optimizer: Any = None
         self.loop: Loop | None = None
         self.gpu_count = _compute.visible_gpu_count()
@@ -207,7 +215,13 @@ class Trainer(TrainerHooks):
     def optimizer(self, optimizer: Any) -> None:
         """Set the optimizer and choose its loop, checked against the model and the world."""
         self._optimizer = optimizer
-        self.loop = None if optimizer is None else self._choose_loop(optimizer)
+        self.loop = (
+            None
+            if optimizer is None
+            else choose_loop(
+                self.model, optimizer, self.loss_fn, self.optimize_step, self.config, self.use_grad
+            )
+        )
         if self.loop is not None:
             if self.scheduler is not None and self.loop.kind == "lm":
                 raise ConfigError(
@@ -246,38 +260,6 @@ class Trainer(TrainerHooks):
         return bool(int(self._stop_training.max()) > 0 or self.state.should_stop)
 
     # ----------------------------------------------------------------- set-up
-    def _choose_loop(self, optimizer: Any) -> Loop:
-        """The LM loop for an LMA, the gradient loop for a torch optimizer, the
-        gradient-free loop for a nevergrad optimizer under ``use_grad=False``."""
-        if is_lma(optimizer) or (
-            is_lma_factory(optimizer) and not is_nevergrad_optimizer(optimizer)
-        ):
-            if not self.use_grad:
-                warnings.warn(
-                    "Trainer.set_use_grad(False) means gradient-free training (nevergrad) as in "
-                    "perceptrain; the LM loop is chosen by passing an LMA, whatever use_grad "
-                    "says. HINT: call Trainer.set_use_grad(True)",
-                    UserWarning,
-                    stacklevel=4,
-                )
-            return LMLoop(self.model, optimizer, self.config)
-        if not self.use_grad:
-            if not is_nevergrad_optimizer(optimizer):
-                raise ConfigError(
-                    f"Trainer.set_use_grad(False) trains gradient-free with a nevergrad "
-                    f"optimizer, but the optimizer is a {type(optimizer).__name__}. HINT: pass "
-                    "nevergrad.optimizers.NGOpt(parametrization=n_params, budget=max_iter), "
-                    "or call Trainer.set_use_grad(True) for a torch optimizer or an LMA"
-                )
-            return GradientFreeLoop(self.model, optimizer, self.loss_fn, self.config)
-        if is_nevergrad_optimizer(optimizer):
-            raise ConfigError(
-                f"Trainer: a nevergrad optimizer ({type(optimizer).__name__}) needs "
-                "gradient-free training. HINT: call Trainer.set_use_grad(False) first, or use "
-                "trainer.disable_grad_opt(optimizer)"
-            )
-        return GradientLoop(self.model, optimizer, self.loss_fn, self.optimize_step, self.config)
-
     @contextmanager
     def enable_grad_opt(self, optimizer: Any = None) -> Iterator[None]:
         """Within the block: gradient-based training with ``optimizer`` (default: the
@@ -326,6 +308,7 @@ class Trainer(TrainerHooks):
         """In the training process, before the first stage: what callbacks read."""
         self._context = context
         self._run_optimizer = context.loop.optimizer
+        self.callback_manager = context.stages.manager
         if train_loader is not None:
             self.train_dataloader = train_loader
         if val_loader is not None:

@@ -16,14 +16,14 @@ from ._builtin import (
     WritePlots,
     config_callbacks,
 )
-from ._monitoring import GradientMonitoring
-from ._sampling import R3Sampling
-from ._schedulers import (
+from ._lr_callbacks import (
     LRSchedulerCosineAnnealing,
     LRSchedulerCyclic,
     LRSchedulerReduceOnPlateau,
     LRSchedulerStepDecay,
 )
+from ._monitoring import GradientMonitoring
+from ._sampling import R3Sampling
 from ._stopping import EarlyStopping, WallClockBudget
 
 __all__ = [

@@ -27,6 +27,15 @@ def _context(trainer: Any) -> Any:
     return getattr(trainer, "_context", None)
 
 
+def _checkpoints(trainer: Any) -> Any:
+    """Where a checkpoint goes: the run's (during ``fit``), else the trainer's own folder
+    checkpoints (perceptrain's pair in ``config.log_folder``); ``None`` without a trainer."""
+    context = _context(trainer)
+    if context is not None and context.checkpoints is not None:
+        return context.checkpoints
+    return getattr(trainer, "folder_checkpoints", None)
+
+
 class PrintMetrics(Callback):
     """Print ``opt_result``'s metrics in perceptrain's format (rank, device, epoch, loss)."""
 
@@ -74,16 +83,20 @@ class LogModelTracker(Callback):
 
 
 class SaveCheckpoint(Callback):
-    """Write a checkpoint of the run as it stands (``checkpoints/ckpt_<step>.pt``)."""
+    """Write a checkpoint of the run as it stands: perceptrain's
+    ``model_<Model>_ckpt_<epoch>_device_<device>.pt`` and ``opt_<Optimizer>_ckpt_...`` in
+    the run folder, and the resume file ``checkpoints/ckpt_<step>.pt``. Outside ``fit``,
+    perceptrain's pair in ``config.log_folder`` at ``opt_result.iteration``."""
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
-        context = _context(trainer)
-        if context is not None and context.checkpoints is not None:
-            context.checkpoints.save()
+        checkpoints = _checkpoints(trainer)
+        if checkpoints is not None:
+            checkpoints.save()
 
 
 class SaveBestCheckpoint(SaveCheckpoint):
-    """Write ``checkpoints/best.pt`` when ``config.validation_criterion(loss, best,
+    """Write the best checkpoint (perceptrain's ``..._ckpt_best_...`` pair in the run
+    folder, and ``checkpoints/best.pt``) when ``config.validation_criterion(loss, best,
     val_epsilon)`` says ``opt_result.loss`` beats the best so far."""
 
     def __init__(self, on: str | TrainingStage = "val_epoch_end", called_every: int = 1) -> None:
@@ -91,7 +104,7 @@ class SaveBestCheckpoint(SaveCheckpoint):
         self.best_loss = float("inf")
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
-        context = _context(trainer)
+        checkpoints = _checkpoints(trainer)
         state = getattr(trainer, "state", None)
         if state is not None and state.best_val is not None:
             self.best_loss = min(self.best_loss, float(state.best_val))
@@ -103,8 +116,8 @@ class SaveBestCheckpoint(SaveCheckpoint):
             self.best_loss = float(loss)
             if state is not None:
                 state.best_val = self.best_loss
-            if context is not None and context.checkpoints is not None:
-                context.checkpoints.save_best()
+            if checkpoints is not None:
+                checkpoints.save_best()
 
 
 def config_callbacks(config: Any) -> list[Callback]:

@@ -106,6 +106,9 @@ class EarlyStopping(Callback):
         state = trainer.state
         state.should_stop = True
         state.stop_reason = state.stop_reason or reason
+        flag = getattr(trainer, "_stop_training", None)
+        if flag is not None:  # perceptrain's request, which its callbacks and scripts read
+            flag.fill_(1)
 
     @property
     def best(self) -> float | None:

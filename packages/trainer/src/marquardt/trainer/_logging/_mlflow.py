@@ -46,6 +46,8 @@ class MLflowLogger:
         self.experiment = experiment
         self.run_name = run_name
         self.run_id: str | None = None
+        #: The MLflow run (``mlflow.entities.Run``) once started; kept after ``close``.
+        self.run: Any = None
         self._client: Any = None
 
     def start(self, folder: Path, start_step: int) -> None:
@@ -78,6 +80,7 @@ class MLflowLogger:
         self._client = client
         self.tracking_uri = uri
         self.run_id = run.info.run_id
+        self.run = run
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
@@ -97,8 +100,10 @@ class MLflowLogger:
         self._client.log_batch(self.run_id, metrics=entries)
 
     def log_figure(self, name: str, figure: Any, epoch: int) -> None:
-        """A plotting function's figure at ``epoch``, as ``<name>_<epoch>.png``."""
-        self._client.log_figure(self.run_id, figure, f"{name}_{epoch}.png")
+        """A plotting function's figure at ``epoch``: the artifact ``name`` when it names a
+        file (``"error_epoch_4.png"``, as perceptrain logs it), else ``<name>_<epoch>.png``."""
+        artifact = name if Path(name).suffix else f"{name}_{epoch}.png"
+        self._client.log_figure(self.run_id, figure, artifact)
 
     def log_artifact(self, path: Path) -> None:
         self._client.log_artifact(self.run_id, str(path), artifact_path="checkpoints")

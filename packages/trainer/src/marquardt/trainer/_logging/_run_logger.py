@@ -1,8 +1,10 @@
 """``RunLogger``: rank 0's reporting for one run, with the loggers chosen once.
 
-It is the ``writer`` callbacks receive, with perceptrain's writer methods: ``write``
-(metrics of an epoch), ``print_metrics``, ``log_hyperparams``, ``plot`` (plotting
-functions' figures) and ``log_model``, translated here to our loggers. The tracking
+It is the ``writer`` callbacks receive (and ``trainer.callback_manager.writer``), with
+perceptrain's writer methods: ``write`` (metrics of an epoch), ``print_metrics``,
+``log_hyperparams``, ``plot`` (plotting functions' figures) and ``log_model``, translated
+here to our loggers, and ``run``, the MLflow run (``mlflow.entities.Run``) when MLflow is
+one of the tracking tools, kept after the run ends. The tracking
 tools' names (``"tensorboard"``, ``"mlflow"``, ``"csv"``) become logger instances here,
 once; instances are used as given; ``metrics.csv`` is always written. Every rank builds a
 ``RunLogger``, but only rank 0's is enabled: the others print and write nothing. The run
@@ -94,6 +96,8 @@ class RunLogger:
         self.state = state
         self.loggers: list[Logger] = []
         self.console: Console | None = None
+        #: The MLflow run of this run (perceptrain's ``writer.run``); None without MLflow.
+        self.run: Any = None
         if not enabled:
             return
         text = json.dumps(dict(params), indent=2, default=str)
@@ -107,6 +111,8 @@ class RunLogger:
             with self._writing_for(logger):
                 logger.start(folder, start_step)
                 logger.log_hyperparams(params)
+            if self.run is None:
+                self.run = getattr(logger, "run", None)
 
     # perceptrain's writer methods (rank 0 does the work; other ranks' writers are idle)
     def write(self, iteration: int, metrics: Mapping[str, Any]) -> None:

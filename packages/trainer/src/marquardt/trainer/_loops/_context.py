@@ -24,7 +24,7 @@ from .._config import TrainConfig
 from .._logging._run_logger import RunLogger
 from .._state import TrainerState
 from ._base import Loop
-from ._schedule import LRSchedule
+from ._torch_lr_scheduler import LRSchedule
 
 
 class Checkpoints(Protocol):

@@ -6,6 +6,12 @@ position (step, epoch, batch in the epoch), the sampler seed, the best validatio
 every rank's callback states (``_callback_state``) and the configuration (file format
 and atomic writes: ``_files``). Every rank contributes its RNG and callback states and
 rank 0 writes; on resume every rank loads the same file, so all agree on the step.
+
+Beside it, in the run folder itself, rank 0 writes perceptrain's pair of files for the
+epoch (``model_<Model>_ckpt_<epoch>_device_<device>.pt``, ``opt_<Optimizer>_ckpt_...``;
+``..._ckpt_best_...`` for the best), which perceptrain's ``load_checkpoint`` and ours read
+(``_helpers``). They are kept, every epoch's, as perceptrain keeps them; ``keep_checkpoints``
+counts the resume files in ``checkpoints/``.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from .._loops._context import RunContext
 from .._loops._nonfinite import finite_model
 from . import _callback_state as callback_state
 from . import _files as ckpt
+from ._helpers import write_checkpoint
 
 #: The checkpoint entry of the LR scheduler's state (None without a scheduler).
 SCHEDULER = "scheduler"
@@ -103,6 +110,7 @@ def save(context: RunContext) -> None:
     )
     ckpt.prune(directory, context.config.keep_checkpoints)
     context.state.last_checkpoint = path
+    _write_pair(context, context.state.current_epoch)
 
 
 def save_best(context: RunContext) -> None:
@@ -112,6 +120,13 @@ def save_best(context: RunContext) -> None:
         path = context.folder / ckpt.CHECKPOINT_DIR / ckpt.BEST_NAME
         ckpt.atomic_save(payload(context, [ckpt.rng_state()], callbacks), path)
         context.state.last_checkpoint = path
+        _write_pair(context, "best")
+
+
+def _write_pair(context: RunContext, iteration: int | str) -> None:
+    """perceptrain's model and optimizer files of the run as it stands, in the run folder."""
+    loop = context.loop
+    write_checkpoint(context.folder, loop.model, loop.optimizer, iteration)
 
 
 class Checkpoints:

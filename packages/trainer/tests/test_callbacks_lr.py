@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.trainer import ConfigError, TrainConfig, Trainer
 from marquardt.trainer._callbacks._base import Callback, CallbacksManager
-from marquardt.trainer._callbacks._schedulers import (
+from marquardt.trainer._callbacks._lr_callbacks import (
     LRSchedulerCosineAnnealing,
     LRSchedulerCyclic,
     LRSchedulerReduceOnPlateau,
