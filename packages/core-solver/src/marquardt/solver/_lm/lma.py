@@ -516,7 +516,7 @@ class LMA:
         """
         if self._backend.name == "cupynumeric" and batch.strategy != "matrix_free":
             if self._scope.world_size > 1:
-                *_, planned = self._scope.least((1, 0, 1))
+                _, _, planned, _ = self._scope.least((1, 0, 1, 1))
                 if not planned:
                     raise refused_elsewhere(REFUSED)
             return True
