@@ -143,11 +143,14 @@ def test_cg_stops_on_its_tolerance(tolerance: float) -> None:
     assert one_fewer.stop == "budget" and float(residual.norm() / system.g.norm()) > tolerance
 
 
-def test_warm_start_saves_iterations_and_costs_one_product() -> None:
+def test_warm_start_from_the_accepted_step_saves_iterations_and_costs_one_product() -> None:
     x, y = _data()
     system, _, _ = _system(_model(16), x, y)
     solver = ConjugateGradients(TruncatedCG(iterations=1000, tolerance=1e-8, warm_start=1.0))
     cold = solver.solve(system, 1e-3, "marquardt")
+    again = solver.solve(system, 1e-3, "marquardt")
+    assert again.iterations == cold.iterations  # not accepted: no warm start from it
+    solver.accept()
     before = system.a.products.products
     warm = solver.solve(system, 1e-3, "marquardt")
     assert warm.iterations is not None and cold.iterations is not None

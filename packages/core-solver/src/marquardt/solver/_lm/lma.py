@@ -502,6 +502,8 @@ class LMA:
         )
         if matrix_free:
             report.products = system.a.products.products
+            if report.accepted:
+                self._cg_solver.accept()
         return self._finish(report, t_begin, loss_after, terminated=terminated)
 
     def _fits(self, batch: PreparedBatch, slice_size: int | None) -> bool:

@@ -18,8 +18,10 @@ formed. The pieces:
   of non-positive curvature (rounding, when λ is tiny and J rank-deficient), keeping the
   last iterate. Every CG iterate lowers the quadratic model from x = 0, so a truncated x
   is a descent step whose predicted reduction is exact for that x;
-* warm start (Martens 2010): x₀ = ``warm_start`` × the previous solve's δ, dropped for
-  x₀ = 0 when it models no decrease (q(x₀) ≥ 0); it costs one product.
+* warm start (Martens 2010): x₀ = ``warm_start`` × the last *accepted* δ (a rejected
+  attempt's δ was too long: starting the next, more damped attempt from it lets the
+  relative-residual test pass at once, near the step just rejected), dropped for x₀ = 0
+  when it models no decrease (q(x₀) ≥ 0); it costs one product.
 
 δᵀg and δᵀAδ of the returned δ are tracked through the iterations (Ax is updated with
 each Ap), so the gain ratio's prediction is exact for the truncated δ at no extra product.
@@ -66,7 +68,7 @@ class TruncatedCG:
 
     - ``iterations``: the CG budget per attempt (products ``JᵀJv``; a warm start adds one).
     - ``tolerance``: stop when ‖g − (A + λD)x‖ ≤ tolerance·‖g‖ (relative residual).
-    - ``warm_start``: x₀ = warm_start × the previous δ (0: always from x₀ = 0).
+    - ``warm_start``: x₀ = warm_start × the last accepted δ (0: always from x₀ = 0).
     - ``probes``: Hutchinson probes of diag(JᵀJ) per step (one reverse pass each); at
       least 1, since the preconditioner and Marquardt's scaling use the estimate.
 
@@ -151,13 +153,15 @@ def matrix_free_system(
 
 class ConjugateGradients:
     """The damped solve of a matrix-free system (the ``ArrayBackend`` seam of the attempt
-    loop): truncated preconditioned CG, warm-started from its previous δ."""
+    loop): truncated preconditioned CG, warm-started from the last accepted δ
+    (``accept`` tells it which δ that was)."""
 
     name = "cg"
 
     def __init__(self, options: TruncatedCG) -> None:
         self.options = options
-        self._previous: torch.Tensor | None = None
+        self._previous: torch.Tensor | None = None  # the warm start's δ
+        self._last: torch.Tensor | None = None  # the last solve's δ
 
     def system_from_products(self, products: NormalProducts) -> LinearSystem:
         raise SolverConfigError(
@@ -182,9 +186,13 @@ class ConjugateGradients:
     def synchronize(self) -> None:
         """Nothing queued: every iteration reads its scalars."""
 
+    def accept(self) -> None:
+        """The last solve's δ was accepted: the next step's attempts start from it."""
+        self._previous = self._last
+
     def forget(self) -> None:
         """Drop the warm start (the next solve starts from x₀ = 0)."""
-        self._previous = None
+        self._previous = self._last = None
 
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution:
         """δ ≈ (A + λD)⁻¹g by truncated PCG; the solution's ``iterations`` and ``stop``
@@ -260,8 +268,7 @@ class ConjugateGradients:
         curvature = float(x @ ax)
         if status == 0.0 and not (math.isfinite(gradient_dot) and math.isfinite(curvature)):
             status, stop = FAILED_NON_FINITE, "non-finite"
-        if status == 0.0:
-            self._previous = x
+        self._last = x if status == 0.0 else None
         return Solution(
             delta=x,
             gradient_dot=gradient_dot,
