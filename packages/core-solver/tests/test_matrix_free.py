@@ -91,6 +91,27 @@ def test_steps_equal_the_dense_steps_to_the_cg_tolerance(damping: str) -> None:
     assert float((_theta(dense) - start).norm()) > 1e-2  # the runs moved
 
 
+def test_under_determined_steps_equal_the_dense_steps() -> None:
+    """N = 20 < P = 49: the dense step solves (JJᵀ/N + λI)u = r/N, δ = Jᵀu, which is
+    (JᵀJ/N + λI)δ = Jᵀr/N; the matrix-free step damps with I there too, whatever the
+    scaling asked for."""
+    x, y = _data(20)
+    dense = LMA(_model(16), ["cpu"], lambda a, b: a - b)
+    free = LMA(
+        _model(16),
+        ["cpu"],
+        lambda a, b: a - b,
+        strategy="matrix_free",
+        cg=TruncatedCG(iterations=500, tolerance=1e-12),
+    )
+    for _ in range(3):
+        dense.step(x, y)
+        free.step(x, y)
+        assert dense.report is not None and dense.report.strategy == "explicit"
+        rel = float((_theta(free) - _theta(dense)).norm() / _theta(dense).norm())
+        assert rel < 1e-7
+
+
 @pytest.mark.parametrize("scaling", ["marquardt", "identity"])
 def test_a_solve_equals_the_dense_solve_with_the_same_scaling(scaling: str) -> None:
     x, y = _data()

@@ -11,8 +11,10 @@ formed. The pieces:
 
 * preconditioner M = d̂ + λD, with d̂ the Hutchinson estimate of diag(JᵀJ)/N (floored as
   Marquardt's scaling is), a Jacobi preconditioner of the damped matrix;
-* D is the step's scaling (``scaling="marquardt"``: d̂ floored; "identity": I), so the
-  damping rules, the attempts and the stopping tests are those of the dense step;
+* D is the step's scaling (``scaling="marquardt"``: d̂ floored; "identity": I), and I
+  when N < P, as in the dense under-determined step (JJᵀ/N + λI)u = r/N, whose δ = Jᵀu
+  solves (JᵀJ/N + λI)δ = Jᵀr/N: the damping rules, the attempts and the stopping tests
+  are those of the dense step;
 * truncation (Steihaug 1983; Toint 1981): stop when the relative residual
   ‖g − (A + λD)x‖ / ‖g‖ ≤ ``tolerance``, after ``iterations`` iterations, or on a direction
   of non-positive curvature (rounding, when λ is tiny and J rank-deficient), keeping the
@@ -76,7 +78,7 @@ class TruncatedCG:
     """
 
     iterations: int = 50
-    tolerance: float = 1e-2
+    tolerance: float = 1e-4
     warm_start: float = 0.95
     probes: int = 4
 
@@ -106,7 +108,7 @@ class TruncatedCG:
                     message(
                         f"TruncatedCG({name}=...) expects a finite number {bound}",
                         f"got {value!r}",
-                        "pass e.g. tolerance=1e-2" if name == "tolerance" else "pass 0.95 or 0",
+                        "pass e.g. tolerance=1e-4" if name == "tolerance" else "pass 0.95 or 0",
                     )
                 )
 
@@ -202,6 +204,8 @@ class ConjugateGradients:
         op: Callable[[torch.Tensor], torch.Tensor] = system.a
         g = system.g
         lam = float(damping)
+        if system.rows < system.params:
+            scaling = "identity"  # the dense under-determined step's D (module docstring)
         d = system.scale(scaling, scaling_diagonal_torch)
         precondition = system.scale("marquardt", scaling_diagonal_torch) + lam * d
         x = torch.zeros_like(g)

@@ -279,7 +279,7 @@ def check_matrix_free_options(
             message(
                 "LMA(cg=...) expects a marquardt.solver.TruncatedCG or None",
                 f"got {type(cg).__name__}",
-                "pass e.g. cg=TruncatedCG(iterations=50, tolerance=1e-2)",
+                "pass e.g. cg=TruncatedCG(iterations=50, tolerance=1e-4)",
             )
         )
     if cg is not None and strategy in ("explicit", "accumulate"):
