@@ -132,7 +132,7 @@ def test_a_solve_equals_the_dense_solve_with_the_same_scaling(scaling: str) -> N
 
 def test_cg_stops_on_its_budget() -> None:
     x, y = _data()
-    system, jac, res = _system(_model(16), x, y)
+    system, jac, _ = _system(_model(16), x, y)
     solver = ConjugateGradients(TruncatedCG(iterations=3, tolerance=1e-12, warm_start=0.0))
     solution = solver.solve(system, 1e-6, "marquardt")
     assert (solution.iterations, solution.stop) == (3, "budget")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
-from ._gauss_newton import GaussNewtonProducts
 from ._errors import (
     BatchLengthError,
     BatchNormTrainingError,
@@ -30,6 +29,7 @@ from ._errors import (
     SliceSizeError,
     UnknownModeError,
 )
+from ._gauss_newton import GaussNewtonProducts
 from ._planner import JacobianPlan, plan_jacobian
 from ._points import PointModel, PointResidual, ResidualGroup
 from ._prepared import PreparedBatch

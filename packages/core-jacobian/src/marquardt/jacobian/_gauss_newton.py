@@ -56,12 +56,21 @@ def _residual_of(
     """``θ ↦ r`` (the chunk's residual rows, sample-major) as a function of the flat θ."""
     b = int(x.shape[0])
     if isinstance(residual_fn, PointResidual):
-        return lambda flat: residual_fn.rows(replica.module, replica.param_dict(flat), x, y).reshape(
-            -1
-        )
+        return lambda flat: residual_fn.rows(
+            replica.module, replica.param_dict(flat), x, y
+        ).reshape(-1)
     return lambda flat: rows_of(
         residual_fn(functional_call(replica.module, replica.param_dict(flat), (x,)), y), b
     ).reshape(-1)
+
+
+def _pullback(
+    fn: Callable[[torch.Tensor], torch.Tensor], flat: torch.Tensor
+) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """``(r, u ↦ Jᵀu)`` of ``fn`` at ``flat`` (``torch.func.vjp``; callable many times)."""
+    out = vjp(fn, flat)
+    pull = out[1]
+    return out[0], lambda u: pull(u)[0]
 
 
 @dataclass
@@ -156,15 +165,15 @@ def gauss_newton_products(
             y = to_device(batch.targets[lo:hi], replica.device)
             fn = _residual_of(replica, residual_fn, x, y)
             with torch.enable_grad():
-                r, pullback = vjp(fn, replica.flat.detach())
+                r, pullback = _pullback(fn, replica.flat.detach())
             r = r.detach()
             check_finite_residuals(r.reshape(hi - lo, -1), m, lo)
-            parts = [pullback(r)[0].double()]
+            parts = [pullback(r).double()]
             if probes:
                 rows = torch.arange(lo * m, hi * m, device=replica.device) + row_offset * m
                 signs = torch.stack([probe_signs(rows, seed, k) for k in range(probes)])
                 # Jᵀz of every probe at once: one batched reverse pass over the same graph.
-                parts.append(vmap(lambda z: pullback(z)[0])(signs.to(r.dtype)).double().reshape(-1))
+                parts.append(vmap(pullback)(signs.to(r.dtype)).double().reshape(-1))
             parts.append(r.double().pow(2).sum().reshape(1))
             return torch.cat(parts)
 
@@ -186,9 +195,9 @@ def gauss_newton_products(
                 flat = replica.flat.detach()
                 tangent = v.to(replica.device, flat.dtype)
                 with torch.enable_grad():
-                    _, jv = jvp(fn, (flat,), (tangent,))
-                    _, pullback = vjp(fn, flat)
-                return pullback(jv.detach())[0].double()
+                    jv = jvp(fn, (flat,), (tangent,))[1]
+                    _, pullback = _pullback(fn, flat)
+                return pullback(jv.detach()).double()
 
             return job
 

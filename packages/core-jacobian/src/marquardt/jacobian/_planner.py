@@ -82,11 +82,7 @@ class JacobianPlan:
     def system_size(self) -> int:
         """The order of the damped system: ``P`` (accumulate, matrix_free) or ``R``
         (explicit, R < P)."""
-        return (
-            self.params
-            if self.strategy != "explicit" or self.rows >= self.params
-            else self.rows
-        )
+        return self.params if self.strategy != "explicit" or self.rows >= self.params else self.rows
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
