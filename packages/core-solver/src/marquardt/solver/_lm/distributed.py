@@ -213,11 +213,6 @@ class LocalScope:
         """Nothing to check."""
 
 
-#: What a rank that refused its batch contributes to the memory plan's minimum
-#: (``LMA._fits``: fits, subset size, planned, matrix-free fits): the flag "planned" down.
-REFUSED_PLAN = (1, 0, 0, 1)
-
-
 def _group_backend(group: Any) -> str:
     return str(dist.get_backend(group)).lower()
 
@@ -323,7 +318,7 @@ class GroupScope:
         down; ``LMA._fits`` then raises on every other rank."""
         if strategy == "auto":
             self._all_reduce(torch.zeros(1, dtype=torch.float64), "sum of the row counts")
-        self.least(REFUSED_PLAN)
+        self.least((1, 0, 0))
 
     def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
         """The smallest of each value over the ranks."""

@@ -508,8 +508,8 @@ class LMA:
 
     def _fits(self, batch: PreparedBatch, slice_size: int | None) -> bool:
         """True when the step of ``batch`` fits the memory; False when it does not and the
-        solver switched to subsets (nothing forced); raises when a forced choice does not
-        fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here.
+        solver switched to the matrix-free step, or where that does not fit either to
+        subsets (nothing forced); raises when a forced choice does not fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here.
 
         In a process group every rank takes the plan the tightest rank can take, and
         learns whether each rank could plan its share: a rank that refused its share
@@ -518,53 +518,44 @@ class LMA:
         """
         if self._backend.name == "cupynumeric" and batch.strategy != "matrix_free":
             if self._scope.world_size > 1:
-                _, _, planned, _ = self._scope.least((1, 0, 1, 1))
+                *_, planned = self._scope.least((1, 0, 1))
                 if not planned:
                     raise refused_elsewhere(REFUSED)
             return True
         solver_side = self._backend.name == "numpy" and batch.strategy != "matrix_free"
         device = torch.device("cpu") if solver_side else self.devices[0]
         item = self._replicas.dtype.itemsize
-        usable = usable_memory(device, self._memory_limit)
         fit = step_memory(
             batch.plan,
             self._replicas.num_params,
             item,
             len(self.devices),
-            usable,
+            usable_memory(device, self._memory_limit),
             probes=self._cg.probes,
         )
-        # The matrix-free step of the same batch (a plan: no Jacobian is formed).
-        free_plan = (
-            batch.plan
-            if batch.strategy == "matrix_free"
-            else self._engine.prepare(
-                batch.inputs, batch.targets, slice_size, strategy="matrix_free", checked=True
-            ).plan
-        )
-        free = step_memory(
-            free_plan,
-            self._replicas.num_params,
-            item,
-            len(self.devices),
-            usable_memory(self.devices[0], self._memory_limit),
-            probes=self._cg.probes,
-        )
-        fits, fitting_k, planned, free_fits = self._scope.least(
-            (int(fit.fits), fit.fitting_k, 1, int(free.fits))
-        )
+        fits, fitting_k, planned = self._scope.least((int(fit.fits), fit.fitting_k, 1))
         if not planned:
             raise refused_elsewhere(REFUSED)
         if fits:
             return True
-        if (
-            batch.columns is None
-            and self._auto_subsets
-            and free_fits
-            and batch.strategy != "matrix_free"
-        ):
-            self._switch_to_matrix_free(batch, fit, free)
-            return False
+        # Every rank is here (the minimum said "does not fit" to all of them).
+        if batch.columns is None and self._auto_subsets and batch.strategy != "matrix_free":
+            # The matrix-free step of the same batch: a plan, no Jacobian formed.
+            free_plan = self._engine.prepare(
+                batch.inputs, batch.targets, slice_size, strategy="matrix_free", checked=True
+            ).plan
+            free = step_memory(
+                free_plan,
+                self._replicas.num_params,
+                item,
+                len(self.devices),
+                usable_memory(self.devices[0], self._memory_limit),
+                probes=self._cg.probes,
+            )
+            (free_fits,) = self._scope.least((int(free.fits),))
+            if free_fits:
+                self._switch_to_matrix_free(batch, fit, free)
+                return False
         if batch.columns is None and self._auto_subsets and fitting_k >= 1:
             self._strategy = "auto"
             sizes = self._replicas[0].sizes
