@@ -410,7 +410,8 @@ class LMA:
             self._scope.refuse(self._strategy)
             raise
         if not self._fits(batch, slice_size):
-            # Too large for the memory, chosen by the planner: subsets from now on.
+            # Too large for the memory, chosen by the planner: matrix-free steps (or, where
+            # those do not fit either, subsets) from now on.
             return self.step(inputs, targets, slice_size)
         built = self._scope.assemble(
             self._engine,
@@ -509,7 +510,8 @@ class LMA:
     def _fits(self, batch: PreparedBatch, slice_size: int | None) -> bool:
         """True when the step of ``batch`` fits the memory; False when it does not and the
         solver switched to the matrix-free step, or where that does not fit either to
-        subsets (nothing forced); raises when a forced choice does not fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here.
+        subsets (nothing forced); raises when a forced choice does not fit. Legate's GPUs
+        are sized by ``marquardt-devices`` and not checked here.
 
         In a process group every rank takes the plan the tightest rank can take, and
         learns whether each rank could plan its share: a rank that refused its share
