@@ -47,6 +47,12 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("nist", "bench_nist", {}, {"quick": True}),
     ("pinn", "bench_pinn", {}, {"quick": True}),
     (
+        "matrix_free",
+        "bench_matrix_free",
+        {},
+        {"budget_seconds": 8.0, "dense_seconds": 8.0, "sinc_seconds": 20.0, "medium": False},
+    ),
+    (
         "quality",
         "bench_quality",
         {},
@@ -388,6 +394,12 @@ SECTIONS = {
     "quality": ("Time to quality", "quality.png", _quality_section, "bench_quality.py"),
     "memory": ("Memory of one LM step", "memory.png", _memory_section, "bench_memory.py"),
     "strategy": ("Planner choices", "strategy.png", _strategy_section, "bench_strategy.py"),
+    "matrix_free": (
+        "Matrix-free LM where JᵀJ does not fit",
+        None,
+        lambda r: __import__("bench_matrix_free").section(r),
+        "bench_matrix_free.py",
+    ),
     "jacobian": ("Jacobian", None, _jacobian_section, "bench_jacobian.py"),
     "backends": ("Array backends", None, _backends_section, "bench_backends.py"),
     "distributed": (

@@ -30,6 +30,7 @@ from marquardt.solver import (
     BatchNotFiniteError,
     RanksDisagreeError,
     ResidualNotFiniteError,
+    TruncatedCG,
 )
 
 STEPS = 10
@@ -47,6 +48,15 @@ CONFIGS: dict[str, tuple[int, int, dict[str, Any]]] = {
     # Ranks given different seeds: every rank must draw rank 0's subsets.
     "subsets-random": (200, 100, {"params_per_step": 20, "seed": "rank-0-wins"}),
     "subsets-layer": (40, 23, {"params_per_step": 20, "param_selection": "layer"}),
+    # Products all-reduced per CG iteration; probes' signs by global row. Where CG stops
+    # on its tolerance is a discontinuous function of rounding (one iteration more or
+    # less): a tight tolerance makes δ the converged one, comparable to 1e-8.
+    "matrix-free": (200, 100, {"strategy": "matrix_free", "cg": "tight"}),
+    "matrix-free-uneven-fixed": (
+        200,
+        130,
+        {"strategy": "matrix_free", "damping": "fixed", "cg": "tight"},
+    ),
 }
 
 
@@ -73,6 +83,8 @@ def build(options: dict[str, Any], group: bool) -> LMA:
     opts = dict(options)
     if opts.get("loss_fn") == "half-mse":
         opts["loss_fn"] = _half_mse
+    if opts.get("cg") == "tight":
+        opts["cg"] = TruncatedCG(iterations=200, tolerance=1e-10)
     if opts.get("seed") == "rank-0-wins":
         opts["seed"] = 5 if not group or dist.get_rank() == 0 else 6
     return LMA(

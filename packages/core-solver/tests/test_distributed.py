@@ -23,7 +23,7 @@ from distributed_worker import CONFIGS, make_model, run_config
 from marquardt.solver import LMA, SolverConfigError
 
 WORKER = Path(__file__).resolve().parent / "distributed_worker.py"
-#: The pair's whole run (start-up, 8 configurations × 10 steps, the two fault phases).
+#: The pair's whole run (start-up, 12 configurations × 10 steps, the two fault phases).
 PAIR_TIMEOUT = 240.0
 #: After rank 1's SIGKILL, rank 0 must have exited within this many seconds (its process
 #: group timeout is 20 s; gloo notices a closed peer at once).
@@ -80,12 +80,17 @@ def test_two_processes_take_the_steps_of_one(pair: dict[str, Any], name: str) ->
     assert len(two["theta"]) == len(one["theta"])
     assert two["terminated"] == one["terminated"]
     assert two["strategy"] == one["strategy"]
-    assert two["damping"] == pytest.approx(one["damping"], rel=1e-8)
-    assert two["loss"] == pytest.approx(one["loss"], rel=1e-8)
+    # The sums over ranks round differently from one process's sum; a factorisation
+    # carries that to θ as is, conjugate gradients amplify it by the damped system's
+    # condition number over their iterations (1e-12 after one step, up to 1e-5 after ten
+    # here), far below the steps themselves (checked below).
+    tol = 1e-4 if name.startswith("matrix-free") else 1e-8
+    assert two["damping"] == pytest.approx(one["damping"], rel=tol)
+    assert two["loss"] == pytest.approx(one["loss"], rel=tol)
     start = torch.nn.utils.parameters_to_vector(make_model().parameters())
     for k, (a, b) in enumerate(zip(two["theta"], one["theta"], strict=True)):
         rel = float((a - b).detach().norm() / b.detach().norm())
-        assert rel <= 1e-8, f"step {k}: relative difference {rel:.3g}"
+        assert rel <= tol, f"step {k}: relative difference {rel:.3g}"
     # The run moved: the comparison is not between two untouched models.
     assert float((one["theta"][-1] - start).norm()) > 1e-3
 
@@ -95,6 +100,7 @@ def test_the_configurations_cover_both_strategies(pair: dict[str, Any]) -> None:
     results = _results(pair)
     assert set(results["explicit-nielsen"]["strategy"]) == {"explicit"}
     assert set(results["accumulate-nielsen"]["strategy"]) == {"accumulate"}
+    assert set(results["matrix-free"]["strategy"]) == {"matrix_free"}
     assert any(results["accumulate-tolerances"]["terminated"])
 
 

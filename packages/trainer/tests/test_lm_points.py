@@ -1,12 +1,13 @@
 """The Trainer's LM loop with residuals that differentiate the model by its inputs: an
-``LMA`` built on a ``PointResidual`` trains from a shuffled ``DataLoader`` over the
-batch that ``PointResidual.batch`` builds (1-D Poisson, −u'' = π² sin(πx), u(0) = u(1) = 0)."""
+``LMA`` built on a ``PointResidual`` (dense or matrix-free) trains from a shuffled
+``DataLoader`` over the batch that ``PointResidual.batch`` builds (1-D Poisson, −u'' = π² sin(πx), u(0) = u(1) = 0)."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -14,7 +15,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from marquardt.trainer import TrainConfig, Trainer
 
 
-def test_lm_loop_trains_a_point_residual_from_shuffled_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("strategy", ["auto", "matrix_free"])
+def test_lm_loop_trains_a_point_residual_from_shuffled_batches(
+    tmp_path: Path, strategy: str
+) -> None:
     from marquardt.jacobian import PointResidual, ResidualGroup
     from marquardt.solver import LMA
 
@@ -41,7 +45,10 @@ def test_lm_loop_trains_a_point_residual_from_shuffled_batches(tmp_path: Path) -
 
     before = error()
     loader = DataLoader(TensorDataset(x, y), batch_size=len(x), shuffle=True)
-    lma = LMA(model, [torch.device("cpu")], residual)
+    lma = LMA(model, [torch.device("cpu")], residual, strategy=strategy)
     Trainer(model, lma, TrainConfig(max_iter=24, root_folder=tmp_path)).fit(loader)  # 25 epochs
     assert lma.steps == 25
+    assert lma.report is not None and lma.report.strategy == (
+        "matrix_free" if strategy == "matrix_free" else "explicit"  # N = 22 < P = 25
+    )
     assert error() < 0.05 * before

@@ -3,7 +3,8 @@
 For residuals ``r(θ) ∈ ℝᴿ`` of a model with flat trainable parameters ``θ ∈ ℝᴾ``, this
 package computes ``J = ∂r/∂θ`` slice by slice on every model device, and hands out
 either the slices of ``J`` or the Levenberg-Marquardt normal products ``JᵀJ`` and
-``Jᵀr`` (Marquardt 1963; Nielsen 1999). Residuals are functions of the model's outputs,
+``Jᵀr`` (Marquardt 1963; Nielsen 1999), or, without forming ``J``, the Gauss-Newton
+products ``JᵀJv`` of a matrix-free step (Martens 2010). Residuals are functions of the model's outputs,
 ``residual_fn(outputs, targets)``, or call the model as a function of one point and
 differentiate it by its inputs (``PointResidual``: physics-informed networks).
 """
@@ -28,6 +29,7 @@ from ._errors import (
     SliceSizeError,
     UnknownModeError,
 )
+from ._gauss_newton import GaussNewtonProducts
 from ._planner import JacobianPlan, plan_jacobian
 from ._points import PointModel, PointResidual, ResidualGroup
 from ._prepared import PreparedBatch
@@ -40,6 +42,7 @@ __all__ = [
     "ColumnSubset",
     "DeviceMismatchError",
     "EmptyBatchError",
+    "GaussNewtonProducts",
     "JacobianEngine",
     "JacobianError",
     "JacobianPlan",

@@ -21,6 +21,7 @@ from ._accumulate import accumulate_products
 from ._columns import ColumnSubset
 from ._errors import UnknownModeError, message
 from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
+from ._gauss_newton import GaussNewtonProducts, gauss_newton_products
 from ._grad_mode import keeps_grad_mode
 from ._host_heap import keep_host_heap
 from ._modes import broadcast_support, layers_support
@@ -432,6 +433,37 @@ class JacobianEngine:
             size=batch.slice_samples,
             dtype=acc_dtype,
             columns=batch.columns,
+        )
+
+    @keeps_grad_mode
+    def gauss_newton(
+        self, batch: PreparedBatch, *, probes: int = 4, seed: int = 0, row_offset: int = 0
+    ) -> GaussNewtonProducts:
+        """Strategy ``matrix_free``: ``Jᵀr``, ``rᵀr``, ``probes`` Hutchinson products ``Jᵀz``
+        for the estimate of ``diag(JᵀJ)``, and the operator ``v ↦ JᵀJv``, of a batch
+        prepared for ``matrix_free``; ``J`` is never formed (see ``GaussNewtonProducts``).
+
+        ``seed`` and ``row_offset`` (the first global row's sample index, for a share of a
+        larger batch) fix the probes' signs by global row. Raises
+        ``ResidualNotFiniteError`` on a NaN or infinite residual.
+        """
+        self._with_strategy(batch, "matrix_free")
+        if batch.columns is not None:
+            raise ValueError(
+                message(
+                    "matrix-free products of all parameters were requested",
+                    f"the batch was prepared for a subset of {batch.columns.size} columns",
+                    "prepare the batch without columns= for strategy 'matrix_free'",
+                )
+            )
+        return gauss_newton_products(
+            self.replicas,
+            self.residual_fn,
+            self._workers,
+            batch,
+            probes=probes,
+            seed=seed,
+            row_offset=row_offset,
         )
 
     @keeps_grad_mode

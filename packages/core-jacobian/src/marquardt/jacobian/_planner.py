@@ -27,6 +27,13 @@ gives each device ``⌈N/D⌉`` samples; for ``accumulate`` the planner then cap
 one chunk (``slice_samples = samples_per_chunk``), so a device never holds more than one
 budget's worth of ``J_s`` and workspace whatever ``N`` is: peak memory is flat in ``N``.
 ``explicit`` keeps the whole-slice semantics (the backend holds ``J`` anyway).
+
+``matrix_free`` never forms ``J``: each conjugate-gradient iteration of the step takes one
+Jacobian-vector and one vector-Jacobian product per chunk (``_gauss_newton``). A chunk
+holds ``≈ b·(PRODUCT_ACTIVATIONS·a + m)`` numbers besides a few ``P``-vectors, so memory
+is ``O(P + b·a)``; slices are capped at one chunk as for ``accumulate``. The planner only
+makes it when asked (``strategy="matrix_free"``): whether ``P × P`` or ``R × R`` fits is
+the solver's question (it knows the memory of the device it solves on).
 """
 
 from __future__ import annotations
@@ -41,7 +48,10 @@ from ._modes._broadcast import BROADCAST_CHUNK
 __all__ = ["MODES", "STRATEGIES", "JacobianPlan", "plan_jacobian"]
 
 MODES = ("auto", "vmap", "jacfwd", "layers", "broadcast")
-STRATEGIES = ("auto", "explicit", "accumulate")
+STRATEGIES = ("auto", "explicit", "accumulate", "matrix_free")
+#: Per sample, a Gauss-Newton product keeps the forward's activations for the reverse pass
+#: and the forward-mode tangents alongside them: about this many times the activations.
+PRODUCT_ACTIVATIONS = 4
 
 
 @dataclass(frozen=True)
@@ -70,10 +80,9 @@ class JacobianPlan:
 
     @property
     def system_size(self) -> int:
-        """The order of the damped system: ``P`` (accumulate) or ``R`` (explicit, R < P)."""
-        return (
-            self.params if self.strategy == "accumulate" or self.rows >= self.params else self.rows
-        )
+        """The order of the damped system: ``P`` (accumulate, matrix_free) or ``R``
+        (explicit, R < P)."""
+        return self.params if self.strategy != "explicit" or self.rows >= self.params else self.rows
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -137,6 +146,10 @@ def plan_jacobian(
     else:
         reasons.append(f"{strategy}: forced")
 
+    if strategy == "matrix_free":
+        return _matrix_free_plan(
+            rows, params, m, samples, slice_n, item, act, budget, reasons, cap_slices
+        )
     if mode == "broadcast" and not broadcast_supported:
         mode = "jacfwd"
         reasons.append("jacfwd: broadcast was requested but " + broadcast_reason)
@@ -215,4 +228,47 @@ def plan_jacobian(
         slice_samples=slice_cap,
         product_flops=int(product_flops),
         factor_flops=int(factor_flops),
+    )
+
+
+def _matrix_free_plan(
+    rows: int,
+    params: int,
+    m: int,
+    samples: int,
+    slice_n: int,
+    item: int,
+    act: int,
+    budget: int,
+    reasons: list[str],
+    cap_slices: bool,
+) -> JacobianPlan:
+    """The plan of a ``matrix_free`` step (see the module docstring): chunks of samples
+    whose product workspace fits the budget; no mode (``J`` is never formed)."""
+    per_sample = item * (PRODUCT_ACTIVATIONS * act + 2 * m)
+    chunk = max(1, min(slice_n, budget // per_sample))
+    chunk_bytes = chunk * per_sample
+    reasons.append(
+        f"products: one jvp and one vjp per chunk of {chunk} samples per CG iteration "
+        f"(≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget), J never formed"
+    )
+    slice_cap = slice_n
+    if cap_slices and chunk < slice_n:
+        slice_cap = chunk
+        reasons.append(f"slices of {chunk} samples (no slice_size: one chunk per slice)")
+    return JacobianPlan(
+        strategy="matrix_free",
+        mode="products",
+        reason="; ".join(reasons),
+        rows=rows,
+        params=params,
+        outputs_per_sample=m,
+        samples_per_chunk=chunk,
+        param_chunk=params,
+        chunk_bytes=int(chunk_bytes),
+        memory_budget=budget,
+        slice_samples=slice_cap,
+        # One Gauss-Newton product: ≈ 3 forwards and 2 backwards' worth of 2·R·P flops.
+        product_flops=int(2 * rows * params * 5),
+        factor_flops=0,
     )

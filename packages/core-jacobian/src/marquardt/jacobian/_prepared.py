@@ -51,7 +51,7 @@ class PreparedBatch:
 
     @property
     def strategy(self) -> str:
-        """``accumulate`` or ``explicit``, as planned."""
+        """``accumulate``, ``explicit`` or ``matrix_free``, as planned."""
         return self.plan.strategy
 
     def slices(self) -> list[tuple[int, int]]:

@@ -10,6 +10,11 @@ point (Marquardt 1963; Nielsen 1999; Moré 1978).
     loss, terminated = lma.step(x, y, slice_size)
     print(lma.report)
 
+Where neither JᵀJ (P × P) nor JJᵀ (N × N) fits, ``LMA(..., strategy="matrix_free")`` (or
+the planner) solves the same damped system by truncated preconditioned conjugate gradients
+on Jacobian-vector and vector-Jacobian products, never forming J (Martens 2010); its
+options are a ``TruncatedCG``.
+
 ``LMA(..., process_group="default")`` shares each step over the ranks of a
 torch.distributed process group (each rank passes its share of the global batch).
 
@@ -39,6 +44,7 @@ from ._lm.covariance import CovarianceWarning
 from ._lm.damping import DampingRule, FixedDamping, NielsenDamping
 from ._lm.distributed import RankFailureError, RanksDisagreeError
 from ._lm.lma import LMA
+from ._lm.matrix_free import TruncatedCG
 from ._lm.report import StepReport
 from ._lm.stopping import StoppingCriteria
 from .timing import time
@@ -65,6 +71,7 @@ __all__ = [
     "SolverStateError",
     "StepReport",
     "StoppingCriteria",
+    "TruncatedCG",
     "curve_fit",
     "curve_fit_batch",
     "curve_fit_result",

@@ -130,7 +130,9 @@ class Solution:
     CPU for NumPy and cuPyNumeric, the model's device for torch); the parameters move by
     −learning_rate·δ. ``gradient_dot`` is δᵀg with g = Jᵀr/N, ``curvature`` is
     δᵀ(JᵀJ/N)δ = ‖Jδ‖²/N. ``damping`` is the λ it was solved with. ``status`` is 0 for a
-    good solve, ``FAILED_CHOLESKY`` or ``FAILED_NON_FINITE``.
+    good solve, ``FAILED_CHOLESKY`` or ``FAILED_NON_FINITE``. An iterative solve (the
+    matrix-free strategy's conjugate gradients) says how many ``iterations`` it took and
+    why it stopped (``stop``); a factorisation leaves them None and "".
 
     A backend on a GPU may leave ``gradient_dot``, ``curvature`` and ``status`` as 0-dim
     tensors on its device, so that a solve never waits for the device: the caller reads
@@ -143,6 +145,8 @@ class Solution:
     curvature: float | torch.Tensor
     damping: float
     status: float | torch.Tensor = 0.0
+    iterations: int | None = None
+    stop: str = ""
 
     def predicted_reduction(self, learning_rate: float = 1.0) -> float:
         """The mean-squared-residual reduction the linear model predicts for a step lr·δ

@@ -2,7 +2,9 @@
 
 Strategy "accumulate" has the model devices sum JᵀJ = Σ_s J_sᵀJ_s and Jᵀr = Σ_s J_sᵀr_s
 and hands the P × P products to the backend; strategy "explicit" streams the slices J_s, r_s
-into the backend, which forms JᵀJ/N (or JJᵀ/N when N < P, the under-determined form).
+into the backend, which forms JᵀJ/N (or JJᵀ/N when N < P, the under-determined form);
+strategy "matrix_free" forms no matrix: the engine's Jᵀr, diagonal probes and the
+operator v ↦ JᵀJv/N make the system (``matrix_free``), solved by conjugate gradients.
 Either way the system is assembled once per step, from a batch checked and planned once,
 and reused by every damped attempt
 (Marquardt 1963; Nielsen 1999). The seconds are split into Jacobian, transfer and assembly.
@@ -18,6 +20,7 @@ import torch
 from marquardt.jacobian import JacobianEngine, PreparedBatch
 
 from .._backends.base import ArrayBackend, JacobianBuffers, LinearSystem
+from .matrix_free import matrix_free_system
 
 __all__ = ["Assembly", "assemble"]
 
@@ -41,9 +44,12 @@ def assemble(
     *,
     dtype: torch.dtype | None,
     params: int,
+    probes: int = 1,
+    seed: int = 0,
 ) -> Assembly:
     """The system of a batch prepared by ``engine.prepare`` (its plan chose the strategy);
-    ``dtype`` is the accumulation dtype (None: the model's).
+    ``dtype`` is the accumulation dtype (None: the model's); ``probes`` and ``seed`` are
+    the matrix-free step's diagonal probes (``JacobianEngine.gauss_newton``).
 
     Explicit, a backend that offers `JacobianBuffers` gets J written straight into
     its arrays; any other backend receives the slices.
@@ -51,6 +57,15 @@ def assemble(
     rows = batch.rows
     t0 = time.perf_counter()
     system: LinearSystem
+    if batch.strategy == "matrix_free":
+        gauss_newton = engine.gauss_newton(batch, probes=probes, seed=seed)
+        return Assembly(
+            system=matrix_free_system(gauss_newton, rows=rows),
+            strategy="matrix_free",
+            seconds_jacobian=gauss_newton.timings["jacobian"],
+            seconds_transfer=0.0,
+            seconds_assembly=max(0.0, time.perf_counter() - t0 - gauss_newton.timings["jacobian"]),
+        )
     if batch.strategy == "accumulate":
         products = engine.normal_products(batch, dtype=dtype)
         timings = products.timings

@@ -33,6 +33,7 @@ from .._backends.base import (
     read_values,
 )
 from .damping import DampingRule, gain_ratio
+from .matrix_free import FAILED_CURVATURE
 from .report import StepReport
 from .stopping import StoppingCriteria
 
@@ -66,6 +67,13 @@ class _Trial:
     curvature: float
     status: float
     delta_norm: float
+
+
+#: What a failed solve's status means, in words (any other: "non-finite step").
+_FAILURES = {
+    FAILED_CHOLESKY: "cholesky failed",
+    FAILED_CURVATURE: "non-positive curvature",
+}
 
 
 def _rejection(trial: float, actual: float) -> str:
@@ -141,6 +149,9 @@ def run_attempts(
             t = time.perf_counter()
             solved = backend.solve(system, lam, how.scaling)
             seconds_solve += time.perf_counter() - t
+            if solved is not None and solved.iterations is not None:
+                report.cg_iterations.append(solved.iterations)
+                report.cg_stops.append(solved.stop)
             solution: Solution | str | None = solved
             if solved is not None and how.accelerate is not None:
                 t = time.perf_counter()
@@ -186,9 +197,7 @@ def run_attempts(
                 replicas.restore()
                 moved = False
                 if failed:
-                    report.rejections.append(
-                        "cholesky failed" if trial.status == FAILED_CHOLESKY else "non-finite step"
-                    )
+                    report.rejections.append(_FAILURES.get(trial.status, "non-finite step"))
                 else:
                     report.predicted_reduction = predicted
                     report.gain_ratio = gain_ratio(actual, predicted)

@@ -9,6 +9,10 @@ of Levenberg (1944) and Marquardt (1963) (see ``_lma``) are sums over ranks:
 * under-determined ("explicit", N < P): JJᵀ has the cross blocks JᵢJⱼᵀ of every pair of
   ranks, so the row blocks (Nₖ × P) and residuals are all-gathered: every rank receives
   N × P numbers and builds the same N × N system (and δ = Jᵀu);
+* matrix-free ("matrix_free", neither fits): Jᵀr, the diagonal probes Jᵀz, ‖r‖² and N
+  are all-reduced once (P·(1 + probes) + 2 numbers), then every product JᵀJv of the
+  conjugate gradients is all-reduced (P numbers per CG iteration); the probes' signs
+  follow the global row index, so the ranks form the products one process would;
 * the loss of every trial point is Σₖ ‖rₖ‖² / Σₖ Nₖ (a custom ``loss_fn``: Σₖ Lₖ·nₖ / Σₖ nₖ
   over samples, as one process weighs its slices), all-reduced as two numbers, so the
   ranks take the same accept / reject decision (Nielsen 1999) and λ stays identical.
@@ -66,6 +70,7 @@ from .._backends.base import ArrayBackend, LinearSystem
 from .._errors import SolverConfigError, message
 from .._settings import check_ranks
 from .assembly import Assembly, assemble
+from .matrix_free import matrix_free_system
 from .report import StepReport
 
 __all__ = [
@@ -128,8 +133,10 @@ class StepScope(Protocol):
         *,
         dtype: torch.dtype | None,
         params: int,
+        probes: int = 1,
+        seed: int = 0,
     ) -> Assembly:
-        """The global system of the step."""
+        """The global system of the step (``probes``, ``seed``: the matrix-free step's)."""
         ...
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
@@ -183,8 +190,12 @@ class LocalScope:
         *,
         dtype: torch.dtype | None,
         params: int,
+        probes: int = 1,
+        seed: int = 0,
     ) -> Assembly:
-        return assemble(engine, backend, batch, dtype=dtype, params=params)
+        return assemble(
+            engine, backend, batch, dtype=dtype, params=params, probes=probes, seed=seed
+        )
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         return loss
@@ -357,8 +368,13 @@ class GroupScope:
         *,
         dtype: torch.dtype | None,
         params: int,
+        probes: int = 1,
+        seed: int = 0,
     ) -> Assembly:
-        """The global system: all-reduced products, or all-gathered row blocks."""
+        """The global system: all-reduced products, or all-gathered row blocks, or (matrix
+        free) all-reduced Jᵀr and probes with an operator whose every product is summed."""
+        if batch.strategy == "matrix_free":
+            return self._matrix_free(engine, batch, probes=probes, seed=seed)
         if batch.strategy == "accumulate":
             return self._accumulated(engine, backend, batch, dtype=dtype)
         return self._gathered(engine, backend, batch, params=params)
@@ -419,6 +435,70 @@ class GroupScope:
             seconds_transfer=transfer,
             seconds_assembly=max(0.0, (t1 - t0) - seconds_jacobian - transfer) + (t3 - t2),
             seconds_collective=t2 - t1,
+        )
+
+    def _matrix_free(
+        self, engine: JacobianEngine, batch: PreparedBatch, *, probes: int, seed: int
+    ) -> Assembly:
+        t0 = time.perf_counter()
+        # This rank's first sample in the global batch: the probes' signs follow global rows.
+        counts = torch.zeros(self.world_size, dtype=torch.float64, device=self.device)
+        counts[self.rank] = float(batch.samples)
+        counts = self._all_reduce(counts, "sum of the sample counts")
+        offset = round(float(counts[: self.rank].sum()))
+        t1 = time.perf_counter()
+        failure: ResidualNotFiniteError | None = None
+        try:
+            local = engine.gauss_newton(batch, probes=probes, seed=seed, row_offset=offset)
+            jtr, jtz, rss = local.jtr, local.jtz, local.rss
+        except ResidualNotFiniteError as exc:  # NaN goes to the others (module docstring)
+            failure, local = exc, None
+            params = engine.replicas.num_params
+            home = engine.replicas.devices[0]
+            jtr = torch.full((params,), math.nan, dtype=torch.float64, device=home)
+            jtz = torch.full((probes, params), math.nan, dtype=torch.float64, device=home)
+            rss = math.nan
+        t2 = time.perf_counter()
+        home = jtr.device
+        packed = torch.cat(
+            [
+                jtr.reshape(-1),
+                jtz.reshape(-1),
+                torch.tensor([rss, float(batch.rows)], dtype=torch.float64, device=home),
+            ]
+        ).to(self.device)
+        with self._collective("all-reduce of Jᵀr, Jᵀz, ‖r‖² and N"):
+            dist.all_reduce(packed, group=self.group)
+        t3 = time.perf_counter()
+        totals = packed[-2:].tolist()
+        if failure is not None:
+            raise failure
+        if not math.isfinite(totals[0]):
+            raise refused_elsewhere(
+                "‖r‖² summed over the ranks is not finite: another rank's residuals are NaN "
+                "or infinite (or their squares overflowed)"
+            )
+        assert local is not None
+        params = jtr.numel()
+        local.jtr = packed[:params].to(home)
+        local.jtz = packed[params:-2].reshape(jtz.shape).to(home)
+        local.rss = float(totals[0])
+        local.rows = round(totals[1])
+
+        def reduce(v: torch.Tensor) -> torch.Tensor:
+            out = v.to(self.device)
+            with self._collective("all-reduce of a product JᵀJv"):
+                dist.all_reduce(out, group=self.group)
+            return out.to(v.device)
+
+        system = matrix_free_system(local, rows=local.rows, reduce=reduce)
+        return Assembly(
+            system=system,
+            strategy="matrix_free",
+            seconds_jacobian=t2 - t1,
+            seconds_transfer=0.0,
+            seconds_assembly=time.perf_counter() - t3,
+            seconds_collective=(t1 - t0) + (t3 - t2),
         )
 
     def _gathered(

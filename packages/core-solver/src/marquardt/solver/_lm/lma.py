@@ -56,12 +56,14 @@ from .covariance import batch_covariance
 from .damping import DampingRule
 from .distributed import REFUSED, StepScope, refused_elsewhere, step_scope
 from .geodesic import GeodesicAcceleration
-from .memory_fit import check_limit, step_memory, usable_memory
+from .matrix_free import ConjugateGradients, TruncatedCG
+from .memory_fit import StepMemory, check_limit, step_memory, usable_memory
 from .options import (
     DAMPING_RULES,
     STRATEGIES,
     LossFn,
     ResidualFn,
+    check_matrix_free_options,
     check_options,
     check_poor_start_options,
 )
@@ -100,7 +102,14 @@ class LMA:
     measured best on the seed's sinc loop (fewer rejected attempts per step, lower loss
     per step). At most ``attempts`` damped solves per step. ``strategy``: "accumulate" (JᵀJ, Jᵀr summed on
     the model devices), "explicit" (J assembled by the backend; needed for the
-    under-determined form) or "auto" (the Jacobian planner: accumulate when N ≥ P).
+    under-determined form), "matrix_free" (no matrix: (JᵀJ/N + λD)δ = Jᵀr/N by truncated
+    preconditioned conjugate gradients on products JᵀJv from jvp/vjp, with D and the
+    preconditioner from a Hutchinson estimate of diag(JᵀJ); ``cg`` is a ``TruncatedCG``
+    of its budget, tolerance, warm start and probes; CG iterations per attempt in
+    ``report.cg_iterations``; not with ``params_per_step`` or ``geodesic``; the warm start
+    is not part of ``state_dict``) or "auto" (the Jacobian planner: accumulate when
+    N ≥ P, explicit when N < P, matrix_free when neither system fits the memory, with a
+    ``UserWarning`` and ``report.strategy_reason`` saying why).
     ``backend``: "auto", "cupynumeric", "torch", "numpy" or an ``ArrayBackend``. ``dtype``
     is the dtype the normal products are accumulated in (None: the parameters' dtype);
     factorisations are float64 always. ``ftol`` / ``xtol`` / ``gtol``: MINPACK-style
@@ -114,8 +123,9 @@ class LMA:
     indices). Before any Jacobian is formed a step checks that it fits
     ``memory_limit`` bytes (None: 0.8 × the free memory of the solver's device); with
     ``strategy="auto"`` and no ``params_per_step`` a step that would not fit switches to
-    random subsets of the largest k that does (a ``UserWarning`` says so), and a forced
-    strategy or k that does not fit is refused before any work.
+    the matrix-free strategy, or where even that does not fit to random subsets of the
+    largest k that does (a ``UserWarning`` says so), and a forced strategy or k that does
+    not fit is refused before any work.
 
     ``process_group``: None (the default) is one process, even inside a script that has
     initialised torch.distributed (a DDP script fitting a model per rank, or curve fits on
@@ -185,6 +195,7 @@ class LMA:
         geodesic_reject: bool = False,
         geodesic_after: int = 0,
         scaling_memory: float = 0.0,
+        cg: TruncatedCG | None = None,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
         options = check_options(
@@ -217,6 +228,9 @@ class LMA:
             backend=backend,
             params_per_step=params_per_step,
             process_group=process_group,
+        )
+        self._cg = check_matrix_free_options(
+            cg, strategy=strategy, params_per_step=params_per_step, geodesic=geodesic
         )
         check_point_residual(residual_fn, model, loss_fn=loss_fn, robust_loss=robust_loss)
         robust = check_robust_loss(robust_loss, f_scale, loss_fn)
@@ -259,6 +273,8 @@ class LMA:
         self._scaling = options.scaling
         self._attempts = options.attempts
         self._strategy = options.strategy
+        self._strategy_reason = ""  # why the planner left the dense strategies, when it did
+        self._cg_solver = ConjugateGradients(self._cg)
         self._dtype = options.dtype
         self._stopping = options.stopping
         self._steps = 0
@@ -393,12 +409,21 @@ class LMA:
             # the plan's collective, and refuse the batch too.
             self._scope.refuse(self._strategy)
             raise
-        if not self._fits(batch):
-            # Too large for the memory, chosen by the planner: subsets from now on.
+        if not self._fits(batch, slice_size):
+            # Too large for the memory, chosen by the planner: matrix-free steps (or, where
+            # those do not fit either, subsets) from now on.
             return self.step(inputs, targets, slice_size)
         built = self._scope.assemble(
-            self._engine, self._backend, batch, dtype=self._dtype, params=batch.params
+            self._engine,
+            self._backend,
+            batch,
+            dtype=self._dtype,
+            params=batch.params,
+            probes=self._cg.probes,
+            seed=self._steps,
         )
+        matrix_free = built.strategy == "matrix_free"
+        backend: ArrayBackend = self._cg_solver if matrix_free else self._backend
         system = built.system
         n = system.rows
         mse_before = system.rss / n
@@ -420,7 +445,8 @@ class LMA:
             loss_before=loss_before,
             loss_after=loss_before,
             strategy=built.strategy,
-            backend=self._backend.name,
+            strategy_reason=self._strategy_reason or batch.plan.reason,
+            backend=backend.name,
             rows=n,
             params=params,
             selected=0 if columns is None else columns.size,
@@ -444,7 +470,7 @@ class LMA:
             self._diag = diag
         accelerate = (
             None
-            if self._geodesic is None or self._steps < self._geodesic_after
+            if self._geodesic is None or self._steps < self._geodesic_after or matrix_free
             else GeodesicAcceleration(
                 self._geodesic,
                 reject=self._geodesic_reject,
@@ -458,9 +484,7 @@ class LMA:
             )
         )
         how = Attempts(
-            backend=self._backend
-            if columns is None
-            else SubsetBackend(self._backend, columns.index, params),
+            backend=backend if columns is None else SubsetBackend(backend, columns.index, params),
             rule=self._rule,
             scaling=self._scaling,
             attempts=self._attempts,
@@ -477,25 +501,31 @@ class LMA:
             scale=scale,
             seconds_trial=seconds_trial,
         )
+        if matrix_free:
+            report.products = system.a.products.products
+            if report.accepted:
+                self._cg_solver.accept()
         return self._finish(report, t_begin, loss_after, terminated=terminated)
 
-    def _fits(self, batch: PreparedBatch) -> bool:
+    def _fits(self, batch: PreparedBatch, slice_size: int | None) -> bool:
         """True when the step of ``batch`` fits the memory; False when it does not and the
-        solver switched to subsets (nothing forced); raises when a forced choice does not
-        fit. Legate's GPUs are sized by ``marquardt-devices`` and not checked here.
+        solver switched to the matrix-free step, or where that does not fit either to
+        subsets (nothing forced); raises when a forced choice does not fit. Legate's GPUs
+        are sized by ``marquardt-devices`` and not checked here.
 
         In a process group every rank takes the plan the tightest rank can take, and
         learns whether each rank could plan its share: a rank that refused its share
         (``StepScope.refuse``) lowers the flag, and the others raise
         ``ResidualNotFiniteError``.
         """
-        if self._backend.name == "cupynumeric":
+        if self._backend.name == "cupynumeric" and batch.strategy != "matrix_free":
             if self._scope.world_size > 1:
                 *_, planned = self._scope.least((1, 0, 1))
                 if not planned:
                     raise refused_elsewhere(REFUSED)
             return True
-        device = torch.device("cpu") if self._backend.name == "numpy" else self.devices[0]
+        solver_side = self._backend.name == "numpy" and batch.strategy != "matrix_free"
+        device = torch.device("cpu") if solver_side else self.devices[0]
         item = self._replicas.dtype.itemsize
         fit = step_memory(
             batch.plan,
@@ -503,13 +533,33 @@ class LMA:
             item,
             len(self.devices),
             usable_memory(device, self._memory_limit),
+            probes=self._cg.probes,
         )
         fits, fitting_k, planned = self._scope.least((int(fit.fits), fit.fitting_k, 1))
         if not planned:
             raise refused_elsewhere(REFUSED)
         if fits:
             return True
+        # Every rank is here (the minimum said "does not fit" to all of them).
+        if batch.columns is None and self._auto_subsets and batch.strategy != "matrix_free":
+            # The matrix-free step of the same batch: a plan, no Jacobian formed.
+            free_plan = self._engine.prepare(
+                batch.inputs, batch.targets, slice_size, strategy="matrix_free", checked=True
+            ).plan
+            free = step_memory(
+                free_plan,
+                self._replicas.num_params,
+                item,
+                len(self.devices),
+                usable_memory(self.devices[0], self._memory_limit),
+                probes=self._cg.probes,
+            )
+            (free_fits,) = self._scope.least((int(free.fits),))
+            if free_fits:
+                self._switch_to_matrix_free(batch, fit, free)
+                return False
         if batch.columns is None and self._auto_subsets and fitting_k >= 1:
+            self._strategy = "auto"
             sizes = self._replicas[0].sizes
             self._selection = ParamSelection(fitting_k, "random", sizes, self._seed)
             warnings.warn(
@@ -535,6 +585,27 @@ class LMA:
             else f"params_per_step={batch.columns.size} (strategy={batch.strategy!r})"
         )
         raise fit.refuse(what)
+
+    def _switch_to_matrix_free(
+        self, batch: PreparedBatch, dense: StepMemory, free: StepMemory
+    ) -> None:
+        """Strategy "matrix_free" from now on, and why (the warning, ``report``)."""
+        p, n = self._replicas.num_params, batch.rows
+        system = f"{p} x {p} (JᵀJ)" if batch.strategy == "accumulate" else f"{n} x {n} (JJᵀ)"
+        self._strategy = "matrix_free"
+        self._strategy_reason = (
+            f"matrix_free: the {batch.strategy} step's {system} system needs "
+            f"{dense.formula} = {dense.needed} B but {dense.usable} B are usable "
+            f"({dense.source}), and the other dense form is larger; the matrix-free step "
+            f"needs at most {free.formula} = {free.needed} B"
+        )
+        warnings.warn(
+            f"an LM step on all {p} parameters does not fit: {self._strategy_reason}. "
+            "Stepping matrix-free (conjugate gradients on products JᵀJv) from now on "
+            "(pass strategy= to choose)",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _finish(
         self, report: StepReport, t_begin: float, loss: float, *, terminated: bool

@@ -23,6 +23,7 @@ from .._backends.base import ArrayBackend
 from .._backends.choice import BACKEND_CHOICES
 from .._errors import SolverConfigError, message
 from .damping import DampingRule, FixedDamping, NielsenDamping
+from .matrix_free import TruncatedCG
 from .scaling import SCALINGS
 from .stopping import StoppingCriteria
 
@@ -32,6 +33,7 @@ __all__ = [
     "LossFn",
     "Options",
     "ResidualFn",
+    "check_matrix_free_options",
     "check_options",
     "check_poor_start_options",
 ]
@@ -44,7 +46,7 @@ LossFn = Callable[..., Any]
 #: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
 DAMPING_RULES: tuple[str, ...] = ("fixed", "nielsen")
 #: Names accepted by ``LMA(strategy=...)``.
-STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate")
+STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate", "matrix_free")
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,8 @@ def _check_choices(
             message(
                 f"LMA(strategy={strategy!r}) names a strategy",
                 f"the known ones are {STRATEGIES}",
-                "use 'auto', 'explicit' (J assembled) or 'accumulate' (JᵀJ summed)",
+                "use 'auto', 'explicit' (J assembled), 'accumulate' (JᵀJ summed) or "
+                "'matrix_free' (conjugate gradients on JᵀJv, no matrix formed)",
             )
         )
     if isinstance(backend, str) and backend not in BACKEND_CHOICES:
@@ -260,6 +263,44 @@ def check_options(
         dtype=dtype,
         stopping=StoppingCriteria(**tolerances),
     )
+
+
+def check_matrix_free_options(
+    cg: object,
+    *,
+    strategy: str,
+    params_per_step: object,
+    geodesic: object,
+) -> TruncatedCG:
+    """``cg`` (None: the defaults) as a ``TruncatedCG``, refused with the options a
+    matrix-free step cannot take (its system is an operator, not a matrix)."""
+    if cg is not None and not isinstance(cg, TruncatedCG):
+        raise SolverConfigError(
+            message(
+                "LMA(cg=...) expects a marquardt.solver.TruncatedCG or None",
+                f"got {type(cg).__name__}",
+                "pass e.g. cg=TruncatedCG(iterations=50, tolerance=1e-4)",
+            )
+        )
+    if cg is not None and strategy in ("explicit", "accumulate"):
+        raise SolverConfigError(
+            message(
+                "LMA(cg=...) sets the conjugate gradients of the matrix-free strategy",
+                f"strategy={strategy!r} factorises a matrix and never uses them",
+                "pass strategy='matrix_free' (or 'auto'), or leave cg unset",
+            )
+        )
+    if strategy == "matrix_free":
+        for name, value in (("params_per_step", params_per_step), ("geodesic", geodesic)):
+            if value is not None:
+                raise SolverConfigError(
+                    message(
+                        f"LMA(strategy='matrix_free', {name}=...) was requested",
+                        f"{name} needs the step's matrix, which a matrix-free step never forms",
+                        f"leave {name} unset, or choose strategy='auto'",
+                    )
+                )
+    return cg if cg is not None else TruncatedCG()
 
 
 def check_poor_start_options(

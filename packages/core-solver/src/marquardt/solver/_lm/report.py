@@ -40,6 +40,11 @@ class StepReport:
     damped factorisations and solves), ``seconds_trial`` (trial forwards),
     ``seconds_total``. ``strategy`` / ``backend`` say how the step ran; ``rows`` and
     ``params`` are N and P; ``selected`` is k for a step on a parameter subset (0: all P).
+    ``strategy_reason`` says why the step ran with its strategy (the planner's words).
+    A matrix-free step lists per attempt its conjugate-gradient iterations
+    (``cg_iterations``) and why they stopped (``cg_stops``: "tolerance", "budget",
+    "curvature" or "non-finite"); ``products`` counts its products JᵀJv (the warm starts'
+    included). They stay empty, and 0, for the dense strategies.
     """
 
     damping: float
@@ -67,6 +72,10 @@ class StepReport:
     rows: int = 0
     params: int = 0
     selected: int = 0
+    strategy_reason: str = ""
+    cg_iterations: list[int] = field(default_factory=list)
+    cg_stops: list[str] = field(default_factory=list)
+    products: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain Python values (for logging)."""

@@ -1,0 +1,320 @@
+"""Matrix-free LM where JᵀJ does not fit: against Adam, the dense step and the sinc goal.
+
+Three problems, float32, 2 threads, every side from the same initial parameters:
+
+* large: the 1-512-512-512-1 tanh MLP (P = 526,849; JᵀJ would be 2 TiB in float64) on
+  ``sinc(10 x)``, shuffled batches of N = 10,000 (the subsets benchmark's data,
+  ``_scale_subsets.py``). ``LMA(strategy="matrix_free", cg=TruncatedCG(iterations=10))``
+  against Adam on minibatches of
+  1000 at each of ``ADAM_LRS``, each for ``budget_seconds`` of wall time, scored by the MSE
+  on the full 100,000 points; targets: our MSE ≤ Adam's best, and the peak RSS growth of
+  one matrix-free step (a fresh process, ``_common.step_rss``) ≤ 1 GiB.
+* medium (``medium=True``): 1-128-128-128-128-1 (P = 49,921), where the dense step fits.
+  The dense LM (``strategy="auto"``: accumulate) runs ``dense_seconds``; its final
+  full-data MSE is the goal, and the matrix-free LM runs until it reaches that goal or
+  the same time; target: its time to the goal ≤ 1 × the dense LM's.
+* sinc: the seed's tutorial network 1-256-1 (P = 769) on 2,000 points, matrix-free until
+  the MSE reaches 1e-5 or ``sinc_seconds``: the target is reaching it.
+
+``python benchmarks/bench_matrix_free.py [--quick]``; ``nox -s bench -- matrix_free``.
+Writes ``results/matrix_free.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import _common as c
+import torch
+
+LARGE = (1, 512, 512, 512, 1)
+MEDIUM = (1, 128, 128, 128, 128, 1)
+N = 10_000
+SEED = 0
+ADAM_LRS = (1e-3, 3e-4, 1e-4)
+ADAM_BATCH = 1000
+SINC_HIDDEN = 256
+SINC_N = 2000
+SINC_GOAL = 1e-5
+RSS_TIMEOUT = 300.0
+TARGET_RSS_MIB = 1024.0
+#: The CG budget per attempt at P = 526,849: one product there costs about a second on two
+#: cores, so the default 50 would leave a 45 s budget one step.
+LARGE_CG_ITERATIONS = 10
+
+
+def _residual(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a - b
+
+
+@torch.no_grad()
+def full_mse(model: torch.nn.Module) -> float:
+    """MSE on the whole sinc dataset, in chunks."""
+    x, y = c.sinc_dataset()
+    total = 0.0
+    for lo in range(0, x.shape[0], 20_000):
+        total += float(((model(x[lo : lo + 20_000]) - y[lo : lo + 20_000]) ** 2).sum())
+    return total / x.shape[0]
+
+
+def _lma(model: torch.nn.Module, strategy: str, iterations: int | None = None) -> Any:
+    from marquardt.solver import LMA, TruncatedCG
+
+    cg = None if iterations is None else TruncatedCG(iterations=iterations)
+    return LMA(model, ["cpu"], _residual, strategy=strategy, cg=cg)
+
+
+def train_lm(
+    widths: tuple[int, ...],
+    strategy: str,
+    seconds: float,
+    goal: float | None = None,
+    iterations: int | None = None,
+) -> dict[str, Any]:
+    """LM (``strategy``; ``iterations``: the CG budget, None: the default) on shuffled
+    batches of N for ``seconds`` (or until the full MSE reaches ``goal``, checked after
+    every step); the MSE curve over time."""
+    model = c.tanh_mlp(widths, SEED)
+    lma = _lma(model, strategy, iterations)
+    batches = c.shuffled_batches(*c.sinc_dataset(), N, SEED)
+    curve: list[tuple[float, float]] = [(0.0, full_mse(model))]
+    cg: list[int] = []
+    attempts = 0
+    reached: float | None = None
+    scoring = 0.0  # seconds spent on the full-data MSE, not counted as training
+    start = time.perf_counter()
+    while time.perf_counter() - start - scoring < seconds:
+        lma.step(*next(batches))
+        report = lma.report
+        cg.extend(report.cg_iterations)
+        attempts += report.attempts
+        t = time.perf_counter()
+        elapsed = t - start - scoring
+        mse = full_mse(model)
+        scoring += time.perf_counter() - t
+        curve.append((elapsed, mse))
+        if goal is not None and mse <= goal:
+            reached = curve[-1][0]
+            break
+    return {
+        "strategy": lma.report.strategy,
+        "steps": len(curve) - 1,
+        "attempts": attempts,
+        "cg_iterations": cg,
+        "curve": curve,
+        "mse": curve[-1][1],
+        "seconds_to_goal": reached,
+    }
+
+
+def train_adam(widths: tuple[int, ...], lr: float, seconds: float) -> dict[str, Any]:
+    """Adam at ``lr`` on minibatches of ``ADAM_BATCH`` for ``seconds``; its full MSE."""
+    model = c.tanh_mlp(widths, SEED)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    batches = c.shuffled_batches(*c.sinc_dataset(), ADAM_BATCH, SEED)
+    steps = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        x, y = next(batches)
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        steps += 1
+    return {"lr": lr, "steps": steps, "mse": full_mse(model)}
+
+
+def train_sinc(seconds: float) -> dict[str, Any]:
+    """The tutorial's 1-256-1 network on 2,000 points, matrix-free, to MSE ``SINC_GOAL``."""
+    torch.manual_seed(SEED)
+    x = torch.linspace(-1, 1, SINC_N).unsqueeze(1)
+    y = torch.sinc(10 * x)
+    model = c.sinc_model(SINC_HIDDEN, SEED)
+    lma = _lma(model, "matrix_free")
+    start = time.perf_counter()
+    loss, steps, reached = float("inf"), 0, None
+    while time.perf_counter() - start < seconds:
+        loss, terminated = lma.step(x, y)
+        steps += 1
+        if loss <= SINC_GOAL:
+            reached = time.perf_counter() - start
+            break
+        if terminated:
+            break
+    return {"steps": steps, "mse": loss, "seconds_to_goal": reached, "params": 3 * SINC_HIDDEN + 1}
+
+
+def rss_child() -> dict[str, Any]:
+    """One matrix-free step of the large network in this fresh process: peak RSS growth."""
+    c.setup_threads()
+    x, y = next(c.shuffled_batches(*c.sinc_dataset(), N, SEED))
+    lma = _lma(c.tanh_mlp(LARGE, SEED), "matrix_free", LARGE_CG_ITERATIONS)
+    measured = c.step_rss(lambda: lma.step(x, y))
+    measured["cg_iterations"] = list(lma.report.cg_iterations)
+    return measured
+
+
+def main(
+    budget_seconds: float = 45.0,
+    dense_seconds: float = 60.0,
+    sinc_seconds: float = 60.0,
+    medium: bool = True,
+) -> dict[str, Any]:
+    c.setup_threads()
+    out: dict[str, Any] = {
+        "machine": c.machine(),
+        "load_before": c.load_average(),
+        "n": N,
+        "budget_seconds": budget_seconds,
+        "large": {"widths": list(LARGE), "params": c.mlp_params(LARGE)},
+    }
+    large = out["large"]
+    large["initial_mse"] = full_mse(c.tanh_mlp(LARGE, SEED))
+    large["cg_iterations_budget"] = LARGE_CG_ITERATIONS
+    large["matrix_free"] = train_lm(
+        LARGE, "matrix_free", budget_seconds, iterations=LARGE_CG_ITERATIONS
+    )
+    print("large matrix_free", json.dumps(large["matrix_free"]["mse"]), flush=True)
+    large["adam"] = [train_adam(LARGE, lr, budget_seconds) for lr in ADAM_LRS]
+    print("large adam", [a["mse"] for a in large["adam"]], flush=True)
+    result, error = c.run_child([__file__, "--child-rss"], RSS_TIMEOUT)
+    large["rss"] = result if result is not None else {"error": error}
+    if medium:
+        dense = train_lm(MEDIUM, "auto", dense_seconds)
+        free = train_lm(MEDIUM, "matrix_free", dense_seconds, goal=dense["mse"])
+        out["medium"] = {
+            "widths": list(MEDIUM),
+            "params": c.mlp_params(MEDIUM),
+            "dense": dense,
+            "matrix_free": free,
+        }
+        print("medium", dense["mse"], free["mse"], free["seconds_to_goal"], flush=True)
+    out["sinc"] = train_sinc(sinc_seconds)
+    print("sinc", out["sinc"], flush=True)
+    out["load_after"] = c.load_average()
+    c.write_json("matrix_free", out)
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows with verdicts for the aggregate table."""
+    large = e["large"]
+    label = f"matrix-free {c.mlp_name(large['widths'])} (P={large['params']:,}) N={e['n']:,}"
+    ours = large["matrix_free"]
+    adam = min(large["adam"], key=lambda a: a["mse"])
+    cg = ours["cg_iterations"]
+    rows = [
+        c.row(
+            f"{label}: MSE / Adam's best",
+            ours["mse"] / adam["mse"],
+            1.0,
+            detail=f"full-data MSE after {e['budget_seconds']:.0f} s: ours {ours['mse']:.3g} "
+            f"({ours['steps']} steps, {ours['attempts']} attempts, {sum(cg)} CG iterations), "
+            f"Adam {adam['mse']:.3g} (lr {adam['lr']:g}, best of "
+            f"{', '.join(format(a['lr'], 'g') for a in large['adam'])}); "
+            f"start {large['initial_mse']:.3g}",
+        )
+    ]
+    growth = large["rss"].get("growth_mib")
+    rows.append(
+        c.row(
+            f"{label}: peak RSS growth of one step",
+            growth,
+            TARGET_RSS_MIB,
+            unit=" MiB",
+            detail=large["rss"].get("error", "a fresh process, one step"),
+        )
+    )
+    medium = e.get("medium")
+    if medium is not None:
+        dense, free = medium["dense"], medium["matrix_free"]
+        reached = free["seconds_to_goal"]
+        spent = free["curve"][-1][0]
+        dense_time = dense["curve"][-1][0]
+        rows.append(
+            c.row(
+                f"matrix-free {c.mlp_name(medium['widths'])} (P={medium['params']:,}): "
+                "time to the dense LM's MSE / dense",
+                (reached if reached is not None else spent) / dense_time,
+                1.0,
+                bound="" if reached is not None else ">",
+                detail=f"dense ({dense['strategy']}) MSE {dense['mse']:.3g} in "
+                f"{dense_time:.0f} s ({dense['steps']} steps); matrix-free "
+                + (f"reached it in {reached:.0f} s" if reached is not None else "did not reach it")
+                + f" ({free['steps']} steps, MSE {free['mse']:.3g})",
+            )
+        )
+    sinc = e["sinc"]
+    rows.append(
+        c.row(
+            f"matrix-free sinc 1-{SINC_HIDDEN}-1 (P={sinc['params']}): MSE reached / 1e-5",
+            sinc["mse"] / SINC_GOAL,
+            1.0,
+            detail=f"{sinc['steps']} steps"
+            + (
+                f", {sinc['seconds_to_goal']:.1f} s to 1e-5"
+                if sinc["seconds_to_goal"] is not None
+                else ", not reached"
+            ),
+        )
+    )
+    return rows
+
+
+def section(e: dict[str, Any]) -> str:
+    """The RESULTS.md section: the curves' end points, per side."""
+    large = e["large"]
+    lines = [
+        f"1-minute load before → after: {e['load_before']:.1f} → {e['load_after']:.1f}.",
+        "",
+        "| problem | side | steps | full-data MSE |",
+        "|---|---|---|---|",
+        f"| {c.mlp_name(large['widths'])} | matrix-free LM | {large['matrix_free']['steps']} | "
+        f"{_fmt(large['matrix_free']['mse'])} |",
+    ]
+    for a in large["adam"]:
+        lines.append(
+            f"| {c.mlp_name(large['widths'])} | Adam lr {a['lr']:g} | {a['steps']} | "
+            f"{_fmt(a['mse'])} |"
+        )
+    medium = e.get("medium")
+    if medium is not None:
+        for side in ("dense", "matrix_free"):
+            run = medium[side]
+            lines.append(
+                f"| {c.mlp_name(medium['widths'])} | {run['strategy']} LM | {run['steps']} | "
+                f"{_fmt(run['mse'])} |"
+            )
+    sinc = e["sinc"]
+    lines.append(
+        f"| sinc 1-{SINC_HIDDEN}-1 | matrix-free LM | {sinc['steps']} | {_fmt(sinc['mse'])} |"
+    )
+    return "\n".join(lines)
+
+
+def _cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short budgets, no medium problem")
+    parser.add_argument("--budget", type=float, default=45.0, help="seconds per large side")
+    parser.add_argument("--child-rss", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_rss:
+        print(json.dumps(rss_child()))
+        return
+    if args.quick:
+        results = main(budget_seconds=8.0, dense_seconds=8.0, sinc_seconds=20.0, medium=False)
+    else:
+        results = main(budget_seconds=args.budget)
+    print(c.format_rows(summary(results)))
+
+
+if __name__ == "__main__":
+    _cli()
+    sys.exit(0)

@@ -1,0 +1,284 @@
+"""The matrix-free damped solve: truncated, preconditioned conjugate gradients.
+
+Where neither ``JᵀJ`` (P × P) nor ``JJᵀ`` (N × N) fits, the step solves
+
+    (A + λD) δ = g,   A = JᵀJ/N,  g = Jᵀr/N,
+
+by conjugate gradients (Hestenes & Stiefel 1952) on the operator ``v ↦ Av``, which the
+Jacobian engine forms from one Jacobian-vector and one vector-Jacobian product per slice
+(``marquardt.jacobian.GaussNewtonProducts``; Schraudolph 2002; Martens 2010). A is never
+formed. The pieces:
+
+* preconditioner M = d̂ + λD, with d̂ the Hutchinson estimate of diag(JᵀJ)/N (floored as
+  Marquardt's scaling is), a Jacobi preconditioner of the damped matrix;
+* D is the step's scaling (``scaling="marquardt"``: d̂ floored; "identity": I), and I
+  when N < P, as in the dense under-determined step (JJᵀ/N + λI)u = r/N, whose δ = Jᵀu
+  solves (JᵀJ/N + λI)δ = Jᵀr/N: the damping rules, the attempts and the stopping tests
+  are those of the dense step;
+* truncation (Steihaug 1983; Toint 1981): stop when the relative residual
+  ‖g − (A + λD)x‖ / ‖g‖ ≤ ``tolerance``, after ``iterations`` iterations, or on a direction
+  of non-positive curvature (rounding, when λ is tiny and J rank-deficient), keeping the
+  last iterate. Every CG iterate lowers the quadratic model from x = 0, so a truncated x
+  is a descent step whose predicted reduction is exact for that x;
+* warm start (Martens 2010): x₀ = ``warm_start`` × the last *accepted* δ (a rejected
+  attempt's δ was too long: starting the next, more damped attempt from it lets the
+  relative-residual test pass at once, near the step just rejected), dropped for x₀ = 0
+  when it models no decrease (q(x₀) ≥ 0); it costs one product.
+
+δᵀg and δᵀAδ of the returned δ are tracked through the iterations (Ax is updated with
+each Ap), so the gain ratio's prediction is exact for the truncated δ at no extra product.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from marquardt.jacobian import GaussNewtonProducts, JacobianSlice, NormalProducts
+
+from .._backends.base import FAILED_NON_FINITE, LinearSystem, Solution
+from .._backends.torch_backend import scaling_diagonal_torch
+from .._errors import SolverConfigError, message
+
+__all__ = [
+    "CG_STOPS",
+    "CG_VECTORS",
+    "FAILED_CURVATURE",
+    "ConjugateGradients",
+    "GaussNewtonOperator",
+    "TruncatedCG",
+    "matrix_free_system",
+]
+
+#: ``Solution.status`` of a matrix-free solve that met non-positive curvature before moving.
+FAILED_CURVATURE = 3.0
+#: Why a solve's iterations stopped (``StepReport.cg_stops``).
+CG_STOPS: tuple[str, ...] = ("tolerance", "budget", "curvature", "non-finite")
+#: P-sized float64 vectors a matrix-free step holds at once (x, r, z, p, Ap, Ax, g, the
+#: estimate d̂, D, M, the warm start), besides the probes' Jᵀz: its memory is O(P).
+CG_VECTORS = 11
+
+
+@dataclass(frozen=True)
+class TruncatedCG:
+    """Options of the matrix-free step (``LMA(strategy="matrix_free", cg=TruncatedCG(...))``).
+
+    **Arguments:**
+
+    - ``iterations``: the CG budget per attempt (products ``JᵀJv``; a warm start adds one).
+    - ``tolerance``: stop when ‖g − (A + λD)x‖ ≤ tolerance·‖g‖ (relative residual).
+    - ``warm_start``: x₀ = warm_start × the last accepted δ (0: always from x₀ = 0).
+    - ``probes``: Hutchinson probes of diag(JᵀJ) per step (one reverse pass each); at
+      least 1, since the preconditioner and Marquardt's scaling use the estimate.
+
+    **Raises:** ``SolverConfigError`` at construction for values out of range.
+    """
+
+    iterations: int = 50
+    tolerance: float = 1e-4
+    warm_start: float = 0.95
+    probes: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "probes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SolverConfigError(
+                    message(
+                        f"TruncatedCG({name}=...) expects an integer ≥ 1",
+                        f"got {value!r}",
+                        f"pass e.g. {name}={50 if name == 'iterations' else 4}",
+                    )
+                )
+        for name, hi in (("tolerance", math.inf), ("warm_start", 1.0)):
+            value = getattr(self, name)
+            ok = (
+                not isinstance(value, bool)
+                and isinstance(value, (int, float))
+                and math.isfinite(float(value))
+                and 0.0 <= float(value) <= hi
+                and not (name == "tolerance" and float(value) == 0.0)
+            )
+            if not ok:
+                bound = "> 0" if name == "tolerance" else "in [0, 1]"
+                raise SolverConfigError(
+                    message(
+                        f"TruncatedCG({name}=...) expects a finite number {bound}",
+                        f"got {value!r}",
+                        "pass e.g. tolerance=1e-4" if name == "tolerance" else "pass 0.95 or 0",
+                    )
+                )
+
+
+class GaussNewtonOperator:
+    """A = JᵀJ/N as a function of v (float64 P-vectors), from the engine's products;
+    ``reduce`` sums a rank's share over a process group (None: one process)."""
+
+    def __init__(
+        self,
+        products: GaussNewtonProducts,
+        rows: int,
+        reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
+        self.products = products
+        self.rows = rows
+        self._reduce = reduce
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        out = self.products.product(v)
+        if self._reduce is not None:
+            out = self._reduce(out)
+        return out / self.rows
+
+
+def matrix_free_system(
+    products: GaussNewtonProducts,
+    *,
+    rows: int,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> LinearSystem:
+    """The step's system with ``a`` the operator A (see the module docstring): g = Jᵀr/N
+    and diag = d̂ (the estimate of diag(JᵀJ)/N), from products summed over the ranks."""
+    return LinearSystem(
+        a=GaussNewtonOperator(products, rows, reduce),
+        g=products.jtr / rows,
+        diag=products.diagonal() / rows,
+        rows=int(rows),
+        params=int(products.jtr.numel()),
+        underdetermined=False,
+        rss=float(products.rss),
+    )
+
+
+class ConjugateGradients:
+    """The damped solve of a matrix-free system (the ``ArrayBackend`` seam of the attempt
+    loop): truncated preconditioned CG, warm-started from the last accepted δ
+    (``accept`` tells it which δ that was)."""
+
+    name = "cg"
+
+    def __init__(self, options: TruncatedCG) -> None:
+        self.options = options
+        self._previous: torch.Tensor | None = None  # the warm start's δ
+        self._last: torch.Tensor | None = None  # the last solve's δ
+
+    def system_from_products(self, products: NormalProducts) -> LinearSystem:
+        raise SolverConfigError(
+            message(
+                "the matrix-free solver was handed JᵀJ",
+                "it solves with products JᵀJv only",
+                "use an array backend for strategy 'accumulate'",
+            )
+        )
+
+    def system_from_slices(
+        self, slices: Iterable[JacobianSlice], rows: int, params: int
+    ) -> LinearSystem:
+        raise SolverConfigError(
+            message(
+                "the matrix-free solver was handed slices of J",
+                "it solves with products JᵀJv only",
+                "use an array backend for strategy 'explicit'",
+            )
+        )
+
+    def synchronize(self) -> None:
+        """Nothing queued: every iteration reads its scalars."""
+
+    def accept(self) -> None:
+        """The last solve's δ was accepted: the next step's attempts start from it."""
+        self._previous = self._last
+
+    def forget(self) -> None:
+        """Drop the warm start (the next solve starts from x₀ = 0)."""
+        self._previous = self._last = None
+
+    def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution:
+        """δ ≈ (A + λD)⁻¹g by truncated PCG; the solution's ``iterations`` and ``stop``
+        say how it ended. Never raises for a numerically bad system: a non-finite
+        iterate is ``FAILED_NON_FINITE``, curvature ≤ 0 before any move ``FAILED_CURVATURE``."""
+        opts = self.options
+        op: Callable[[torch.Tensor], torch.Tensor] = system.a
+        g = system.g
+        lam = float(damping)
+        if system.rows < system.params:
+            scaling = "identity"  # the dense under-determined step's D (module docstring)
+        d = system.scale(scaling, scaling_diagonal_torch)
+        precondition = system.scale("marquardt", scaling_diagonal_torch) + lam * d
+        x = torch.zeros_like(g)
+        ax = torch.zeros_like(g)
+        r = g.clone()
+        if opts.warm_start > 0.0 and self._previous is not None and self._previous.shape == g.shape:
+            x0 = opts.warm_start * self._previous.to(g.device)
+            ax0 = op(x0)
+            bx0 = ax0 + lam * d * x0
+            # q(x₀) = ½x₀ᵀBx₀ − gᵀx₀ < 0: a better start than 0.
+            if float(0.5 * (x0 @ bx0) - g @ x0) < 0.0:
+                x, ax, r = x0, ax0, g - bx0
+        g_norm = float(g.norm())
+        if not math.isfinite(g_norm):
+            return self._finish(x, ax, g, lam, 0, "non-finite", FAILED_NON_FINITE)
+        goal = opts.tolerance * g_norm
+        z = r / precondition
+        p = z.clone()
+        rz = float(r @ z)
+        done = 0
+        stop = "budget"
+        status = 0.0
+        for _ in range(opts.iterations):
+            if float(r.norm()) <= goal:
+                stop = "tolerance"
+                break
+            ap = op(p)
+            bp = ap + lam * d * p
+            curvature = float(p @ bp)
+            done += 1
+            if not math.isfinite(curvature):
+                stop, status = "non-finite", FAILED_NON_FINITE
+                break
+            if curvature <= 0.0:
+                # Steihaug's exit without a trust region: keep the last iterate.
+                stop = "curvature"
+                if not bool(x.any()):
+                    status = FAILED_CURVATURE
+                break
+            alpha = rz / curvature
+            x = x.add(p, alpha=alpha)
+            ax = ax.add(ap, alpha=alpha)
+            r = r.sub(bp, alpha=alpha)
+            z = r / precondition
+            rz_next = float(r @ z)
+            p = z.add(p, alpha=rz_next / rz) if rz != 0.0 else z.clone()
+            rz = rz_next
+        else:
+            if float(r.norm()) <= goal:
+                stop = "tolerance"
+        return self._finish(x, ax, g, lam, done, stop, status)
+
+    def _finish(
+        self,
+        x: torch.Tensor,
+        ax: torch.Tensor,
+        g: torch.Tensor,
+        lam: float,
+        iterations: int,
+        stop: str,
+        status: float,
+    ) -> Solution:
+        gradient_dot = float(x @ g)
+        curvature = float(x @ ax)
+        if status == 0.0 and not (math.isfinite(gradient_dot) and math.isfinite(curvature)):
+            status, stop = FAILED_NON_FINITE, "non-finite"
+        self._last = x if status == 0.0 else None
+        return Solution(
+            delta=x,
+            gradient_dot=gradient_dot,
+            curvature=curvature,
+            damping=lam,
+            status=status,
+            iterations=iterations,
+            stop=stop,
+        )
