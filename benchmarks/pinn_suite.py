@@ -319,9 +319,10 @@ def allen_cahn_etdrk4(
     Fourier in space, ETDRK4 in time (Cox & Matthews 2002); the φ-functions of the
     linear part by the contour-integral mean of Kassam & Trefethen 2005 (32 points on a
     circle of radius 1 about each dt·L), which avoids their cancellation near zero.
-    Returns an array ``(modes, times)``. The interfaces are √(D/γ) ≈ 0.0045 wide: 512
-    modes leave differences of 1e-4 to 1,024 early on, halving dt changes nothing
-    above 1e-11.
+    Returns an array ``(modes, times)``. The initial slope jumps across the periodic
+    boundary (u_x(±1, 0) = ∓2) and the interfaces are √(D/γ) ≈ 0.0045 wide, so the modes
+    converge algebraically early on: 512 and 1,024 modes differ by 1.3e-4 (max) at
+    t = 0.1 and 1.4e-6 at t = 1; halving dt changes nothing above 1e-11.
     """
     x = -1 + 2 * np.arange(modes) / modes
     k = np.pi * np.fft.fftfreq(modes, d=1.0 / modes)  # wavenumbers of period 2

