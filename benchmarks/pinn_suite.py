@@ -117,7 +117,7 @@ class Problem:
     def relative_l2(self, model: nn.Module) -> float:
         """‖u_θ − u‖₂ / ‖u‖₂ over the test points (for ``heat_inverse``: |α_θ − α| / α)."""
         if self.coefficient is not None:
-            alpha = float(model.alpha)  # type: ignore[arg-type]
+            alpha = float(model.alpha.detach())  # type: ignore[operator]
             return abs(alpha - self.coefficient) / self.coefficient
         return self.field_error(model)
 
