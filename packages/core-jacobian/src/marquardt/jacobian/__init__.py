@@ -5,11 +5,13 @@ package computes ``J = ∂r/∂θ`` slice by slice on every model device, and ha
 either the slices of ``J`` or the Levenberg-Marquardt normal products ``JᵀJ`` and
 ``Jᵀr`` (Marquardt 1963; Nielsen 1999). Residuals are functions of the model's outputs,
 ``residual_fn(outputs, targets)``, or call the model as a function of one point and
-differentiate it by its inputs (``PointResidual``: physics-informed networks).
+differentiate it by its inputs (``PointResidual``: physics-informed networks), at
+collocation points that may be redrawn as training goes (``Collocation``).
 """
 
 from __future__ import annotations
 
+from ._collocation import Collocation, Sampler
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
 from ._errors import (
@@ -37,6 +39,7 @@ from ._replicas import Replicas
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
+    "Collocation",
     "ColumnSubset",
     "DeviceMismatchError",
     "EmptyBatchError",
@@ -57,6 +60,7 @@ __all__ = [
     "ResidualNotDifferentiableError",
     "ResidualNotFiniteError",
     "ResidualShapeError",
+    "Sampler",
     "SliceSizeError",
     "SliceStream",
     "UnknownModeError",
