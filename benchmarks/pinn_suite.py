@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from marquardt.jacobian import PointResidual, ResidualGroup
+from marquardt.jacobian import Collocation, PointResidual, ResidualGroup, Sampler
 
 Points = dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 F64 = torch.float64
@@ -109,6 +109,18 @@ class Problem:
 
     def batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         return self.residual.batch(**self.draw(generator))
+
+    def samplers(self) -> dict[str, Sampler]:
+        """One ``sampler(n, generator)`` per group, for ``marquardt.jacobian.Collocation``."""
+
+        def one(name: str) -> Sampler:
+            return lambda n, g: self.sampler({**self.rows, name: n}, g)[name]
+
+        return {name: one(name) for name in self.rows}
+
+    def collocation(self, model: nn.Module | None = None, **options: Any) -> Collocation:
+        """A ``Collocation`` of this problem's groups and rows (``options``: its keywords)."""
+        return Collocation(self.residual, self.samplers(), self.rows, model=model, **options)
 
     def network(self, seed: int = 0) -> nn.Module:
         net = tanh_network(self.inputs, self.width, self.depth, seed)
