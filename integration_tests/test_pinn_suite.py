@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import pinn_suite as suite  # noqa: E402
+import pinn_suite as suite
 
 
 class Exact(nn.Module):
@@ -121,7 +121,7 @@ def test_allen_cahn_reference_converges_in_time_and_space() -> None:
 def test_every_problem_draws_its_rows_in_its_domain() -> None:
     for name in suite.PROBLEMS:
         problem = suite.problem(name)
-        x, y = problem.batch(torch.Generator().manual_seed(0))
+        x, _ = problem.batch(torch.Generator().manual_seed(0))
         assert int(x.shape[0]) == sum(problem.rows.values())
         lo, hi = problem.test_x.min(0).values, problem.test_x.max(0).values
         assert bool(((x >= lo - 1e-12) & (x <= hi + 0.02)).all()), name

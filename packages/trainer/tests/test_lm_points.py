@@ -91,9 +91,7 @@ def test_lm_loop_trains_on_collocation_points_redrawn_every_epoch(tmp_path: Path
     )
     stop = EarlyStopping(on="val_epoch_end", monitor="val_error", patience=50)
     lma = LMA(model, [torch.device("cpu")], residual)
-    config = TrainConfig(
-        max_iter=29, val_every=5, root_folder=tmp_path, callbacks=[record, stop]
-    )
+    config = TrainConfig(max_iter=29, val_every=5, root_folder=tmp_path, callbacks=[record, stop])
     trainer = Trainer(model, lma, config, loss_fn=metrics)
     trainer.fit(
         DataLoader(points, batch_size=None),
