@@ -11,7 +11,9 @@ Methods (each in its own process, float64, the problem's tanh network from one s
   mean squared residual;
 * ``lbfgs``: ``torch.optim.LBFGS`` (strong Wolfe line search, history 50);
 * ``adam_lbfgs``: Adam for half the budget, then L-BFGS (the schedule of DeepXDE, Lu et
-  al. 2021, and of most PINN papers).
+  al. 2021, and of most PINN papers);
+* ``lm_tutorial`` (only with ``--methods``): ``lm`` with geodesic acceleration 0.75 and
+  ``scaling_memory=1``.
 
 The clock excludes the error evaluations. The error is the problem's relative L2 error
 against its reference (for the inverse problem: the coefficient's relative error). Writes
@@ -37,11 +39,23 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import format_rows, load_average, machine, row, run_child, setup_threads, write_json
+from _common import (
+    RESULTS_DIR,
+    format_rows,
+    load_average,
+    machine,
+    row,
+    run_child,
+    setup_threads,
+    write_json,
+)
 
 import pinn_suite
 
 METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
+#: Run only when named (``--methods``): LM with the PINN tutorial's former settings.
+EXTRA_METHODS = ("lm_tutorial",)
+TUTORIAL_SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
 FIRST_ORDER = ("adam", "lbfgs", "adam_lbfgs")
 ADAM_LR = 1e-3
 
@@ -88,10 +102,11 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
     def loss() -> torch.Tensor:
         return residual.rows(model, params, batch[0], batch[1]).pow(2).mean()
 
-    if method in ("lm", "lm_resample"):
+    if method in ("lm", "lm_resample", "lm_tutorial"):
         from marquardt.solver import LMA
 
-        lma = LMA(model, [torch.device("cpu")], residual)
+        settings: dict[str, Any] = TUTORIAL_SETTINGS if method == "lm_tutorial" else {}
+        lma = LMA(model, [torch.device("cpu")], residual, **settings)
         points = problem.collocation(seed=1) if method == "lm_resample" else None
 
         def lm_step() -> bool:
@@ -148,9 +163,13 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
 
 # -- the parent --------------------------------------------------------------------------------
 def main(
-    budget: float = 60.0, problems: tuple[str, ...] = tuple(pinn_suite.PROBLEMS)
+    budget: float = 60.0,
+    problems: tuple[str, ...] = tuple(pinn_suite.PROBLEMS),
+    methods: tuple[str, ...] = METHODS,
+    update: bool = False,
 ) -> dict[str, Any]:
-    """Every method on every problem, each in its own process; writes the JSON."""
+    """``methods`` on ``problems``, each in its own process; writes the JSON (``update``:
+    into the last results, replacing only the runs made now)."""
     setup_threads()
     results: dict[str, Any] = {
         "machine": machine(),
@@ -158,22 +177,38 @@ def main(
         "adam_lr": ADAM_LR,
         "problems": {},
     }
+    if update:
+        results = json.loads((RESULTS_DIR / "pinn_suite.json").read_text())
+        if results["budget_s"] != budget:
+            raise SystemExit(
+                f"--update with --budget {budget} into results of {results['budget_s']} s: "
+                "the runs would not compare. HINT: pass --budget "
+                f"{results['budget_s']:g}"
+            )
     for name in problems:
         problem = pinn_suite.problem(name)
-        entry: dict[str, Any] = {
+        entry: dict[str, Any] = results["problems"].get(name) or {
             "published": problem.published,
             "load_before": load_average(),
             "runs": {},
         }
-        for method in METHODS:
+        for method in methods:
             out, error = run_child(
-                [str(Path(__file__).resolve()), "--child", f"{name}:{method}", "--budget", str(budget)],
+                [
+                    str(Path(__file__).resolve()),
+                    "--child",
+                    f"{name}:{method}",
+                    "--budget",
+                    str(budget),
+                ],
                 timeout=budget * 4 + 180,
             )
             entry["runs"][method] = out if out is not None else {"failed": error}
+            if update:
+                entry["runs"][method]["rerun_load"] = load_average()
             shown = f"{out['trace'][-1][1]:.3g} ({out['steps']} steps)" if out else error
             print(f"{name:13s} {method:12s} {shown}", flush=True)
-        entry["load_after"] = load_average()
+        entry.setdefault("load_after", load_average())
         results["problems"][name] = entry
     results["rows"] = summary(results)
     print(format_rows(results["rows"]))
@@ -182,9 +217,11 @@ def main(
 
 
 def _final(run: dict[str, Any] | None) -> float:
+    """The error a run ended with (inf for a failed or non-finite run)."""
     if not run or "trace" not in run:
-        return float("nan")
-    return float(run["trace"][-1][1])
+        return math.inf
+    value = float(run["trace"][-1][1])
+    return value if math.isfinite(value) else math.inf
 
 
 def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,7 +231,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         runs = entry["runs"]
         lm = min(_final(runs.get("lm")), _final(runs.get("lm_resample")))
         rows.append(row(f"pinn_suite: {name}, LM error", lm, 1e-4, unit=""))
-        best_name = min(FIRST_ORDER, key=lambda m: _final(runs.get(m)) if _final(runs.get(m)) == _final(runs.get(m)) else math.inf)
+        best_name = min(FIRST_ORDER, key=lambda m: _final(runs.get(m)))
         best = _final(runs.get(best_name))
         rows.append(
             row(
@@ -232,7 +269,10 @@ def section(results: dict[str, Any]) -> str:
             + " | ".join(cells)
             + f" | {published or '—'} | {entry['load_before']:.1f} → {entry['load_after']:.1f} |"
         )
-    lines += ["", "(steps in parentheses; a first-order step is 10 Adam updates or one L-BFGS call of ≤ 20 iterations)"]
+    lines += [
+        "",
+        "(steps in parentheses; a first-order step is 10 Adam updates or one L-BFGS call of ≤ 20 iterations)",
+    ]
     return "\n".join(lines)
 
 
@@ -241,6 +281,14 @@ def cli() -> None:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per method and problem")
     parser.add_argument(
         "--problems", default=",".join(pinn_suite.PROBLEMS), help="comma-separated subset"
+    )
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated subset of {METHODS + EXTRA_METHODS}",
+    )
+    parser.add_argument(
+        "--update", action="store_true", help="replace these runs in the last results only"
     )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -252,7 +300,11 @@ def cli() -> None:
     chosen = tuple(p for p in args.problems.split(",") if p)
     for p in chosen:
         pinn_suite.problem(p)  # unknown names fail here, before any run
-    main(budget=args.budget, problems=chosen)
+    methods = tuple(m for m in args.methods.split(",") if m)
+    unknown = sorted(set(methods) - set(METHODS + EXTRA_METHODS))
+    if unknown:
+        parser.error(f"unknown methods {unknown}; the known ones are {METHODS + EXTRA_METHODS}")
+    main(budget=args.budget, problems=chosen, methods=methods, update=args.update)
 
 
 if __name__ == "__main__":

@@ -404,14 +404,17 @@ def _periodic_slope(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
 def allen_cahn() -> Problem:
     def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
         x0 = _uniform(rows["initial"], [-1], [1], g)
-        tb = _uniform(rows["periodic"], [0], [1], g)
-        left = torch.cat([torch.full_like(tb, -1.0), tb], 1)
         initial = torch.cat([x0, torch.zeros_like(x0)], 1)
+
+        def left(n: int) -> torch.Tensor:
+            tb = _uniform(n, [0], [1], g)
+            return torch.cat([torch.full_like(tb, -1.0), tb], 1)
+
         return {
             "pde": _uniform(rows["pde"], [-1, 0], [1, 1], g),
             "initial": (initial, x0[:, 0] ** 2 * torch.cos(math.pi * x0[:, 0])),
-            "periodic": left,
-            "periodic_slope": left,
+            "periodic": left(rows["periodic"]),
+            "periodic_slope": left(rows["periodic_slope"]),
         }
 
     ref = _allen_cahn_reference()[::8]  # 128 of the 1,024 x, every 0.01 in t
