@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pinn_suite
 from _common import (
     RESULTS_DIR,
     format_rows,
@@ -49,8 +50,6 @@ from _common import (
     setup_threads,
     write_json,
 )
-
-import pinn_suite
 
 METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
 #: Run only when named (``--methods``): LM with the PINN tutorial's former settings.
@@ -167,9 +166,12 @@ def main(
     problems: tuple[str, ...] = tuple(pinn_suite.PROBLEMS),
     methods: tuple[str, ...] = METHODS,
     update: bool = False,
+    quick: bool = False,
 ) -> dict[str, Any]:
     """``methods`` on ``problems``, each in its own process; writes the JSON (``update``:
-    into the last results, replacing only the runs made now)."""
+    into the last results, replacing only the runs made now; ``quick``: a development
+    run, written apart so that it never replaces the recorded figures)."""
+    name_json = "pinn_suite-quick" if quick else "pinn_suite"
     setup_threads()
     results: dict[str, Any] = {
         "machine": machine(),
@@ -178,7 +180,7 @@ def main(
         "problems": {},
     }
     if update:
-        results = json.loads((RESULTS_DIR / "pinn_suite.json").read_text())
+        results = json.loads((RESULTS_DIR / f"{name_json}.json").read_text())
         if results["budget_s"] != budget:
             raise SystemExit(
                 f"--update with --budget {budget} into results of {results['budget_s']} s: "
@@ -212,7 +214,7 @@ def main(
         results["problems"][name] = entry
     results["rows"] = summary(results)
     print(format_rows(results["rows"]))
-    print(f"wrote {write_json('pinn_suite', results)}")
+    print(f"wrote {write_json(name_json, results)}")
     return results
 
 

@@ -34,6 +34,7 @@ here (never downloaded):
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import tempfile
 from collections.abc import Callable
@@ -57,7 +58,7 @@ def tanh_network(inputs: int, width: int, depth: int, seed: int = 0) -> nn.Modul
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     sizes = [inputs] + [width] * depth
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+    for a, b in itertools.pairwise(sizes):
         layers += [nn.Linear(a, b), nn.Tanh()]
     layers.append(nn.Linear(sizes[-1], 1))
     net = nn.Sequential(*layers).double()

@@ -46,7 +46,12 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ("batch_fit", "bench_batch_fit", {}, {"quick": True}),
     ("nist", "bench_nist", {}, {"quick": True}),
     ("pinn", "bench_pinn", {}, {"quick": True}),
-    ("pinn_suite", "bench_pinn_suite", {}, {"budget": 5.0, "problems": ("heat", "poisson")}),
+    (
+        "pinn_suite",
+        "bench_pinn_suite",
+        {},
+        {"budget": 5.0, "problems": ("heat", "poisson"), "quick": True},
+    ),
     (
         "quality",
         "bench_quality",

@@ -216,4 +216,5 @@ class Collocation(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
         device = next(iter(params.values())).device if params else x.device
         with torch.no_grad():
             r = self.residual.rows(model, params, x.to(device), y.to(device))
-        return r.reshape(int(r.shape[0]), -1).norm(dim=1).to("cpu", torch.float64)
+        size: torch.Tensor = r.reshape(int(r.shape[0]), -1).norm(dim=1)
+        return size.to("cpu", torch.float64)
