@@ -129,3 +129,36 @@ def test_every_problem_draws_its_rows_in_its_domain() -> None:
         assert problem.relative_l2(problem.network()) > 0.1, name
     with pytest.raises(ValueError, match="unknown PINN problem 'wave'"):
         suite.problem("wave")
+
+
+def test_the_suite_benchmark_compares_lm_with_the_best_first_order_run() -> None:
+    import bench_pinn_suite as bench
+
+    def run(error: float, steps: int = 3) -> dict:  # type: ignore[type-arg]
+        return {"trace": [[0.0, 1.0], [1.0, error]], "steps": steps, "params": 5, "rows": 4}
+
+    results = {
+        "machine": {"cpu": "test CPU"},
+        "budget_s": 1.0,
+        "adam_lr": 1e-3,
+        "problems": {
+            "heat": {
+                "published": [("PINN", 1e-2, "a paper")],
+                "load_before": 0.5,
+                "load_after": 0.7,
+                "runs": {
+                    "lm": run(3e-5),
+                    "lm_resample": run(1e-4),
+                    "adam": run(float("nan")),
+                    "lbfgs": {"failed": "exit code 1"},
+                    "adam_lbfgs": run(6e-3),
+                },
+            }
+        },
+    }
+    rows = bench.summary(results)
+    assert [r["verdict"] for r in rows] == ["PASS", "PASS"]
+    assert rows[1]["value"] == pytest.approx(3e-5 / 6e-3)
+    assert "adam_lbfgs" in rows[1]["detail"]
+    text = bench.section(results)
+    assert "| heat | 5 | 4 | 3e-05 (3) |" in text and "failed" in text and "a paper" in text
