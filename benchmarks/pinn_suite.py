@@ -46,9 +46,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from marquardt.jacobian import Collocation, PointResidual, ResidualGroup, Sampler
+from marquardt.jacobian import Collocation, PointResidual, ResidualGroup
 
 Points = dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
+Sampler = Callable[[int, torch.Generator], torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 F64 = torch.float64
 
 

@@ -11,7 +11,7 @@ collocation points that may be redrawn as training goes (``Collocation``).
 
 from __future__ import annotations
 
-from ._collocation import Collocation, Sampler
+from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
 from ._errors import (
@@ -60,7 +60,6 @@ __all__ = [
     "ResidualNotDifferentiableError",
     "ResidualNotFiniteError",
     "ResidualShapeError",
-    "Sampler",
     "SliceSizeError",
     "SliceStream",
     "UnknownModeError",
