@@ -9,8 +9,8 @@ and regenerates ``benchmarks/RESULTS.md`` with the figures, the plots and the ma
 came from (CPU, cores, torch / NumPy versions and BLAS, and the load average during each
 benchmark, since the figures mean little on a loaded machine).
 
-Options: ``--only step,quality`` (or the names alone: ``nox -s bench -- scale``) runs a
-subset (RESULTS.md keeps every other benchmark's latest figures: its section and its rows
+Options: ``--only step,quality`` (or the names alone: ``nox -s bench -- scale``; ``pinn``
+stands for both PINN benchmarks, ``pinn`` and ``pinn_suite``) runs a subset (RESULTS.md keeps every other benchmark's latest figures: its section and its rows
 of verdicts are rebuilt from its last ``results/<name>.json``); ``--quick`` uses small
 sizes and short caps (development only; it does not rewrite RESULTS.md);
 ``--wait-idle SECONDS`` waits up to that long for the 1-minute load average to drop below
@@ -53,6 +53,12 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
         {"budget_seconds": 8.0, "dense_seconds": 8.0, "sinc_seconds": 20.0, "medium": False},
     ),
     (
+        "pinn_suite",
+        "bench_pinn_suite",
+        {},
+        {"budget": 5.0, "problems": ("heat", "poisson"), "quick": True},
+    ),
+    (
         "quality",
         "bench_quality",
         {},
@@ -60,6 +66,8 @@ BENCHMARKS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
     ),
 ]
 NAMES = [b[0] for b in BENCHMARKS]
+#: Names that stand for several benchmarks (``nox -s bench -- pinn``: both PINN benchmarks).
+GROUPS = {"pinn": ["pinn", "pinn_suite"]}
 IDLE_LOAD = 1.5
 TIMEOUT = 1500.0
 RESULTS_MD = c.HERE / "RESULTS.md"
@@ -438,6 +446,12 @@ SECTIONS = {
         lambda r: __import__("bench_pinn").section(r),
         "bench_pinn.py",
     ),
+    "pinn_suite": (
+        "PINN problem suite: LM against Adam, L-BFGS and Adam then L-BFGS",
+        None,
+        lambda r: __import__("bench_pinn_suite").section(r),
+        "bench_pinn_suite.py",
+    ),
 }
 
 
@@ -557,7 +571,8 @@ def main() -> int:
     if args.child:
         child(args.child, args.quick)
         return 0
-    names = list(dict.fromkeys(n for n in [*args.names, *args.only.split(",")] if n)) or NAMES
+    asked = [n for n in [*args.names, *args.only.split(",")] if n]
+    names = list(dict.fromkeys(m for n in asked for m in GROUPS.get(n, [n]))) or NAMES
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; the known ones are {NAMES}")

@@ -6,11 +6,13 @@ either the slices of ``J`` or the Levenberg-Marquardt normal products ``JᵀJ`` 
 ``Jᵀr`` (Marquardt 1963; Nielsen 1999), or, without forming ``J``, the Gauss-Newton
 products ``JᵀJv`` of a matrix-free step (Martens 2010). Residuals are functions of the model's outputs,
 ``residual_fn(outputs, targets)``, or call the model as a function of one point and
-differentiate it by its inputs (``PointResidual``: physics-informed networks).
+differentiate it by its inputs (``PointResidual``: physics-informed networks), at
+collocation points that may be redrawn as training goes (``Collocation``).
 """
 
 from __future__ import annotations
 
+from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
 from ._errors import (
@@ -39,6 +41,7 @@ from ._replicas import Replicas
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
+    "Collocation",
     "ColumnSubset",
     "DeviceMismatchError",
     "EmptyBatchError",

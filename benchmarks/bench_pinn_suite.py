@@ -1,0 +1,313 @@
+"""The PINN problem suite (``pinn_suite.py``): LM against Adam, L-BFGS and Adam then
+L-BFGS on every problem, with the same network, the same collocation points and the same
+wall-clock budget per method, beside the figures the literature publishes.
+
+Methods (each in its own process, float64, the problem's tanh network from one seed):
+
+* ``lm``: ``LMA(model, [cpu], residual)`` with its defaults, on fixed points;
+* ``lm_resample``: the same on ``Collocation`` points, a quarter of them redrawn every
+  step (the rows and the other settings as ``lm``'s);
+* ``adam``: Adam at 1e-3 (the rate of Raissi et al. 2019 and of DeepXDE's examples) on the
+  mean squared residual;
+* ``lbfgs``: ``torch.optim.LBFGS`` (strong Wolfe line search, history 50);
+* ``adam_lbfgs``: Adam for half the budget, then L-BFGS (the schedule of DeepXDE, Lu et
+  al. 2021, and of most PINN papers);
+* ``lm_tutorial`` (only with ``--methods``): ``lm`` with geodesic acceleration 0.75 and
+  ``scaling_memory=1``.
+
+The clock excludes the error evaluations. The error is the problem's relative L2 error
+against its reference (for the inverse problem: the coefficient's relative error). Writes
+``results/pinn_suite.json`` and prints the rows with their targets (LM ≤ 1e-4, and ≤ 1/100
+of the best first-order method's error).
+
+    flock /tmp/marquardt-bench.lock python benchmarks/bench_pinn_suite.py --budget 25
+    python benchmarks/bench_pinn_suite.py --budget 10 --problems heat,poisson
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pinn_suite
+from _common import (
+    RESULTS_DIR,
+    format_rows,
+    load_average,
+    machine,
+    row,
+    run_child,
+    setup_threads,
+    write_json,
+)
+
+METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
+#: Run only when named (``--methods``): LM with the PINN tutorial's former settings.
+EXTRA_METHODS = ("lm_tutorial",)
+TUTORIAL_SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
+FIRST_ORDER = ("adam", "lbfgs", "adam_lbfgs")
+ADAM_LR = 1e-3
+
+
+# -- one method on one problem (in a child process) ------------------------------------------
+def _adam(model: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR)
+
+    def step() -> None:
+        for _ in range(10):
+            opt.zero_grad()
+            loss().backward()
+            opt.step()
+
+    return step
+
+
+def _lbfgs(model: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
+    opt = torch.optim.LBFGS(
+        model.parameters(), lr=1.0, max_iter=20, history_size=50, line_search_fn="strong_wolfe"
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        value = loss()
+        value.backward()
+        return value
+
+    def step() -> None:
+        opt.step(closure)
+
+    return step
+
+
+def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
+    """Train ``method`` on problem ``name`` for ``budget`` seconds; its error trace."""
+    problem = pinn_suite.problem(name)
+    model = problem.network()
+    generator = torch.Generator().manual_seed(0)
+    batch = list(problem.batch(generator))
+    residual = problem.residual
+    params = dict(model.named_parameters())
+
+    def loss() -> torch.Tensor:
+        return residual.rows(model, params, batch[0], batch[1]).pow(2).mean()
+
+    if method in ("lm", "lm_resample", "lm_tutorial"):
+        from marquardt.solver import LMA
+
+        settings: dict[str, Any] = TUTORIAL_SETTINGS if method == "lm_tutorial" else {}
+        lma = LMA(model, [torch.device("cpu")], residual, **settings)
+        points = problem.collocation(seed=1) if method == "lm_resample" else None
+
+        def lm_step() -> bool:
+            if points is not None:
+                batch[:] = points.next_batch()
+            _, terminated = lma.step(batch[0], batch[1])
+            return bool(terminated) and points is None
+
+        step = lm_step
+    else:
+        first = _adam(model, loss) if method in ("adam", "adam_lbfgs") else _lbfgs(model, loss)
+        second = _lbfgs(model, loss) if method == "adam_lbfgs" else None
+
+        def fo_step() -> bool:
+            (second if second is not None and spent[0] >= budget / 2 else first)()
+            return False
+
+        step = fo_step
+    spent = [0.0]
+    trace: list[tuple[float, float]] = [(0.0, problem.relative_l2(model))]
+    times: list[float] = []
+    stop = ""
+    while spent[0] < budget:
+        t0 = time.perf_counter()
+        try:
+            done = step()
+        except RuntimeError as exc:  # a singular update or NaN in a first-order method
+            stop = f"error: {exc}"[:200]
+            break
+        dt = time.perf_counter() - t0
+        spent[0] += dt
+        times.append(dt)
+        err = problem.relative_l2(model)
+        trace.append((spent[0], err))
+        if not math.isfinite(err):
+            stop = "non-finite error"
+            break
+        if done:
+            stop = "LM terminated (damping at its ceiling)"
+            break
+    with torch.no_grad():
+        rms = float(loss().sqrt()) if math.isfinite(trace[-1][1]) else float("nan")
+    return {
+        "trace": trace,
+        "steps": len(times),
+        "step_median_s": statistics.median(times) if times else float("nan"),
+        "params": sum(p.numel() for p in model.parameters()),
+        "rows": int(batch[0].shape[0]),
+        "residual_rms": rms,
+        "field_error": problem.field_error(model),
+        "stop": stop,
+    }
+
+
+# -- the parent --------------------------------------------------------------------------------
+def main(
+    budget: float = 60.0,
+    problems: tuple[str, ...] = tuple(pinn_suite.PROBLEMS),
+    methods: tuple[str, ...] = METHODS,
+    update: bool = False,
+    quick: bool = False,
+) -> dict[str, Any]:
+    """``methods`` on ``problems``, each in its own process; writes the JSON (``update``:
+    into the last results, replacing only the runs made now; ``quick``: a development
+    run, written apart so that it never replaces the recorded figures)."""
+    name_json = "pinn_suite-quick" if quick else "pinn_suite"
+    setup_threads()
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "budget_s": budget,
+        "adam_lr": ADAM_LR,
+        "problems": {},
+    }
+    if update:
+        results = json.loads((RESULTS_DIR / f"{name_json}.json").read_text())
+        if results["budget_s"] != budget:
+            raise SystemExit(
+                f"--update with --budget {budget} into results of {results['budget_s']} s: "
+                "the runs would not compare. HINT: pass --budget "
+                f"{results['budget_s']:g}"
+            )
+    for name in problems:
+        problem = pinn_suite.problem(name)
+        entry: dict[str, Any] = results["problems"].get(name) or {
+            "published": problem.published,
+            "load_before": load_average(),
+            "runs": {},
+        }
+        for method in methods:
+            out, error = run_child(
+                [
+                    str(Path(__file__).resolve()),
+                    "--child",
+                    f"{name}:{method}",
+                    "--budget",
+                    str(budget),
+                ],
+                timeout=budget * 4 + 180,
+            )
+            entry["runs"][method] = out if out is not None else {"failed": error}
+            if update:
+                entry["runs"][method]["rerun_load"] = load_average()
+            shown = f"{out['trace'][-1][1]:.3g} ({out['steps']} steps)" if out else error
+            print(f"{name:13s} {method:12s} {shown}", flush=True)
+        entry.setdefault("load_after", load_average())
+        results["problems"][name] = entry
+    results["rows"] = summary(results)
+    print(format_rows(results["rows"]))
+    print(f"wrote {write_json(name_json, results)}")
+    return results
+
+
+def _final(run: dict[str, Any] | None) -> float:
+    """The error a run ended with (inf for a failed or non-finite run)."""
+    if not run or "trace" not in run:
+        return math.inf
+    value = float(run["trace"][-1][1])
+    return value if math.isfinite(value) else math.inf
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per problem: LM's error against 1e-4, and LM / the best first-order method against 1/100."""
+    rows = []
+    for name, entry in results["problems"].items():
+        runs = entry["runs"]
+        lm = min(_final(runs.get("lm")), _final(runs.get("lm_resample")))
+        rows.append(row(f"pinn_suite: {name}, LM error", lm, 1e-4, unit=""))
+        best_name = min(FIRST_ORDER, key=lambda m: _final(runs.get(m)))
+        best = _final(runs.get(best_name))
+        rows.append(
+            row(
+                f"pinn_suite: {name}, LM / best first-order",
+                lm / best if best > 0 else float("nan"),
+                0.01,
+                detail=f"{lm:.3g} vs {best_name} {best:.3g}",
+            )
+        )
+    return rows
+
+
+def section(results: dict[str, Any]) -> str:
+    """RESULTS.md's section: one line per problem, the methods' errors, published figures."""
+    m = results["machine"]
+    lines = [
+        f"{results['budget_s']:.0f} s per method and problem, float64, {m['cpu']}; Adam at "
+        f"{results['adam_lr']:g}. Relative L2 error against the reference (heat_inverse: the "
+        "coefficient's relative error); load average before → after each problem.",
+        "",
+        "| problem | P | rows | LM | LM, a quarter of the points redrawn per step | Adam | L-BFGS | "
+        "Adam → L-BFGS | published | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in results["problems"].items():
+        runs = entry["runs"]
+        lm = runs.get("lm") or {}
+        cells = []
+        for method in METHODS:
+            r = runs.get(method) or {}
+            cells.append(f"{_final(r):.2g} ({r.get('steps', 0)})" if "trace" in r else "failed")
+        published = "; ".join(f"{e:.2g} ({what}; {src})" for what, e, src in entry["published"])
+        lines.append(
+            f"| {name} | {lm.get('params', '')} | {lm.get('rows', '')} | "
+            + " | ".join(cells)
+            + f" | {published or '—'} | {entry['load_before']:.1f} → {entry['load_after']:.1f} |"
+        )
+    lines += [
+        "",
+        "(steps in parentheses; a first-order step is 10 Adam updates or one L-BFGS call of ≤ 20 iterations)",
+    ]
+    return "\n".join(lines)
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds per method and problem")
+    parser.add_argument(
+        "--problems", default=",".join(pinn_suite.PROBLEMS), help="comma-separated subset"
+    )
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help=f"comma-separated subset of {METHODS + EXTRA_METHODS}",
+    )
+    parser.add_argument(
+        "--update", action="store_true", help="replace these runs in the last results only"
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    setup_threads()
+    if args.child:
+        name, method = args.child.split(":")
+        print(json.dumps(run_method(name, method, args.budget)))
+        return
+    chosen = tuple(p for p in args.problems.split(",") if p)
+    for p in chosen:
+        pinn_suite.problem(p)  # unknown names fail here, before any run
+    methods = tuple(m for m in args.methods.split(",") if m)
+    unknown = sorted(set(methods) - set(METHODS + EXTRA_METHODS))
+    if unknown:
+        parser.error(f"unknown methods {unknown}; the known ones are {METHODS + EXTRA_METHODS}")
+    main(budget=args.budget, problems=chosen, methods=methods, update=args.update)
+
+
+if __name__ == "__main__":
+    cli()

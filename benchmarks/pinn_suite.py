@@ -1,0 +1,532 @@
+"""The PINN problem suite: six problems from the literature, each with its residual groups,
+a way to draw collocation points, a reference solution and a relative L2 error.
+
+Every problem is a :class:`Problem`: a ``PointResidual`` whose groups are the equation and
+its side conditions, ``draw(rows, generator)`` (the keyword arguments of
+``PointResidual.batch`` for fresh collocation points), a tanh network of the size the
+benchmark trains, test points with the reference there, and published figures where the
+literature gives them. References are exact where a closed form exists, else computed
+here (never downloaded):
+
+* ``poisson``: −Δu = 2π² sin(πx) sin(πy) on [0, 1]², u = 0 on the boundary; exact
+  u = sin(πx) sin(πy) (the first example of Müller & Zeinhofer 2023, "Achieving high
+  accuracy with PINNs via energy natural gradient descent", ICML).
+* ``helmholtz``: Δu + k²u = q on [−1, 1]², u = 0 on the boundary, k = 1, a₁ = 1, a₂ = 4;
+  exact u = sin(a₁πx) sin(a₂πy) (Wang, Teng & Perdikaris 2021, "Understanding and
+  mitigating gradient flow pathologies in physics-informed neural networks", SIAM J. Sci.
+  Comput. 43, §2.3).
+* ``burgers``: u_t + u u_x = ν u_xx on [−1, 1] × [0, 1], ν = 0.01/π, u(x, 0) = −sin(πx),
+  u(±1, t) = 0 (Raissi, Perdikaris & Karniadakis 2019, J. Comput. Phys. 378, §3.1);
+  reference: the Cole–Hopf solution, its two integrals by Gauss–Hermite quadrature
+  (Basdevant et al. 1986, Computers & Fluids 14).
+* ``allen_cahn``: u_t − 10⁻⁴ u_xx + 5u³ − 5u = 0 on [−1, 1] × [0, 1], u(x, 0) = x² cos(πx),
+  periodic in x (Raissi et al. 2019, §4.2); reference: a Fourier spectral solution
+  stepped by ETDRK4 (Cox & Matthews 2002; Kassam & Trefethen 2005, SIAM J. Sci. Comput.
+  26, whose contour-integral evaluation of the coefficients is used).
+* ``heat``: u_t = α u_xx on [0, 1] × [0, 1], α = 0.4, u(x, 0) = sin(πx), u(0, t) =
+  u(1, t) = 0; exact u = e^{−απ²t} sin(πx) (the heat example of DeepXDE, Lu et al. 2021,
+  SIAM Review 63).
+* ``heat_inverse``: the same equation with α unknown, recovered with u from noise-free
+  values of u at scattered points (the data-driven discovery of Raissi et al. 2019, §4);
+  α is a parameter of the model (:class:`WithCoefficient`), the error is α's relative error.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from marquardt.jacobian import Collocation, PointResidual, ResidualGroup
+
+Points = dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
+Sampler = Callable[[int, torch.Generator], torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
+F64 = torch.float64
+
+
+def tanh_network(inputs: int, width: int, depth: int, seed: int = 0) -> nn.Module:
+    """``depth`` hidden tanh layers of ``width``, one output, float64, Xavier-normal weights
+    (Glorot & Bengio 2010, as Raissi et al. 2019 initialise), zero biases."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    sizes = [inputs] + [width] * depth
+    for a, b in itertools.pairwise(sizes):
+        layers += [nn.Linear(a, b), nn.Tanh()]
+    layers.append(nn.Linear(sizes[-1], 1))
+    net = nn.Sequential(*layers).double()
+    for m in net:
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_normal_(m.weight)
+            nn.init.zeros_(m.bias)
+    return net
+
+
+class WithCoefficient(nn.Module):
+    """A network ``u(x)`` beside one unknown coefficient of its equation, ``alpha`` (a
+    parameter the fit moves with the weights; residuals read it as ``u.params["alpha"]``)."""
+
+    def __init__(self, net: nn.Module, alpha: float) -> None:
+        super().__init__()
+        self.net = net
+        self.alpha = nn.Parameter(torch.tensor(alpha, dtype=F64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
+
+
+@dataclass
+class Problem:
+    """One problem of the suite (see the module docstring for the equations and sources).
+
+    ``draw(generator)`` returns the keyword arguments of ``residual.batch`` for one set of
+    collocation points (``rows`` per group); ``test_x`` / ``test_u`` are the reference;
+    ``network()`` builds the model the benchmark trains; ``published`` lists
+    ``(method, relative L2 error, source)`` where the literature gives one.
+    """
+
+    name: str
+    residual: PointResidual
+    sampler: Callable[[dict[str, int], torch.Generator], Points]
+    rows: dict[str, int]
+    test_x: torch.Tensor
+    test_u: torch.Tensor
+    width: int
+    depth: int
+    inputs: int = 2
+    coefficient: float | None = None
+    published: list[tuple[str, float, str]] = field(default_factory=list)
+
+    def draw(self, generator: torch.Generator, rows: dict[str, int] | None = None) -> Points:
+        return self.sampler(rows or self.rows, generator)
+
+    def batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.residual.batch(**self.draw(generator))
+
+    def samplers(self) -> dict[str, Sampler]:
+        """One ``sampler(n, generator)`` per group, for ``marquardt.jacobian.Collocation``."""
+
+        def one(name: str) -> Sampler:
+            return lambda n, g: self.sampler({**self.rows, name: n}, g)[name]
+
+        return {name: one(name) for name in self.rows}
+
+    def collocation(self, model: nn.Module | None = None, **options: Any) -> Collocation:
+        """A ``Collocation`` of this problem's groups and rows (``options``: its keywords)."""
+        return Collocation(self.residual, self.samplers(), self.rows, model=model, **options)
+
+    def network(self, seed: int = 0) -> nn.Module:
+        net = tanh_network(self.inputs, self.width, self.depth, seed)
+        return net if self.coefficient is None else WithCoefficient(net, 1.0)
+
+    def relative_l2(self, model: nn.Module) -> float:
+        """‖u_θ − u‖₂ / ‖u‖₂ over the test points (for ``heat_inverse``: |α_θ − α| / α)."""
+        if self.coefficient is not None:
+            alpha = float(model.alpha.detach())  # type: ignore[operator]
+            return abs(alpha - self.coefficient) / self.coefficient
+        return self.field_error(model)
+
+    def field_error(self, model: nn.Module) -> float:
+        with torch.no_grad():
+            u = model(self.test_x)[:, 0]
+        return float((u - self.test_u).norm() / self.test_u.norm())
+
+
+# -- sampling helpers -------------------------------------------------------------------
+def _uniform(n: int, lo: list[float], hi: list[float], g: torch.Generator) -> torch.Tensor:
+    a, b = torch.tensor(lo, dtype=F64), torch.tensor(hi, dtype=F64)
+    return a + (b - a) * torch.rand(n, len(lo), generator=g, dtype=F64)
+
+
+def _square_edge(n: int, lo: float, hi: float, g: torch.Generator) -> torch.Tensor:
+    """``n`` points on the boundary of [lo, hi]², uniformly over its four sides."""
+    s = lo + (hi - lo) * torch.rand(n, generator=g, dtype=F64)
+    side = torch.randint(0, 4, (n,), generator=g)
+    fixed = torch.where(side % 2 == 0, torch.full_like(s, lo), torch.full_like(s, hi))
+    return torch.where((side < 2)[:, None], torch.stack([s, fixed], 1), torch.stack([fixed, s], 1))
+
+
+def _grid(xs: torch.Tensor, ts: torch.Tensor) -> torch.Tensor:
+    return torch.cartesian_prod(xs, ts)
+
+
+# -- derivatives at one point -------------------------------------------------------------
+def _laplacian(u: Any, x: torch.Tensor) -> torch.Tensor:
+    return torch.func.hessian(u)(x).trace()
+
+
+def _space_time(u: Any, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(u_x, u_t, u_xx) at a point p = (x, t)."""
+    grad = torch.func.jacrev(u)(p)
+    hess = torch.func.hessian(u)(p)
+    return grad[0], grad[1], hess[0, 0]
+
+
+def _value(u: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """u − y at one point (Dirichlet, initial or data rows)."""
+    return u(x) - y
+
+
+def _zero(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    return u(x)
+
+
+# -- 2-D Poisson ----------------------------------------------------------------------------
+def poisson_exact(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(math.pi * x[..., 0]) * torch.sin(math.pi * x[..., 1])
+
+
+def _poisson_pde(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    return -_laplacian(u, x) - 2 * math.pi**2 * poisson_exact(x)
+
+
+def poisson() -> Problem:
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        return {
+            "pde": _uniform(rows["pde"], [0, 0], [1, 1], g),
+            "boundary": _square_edge(rows["boundary"], 0.0, 1.0, g),
+        }
+
+    t = torch.linspace(0, 1, 101, dtype=F64)
+    x = _grid(t, t)
+    return Problem(
+        "poisson",
+        PointResidual(ResidualGroup("pde", _poisson_pde), ResidualGroup("boundary", _zero)),
+        sampler,
+        {"pde": 400, "boundary": 100},
+        x,
+        poisson_exact(x),
+        width=20,
+        depth=2,
+    )
+
+
+# -- 2-D Helmholtz -------------------------------------------------------------------------
+HELMHOLTZ_A = (1.0, 4.0)
+HELMHOLTZ_K = 1.0
+
+
+def helmholtz_exact(x: torch.Tensor) -> torch.Tensor:
+    a1, a2 = HELMHOLTZ_A
+    return torch.sin(a1 * math.pi * x[..., 0]) * torch.sin(a2 * math.pi * x[..., 1])
+
+
+def helmholtz_source(x: torch.Tensor) -> torch.Tensor:
+    """q = Δu + k²u of the exact solution: (k² − (a₁π)² − (a₂π)²) u."""
+    a1, a2 = HELMHOLTZ_A
+    return (HELMHOLTZ_K**2 - (a1 * math.pi) ** 2 - (a2 * math.pi) ** 2) * helmholtz_exact(x)
+
+
+def _helmholtz_pde(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    return _laplacian(u, x) + HELMHOLTZ_K**2 * u(x) - helmholtz_source(x)
+
+
+def helmholtz() -> Problem:
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        return {
+            "pde": _uniform(rows["pde"], [-1, -1], [1, 1], g),
+            "boundary": _square_edge(rows["boundary"], -1.0, 1.0, g),
+        }
+
+    t = torch.linspace(-1, 1, 101, dtype=F64)
+    x = _grid(t, t)
+    return Problem(
+        "helmholtz",
+        PointResidual(ResidualGroup("pde", _helmholtz_pde), ResidualGroup("boundary", _zero)),
+        sampler,
+        {"pde": 900, "boundary": 200},
+        x,
+        helmholtz_exact(x),
+        width=30,
+        depth=3,
+        published=[
+            ("PINN, Adam, best network size", 4e-2, "Niu et al. 2024, rerunning Wang et al. 2021"),
+            ("adaptive weights, Adam, best", 3.5e-3, "Niu et al. 2024, rerunning Wang et al. 2021"),
+        ],
+    )
+
+
+# -- Burgers: Cole–Hopf by Gauss–Hermite --------------------------------------------------------
+BURGERS_NU = 0.01 / math.pi
+
+
+def burgers_cole_hopf(x: np.ndarray, t: np.ndarray, nodes: int = 200) -> np.ndarray:
+    """u(x, t) of u_t + u u_x = ν u_xx, u(x, 0) = −sin(πx), by the Cole–Hopf transform.
+
+    With η = 2√(νt)·s the solution is u = −∫ sin(π(x − η)) f(x − η) e^{−s²} ds / ∫ f(x − η)
+    e^{−s²} ds, f(y) = exp(−cos(πy) / (2πν)); both integrals by ``nodes``-point
+    Gauss–Hermite quadrature, the exponent shifted by its maximum over the nodes so
+    that neither overflows (100 nodes already agree with a 40,001-point trapezoid rule
+    to 1e-15 over t ∈ [0.01, 1]; NumPy's nodes overflow beyond about 300). ``t = 0``
+    gives the initial condition.
+    """
+    x, t = np.broadcast_arrays(np.asarray(x, float), np.asarray(t, float))
+    s, w = np.polynomial.hermite.hermgauss(nodes)
+    y = x[..., None] - 2.0 * np.sqrt(BURGERS_NU * t)[..., None] * s
+    expo = -np.cos(np.pi * y) / (2 * np.pi * BURGERS_NU)
+    weights = w * np.exp(expo - expo.max(axis=-1, keepdims=True))
+    u = -(weights * np.sin(np.pi * y)).sum(-1) / weights.sum(-1)
+    return np.where(t > 0, u, -np.sin(np.pi * x))
+
+
+def _burgers_pde(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    ux, ut, uxx = _space_time(u, p)
+    return ut + u(p) * ux - BURGERS_NU * uxx
+
+
+def burgers() -> Problem:
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        x0 = _uniform(rows["initial"], [-1], [1], g)
+        tb = _uniform(rows["boundary"], [0], [1], g)
+        side = torch.where(torch.rand(rows["boundary"], 1, generator=g) < 0.5, -1.0, 1.0)
+        initial = torch.cat([x0, torch.zeros_like(x0)], 1)
+        return {
+            "pde": _uniform(rows["pde"], [-1, 0], [1, 1], g),
+            "initial": (initial, -torch.sin(math.pi * x0[:, 0])),
+            "boundary": torch.cat([side.to(F64), tb], 1),
+        }
+
+    # Raissi et al.'s grid: 256 points in x, 100 in t.
+    xs = np.linspace(-1, 1, 256)
+    ts = np.linspace(0, 0.99, 100)
+    xx, tt = np.meshgrid(xs, ts, indexing="ij")
+    ref = burgers_cole_hopf(xx, tt)
+    test_x = torch.tensor(np.stack([xx.ravel(), tt.ravel()], 1), dtype=F64)
+    return Problem(
+        "burgers",
+        PointResidual(
+            ResidualGroup("pde", _burgers_pde),
+            ResidualGroup("initial", _value),
+            ResidualGroup("boundary", _zero),
+        ),
+        sampler,
+        {"pde": 1000, "initial": 100, "boundary": 100},
+        test_x,
+        torch.tensor(ref.ravel(), dtype=F64),
+        width=20,
+        depth=3,
+        published=[
+            ("PINN, L-BFGS (9 × 20, 10⁴ points)", 6.7e-4, "Raissi et al. 2019, §3.1"),
+        ],
+    )
+
+
+# -- Allen–Cahn: Fourier spectral + ETDRK4 ------------------------------------------------------
+AC_D, AC_GAMMA = 1e-4, 5.0
+
+
+def allen_cahn_etdrk4(
+    modes: int = 1024, dt: float = 1e-4, times: int = 101, t_end: float = 1.0
+) -> np.ndarray:
+    """u(x_j, t_k) of u_t = D u_xx + γ(u − u³), u(x, 0) = x² cos(πx), periodic on [−1, 1),
+    on ``modes`` equispaced x_j = −1 + 2j/modes and ``times`` equispaced t_k in [0, t_end].
+
+    Fourier in space, ETDRK4 in time (Cox & Matthews 2002); the φ-functions of the
+    linear part by the contour-integral mean of Kassam & Trefethen 2005 (32 points on a
+    circle of radius 1 about each dt·L), which avoids their cancellation near zero.
+    Returns an array ``(modes, times)``. The initial slope jumps across the periodic
+    boundary (u_x(±1, 0) = ∓2) and the interfaces are √(D/γ) ≈ 0.0045 wide, so the modes
+    converge algebraically early on: 512 and 1,024 modes differ by 1.3e-4 (max) at
+    t = 0.1 and 1.4e-6 at t = 1; halving dt changes nothing above 1e-11.
+    """
+    x = -1 + 2 * np.arange(modes) / modes
+    k = np.pi * np.fft.fftfreq(modes, d=1.0 / modes)  # wavenumbers of period 2
+    lin = -AC_D * k**2
+    e, e2 = np.exp(dt * lin), np.exp(dt * lin / 2)
+    r = np.exp(1j * np.pi * (np.arange(1, 33) - 0.5) / 32)
+    lr = dt * lin[:, None] + r[None, :]
+    q = dt * np.real(np.mean((np.exp(lr / 2) - 1) / lr, axis=1))
+    f1 = dt * np.real(np.mean((-4 - lr + np.exp(lr) * (4 - 3 * lr + lr**2)) / lr**3, axis=1))
+    f2 = dt * np.real(np.mean((2 + lr + np.exp(lr) * (-2 + lr)) / lr**3, axis=1))
+    f3 = dt * np.real(np.mean((-4 - 3 * lr - lr**2 + np.exp(lr) * (4 - lr)) / lr**3, axis=1))
+
+    def nonlinear(v: np.ndarray) -> np.ndarray:
+        u = np.real(np.fft.ifft(v))
+        return np.asarray(np.fft.fft(AC_GAMMA * (u - u**3)))
+
+    steps = round(t_end / dt)
+    every = steps // (times - 1)
+    if every * (times - 1) != steps:
+        raise ValueError(f"dt={dt} does not put a step on each of {times} output times")
+    v = np.fft.fft(x**2 * np.cos(np.pi * x))
+    out = np.empty((modes, times))
+    out[:, 0] = np.real(np.fft.ifft(v))
+    for n in range(1, steps + 1):
+        nv = nonlinear(v)
+        a = e2 * v + q * nv
+        na = nonlinear(a)
+        b = e2 * v + q * na
+        nb = nonlinear(b)
+        c = e2 * a + q * (2 * nb - nv)
+        nc = nonlinear(c)
+        v = e * v + nv * f1 + 2 * (na + nb) * f2 + nc * f3
+        if n % every == 0:
+            out[:, n // every] = np.real(np.fft.ifft(v))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _allen_cahn_reference() -> np.ndarray:
+    """The reference on 1,024 × 101 points, kept in the temporary folder between runs."""
+    cache = Path(tempfile.gettempdir()) / "marquardt-allen-cahn-1024x101.npy"
+    if cache.exists():
+        return np.asarray(np.load(cache))
+    ref = allen_cahn_etdrk4()
+    np.save(cache, ref)
+    return ref
+
+
+def _allen_cahn_pde(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    _ux, ut, uxx = _space_time(u, p)
+    v = u(p)
+    return ut - AC_D * uxx + AC_GAMMA * (v**3 - v)
+
+
+def _periodic(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    """u(−1, t) − u(1, t) at a point p = (−1, t)."""
+    return u(p) - u(p + torch.tensor([2.0, 0.0], dtype=p.dtype, device=p.device))
+
+
+def _periodic_slope(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    """u_x(−1, t) − u_x(1, t) at a point p = (−1, t)."""
+    shift = torch.tensor([2.0, 0.0], dtype=p.dtype, device=p.device)
+    grad = torch.func.jacrev(u)
+    return grad(p)[0] - grad(p + shift)[0]
+
+
+def allen_cahn() -> Problem:
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        x0 = _uniform(rows["initial"], [-1], [1], g)
+        initial = torch.cat([x0, torch.zeros_like(x0)], 1)
+
+        def left(n: int) -> torch.Tensor:
+            tb = _uniform(n, [0], [1], g)
+            return torch.cat([torch.full_like(tb, -1.0), tb], 1)
+
+        return {
+            "pde": _uniform(rows["pde"], [-1, 0], [1, 1], g),
+            "initial": (initial, x0[:, 0] ** 2 * torch.cos(math.pi * x0[:, 0])),
+            "periodic": left(rows["periodic"]),
+            "periodic_slope": left(rows["periodic_slope"]),
+        }
+
+    ref = _allen_cahn_reference()[::8]  # 128 of the 1,024 x, every 0.01 in t
+    xs = -1 + 2 * np.arange(1024)[::8] / 1024
+    ts = np.linspace(0, 1, 101)
+    xx, tt = np.meshgrid(xs, ts, indexing="ij")
+    test_x = torch.tensor(np.stack([xx.ravel(), tt.ravel()], 1), dtype=F64)
+    return Problem(
+        "allen_cahn",
+        PointResidual(
+            ResidualGroup("pde", _allen_cahn_pde),
+            ResidualGroup("initial", _value),
+            ResidualGroup("periodic", _periodic),
+            ResidualGroup("periodic_slope", _periodic_slope),
+        ),
+        sampler,
+        {"pde": 1000, "initial": 200, "periodic": 50, "periodic_slope": 50},
+        test_x,
+        torch.tensor(ref.ravel(), dtype=F64),
+        width=20,
+        depth=3,
+        published=[
+            ("discrete-time PINN, RK q = 100", 6.99e-3, "Raissi et al. 2019, §4.2"),
+        ],
+    )
+
+
+# -- heat, forward and inverse ----------------------------------------------------------------
+HEAT_ALPHA = 0.4
+
+
+def heat_exact(p: torch.Tensor) -> torch.Tensor:
+    return torch.exp(-HEAT_ALPHA * math.pi**2 * p[..., 1]) * torch.sin(math.pi * p[..., 0])
+
+
+def _heat_pde(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    _ux, ut, uxx = _space_time(u, p)
+    return ut - HEAT_ALPHA * uxx
+
+
+def _heat_pde_unknown(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+    _ux, ut, uxx = _space_time(u, p)
+    return ut - u.params["alpha"] * uxx
+
+
+def _heat_test() -> tuple[torch.Tensor, torch.Tensor]:
+    x = _grid(torch.linspace(0, 1, 101, dtype=F64), torch.linspace(0, 1, 101, dtype=F64))
+    return x, heat_exact(x)
+
+
+def heat() -> Problem:
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        x0 = _uniform(rows["initial"], [0], [1], g)
+        tb = _uniform(rows["boundary"], [0], [1], g)
+        side = (torch.rand(rows["boundary"], 1, generator=g) < 0.5).to(F64)
+        initial = torch.cat([x0, torch.zeros_like(x0)], 1)
+        return {
+            "pde": _uniform(rows["pde"], [0, 0], [1, 1], g),
+            "initial": (initial, torch.sin(math.pi * x0[:, 0])),
+            "boundary": torch.cat([side, tb], 1),
+        }
+
+    x, u = _heat_test()
+    return Problem(
+        "heat",
+        PointResidual(
+            ResidualGroup("pde", _heat_pde),
+            ResidualGroup("initial", _value),
+            ResidualGroup("boundary", _zero),
+        ),
+        sampler,
+        {"pde": 400, "initial": 50, "boundary": 50},
+        x,
+        u,
+        width=20,
+        depth=2,
+    )
+
+
+def heat_inverse() -> Problem:
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        data = _uniform(rows["data"], [0, 0], [1, 1], g)
+        return {"pde": _uniform(rows["pde"], [0, 0], [1, 1], g), "data": (data, heat_exact(data))}
+
+    x, u = _heat_test()
+    return Problem(
+        "heat_inverse",
+        PointResidual(ResidualGroup("pde", _heat_pde_unknown), ResidualGroup("data", _value)),
+        sampler,
+        {"pde": 400, "data": 200},
+        x,
+        u,
+        width=20,
+        depth=2,
+        coefficient=HEAT_ALPHA,
+    )
+
+
+PROBLEMS: dict[str, Callable[[], Problem]] = {
+    "poisson": poisson,
+    "helmholtz": helmholtz,
+    "burgers": burgers,
+    "allen_cahn": allen_cahn,
+    "heat": heat,
+    "heat_inverse": heat_inverse,
+}
+
+
+def problem(name: str) -> Problem:
+    """The problem called ``name`` (one of :data:`PROBLEMS`)."""
+    if name not in PROBLEMS:
+        raise ValueError(f"unknown PINN problem {name!r}; the suite has {sorted(PROBLEMS)}")
+    return PROBLEMS[name]()

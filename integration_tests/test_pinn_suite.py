@@ -1,0 +1,164 @@
+"""The PINN problem suite of the benchmarks (``benchmarks/pinn_suite.py``): each residual
+vanishes on the exact solution and not on a perturbed one, the computed references
+converge, and the error functions measure what they say."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import pinn_suite as suite
+
+
+class Exact(nn.Module):
+    """A model whose output is a closed-form solution (times ``scale``)."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], scale: float = 1.0) -> None:
+        super().__init__()
+        self.fn = fn
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * self.fn(x)[:, None]
+
+
+def _rows(problem: suite.Problem, model: nn.Module) -> dict[str, float]:
+    """The largest |residual| of each group at freshly drawn points."""
+    g = torch.Generator().manual_seed(1)
+    points = problem.draw(g, {name: 64 for name in problem.rows})
+    params = dict(model.named_parameters())
+    out = {}
+    for name, value in points.items():
+        x, y = problem.residual.batch(**{name: value})
+        out[name] = float(problem.residual.rows(model, params, x, y).abs().max())
+    return out
+
+
+CLOSED_FORMS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "poisson": suite.poisson_exact,
+    "helmholtz": suite.helmholtz_exact,
+    "heat": suite.heat_exact,
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLOSED_FORMS))
+def test_the_residual_vanishes_on_the_exact_solution_only(name: str) -> None:
+    problem = suite.problem(name)
+    exact = _rows(problem, Exact(CLOSED_FORMS[name]))
+    assert max(exact.values()) < 1e-10, exact
+    wrong = _rows(problem, Exact(CLOSED_FORMS[name], 1.01))
+    assert max(wrong.values()) > 1e-3, wrong  # the heat equation is linear: its initial rows
+    assert problem.relative_l2(Exact(CLOSED_FORMS[name])) < 1e-14
+    assert problem.relative_l2(Exact(CLOSED_FORMS[name], 1.01)) == pytest.approx(0.01)
+
+
+def test_the_inverse_problem_reads_its_coefficient_from_the_model() -> None:
+    problem = suite.problem("heat_inverse")
+    model = suite.WithCoefficient(Exact(suite.heat_exact), suite.HEAT_ALPHA)
+    assert max(_rows(problem, model).values()) < 1e-10
+    with torch.no_grad():
+        model.alpha.fill_(0.5)
+    assert _rows(problem, model)["pde"] > 1e-2
+    assert problem.relative_l2(model) == pytest.approx(0.25)
+    assert problem.field_error(model) < 1e-14
+    fresh = problem.network()
+    assert isinstance(fresh, suite.WithCoefficient) and float(fresh.alpha) == 1.0
+
+
+def test_burgers_cole_hopf_converges_and_has_the_published_steepest_slope() -> None:
+    x = np.linspace(-1, 1, 41)
+    t = np.full_like(x, 0.75)
+    coarse = suite.burgers_cole_hopf(x, t, nodes=60)
+    fine = suite.burgers_cole_hopf(x, t)
+    assert np.isfinite(fine).all()
+    assert np.abs(coarse - fine).max() < 1e-10
+    # Basdevant et al. 1986: the steepest slope, at x = 0 and t = 1.6037/π, is −152.00516.
+    h = 1e-6
+    ends = suite.burgers_cole_hopf(np.array([-h, h]), np.full(2, 1.6037 / math.pi))
+    slope = (ends[1] - ends[0]) / (2 * h)
+    assert slope == pytest.approx(-152.00516, rel=1e-7)
+    # The reference satisfies the equation away from the front (finite differences).
+    e = 1e-4
+    xs, ts = np.array([0.5]), np.array([0.3])
+
+    def u(dx: float, dt: float) -> float:
+        return float(suite.burgers_cole_hopf(xs + dx, ts + dt)[0])
+
+    ut = (u(0, e) - u(0, -e)) / (2 * e)
+    ux = (u(e, 0) - u(-e, 0)) / (2 * e)
+    uxx = (u(e, 0) - 2 * u(0, 0) + u(-e, 0)) / e**2
+    assert abs(ut + u(0, 0) * ux - suite.BURGERS_NU * uxx) < 1e-5 * abs(ut)
+    assert np.array_equal(suite.burgers_cole_hopf(x, np.zeros_like(x)), -np.sin(np.pi * x))
+
+
+def test_allen_cahn_reference_converges_in_time_and_space() -> None:
+    # The first tenth of the run, where the interfaces form and the modes matter most.
+    base = suite.allen_cahn_etdrk4(modes=512, dt=2e-4, times=6, t_end=0.1)
+    half_step = suite.allen_cahn_etdrk4(modes=512, dt=1e-4, times=6, t_end=0.1)
+    more_modes = suite.allen_cahn_etdrk4(modes=1024, dt=2e-4, times=6, t_end=0.1)[::2]
+    fewer_modes = suite.allen_cahn_etdrk4(modes=256, dt=2e-4, times=6, t_end=0.1)
+    assert np.abs(base - half_step).max() < 1e-9
+    closer, further = np.abs(base - more_modes).max(), np.abs(base[::2] - fewer_modes).max()
+    # The initial slope jumps across the periodic boundary (2 against −2), so the modes
+    # converge algebraically while that kink lasts: the differences shrink, not by decades.
+    assert closer < 1e-3 and closer < 0.8 * further
+    x = -1 + 2 * np.arange(512) / 512
+    assert np.abs(base[:, 0] - x**2 * np.cos(np.pi * x)).max() < 1e-12
+    # The published picture: by t = 1 the solution sits at the stable states ±1 over most
+    # of the interval (the interfaces are a small part of it).
+    final = suite._allen_cahn_reference()[:, -1]
+    assert np.mean(np.abs(np.abs(final) - 1) < 0.05) > 0.5
+
+
+def test_every_problem_draws_its_rows_in_its_domain() -> None:
+    for name in suite.PROBLEMS:
+        problem = suite.problem(name)
+        x, _ = problem.batch(torch.Generator().manual_seed(0))
+        assert int(x.shape[0]) == sum(problem.rows.values())
+        lo, hi = problem.test_x.min(0).values, problem.test_x.max(0).values
+        assert bool(((x >= lo - 1e-12) & (x <= hi + 0.02)).all()), name
+        assert problem.test_x.shape[0] == problem.test_u.shape[0]
+        assert problem.relative_l2(problem.network()) > 0.1, name
+    with pytest.raises(ValueError, match="unknown PINN problem 'wave'"):
+        suite.problem("wave")
+
+
+def test_the_suite_benchmark_compares_lm_with_the_best_first_order_run() -> None:
+    import bench_pinn_suite as bench
+
+    def run(error: float, steps: int = 3) -> dict:  # type: ignore[type-arg]
+        return {"trace": [[0.0, 1.0], [1.0, error]], "steps": steps, "params": 5, "rows": 4}
+
+    results = {
+        "machine": {"cpu": "test CPU"},
+        "budget_s": 1.0,
+        "adam_lr": 1e-3,
+        "problems": {
+            "heat": {
+                "published": [("PINN", 1e-2, "a paper")],
+                "load_before": 0.5,
+                "load_after": 0.7,
+                "runs": {
+                    "lm": run(3e-5),
+                    "lm_resample": run(1e-4),
+                    "adam": run(float("nan")),
+                    "lbfgs": {"failed": "exit code 1"},
+                    "adam_lbfgs": run(6e-3),
+                },
+            }
+        },
+    }
+    rows = bench.summary(results)
+    assert [r["verdict"] for r in rows] == ["PASS", "PASS"]
+    assert rows[1]["value"] == pytest.approx(3e-5 / 6e-3)
+    assert "adam_lbfgs" in rows[1]["detail"]
+    text = bench.section(results)
+    assert "| heat | 5 | 4 | 3e-05 (3) |" in text and "failed" in text and "a paper" in text
