@@ -30,8 +30,9 @@ models and Jacobians, against torch-levenberg-marquardt driven as in ``bench_ste
 * The newer capabilities, each by its own benchmark on the same device (``NEWER``):
   single small fits against SciPy (``bench_small_fit.py``), many fits at once
   (``bench_batch_fit.py``) and the physics-informed network's LM step against the peer
-  (``bench_pinn.py``), at their quick sizes unless ``--newer-full``; a benchmark that is
-  not in the tree is recorded as absent.
+  (``bench_pinn.py``), and matrix-free LM on the large network against Adam
+  (``_gpu_matrix_free.py``), at their quick sizes unless ``--newer-full``; a benchmark
+  that is not in the tree is recorded as absent.
 
 Each shape and part is guarded: an out-of-memory error or any failure is recorded and the
 run goes on. ``--budget`` (seconds) bounds the whole run: parts and shapes get caps from
@@ -109,6 +110,7 @@ NEWER: tuple[tuple[str, str], ...] = (
     ("small_fit", "bench_small_fit"),
     ("batch_fit", "bench_batch_fit"),
     ("pinn", "bench_pinn"),
+    ("matrix_free", "_gpu_matrix_free"),
 )
 #: Seconds per method of bench_pinn.py when it runs here (it runs each method for that long,
 #: after an Adam learning-rate sweep of four runs of a quarter of it, each in a process of

@@ -10,8 +10,9 @@ came from (CPU, cores, torch / NumPy versions and BLAS, and the load average dur
 benchmark, since the figures mean little on a loaded machine).
 
 Options: ``--only step,quality`` (or the names alone: ``nox -s bench -- scale``; ``pinn``
-stands for both PINN benchmarks, ``pinn`` and ``pinn_suite``) runs a subset (RESULTS.md keeps every other benchmark's latest figures: its section and its rows
-of verdicts are rebuilt from its last ``results/<name>.json``); ``--quick`` uses small
+stands for both PINN benchmarks, ``pinn`` and ``pinn_suite``) runs a subset (RESULTS.md
+keeps every other benchmark's latest figures: its section and its rows of verdicts are
+rebuilt from its last ``results/<name>.json``); ``--quick`` uses small
 sizes and short caps (development only; it does not rewrite RESULTS.md);
 ``--wait-idle SECONDS`` waits up to that long for the 1-minute load average to drop below
 ``IDLE_LOAD`` before starting.

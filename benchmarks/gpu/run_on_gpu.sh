@@ -24,7 +24,7 @@
 # rewritten after each part, so whatever ran is there even if the run is cut short.
 #
 # Environment: OUT (required), PYTHON (python3), WHEELS (benchmarks/gpu/wheels), SITE
-# (/tmp/marquardt-site), TOTAL (500 s), BENCH_BUDGET (200 s), NEWER_CAP (190 s),
+# (/tmp/marquardt-site), TOTAL (530 s), BENCH_BUDGET (180 s), NEWER_CAP (220 s),
 # GPU_TEST_CAP (60 s per package), TEST_CAP (60 s per package), XDIST (8; 0 runs the suites in
 # one process), PARTS (the parts to run, by name or prefix: "env install devices gpu-tests
 # integration bench" by default; add "tests" for the other tests), PYTEST_ARGS (added to every pytest command, e.g. "-x" or "--collect-only -q"),
@@ -37,9 +37,9 @@ OUT="${OUT:?set OUT to the folder the results go to}"
 PYTHON="${PYTHON:-python3}"
 WHEELS="${WHEELS:-benchmarks/gpu/wheels}"
 SITE="${SITE:-/tmp/marquardt-site}"
-TOTAL="${TOTAL:-500}"
-BENCH_BUDGET="${BENCH_BUDGET:-200}"
-NEWER_CAP="${NEWER_CAP:-190}"
+TOTAL="${TOTAL:-530}"
+BENCH_BUDGET="${BENCH_BUDGET:-180}"
+NEWER_CAP="${NEWER_CAP:-220}"
 GPU_TEST_CAP="${GPU_TEST_CAP:-60}"
 TEST_CAP="${TEST_CAP:-60}"
 XDIST="${XDIST:-8}"
