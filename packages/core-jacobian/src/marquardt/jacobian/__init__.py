@@ -32,6 +32,7 @@ from ._errors import (
     UnknownModeError,
 )
 from ._gauss_newton import GaussNewtonProducts
+from ._grad_mode import keeps_grad_mode
 from ._planner import JacobianPlan, plan_jacobian
 from ._points import PointModel, PointResidual, ResidualGroup
 from ._prepared import PreparedBatch
@@ -66,5 +67,6 @@ __all__ = [
     "SliceSizeError",
     "SliceStream",
     "UnknownModeError",
+    "keeps_grad_mode",
     "plan_jacobian",
 ]

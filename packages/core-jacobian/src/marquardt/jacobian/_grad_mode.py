@@ -1,4 +1,5 @@
-"""Grad mode kept across a call that a Ctrl-C may cut short.
+"""Grad mode kept across a call that a Ctrl-C may cut short (``keeps_grad_mode``, also for
+the solver's entry points).
 
 ``torch.no_grad()`` switches grad mode in Python code of its own: an interrupt landing
 after the switch in its ``__enter__``, or before the switch back in its ``__exit__``,

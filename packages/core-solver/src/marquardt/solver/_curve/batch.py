@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from marquardt.jacobian import keeps_grad_mode
+
 from .._errors import OptimizeWarning
-from .._grad_mode import keeps_grad_mode
 from .._lm.covariance import CovarianceWarning
 from .._lm.memory_fit import usable_memory
 from .batch_args import BatchArgs, batch_args

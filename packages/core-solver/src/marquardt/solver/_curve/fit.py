@@ -28,8 +28,9 @@ from typing import Any
 
 import torch
 
+from marquardt.jacobian import keeps_grad_mode
+
 from .._errors import OptimizeWarning
-from .._grad_mode import keeps_grad_mode
 from .._lm.covariance import covariance_from_factor
 from .._lm.report import StepReport
 from .active_set import Tolerances, solve

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from marquardt.jacobian import keeps_grad_mode
+
 from .._backends.blas_threads import one_blas_thread
-from .._grad_mode import keeps_grad_mode
 from .._lm.robust import ROBUST_LOSSES
 from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
 from .scipy_args import (
