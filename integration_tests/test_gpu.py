@@ -41,27 +41,18 @@ needs_two = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 NVIDIA GPUs; NVML find
 
 
 @pytest.mark.multiprocess
-def test_torchrun_nccl_on_one_gpu(tmp_path: Path) -> None:
-    """The same recipe with one process: nccl, the DDP loop and the GPU, on a one-GPU node."""
-    env = base_env({"COMPUTE_SETUP": "gpu", "BACKEND": "nccl", "NPROCS": "1", "SCRIPT": str(FIT)})
+@pytest.mark.parametrize("nprocs", [1, pytest.param(2, marks=needs_two)])
+def test_torchrun_nccl_on_the_gpus(tmp_path: Path, nprocs: int) -> None:
+    """The torchrun recipe over nccl, one process per GPU: the DDP loop on cuda."""
+    env = base_env(
+        {"COMPUTE_SETUP": "gpu", "BACKEND": "nccl", "NPROCS": str(nprocs), "SCRIPT": str(FIT)}
+    )
     done = run(["bash", str(LAUNCH / "torchrun" / "single_node.sh")], env=env, cwd=tmp_path)
     assert done.returncode == 0, done.describe()
-    assert_trained(done.output, world_size=1, epochs=60, print_every=10)
+    assert_trained(done.output, world_size=nprocs, epochs=60, print_every=10)
     head = describe_lines(done.output)[0]
     assert head["loop"] == "DDP loop (nccl)" and head["device"].startswith("cuda"), head
-    assert_ranks(done.output, 1)
-
-
-@needs_two
-@pytest.mark.multiprocess
-def test_torchrun_nccl_on_two_gpus(tmp_path: Path) -> None:
-    env = base_env({"COMPUTE_SETUP": "gpu", "BACKEND": "nccl", "NPROCS": "2", "SCRIPT": str(FIT)})
-    done = run(["bash", str(LAUNCH / "torchrun" / "single_node.sh")], env=env, cwd=tmp_path)
-    assert done.returncode == 0, done.describe()
-    assert_trained(done.output, world_size=2, epochs=60, print_every=10)
-    head = describe_lines(done.output)[0]
-    assert head["loop"] == "DDP loop (nccl)" and head["device"].startswith("cuda"), head
-    assert_ranks(done.output, 2)
+    assert_ranks(done.output, nprocs)
 
 
 @needs_two
