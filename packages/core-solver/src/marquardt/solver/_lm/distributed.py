@@ -407,14 +407,7 @@ class GroupScope:
             dist.all_reduce(tail, group=self.group)
         t2 = time.perf_counter()
         home = local.jtj.device
-        totals = tail[-2:].tolist()
-        if failure is not None:
-            raise failure
-        if not math.isfinite(totals[0]):
-            raise refused_elsewhere(
-                "‖r‖² summed over the ranks is not finite: another rank's residuals are NaN "
-                "or infinite (or their squares overflowed)"
-            )
+        totals = summed_totals(tail, failure)
         products = NormalProducts(
             jtj=jtj.to(home),
             jtr=tail[:-2].to(home, local.jtr.dtype).reshape(local.jtr.shape),
@@ -470,14 +463,7 @@ class GroupScope:
         with self._collective("all-reduce of Jᵀr, Jᵀz, ‖r‖² and N"):
             dist.all_reduce(packed, group=self.group)
         t3 = time.perf_counter()
-        totals = packed[-2:].tolist()
-        if failure is not None:
-            raise failure
-        if not math.isfinite(totals[0]):
-            raise refused_elsewhere(
-                "‖r‖² summed over the ranks is not finite: another rank's residuals are NaN "
-                "or infinite (or their squares overflowed)"
-            )
+        totals = summed_totals(packed, failure)
         assert local is not None
         params = jtr.numel()
         local.jtr = packed[:params].to(home)
@@ -699,6 +685,21 @@ def _not_finite_products(
         rss=float("nan"),
         rows=batch.rows,
     )
+
+
+def summed_totals(packed: torch.Tensor, failure: ResidualNotFiniteError | None) -> list[float]:
+    """``[‖r‖², N]`` summed over the ranks, the last two entries of an all-reduced vector;
+    this rank's own failure is raised first, then the refusal of a rank whose residuals
+    were finite when the sum is not (another rank's were NaN or infinite)."""
+    totals: list[float] = packed[-2:].tolist()
+    if failure is not None:
+        raise failure
+    if not math.isfinite(totals[0]):
+        raise refused_elsewhere(
+            "‖r‖² summed over the ranks is not finite: another rank's residuals are NaN "
+            "or infinite (or their squares overflowed)"
+        )
+    return totals
 
 
 def refused_elsewhere(what: str) -> ResidualNotFiniteError:
