@@ -19,8 +19,8 @@ evaluation budget for the named method.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -271,7 +271,11 @@ def curve_fit(
         def jac(x: Any, *p: Any) -> Any:
             return np.asarray(by_columns(x, *p)).T
 
-    with _one_thread(y.size):
+    # One torch thread (and one BLAS thread from BLAS_POINTS points on) for a small fit:
+    # its kernels are too short to share, and two pools alternating on busy cores made a
+    # fit of 10⁴ points 38× slower with torch's default two threads than with one.
+    blas = one_blas_thread() if y.size >= BLAS_POINTS else nullcontext()
+    with torch_threads(1), blas:
         kind, _, untracked, first = model_kind(f, x, start)
         on_device = out_device is not None and out_device.type != "cpu"
         engine = bool(ENGINE_KEYWORDS & set(kwargs)) or (
@@ -317,20 +321,6 @@ def curve_fit(
             torch_out,
             kwargs,
         )
-
-
-@contextmanager
-def _one_thread(points: int) -> Iterator[None]:
-    """One torch thread (and one BLAS thread from ``BLAS_POINTS`` points on) for a small
-    fit: its kernels are too short to share, and two pools alternating on busy cores
-    made a fit of 10⁴ points 38× slower with torch's default two threads than with one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with one_blas_thread() if points >= BLAS_POINTS else nullcontext():
-            yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _small_fit(
