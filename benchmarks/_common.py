@@ -45,6 +45,20 @@ def sinc_dataset(n: int = DATASET_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.sinc(10 * x)
 
 
+@torch.no_grad()
+def full_mse(
+    model: nn.Module, x: torch.Tensor | None = None, y: torch.Tensor | None = None
+) -> float:
+    """The model's MSE on ``(x, y)`` (default the seed's whole sinc dataset), in chunks of
+    20,000 rows so that a large model's activations stay small."""
+    if x is None or y is None:
+        x, y = sinc_dataset()
+    total = 0.0
+    for lo in range(0, x.shape[0], 20_000):
+        total += float(((model(x[lo : lo + 20_000]) - y[lo : lo + 20_000]) ** 2).sum())
+    return total / x.shape[0]
+
+
 def sinc_model(hidden: int = 256, seed: int = SEED) -> nn.Module:
     """A 1-hidden-1 tanh MLP, initialised from ``seed`` (the same for every optimizer)."""
     return tanh_mlp((1, hidden, 1), seed)

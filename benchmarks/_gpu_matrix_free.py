@@ -31,11 +31,6 @@ TARGET_MSE = 1.0
 TARGET_MEMORY_MIB = 1024.0
 
 
-def _mse(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float(((model(x) - y) ** 2).mean())
-
-
 def _batches(x: torch.Tensor, y: torch.Tensor, size: int) -> Any:
     for xb, yb in c.shuffled_batches(x, y, size, SEED):
         yield xb.to(x.device), yb.to(x.device)
@@ -68,7 +63,7 @@ def _lm(widths: tuple[int, ...], n: int, device: torch.device, budget: float) ->
         "median_step_seconds": statistics.median(seconds),
         "cg_iterations": cg,
         "peak_memory_bytes": peak,
-        "mse": _mse(model, x, y),
+        "mse": c.full_mse(model, x, y),
     }
 
 
@@ -88,7 +83,7 @@ def _adam(widths: tuple[int, ...], device: torch.device, budget: float) -> dict[
         steps += 1
         if steps % 50 == 0:
             c.synchronize(device)
-    return {"steps": steps, "mse": _mse(model, x, y)}
+    return {"steps": steps, "mse": c.full_mse(model, x, y)}
 
 
 def main(quick: bool = False, device: str = "cpu", budget: float = 10.0) -> dict[str, Any]:

@@ -82,16 +82,6 @@ def make_side(kind: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], 
     return peer, model
 
 
-@torch.no_grad()
-def full_mse(model: torch.nn.Module) -> float:
-    """MSE on the whole sinc dataset, in chunks."""
-    x, y = c.sinc_dataset()
-    total = 0.0
-    for lo in range(0, x.shape[0], 20_000):
-        total += float(((model(x[lo : lo + 20_000]) - y[lo : lo + 20_000]) ** 2).sum())
-    return total / x.shape[0]
-
-
 def train_lm(kind: str) -> dict[str, Any]:
     """``kind`` trained for the budget: step seconds, steps, full MSE."""
     step, model = make_side(kind)
@@ -114,7 +104,7 @@ def train_lm(kind: str) -> dict[str, Any]:
         "step_seconds": seconds,
         "median_step": c.median(seconds[1:] if len(seconds) > 1 else seconds),
         "wall": time.perf_counter() - start,
-        "mse": full_mse(model),
+        "mse": c.full_mse(model),
         "error": error,
     }
 
@@ -134,7 +124,7 @@ def train_adam(lr: float) -> dict[str, Any]:
         loss.backward()
         opt.step()
         steps += 1
-    return {"lr": lr, "steps": steps, "wall": time.perf_counter() - start, "mse": full_mse(model)}
+    return {"lr": lr, "steps": steps, "wall": time.perf_counter() - start, "mse": c.full_mse(model)}
 
 
 def rss_child(kind: str) -> dict[str, Any]:
@@ -159,7 +149,7 @@ def measure(script: str) -> dict[str, Any]:
         "peer_layer": "not run: LayerSelectionStrategy selects one whole tensor per step; "
         "the 512 × 512 weights give a 262,144² system (256 GiB in float32)",
     }
-    out["initial_mse"] = full_mse(c.tanh_mlp(WIDTHS, SEED))
+    out["initial_mse"] = c.full_mse(c.tanh_mlp(WIDTHS, SEED))
     for kind in SIDES:
         out[kind] = train_lm(kind)
         gc.collect()

@@ -335,11 +335,6 @@ def measure_shape(
 
 
 # -- time to quality ---------------------------------------------------------------------
-def _full_mse(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float((model(x) - y).pow(2).mean())
-
-
 def _quality_side(kind: str, device: torch.device) -> tuple[Callable[..., bool], Any]:
     model = c.sinc_model(QUALITY_HIDDEN).to(device)
     if kind == "ours":
@@ -358,7 +353,7 @@ def time_to_quality(kind: str, device: torch.device, cap: float) -> dict[str, An
     x_dev, y_dev = x_all.to(device), y_all.to(device)
     step, evaluated = _quality_side(kind, device)
     batches = c.shuffled_batches(x_all, y_all, c.BATCH)
-    trace: list[tuple[float, int, float]] = [(0.0, 0, _full_mse(evaluated, x_dev, y_dev))]
+    trace: list[tuple[float, int, float]] = [(0.0, 0, c.full_mse(evaluated, x_dev, y_dev))]
     reached: dict[str, float | None] = {f"{t:g}": None for t in THRESHOLDS}
     train, steps, stopped = 0.0, 0, "time cap"
     while train < cap:
@@ -369,7 +364,7 @@ def time_to_quality(kind: str, device: torch.device, cap: float) -> dict[str, An
         c.synchronize(device)
         train += time.perf_counter() - start
         steps += 1
-        mse = _full_mse(evaluated, x_dev, y_dev)
+        mse = c.full_mse(evaluated, x_dev, y_dev)
         trace.append((train, steps, mse))
         for t in THRESHOLDS:
             if reached[f"{t:g}"] is None and mse <= t:

@@ -51,16 +51,6 @@ def _residual(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a - b
 
 
-@torch.no_grad()
-def full_mse(model: torch.nn.Module) -> float:
-    """MSE on the whole sinc dataset, in chunks."""
-    x, y = c.sinc_dataset()
-    total = 0.0
-    for lo in range(0, x.shape[0], 20_000):
-        total += float(((model(x[lo : lo + 20_000]) - y[lo : lo + 20_000]) ** 2).sum())
-    return total / x.shape[0]
-
-
 def _lma(model: torch.nn.Module, strategy: str, iterations: int | None = None) -> Any:
     from marquardt.solver import LMA, TruncatedCG
 
@@ -81,7 +71,7 @@ def train_lm(
     model = c.tanh_mlp(widths, SEED)
     lma = _lma(model, strategy, iterations)
     batches = c.shuffled_batches(*c.sinc_dataset(), N, SEED)
-    curve: list[tuple[float, float]] = [(0.0, full_mse(model))]
+    curve: list[tuple[float, float]] = [(0.0, c.full_mse(model))]
     cg: list[int] = []
     attempts = 0
     reached: float | None = None
@@ -94,7 +84,7 @@ def train_lm(
         attempts += report.attempts
         t = time.perf_counter()
         elapsed = t - start - scoring
-        mse = full_mse(model)
+        mse = c.full_mse(model)
         scoring += time.perf_counter() - t
         curve.append((elapsed, mse))
         if goal is not None and mse <= goal:
@@ -124,7 +114,7 @@ def train_adam(widths: tuple[int, ...], lr: float, seconds: float) -> dict[str, 
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         steps += 1
-    return {"lr": lr, "steps": steps, "mse": full_mse(model)}
+    return {"lr": lr, "steps": steps, "mse": c.full_mse(model)}
 
 
 def train_sinc(seconds: float) -> dict[str, Any]:
@@ -172,7 +162,7 @@ def main(
         "large": {"widths": list(LARGE), "params": c.mlp_params(LARGE)},
     }
     large = out["large"]
-    large["initial_mse"] = full_mse(c.tanh_mlp(LARGE, SEED))
+    large["initial_mse"] = c.full_mse(c.tanh_mlp(LARGE, SEED))
     large["cg_iterations_budget"] = LARGE_CG_ITERATIONS
     large["matrix_free"] = train_lm(
         LARGE, "matrix_free", budget_seconds, iterations=LARGE_CG_ITERATIONS

@@ -48,11 +48,6 @@ TARGET_ADAM = 10.0
 ADAM_THRESHOLD = 1e-4
 
 
-def _full_mse(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    with torch.no_grad():
-        return float((model(x) - y).pow(2).mean())
-
-
 def _ours(model: torch.nn.Module) -> tuple[Callable[[torch.Tensor, torch.Tensor], bool], Any]:
     from marquardt.solver import LMA
 
@@ -103,7 +98,7 @@ def run(kind: str, hidden: int, cap: float, lr: float | None = None) -> dict[str
         step, evaluated = _adam(model, lr)
     eval_every = ADAM_EVAL_EVERY if kind == "adam" else 1
     batches = c.shuffled_batches(x_all, y_all)
-    trace: list[tuple[float, int, float]] = [(0.0, 0, _full_mse(evaluated, x_all, y_all))]
+    trace: list[tuple[float, int, float]] = [(0.0, 0, c.full_mse(evaluated, x_all, y_all))]
     reached: dict[str, float | None] = {f"{t:g}": None for t in THRESHOLDS}
     train = 0.0
     steps = 0
@@ -119,7 +114,7 @@ def run(kind: str, hidden: int, cap: float, lr: float | None = None) -> dict[str
                 break
         train += time.perf_counter() - start
         t_eval = time.perf_counter()
-        mse = _full_mse(evaluated, x_all, y_all)
+        mse = c.full_mse(evaluated, x_all, y_all)
         eval_seconds += time.perf_counter() - t_eval
         trace.append((train, steps, mse))
         for t in THRESHOLDS:
