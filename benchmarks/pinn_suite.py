@@ -6,7 +6,7 @@ its side conditions, ``draw(rows, generator)`` (the keyword arguments of
 ``PointResidual.batch`` for fresh collocation points), a tanh network of the size the
 benchmark trains, test points with the reference there, and published figures where the
 literature gives them. References are exact where a closed form exists, else computed
-here (never downloaded):
+here (``pinn_references.py``, never downloaded):
 
 * ``poisson``: −Δu = 2π² sin(πx) sin(πy) on [0, 1]², u = 0 on the boundary; exact
   u = sin(πx) sin(πy) (the first example of Müller & Zeinhofer 2023, "Achieving high
@@ -33,17 +33,21 @@ here (never downloaded):
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+import _common as c
 import numpy as np
 import torch
+from pinn_references import (
+    AC_D,
+    AC_GAMMA,
+    BURGERS_NU,
+    allen_cahn_reference,
+    burgers_cole_hopf,
+)
 from torch import nn
 
 from marquardt.jacobian import Collocation, PointResidual, ResidualGroup
@@ -56,13 +60,7 @@ F64 = torch.float64
 def tanh_network(inputs: int, width: int, depth: int, seed: int = 0) -> nn.Module:
     """``depth`` hidden tanh layers of ``width``, one output, float64, Xavier-normal weights
     (Glorot & Bengio 2010, as Raissi et al. 2019 initialise), zero biases."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    sizes = [inputs] + [width] * depth
-    for a, b in itertools.pairwise(sizes):
-        layers += [nn.Linear(a, b), nn.Tanh()]
-    layers.append(nn.Linear(sizes[-1], 1))
-    net = nn.Sequential(*layers).double()
+    net = c.tanh_mlp([inputs, *[width] * depth, 1], seed).double()
     for m in net:
         if isinstance(m, nn.Linear):
             nn.init.xavier_normal_(m.weight)
@@ -155,10 +153,6 @@ def _square_edge(n: int, lo: float, hi: float, g: torch.Generator) -> torch.Tens
     return torch.where((side < 2)[:, None], torch.stack([s, fixed], 1), torch.stack([fixed, s], 1))
 
 
-def _grid(xs: torch.Tensor, ts: torch.Tensor) -> torch.Tensor:
-    return torch.cartesian_prod(xs, ts)
-
-
 # -- derivatives at one point -------------------------------------------------------------
 def _laplacian(u: Any, x: torch.Tensor) -> torch.Tensor:
     return torch.func.hessian(u)(x).trace()
@@ -169,6 +163,30 @@ def _space_time(u: Any, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, to
     grad = torch.func.jacrev(u)(p)
     hess = torch.func.hessian(u)(p)
     return grad[0], grad[1], hess[0, 0]
+
+
+def _line_in_time(
+    span: tuple[float, float],
+    initial: Callable[[torch.Tensor], torch.Tensor],
+    sides: tuple[float, float],
+) -> Callable[[dict[str, int], torch.Generator], Points]:
+    """Points of a 1-D problem in time on ``span`` × [0, 1]: the interior, the initial line
+    with its values ``initial(x)``, and the two ends, each boundary point at ``sides[0]``
+    or ``sides[1]`` with probability ½."""
+    lo, hi = span
+
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        x0 = _uniform(rows["initial"], [lo], [hi], g)
+        tb = _uniform(rows["boundary"], [0], [1], g)
+        coin = torch.rand(rows["boundary"], 1, generator=g) < 0.5
+        side = torch.where(coin, sides[0], sides[1]).to(F64)
+        return {
+            "pde": _uniform(rows["pde"], [lo, 0], [hi, 1], g),
+            "initial": (torch.cat([x0, torch.zeros_like(x0)], 1), initial(x0[:, 0])),
+            "boundary": torch.cat([side, tb], 1),
+        }
+
+    return sampler
 
 
 def _value(u: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -189,25 +207,40 @@ def _poisson_pde(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
     return -_laplacian(u, x) - 2 * math.pi**2 * poisson_exact(x)
 
 
-def poisson() -> Problem:
-    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+def _square(
+    name: str,
+    pde: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor],
+    exact: Callable[[torch.Tensor], torch.Tensor],
+    side: tuple[float, float],
+    rows: dict[str, int],
+    **network: Any,
+) -> Problem:
+    """A 2-D problem on the square ``side``², u = 0 on its edge: uniform interior points,
+    uniform edge points, the reference on a 101 × 101 grid."""
+    lo, hi = side
+
+    def sampler(counts: dict[str, int], g: torch.Generator) -> Points:
         return {
-            "pde": _uniform(rows["pde"], [0, 0], [1, 1], g),
-            "boundary": _square_edge(rows["boundary"], 0.0, 1.0, g),
+            "pde": _uniform(counts["pde"], [lo, lo], [hi, hi], g),
+            "boundary": _square_edge(counts["boundary"], lo, hi, g),
         }
 
-    t = torch.linspace(0, 1, 101, dtype=F64)
-    x = _grid(t, t)
+    t = torch.linspace(lo, hi, 101, dtype=F64)
+    x = torch.cartesian_prod(t, t)
     return Problem(
-        "poisson",
-        PointResidual(ResidualGroup("pde", _poisson_pde), ResidualGroup("boundary", _zero)),
+        name,
+        PointResidual(ResidualGroup("pde", pde), ResidualGroup("boundary", _zero)),
         sampler,
-        {"pde": 400, "boundary": 100},
+        rows,
         x,
-        poisson_exact(x),
-        width=20,
-        depth=2,
+        exact(x),
+        **network,
     )
+
+
+def poisson() -> Problem:
+    rows = {"pde": 400, "boundary": 100}
+    return _square("poisson", _poisson_pde, poisson_exact, (0.0, 1.0), rows, width=20, depth=2)
 
 
 # -- 2-D Helmholtz -------------------------------------------------------------------------
@@ -231,21 +264,12 @@ def _helmholtz_pde(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
 
 
 def helmholtz() -> Problem:
-    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
-        return {
-            "pde": _uniform(rows["pde"], [-1, -1], [1, 1], g),
-            "boundary": _square_edge(rows["boundary"], -1.0, 1.0, g),
-        }
-
-    t = torch.linspace(-1, 1, 101, dtype=F64)
-    x = _grid(t, t)
-    return Problem(
+    return _square(
         "helmholtz",
-        PointResidual(ResidualGroup("pde", _helmholtz_pde), ResidualGroup("boundary", _zero)),
-        sampler,
+        _helmholtz_pde,
+        helmholtz_exact,
+        (-1.0, 1.0),
         {"pde": 900, "boundary": 200},
-        x,
-        helmholtz_exact(x),
         width=30,
         depth=3,
         published=[
@@ -255,46 +279,14 @@ def helmholtz() -> Problem:
     )
 
 
-# -- Burgers: Cole–Hopf by Gauss–Hermite --------------------------------------------------------
-BURGERS_NU = 0.01 / math.pi
-
-
-def burgers_cole_hopf(x: np.ndarray, t: np.ndarray, nodes: int = 200) -> np.ndarray:
-    """u(x, t) of u_t + u u_x = ν u_xx, u(x, 0) = −sin(πx), by the Cole–Hopf transform.
-
-    With η = 2√(νt)·s the solution is u = −∫ sin(π(x − η)) f(x − η) e^{−s²} ds / ∫ f(x − η)
-    e^{−s²} ds, f(y) = exp(−cos(πy) / (2πν)); both integrals by ``nodes``-point
-    Gauss–Hermite quadrature, the exponent shifted by its maximum over the nodes so
-    that neither overflows (100 nodes already agree with a 40,001-point trapezoid rule
-    to 1e-15 over t ∈ [0.01, 1]; NumPy's nodes overflow beyond about 300). ``t = 0``
-    gives the initial condition.
-    """
-    x, t = np.broadcast_arrays(np.asarray(x, float), np.asarray(t, float))
-    s, w = np.polynomial.hermite.hermgauss(nodes)
-    y = x[..., None] - 2.0 * np.sqrt(BURGERS_NU * t)[..., None] * s
-    expo = -np.cos(np.pi * y) / (2 * np.pi * BURGERS_NU)
-    weights = w * np.exp(expo - expo.max(axis=-1, keepdims=True))
-    u = -(weights * np.sin(np.pi * y)).sum(-1) / weights.sum(-1)
-    return np.where(t > 0, u, -np.sin(np.pi * x))
-
-
+# -- Burgers -------------------------------------------------------------------------------
 def _burgers_pde(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
     ux, ut, uxx = _space_time(u, p)
     return ut + u(p) * ux - BURGERS_NU * uxx
 
 
 def burgers() -> Problem:
-    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
-        x0 = _uniform(rows["initial"], [-1], [1], g)
-        tb = _uniform(rows["boundary"], [0], [1], g)
-        side = torch.where(torch.rand(rows["boundary"], 1, generator=g) < 0.5, -1.0, 1.0)
-        initial = torch.cat([x0, torch.zeros_like(x0)], 1)
-        return {
-            "pde": _uniform(rows["pde"], [-1, 0], [1, 1], g),
-            "initial": (initial, -torch.sin(math.pi * x0[:, 0])),
-            "boundary": torch.cat([side.to(F64), tb], 1),
-        }
-
+    sampler = _line_in_time((-1.0, 1.0), lambda x: -torch.sin(math.pi * x), sides=(-1.0, 1.0))
     # Raissi et al.'s grid: 256 points in x, 100 in t.
     xs = np.linspace(-1, 1, 256)
     ts = np.linspace(0, 0.99, 100)
@@ -320,71 +312,7 @@ def burgers() -> Problem:
     )
 
 
-# -- Allen–Cahn: Fourier spectral + ETDRK4 ------------------------------------------------------
-AC_D, AC_GAMMA = 1e-4, 5.0
-
-
-def allen_cahn_etdrk4(
-    modes: int = 1024, dt: float = 1e-4, times: int = 101, t_end: float = 1.0
-) -> np.ndarray:
-    """u(x_j, t_k) of u_t = D u_xx + γ(u − u³), u(x, 0) = x² cos(πx), periodic on [−1, 1),
-    on ``modes`` equispaced x_j = −1 + 2j/modes and ``times`` equispaced t_k in [0, t_end].
-
-    Fourier in space, ETDRK4 in time (Cox & Matthews 2002); the φ-functions of the
-    linear part by the contour-integral mean of Kassam & Trefethen 2005 (32 points on a
-    circle of radius 1 about each dt·L), which avoids their cancellation near zero.
-    Returns an array ``(modes, times)``. The initial slope jumps across the periodic
-    boundary (u_x(±1, 0) = ∓2) and the interfaces are √(D/γ) ≈ 0.0045 wide, so the modes
-    converge algebraically early on: 512 and 1,024 modes differ by 1.3e-4 (max) at
-    t = 0.1 and 1.4e-6 at t = 1; halving dt changes nothing above 1e-11.
-    """
-    x = -1 + 2 * np.arange(modes) / modes
-    k = np.pi * np.fft.fftfreq(modes, d=1.0 / modes)  # wavenumbers of period 2
-    lin = -AC_D * k**2
-    e, e2 = np.exp(dt * lin), np.exp(dt * lin / 2)
-    r = np.exp(1j * np.pi * (np.arange(1, 33) - 0.5) / 32)
-    lr = dt * lin[:, None] + r[None, :]
-    q = dt * np.real(np.mean((np.exp(lr / 2) - 1) / lr, axis=1))
-    f1 = dt * np.real(np.mean((-4 - lr + np.exp(lr) * (4 - 3 * lr + lr**2)) / lr**3, axis=1))
-    f2 = dt * np.real(np.mean((2 + lr + np.exp(lr) * (-2 + lr)) / lr**3, axis=1))
-    f3 = dt * np.real(np.mean((-4 - 3 * lr - lr**2 + np.exp(lr) * (4 - lr)) / lr**3, axis=1))
-
-    def nonlinear(v: np.ndarray) -> np.ndarray:
-        u = np.real(np.fft.ifft(v))
-        return np.asarray(np.fft.fft(AC_GAMMA * (u - u**3)))
-
-    steps = round(t_end / dt)
-    every = steps // (times - 1)
-    if every * (times - 1) != steps:
-        raise ValueError(f"dt={dt} does not put a step on each of {times} output times")
-    v = np.fft.fft(x**2 * np.cos(np.pi * x))
-    out = np.empty((modes, times))
-    out[:, 0] = np.real(np.fft.ifft(v))
-    for n in range(1, steps + 1):
-        nv = nonlinear(v)
-        a = e2 * v + q * nv
-        na = nonlinear(a)
-        b = e2 * v + q * na
-        nb = nonlinear(b)
-        c = e2 * a + q * (2 * nb - nv)
-        nc = nonlinear(c)
-        v = e * v + nv * f1 + 2 * (na + nb) * f2 + nc * f3
-        if n % every == 0:
-            out[:, n // every] = np.real(np.fft.ifft(v))
-    return out
-
-
-@functools.lru_cache(maxsize=1)
-def _allen_cahn_reference() -> np.ndarray:
-    """The reference on 1,024 × 101 points, kept in the temporary folder between runs."""
-    cache = Path(tempfile.gettempdir()) / "marquardt-allen-cahn-1024x101.npy"
-    if cache.exists():
-        return np.asarray(np.load(cache))
-    ref = allen_cahn_etdrk4()
-    np.save(cache, ref)
-    return ref
-
-
+# -- Allen–Cahn ---------------------------------------------------------------------------
 def _allen_cahn_pde(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
     _ux, ut, uxx = _space_time(u, p)
     v = u(p)
@@ -419,11 +347,9 @@ def allen_cahn() -> Problem:
             "periodic_slope": left(rows["periodic_slope"]),
         }
 
-    ref = _allen_cahn_reference()[::8]  # 128 of the 1,024 x, every 0.01 in t
-    xs = -1 + 2 * np.arange(1024)[::8] / 1024
-    ts = np.linspace(0, 1, 101)
-    xx, tt = np.meshgrid(xs, ts, indexing="ij")
-    test_x = torch.tensor(np.stack([xx.ravel(), tt.ravel()], 1), dtype=F64)
+    ref = allen_cahn_reference()[::8]  # 128 of the 1,024 x, every 0.01 in t
+    xs = torch.tensor(-1 + 2 * np.arange(1024)[::8] / 1024, dtype=F64)
+    test_x = torch.cartesian_prod(xs, torch.tensor(np.linspace(0, 1, 101), dtype=F64))
     return Problem(
         "allen_cahn",
         PointResidual(
@@ -463,22 +389,14 @@ def _heat_pde_unknown(u: Any, p: torch.Tensor, _y: torch.Tensor) -> torch.Tensor
 
 
 def _heat_test() -> tuple[torch.Tensor, torch.Tensor]:
-    x = _grid(torch.linspace(0, 1, 101, dtype=F64), torch.linspace(0, 1, 101, dtype=F64))
+    x = torch.cartesian_prod(
+        torch.linspace(0, 1, 101, dtype=F64), torch.linspace(0, 1, 101, dtype=F64)
+    )
     return x, heat_exact(x)
 
 
 def heat() -> Problem:
-    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
-        x0 = _uniform(rows["initial"], [0], [1], g)
-        tb = _uniform(rows["boundary"], [0], [1], g)
-        side = (torch.rand(rows["boundary"], 1, generator=g) < 0.5).to(F64)
-        initial = torch.cat([x0, torch.zeros_like(x0)], 1)
-        return {
-            "pde": _uniform(rows["pde"], [0, 0], [1, 1], g),
-            "initial": (initial, torch.sin(math.pi * x0[:, 0])),
-            "boundary": torch.cat([side, tb], 1),
-        }
-
+    sampler = _line_in_time((0.0, 1.0), lambda x: torch.sin(math.pi * x), sides=(1.0, 0.0))
     x, u = _heat_test()
     return Problem(
         "heat",

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import pinn_references as references
 import pinn_suite as suite
 
 
@@ -76,13 +77,13 @@ def test_the_inverse_problem_reads_its_coefficient_from_the_model() -> None:
 def test_burgers_cole_hopf_converges_and_has_the_published_steepest_slope() -> None:
     x = np.linspace(-1, 1, 41)
     t = np.full_like(x, 0.75)
-    coarse = suite.burgers_cole_hopf(x, t, nodes=60)
-    fine = suite.burgers_cole_hopf(x, t)
+    coarse = references.burgers_cole_hopf(x, t, nodes=60)
+    fine = references.burgers_cole_hopf(x, t)
     assert np.isfinite(fine).all()
     assert np.abs(coarse - fine).max() < 1e-10
     # Basdevant et al. 1986: the steepest slope, at x = 0 and t = 1.6037/π, is −152.00516.
     h = 1e-6
-    ends = suite.burgers_cole_hopf(np.array([-h, h]), np.full(2, 1.6037 / math.pi))
+    ends = references.burgers_cole_hopf(np.array([-h, h]), np.full(2, 1.6037 / math.pi))
     slope = (ends[1] - ends[0]) / (2 * h)
     assert slope == pytest.approx(-152.00516, rel=1e-7)
     # The reference satisfies the equation away from the front (finite differences).
@@ -90,21 +91,21 @@ def test_burgers_cole_hopf_converges_and_has_the_published_steepest_slope() -> N
     xs, ts = np.array([0.5]), np.array([0.3])
 
     def u(dx: float, dt: float) -> float:
-        return float(suite.burgers_cole_hopf(xs + dx, ts + dt)[0])
+        return float(references.burgers_cole_hopf(xs + dx, ts + dt)[0])
 
     ut = (u(0, e) - u(0, -e)) / (2 * e)
     ux = (u(e, 0) - u(-e, 0)) / (2 * e)
     uxx = (u(e, 0) - 2 * u(0, 0) + u(-e, 0)) / e**2
-    assert abs(ut + u(0, 0) * ux - suite.BURGERS_NU * uxx) < 1e-5 * abs(ut)
-    assert np.array_equal(suite.burgers_cole_hopf(x, np.zeros_like(x)), -np.sin(np.pi * x))
+    assert abs(ut + u(0, 0) * ux - references.BURGERS_NU * uxx) < 1e-5 * abs(ut)
+    assert np.array_equal(references.burgers_cole_hopf(x, np.zeros_like(x)), -np.sin(np.pi * x))
 
 
 def test_allen_cahn_reference_converges_in_time_and_space() -> None:
     # The first tenth of the run, where the interfaces form and the modes matter most.
-    base = suite.allen_cahn_etdrk4(modes=512, dt=2e-4, times=6, t_end=0.1)
-    half_step = suite.allen_cahn_etdrk4(modes=512, dt=1e-4, times=6, t_end=0.1)
-    more_modes = suite.allen_cahn_etdrk4(modes=1024, dt=2e-4, times=6, t_end=0.1)[::2]
-    fewer_modes = suite.allen_cahn_etdrk4(modes=256, dt=2e-4, times=6, t_end=0.1)
+    base = references.allen_cahn_etdrk4(modes=512, dt=2e-4, times=6, t_end=0.1)
+    half_step = references.allen_cahn_etdrk4(modes=512, dt=1e-4, times=6, t_end=0.1)
+    more_modes = references.allen_cahn_etdrk4(modes=1024, dt=2e-4, times=6, t_end=0.1)[::2]
+    fewer_modes = references.allen_cahn_etdrk4(modes=256, dt=2e-4, times=6, t_end=0.1)
     assert np.abs(base - half_step).max() < 1e-9
     closer, further = np.abs(base - more_modes).max(), np.abs(base[::2] - fewer_modes).max()
     # The initial slope jumps across the periodic boundary (2 against −2), so the modes
@@ -114,7 +115,7 @@ def test_allen_cahn_reference_converges_in_time_and_space() -> None:
     assert np.abs(base[:, 0] - x**2 * np.cos(np.pi * x)).max() < 1e-12
     # The published picture: by t = 1 the solution sits at the stable states ±1 over most
     # of the interval (the interfaces are a small part of it).
-    final = suite._allen_cahn_reference()[:, -1]
+    final = references.allen_cahn_reference()[:, -1]
     assert np.mean(np.abs(np.abs(final) - 1) < 0.05) > 0.5
 
 
