@@ -35,7 +35,7 @@ nox.options.sessions = ["tests", "lint", "typecheck"]
 # package folder -> (sibling folders it depends on, pytest marker expression, extras)
 PACKAGES: dict[str, tuple[tuple[str, ...], str, str]] = {
     "core-devices": ((), "not gpu", "test"),
-    "core-jacobian": ((), "not gpu", "test"),
+    "core-jacobian": (("core-devices",), "not gpu", "test"),
     "core-solver": (("core-devices", "core-jacobian"), "not gpu and not legate", "test"),
     "core-solver-legate": (("core-devices", "core-jacobian"), "legate and not gpu", "test,legate"),
     "trainer": (("core-devices", "core-jacobian", "core-solver"), "not gpu", "test,lm"),
@@ -256,7 +256,7 @@ def gpu_tests(session: nox.Session) -> None:
 
 @_session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff; the import layers devices <- jacobian <- solver <- trainer; sibling dependencies."""
+    """ruff; the import layers; sibling dependencies; docstrings that name no module."""
     session.install(*TOOL_CONSTRAINTS, "ruff", "import-linter")
     # import-linter finds the packages by import: install the four, without dependencies.
     session.install("--no-deps", *(f"-e{ROOT / 'packages' / p}" for p in ALL_PACKAGES))
@@ -264,6 +264,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", str(ROOT))
     session.run("lint-imports", "--config", str(ROOT / "pyproject.toml"), "--no-cache")
     session.run("python", str(ROOT / "tools" / "check_siblings.py"))
+    session.run("python", str(ROOT / "tools" / "check_module_refs.py"))
 
 
 @_session(python=PYTHON)

@@ -153,3 +153,41 @@ def test_a_sibling_of_an_extra_imported_at_module_top_fails(tmp_path: Path) -> N
     done = _check_siblings(tree)
     assert done.returncode == 1, done.stdout
     assert "marquardt-solver is only an extra of marquardt-trainer" in done.stdout
+
+
+def _check_module_refs(tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "check_module_refs.py"), str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_no_docstring_names_a_module_that_does_not_exist(tmp_path: Path) -> None:
+    done = _check_module_refs(_copy_packages(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 references to modules that do not exist" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "reference", ["``_no_such_module``", "``_loops._no_such_module``", "``marquardt.solver._nope``"]
+)
+def test_a_docstring_naming_a_missing_module_is_reported(tmp_path: Path, reference: str) -> None:
+    tree = _copy_packages(tmp_path)
+    module = _module(tree, "trainer", "_stale.py")
+    module.write_text(f'"""Written by {reference}, which was renamed."""\n', encoding="utf-8")
+    done = _check_module_refs(tree)
+    assert done.returncode == 1
+    assert f"_stale.py:1: {reference} names no module" in done.stdout
+
+
+def test_a_docstring_naming_a_module_or_a_defined_name_passes(tmp_path: Path) -> None:
+    tree = _copy_packages(tmp_path)
+    module = _module(tree, "trainer", "_fresh.py")
+    module.write_text(
+        '"""See ``_loops._lm``, ``marquardt.solver._lm.damping`` and ``_stop_training``."""\n',
+        encoding="utf-8",
+    )
+    done = _check_module_refs(tree)
+    assert "_fresh.py" not in done.stdout

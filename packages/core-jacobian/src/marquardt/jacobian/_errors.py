@@ -7,6 +7,8 @@ what was asked, what was found, and how to fix it, ending with ``HINT:``.
 
 from __future__ import annotations
 
+from marquardt.devices.messages import message
+
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
@@ -24,11 +26,6 @@ __all__ = [
     "UnknownModeError",
     "message",
 ]
-
-
-def message(asked: str, found: str, hint: str) -> str:
-    """The house form of an error message: what was asked, what was found, how to fix it."""
-    return f"{asked}, but {found}. HINT: {hint}"
 
 
 class JacobianError(ValueError):

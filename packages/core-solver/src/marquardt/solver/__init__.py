@@ -30,17 +30,17 @@ from marquardt.jacobian import ResidualNotFiniteError
 from ._backends.base import ArrayBackend, LinearSystem, Solution
 from ._curve.batch import curve_fit_batch
 from ._curve.fit import CurveFitResult, curve_fit_result
-from ._curve.inputs import CurveFitInputError
 from ._curve.scipy_edge import curve_fit
 from ._errors import (
     BackendUnavailableError,
     BatchNotFiniteError,
+    CovarianceWarning,
+    CurveFitInputError,
     OptimizeWarning,
     SolverConfigError,
     SolverInputError,
     SolverStateError,
 )
-from ._lm.covariance import CovarianceWarning
 from ._lm.damping import DampingRule, FixedDamping, NielsenDamping
 from ._lm.distributed import RankFailureError, RanksDisagreeError
 from ._lm.lma import LMA

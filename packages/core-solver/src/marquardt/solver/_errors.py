@@ -7,8 +7,13 @@ Non-convergence is never an error: it is reported in ``LMA.report``.
 
 from __future__ import annotations
 
+from marquardt.devices.messages import message
+
 __all__ = [
     "BackendUnavailableError",
+    "BatchNotFiniteError",
+    "CovarianceWarning",
+    "CurveFitInputError",
     "OptimizeWarning",
     "SolverConfigError",
     "SolverInputError",
@@ -17,17 +22,16 @@ __all__ = [
 ]
 
 
-def message(asked: str, found: str, hint: str) -> str:
-    """The house form of an error message: what was asked, what was found, how to fix it."""
-    return f"{asked}, but {found}. HINT: {hint}"
-
-
 class SolverConfigError(ValueError):
     """An ``LMA`` constructor argument is out of range or of the wrong kind."""
 
 
 class SolverInputError(ValueError):
     """A batch given to ``LMA.step`` cannot be used (shape, dtype, device, NaN, slice size)."""
+
+
+class CurveFitInputError(SolverInputError):
+    """An argument of ``curve_fit`` cannot be used (shape, value, bounds, what ``f`` returns)."""
 
 
 class BatchNotFiniteError(SolverInputError):
@@ -52,3 +56,7 @@ class OptimizeWarning(_Base):  # type: ignore[misc,valid-type,unused-ignore]
     """A fit stopped before a stopping test held, or its covariance could not be estimated;
     a subclass of ``scipy.optimize.OptimizeWarning`` when SciPy is installed (else of
     ``UserWarning``), so ``pytest.warns`` and warning filters written for SciPy catch it."""
+
+
+class CovarianceWarning(OptimizeWarning):
+    """The covariance of the parameters could not be estimated (all entries are inf)."""

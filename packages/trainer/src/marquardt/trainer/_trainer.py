@@ -26,7 +26,6 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from . import _compute
 from ._callbacks._base import CallbacksManager, TrainingStage
@@ -54,20 +53,8 @@ from ._persistence._plan import RunPlan, plan_run
 from ._persistence._run_state import check_checkpoint
 from ._result import LossMetrics, OptimizeResult
 from ._state import TrainerState
+from ._trainer_checks import as_loader, check_arguments
 from .optimize_step import optimize_step
-
-
-def _as_loader(data: Any, batch_size: int, name: str) -> Any:
-    """A tuple or list of tensors as a ``DataLoader`` of ``batch_size``; others as given."""
-    if isinstance(data, tuple | list) and data and all(isinstance(t, torch.Tensor) for t in data):
-        return DataLoader(TensorDataset(*data), batch_size=batch_size)
-    if data is not None and callable(data) and not hasattr(data, "__iter__"):
-        raise ConfigError(
-            f"Trainer({name}=...): got a function where a DataLoader belongs. HINT: pass "
-            "optimize_step by keyword (Trainer(model, optimizer, config, loss_fn, "
-            "optimize_step=fn)): the fifth positional argument is train_dataloader"
-        )
-    return data
 
 
 class Trainer(TrainerHooks):
@@ -134,43 +121,15 @@ class Trainer(TrainerHooks):
         scheduler: Any = None,
         environment: LaunchEnvironment | None = None,
     ) -> None:
-        config = TrainConfig() if config is None else config
-        if not isinstance(config, TrainConfig):
-            raise ConfigError(
-                f"Trainer(config={config!r}): expected a TrainConfig. "
-                "HINT: Trainer(model, optimizer, TrainConfig(max_iter=100))"
-            )
-        if not isinstance(model, nn.Module):
-            raise ConfigError(
-                f"Trainer(model=...): expected a torch.nn.Module, got {type(model).__name__}. "
-                "HINT: pass the network itself (a subclass of torch.nn.Module)"
-            )
-        if not any(p.requires_grad for p in model.parameters()):
-            raise ConfigError(
-                f"Trainer: the model ({type(model).__name__}) has no trainable parameters. "
-                "HINT: check requires_grad, or that the layers are registered as submodules"
-            )
-        if not callable(optimize_step):
-            raise ConfigError(
-                f"Trainer(optimize_step=...): expected a callable, got "
-                f"{type(optimize_step).__name__}. HINT: pass a function (model, optimizer, "
-                "loss_fn, xs, device, dtype) -> (loss, metrics), or leave the default"
-            )
-        if max_batches is not None and (
-            isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
-        ):
-            raise ConfigError(
-                f"Trainer(max_batches={max_batches!r}): a whole number >= 1 or None. HINT: "
-                "None uses every batch of the loader in each epoch"
-            )
+        config = check_arguments(config, model, optimize_step, max_batches)
         self.config = config
         self.model = model
         self.loss_fn = resolve_loss(loss_fn)
         self.optimize_step = optimize_step
         self.max_batches = max_batches
-        self.train_dataloader = _as_loader(train_dataloader, config.batch_size, "train_dataloader")
-        self.val_dataloader = _as_loader(val_dataloader, config.batch_size, "val_dataloader")
-        self.test_dataloader = _as_loader(test_dataloader, config.batch_size, "test_dataloader")
+        self.train_dataloader = as_loader(train_dataloader, config.batch_size, "train_dataloader")
+        self.val_dataloader = as_loader(val_dataloader, config.batch_size, "val_dataloader")
+        self.test_dataloader = as_loader(test_dataloader, config.batch_size, "test_dataloader")
         self.scheduler = scheduler
         self.state = TrainerState()
         self.opt_result: OptimizeResult | None = None
@@ -366,35 +325,24 @@ class Trainer(TrainerHooks):
         """
         loop = self._require_loop()
         if train_dataloader is not None:
-            self.train_dataloader = _as_loader(
+            self.train_dataloader = as_loader(
                 train_dataloader, self.config.batch_size, "train_dataloader"
             )
         if val_dataloader is not None:
-            self.val_dataloader = _as_loader(
+            self.val_dataloader = as_loader(
                 val_dataloader, self.config.batch_size, "val_dataloader"
             )
-        if train_dataset is not None:
-            data = DataSource.from_fit(
-                None,
-                None,
-                train_dataset,
-                val_dataset,
-                batch_size if batch_size is not None else self.config.batch_size,
-                num_workers,
-                shuffle,
-                drop_last,
-            )
-        else:
-            data = DataSource.from_fit(
-                self.train_dataloader,
-                self.val_dataloader,
-                None,
-                val_dataset,
-                batch_size,
-                num_workers,
-                shuffle,
-                drop_last,
-            )
+        by_dataset = train_dataset is not None
+        data = DataSource.from_fit(
+            None if by_dataset else self.train_dataloader,
+            None if by_dataset else self.val_dataloader,
+            train_dataset,
+            val_dataset,
+            self.config.batch_size if by_dataset and batch_size is None else batch_size,
+            num_workers,
+            shuffle,
+            drop_last,
+        )
         if self.config.val_every and data.val is None:
             raise ConfigError(
                 f"TrainConfig(val_every={self.config.val_every}) but there is no validation "
@@ -429,7 +377,7 @@ class Trainer(TrainerHooks):
         in this process, with the ``test_batch_*`` hooks and callbacks; the batches'
         ``(loss, {"test_loss": ..., "test_<metric>": ...})``."""
         if test_dataloader is not None:
-            self.test_dataloader = _as_loader(
+            self.test_dataloader = as_loader(
                 test_dataloader, self.config.batch_size, "test_dataloader"
             )
         stages = StageDispatch(

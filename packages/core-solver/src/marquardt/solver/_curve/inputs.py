@@ -19,17 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._errors import SolverInputError, message
+from .._errors import CurveFitInputError as CurveFitInputError
+from .._errors import message
 from .._lm.robust import ROBUST_LOSSES
 
 __all__ = ["PROBE_SAMPLES", "CurveFitInputError", "CurveInputs", "check_curve_inputs"]
 
 #: How many samples ``f`` is first called on, at ``p0``, to check its output.
 PROBE_SAMPLES = 16
-
-
-class CurveFitInputError(SolverInputError):
-    """An argument of ``curve_fit`` cannot be used (shape, value, bounds, what ``f`` returns)."""
 
 
 @dataclass(frozen=True)

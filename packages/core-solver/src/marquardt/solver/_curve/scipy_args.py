@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from marquardt.devices.messages import with_hint
+
 from .providers import Whitening
 
 __all__ = [
@@ -30,7 +32,9 @@ __all__ = [
 
 
 def hinted(kind: type[Exception], scipy_text: str, hint: str) -> Exception:
-    return kind(f"{scipy_text} HINT: {hint}")
+    """``kind`` raised with SciPy's own text (its users' filters and tests match it) and ours
+    hint after it."""
+    return kind(with_hint(scipy_text, hint))
 
 
 def parameter_count(f: Callable[..., Any]) -> int:

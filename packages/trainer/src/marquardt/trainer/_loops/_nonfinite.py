@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from .. import _distributed as pg
-from .._config import NONFINITE_POLICIES
+from .._config_rules import NONFINITE_POLICIES
 from .._errors import NonFiniteLossError
 from .._logging._base import notice
 from ._base import StepResult
