@@ -36,6 +36,7 @@ from typing import Any
 
 import _common as c
 import numpy as np
+import _registry as registry
 import torch
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
@@ -407,6 +408,24 @@ def _cli() -> int:
     args = parser.parse_args()
     _print(main(quick=args.quick, device=args.device))
     return 0
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, device=device)
+
+
+BENCHMARK = registry.Benchmark(
+    name="batch_fit",
+    title="Many small fits at once: curve_fit_batch",
+    question="How many small fits a second with `curve_fit_batch`?",
+    peer="a SciPy loop; torchimize",
+    target="≥ 50× the loop, ≥ 2× torchimize; ≥ 10⁷/s on a GPU",
+    run=_run,
+    rows=summary,
+    section=section,
+    devices=("cpu", "cuda"),
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _common as c
+import _registry as registry
 import torch
 from torch import nn
 
@@ -196,6 +198,61 @@ def memory_child(n: int) -> float | None:
     engine = JacobianEngine(Replicas(sinc_model(), [torch.device("cpu")]), lambda a, b: a - b)
     engine.rows_per_sample(x, y)  # imports and first-call set-up outside the measurement
     return peak_growth_mib(lambda: engine.accumulate(x, y, slice_size=5000))
+
+
+def summary(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ratios with their targets, for the aggregate table."""
+    s, ratios, target = r["seconds"], r["ratios"], r.get("target_ratio", 1.0)
+    mem = r.get("accumulate_peak_rss_growth_mib_slice_5000", {})
+    mem_text = ", ".join(f"{k}: {v:.0f} MiB" for k, v in mem.items() if v is not None)
+    return [
+        c.row(
+            "jacobian: explicit J / peer J (N=10000)",
+            ratios["explicit_vs_peer_jacobian"],
+            target,
+            detail=f"ours {s['ours_explicit'] * 1e3:.0f} ms, peer "
+            f"{s['peer_jacobian'] * 1e3:.0f} ms",
+        ),
+        c.row(
+            "jacobian: accumulate / peer J",
+            ratios["accumulate_vs_peer_jacobian"],
+            target,
+            detail=f"ours {s['ours_accumulate'] * 1e3:.0f} ms (J, JᵀJ, Jᵀr)",
+        ),
+        c.row(
+            "jacobian: accumulate / peer J+JᵀJ+Jᵀr",
+            ratios["accumulate_vs_peer_jacobian_and_products"],
+            None,
+            detail=f"peer {s['peer_jacobian_and_products'] * 1e3:.0f} ms; accumulate peak "
+            f"growth {mem_text}",
+        ),
+    ]
+
+
+def section(j: dict[str, Any]) -> str:
+    s = j["seconds"]
+    lines = [f"{j['problem']}, {j['repeats']} repeats, medians."]
+    for k, v in s.items():
+        lines.append(f"- {k}: {v * 1e3:.0f} ms")
+    lines.append(f"- plan: {j.get('accumulate_plan', '')}")
+    return "\n".join(lines)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(3 if quick else REPEATS)
+
+
+BENCHMARK = registry.Benchmark(
+    name="jacobian",
+    title="Jacobian",
+    question="How fast are J, and JᵀJ with Jᵀr, on the tutorial's network?",
+    peer="torch-levenberg-marquardt's Jacobian",
+    target="≤ 1× the peer; `accumulate`'s memory flat in N",
+    run=_run,
+    rows=summary,
+    section=section,
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 
 SIZES = (10_000, 100_000, 1_000_000)
@@ -197,6 +198,54 @@ def _print(results: dict[str, Any]) -> None:
                 f"{run['step_seconds']:.2f} s"
             )
     print(c.format_rows(summary(results)))
+
+
+def section(m: dict[str, Any]) -> str:
+    sizes = m["sizes"]
+    out = [
+        "| strategy | " + " | ".join(f"N={n:,}" for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    kinds: list[str] = []
+    for run in m["runs"].values():
+        if run["kind"] not in kinds:
+            kinds.append(run["kind"])
+    for kind in kinds:
+        cells = []
+        for n in sizes:
+            run = m["runs"].get(f"{kind} N={n}", {})
+            g = run.get("growth_mib")
+            cells.append(
+                "failed" if g is None else f"{g:.0f} MiB ({run.get('step_seconds', 0):.1f} s)"
+            )
+        out.append(f"| {kind} | " + " | ".join(cells) + " |")
+    out.append(
+        "| J alone (N×P float32) | "
+        + " | ".join(f"{n * 769 * 4 / 2**20:.0f} MiB" for n in sizes)
+        + " |"
+    )
+    return "\n".join(out) + (
+        "\n\nPeak RSS growth of one LM step over the RSS after data, model "
+        "and optimizer were built (fresh process each; step time beside)."
+    )
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(sizes=(10_000, 100_000)) if quick else main()
+
+
+BENCHMARK = registry.Benchmark(
+    name="memory",
+    title="Memory of one LM step",
+    question="Is the peak memory of a step flat in N, and below the peer's?",
+    peer="torch-levenberg-marquardt",
+    target="≤ 1.5× from 10k to 1M points; ≤ 0.5× the peer at 1M",
+    run=_run,
+    rows=summary,
+    section=section,
+    png="memory.png",
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

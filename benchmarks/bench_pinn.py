@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _registry as registry
 import torch
 from torch import nn
 
@@ -569,6 +570,23 @@ def _figures(runs: dict[str, Any], quick: bool, results: dict[str, Any]) -> None
         docs = HERE.parent / "docs" / "img"
         shutil.copy(time_png, docs / time_png.name)
         shutil.copy(field_png, docs / field_png.name)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, budget=budget, device=device)
+
+
+BENCHMARK = registry.Benchmark(
+    name="pinn",
+    title="PINN: 2-D Poisson",
+    question="How far does LM train a physics-informed network in a fixed time?",
+    peer="Adam, L-BFGS, torch-levenberg-marquardt's PINN route",
+    target="relative L2 ≤ 1e-5; ≤ 1e-2× Adam's and 1e-1× L-BFGS's error",
+    run=_run,
+    rows=summary,
+    section=section,
+    devices=("cpu", "cuda"),
+)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from typing import Any
 import _common as c
 import _scale_subsets as subsets
 import _versus as v
+import _registry as registry
 import torch
 from _floor import random_floor
 
@@ -342,6 +343,74 @@ def _cli() -> int:
         return 0
     _print(main(quick=args.quick, device=args.device))
     return 0
+
+
+def section(sc: dict[str, Any]) -> str:
+    t = c.seconds_text
+
+    out = [
+        f"{sc['problem']}. Ours: {sc['ours_config']}; peer: {sc['peer_config']}. "
+        "Steps interleaved, medians after one warm-up step; floor on a random J of the "
+        "same shape; peak RSS growth of one step in a fresh process per side.",
+        "",
+        "| MLP | P | N | system | ours | peer | floor (kernel + float64 Cholesky) | "
+        "ours: jacobian / assembly / solve / trial | attempts ours / peer | "
+        "peak RSS ours / peer | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in sc["shapes"].values():
+        name = "-".join(str(w) for w in e["widths"])
+        if "error" in e:
+            out.append(f"| {name} | {e['params']:,} | {e['n']:,} | failed: {e['error']} |")
+            continue
+        om, pm, f = e["ours"]["median"], e["peer"]["median"], e["floor"]
+        best = f["gram_best_kernel"]
+        rss = e.get("rss") or {}
+        mem = " / ".join(
+            "—" if rss.get(k, {}).get("growth_mib") is None else f"{rss[k]['growth_mib']:.0f} MiB"
+            for k in ("ours", "peer")
+        )
+        parts = " / ".join(t(om.get(k)) for k in ("jacobian", "assembly", "solve", "trial"))
+        out.append(
+            f"| {name} | {e['params']:,} | {e['n']:,} | {e['system']} | "
+            f"{t(om.get('step'))} ({len(e['ours']['steps'])} steps) | "
+            f"{t(pm.get('step'))} ({len(e['peer']['steps'])} steps) | "
+            f"{t(f['floor_seconds'])} ({best} {t(f['gram_seconds'][best])} + "
+            f"{t(f['cholesky_float64_seconds'])}) | {parts} | "
+            f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g} | "
+            f"{mem} | {e['load_before']:.1f} → {e['load_after']:.1f} |"
+        )
+    return "\n".join(out)
+
+
+def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """``summary``, with the subsets part from ``results/scale-subsets.json`` when the
+    results lack it (``--subsets-only`` was run alone after them)."""
+    if "subsets" not in results:
+        path = c.RESULTS_DIR / "scale-subsets.json"
+        part = json.loads(path.read_text()) if path.exists() else {}
+        if "subsets" in part:
+            results = {**results, "subsets": part["subsets"]}
+    return summary(results)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, device=device)
+
+
+BENCHMARK = registry.Benchmark(
+    name="scale",
+    title="LM at the scale users bring",
+    question="Does the step hold at P = 4k–50k, and what do parameter subsets give at P = 527k?",
+    peer="torch-levenberg-marquardt; the floor; Adam for subsets",
+    target="≤ 0.67× the peer, ≤ 1.5× the floor, peak RSS ≤ the peer's",
+    run=_run,
+    rows=_rows,
+    section=section,
+    devices=("cpu", "cuda"),
+    png="scale.png",
+    echo=_print,
+)
 
 
 if __name__ == "__main__":
