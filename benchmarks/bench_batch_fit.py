@@ -35,8 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
-import numpy as np
 import _registry as registry
+import numpy as np
 import torch
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)

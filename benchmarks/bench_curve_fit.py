@@ -46,8 +46,8 @@ import warnings
 from typing import Any
 
 import _common as c
-import numpy as np
 import _registry as registry
+import numpy as np
 import torch
 
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000)

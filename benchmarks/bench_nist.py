@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
-import numpy as np
 import _registry as registry
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/core-solver/tests"))

@@ -47,9 +47,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import _common as c
+import _registry as registry
 import _scale_subsets as subsets
 import _versus as v
-import _registry as registry
 import torch
 from _floor import random_floor
 

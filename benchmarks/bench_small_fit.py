@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
-import numpy as np
 import _registry as registry
+import numpy as np
 import torch
 
 CASES = (
