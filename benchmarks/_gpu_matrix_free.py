@@ -7,8 +7,8 @@ seconds of training from the same start; the full-data MSE at the end, the LM st
 median time, its CG iterations and the peak device memory of its steps (CUDA only).
 
 Targets (issue "LM where JᵀJ does not fit"): the MSE ≤ Adam's at the same budget; the
-peak memory of a step ≤ 1 GiB. ``bench_gpu.py --only newer`` runs this as one of its
-newer parts; ``main(quick=, device=, budget=)``, ``summary`` and ``section`` are its face.
+peak memory of a step ≤ 1 GiB. Registered as ``matrix_free_gpu``; ``bench_gpu.py`` runs
+it as one of its newer parts.
 """
 
 from __future__ import annotations

@@ -51,7 +51,6 @@ import _registry as registry
 import _scale_subsets as subsets
 import _versus as v
 import torch
-from _floor import random_floor
 
 # (widths, N, timed steps)
 SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
@@ -64,7 +63,6 @@ QUICK_SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
     ((1, 16, 16, 1), 2_000, 3),
     ((1, 32, 32, 1), 300, 3),
 )
-WARMUP = 1
 CAP_SECONDS = 150.0
 FLOOR_REPEATS = 3
 FLOOR_BUDGET = 4.0
@@ -74,19 +72,11 @@ TARGET_FLOOR = 1.5
 TARGET_RSS = 1.0
 
 
-def _batches(
-    widths: Sequence[int], n: int, count: int, device: torch.device
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    x_all, y_all = c.sinc_dataset()
-    batches = c.shuffled_batches(x_all, y_all, n)
-    return [(x.to(device), y.to(device)) for x, y in (next(batches) for _ in range(count))]
-
-
 def rss_child(kind: str, widths: Sequence[int], n: int) -> dict[str, Any]:
     """One LM step of ``kind`` ("ours" or "peer") in this fresh process; its peak RSS growth."""
     c.setup_threads()
     device = torch.device("cpu")
-    ((x, y),) = _batches(widths, n, 1, device)
+    ((x, y),) = v.batches(n, 1, device)
     step = (v.make_ours if kind == "ours" else v.make_peer)(widths, device)[0]
     return {"kind": kind, **c.step_rss(lambda: step(x, y))}
 
@@ -104,38 +94,19 @@ def measure_shape(
     widths: Sequence[int], n: int, steps: int, device: torch.device, *, rss: bool
 ) -> dict[str, Any]:
     """Interleaved steps of ours and the peer, the floor, and (CPU) each side's peak RSS."""
-    params = c.mlp_params(widths)
-    entry: dict[str, Any] = {
-        "widths": list(widths),
-        "params": params,
-        "n": n,
-        "system": "P × P (JᵀJ)" if n >= params else "N × N (JJᵀ)",
-        "warmup": WARMUP,
-        "steps_asked": steps,
-        "load_before": c.load_average(),
-    }
-    pairs = _batches(widths, n, WARMUP + steps, device)
-    ours_step, lma = v.make_ours(widths, device)
-    peer_step, _peer = v.make_peer(widths, device)
-    runs = v.interleave(
-        {"ours": ours_step, "peer": peer_step},
-        pairs,
-        warmup=WARMUP,
-        device=device,
+    load_before = c.load_average()
+    entry = v.measure_shape(
+        widths,
+        n,
+        device,
+        steps=steps,
         cap=CAP_SECONDS,
+        floor_repeats=FLOOR_REPEATS,
+        floor_budget=FLOOR_BUDGET,
     )
-    report = lma.report
-    entry["ours_runs"] = f"strategy {report.strategy}, backend {report.backend}" if report else ""
-    del ours_step, peer_step, lma, _peer, pairs
-    v.release(device)
-    for side in ("ours", "peer"):
-        record = runs[side]
-        entry[side] = {
-            "steps": record["seconds"],
-            "error": record["error"],
-            "median": v.medians(record) if record["seconds"] else {},
-        }
-    entry["floor"] = random_floor(n, params, device, FLOOR_REPEATS, warmup=1, budget=FLOOR_BUDGET)
+    if "error" in entry["floor"]:
+        raise RuntimeError(f"the floor failed: {entry['floor']['error']}")
+    entry["load_before"] = load_before
     entry["rss"] = _rss(widths, n) if rss else {}
     entry["load_after"] = c.load_average()
     ours = entry["ours"]["median"].get("step")

@@ -25,6 +25,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,17 +70,20 @@ def run_one(name: str, quick: bool, device: str, budget: float | None) -> dict[s
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     ) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith(MARKER):
-                rows = json.loads(line[len(MARKER) :])
-                continue
-            print(f"    | {line.rstrip()}", flush=True)
-            tail = ([*tail, line.rstrip()])[-5:]
         try:
+            for line in proc.stdout:
+                if line.startswith(MARKER):
+                    rows = json.loads(line[len(MARKER) :])
+                    continue
+                print(f"    | {line.rstrip()}", flush=True)
+                tail = ([*tail, line.rstrip()])[-5:]
             code = proc.wait(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             proc.kill()
             code = -9
+        except BaseException:  # stopped (SIGTERM from a time limit, Ctrl-C): so is the child
+            proc.kill()
+            raise
     seconds = time.perf_counter() - start
     error = "" if code == 0 and rows else f"exit code {code}: " + " | ".join(tail[-3:])
     if error:
@@ -147,8 +151,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     args = _parser().parse_args()
+    signal.signal(signal.SIGTERM, _stop)
     if args.source:
         os.environ[c.SOURCE_VARIABLE] = args.source
     if args.child:
