@@ -136,6 +136,29 @@ def chosen(asked: list[str], device: str) -> list[str]:
     return names
 
 
+def check() -> list[str]:
+    """What is wrong with the records: a module without its record, a README table that is
+    not ``--index``'s, recorded results that its rows or section cannot read."""
+    problems = []
+    try:
+        table = registry.index()
+    except (ImportError, KeyError, AttributeError) as exc:
+        return [f"a record does not load: {exc!r}"]
+    if table not in (c.HERE / "README.md").read_text():
+        problems.append("README.md's table is not run_all.py --index's. HINT: paste it over")
+    for name in registry.MODULES:
+        bench = registry.get(name)
+        data = report.load(name)
+        if data is None:
+            continue
+        try:
+            bench.rows(data)
+            bench.section(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(f"results/{name}.json: {bench.script} cannot read it: {exc!r}")
+    return problems
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="benchmarks to run (see --index)")
@@ -147,6 +170,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--render", action="store_true", help="rewrite RESULTS.md only")
     parser.add_argument("--index", action="store_true", help="print the README's table")
+    parser.add_argument("--check", action="store_true", help="check the records and README")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     return parser
 
@@ -166,6 +190,13 @@ def main() -> int:
     if args.index:
         print(registry.index())
         return 0
+    if args.check:
+        problems = check()
+        print(
+            "\n".join(problems)
+            or f"{len(registry.MODULES)} benchmarks: records, README, results agree"
+        )
+        return 1 if problems else 0
     if args.render:
         report.write(json.loads(report.SUMMARY_JSON.read_text()))
         print(f"wrote {report.RESULTS_MD}")
