@@ -50,8 +50,6 @@ def child(name: str, quick: bool, device: str, budget: float | None) -> None:
     rows = bench.rows(results)
     if bench.echo is not None:
         bench.echo(results)
-    else:
-        print(c.format_rows(rows))
     sys.stdout.write(MARKER + json.dumps(rows, default=c.jsonable) + "\n")
 
 
