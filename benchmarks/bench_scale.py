@@ -131,6 +131,7 @@ def main(quick: bool = False, device: str = "cpu", *, with_subsets: bool = True)
         "problem": f"sinc(10x), shuffled batches of N from the seed's {c.DATASET_SIZE} "
         f"points, tanh MLPs, float32, {c.THREADS} threads, device {where}",
         "quick": quick,
+        "device": str(where),
         "ours_config": "LMA defaults (Nielsen damping, Marquardt scaling, strategy and "
         "backend auto), step(x, y) without slice_size",
         "peer_config": "LevenbergMarquardtModule(solve_method='cholesky'), defaults otherwise",
@@ -355,9 +356,10 @@ def section(sc: dict[str, Any]) -> str:
 
 
 def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """``summary``, with the subsets part from ``results/scale-subsets.json`` when the
-    results lack it (``--subsets-only`` was run alone after them)."""
-    if "subsets" not in results:
+    """``summary``, with the subsets part from ``results/scale-subsets.json`` when a full
+    run on the CPU lacks it (``--subsets-only`` was run alone after it)."""
+    full_cpu = not results.get("quick") and results.get("device", "cpu") == "cpu"
+    if "subsets" not in results and full_cpu:
         path = c.RESULTS_DIR / "scale-subsets.json"
         part = json.loads(path.read_text()) if path.exists() else {}
         if "subsets" in part:
