@@ -20,7 +20,6 @@ and writes ``benchmarks/results/jacobian.json``.
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 import subprocess
 import sys
@@ -36,7 +35,6 @@ from torch import nn
 
 from marquardt.jacobian import JacobianEngine, Replicas
 
-RESULTS = Path(__file__).resolve().parent / "results" / "jacobian.json"
 N = 10_000
 REPEATS = 9
 WARMUP = 2
@@ -81,7 +79,8 @@ def peak_growth_mib(fn: Callable[[], object]) -> float | None:
     return (_rss_kib("VmHWM") - base) / 1024
 
 
-def main(repeats: int = REPEATS) -> dict[str, Any]:
+def main(repeats: int = REPEATS, *, quick: bool = False) -> dict[str, Any]:
+    """``quick``: a development run, written to ``jacobian-quick.json`` apart from the figures."""
     torch.set_num_threads(2)
     x, y = sinc_data(N)
     results: dict[str, Any] = {
@@ -153,8 +152,7 @@ def main(repeats: int = REPEATS) -> dict[str, Any]:
     results["accumulate_peak_rss_growth_mib_slice_5000"] = memory
     results["explicit_J_mib"] = N * replicas.num_params * 4 / 2**20
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results["written_to"] = str(c.write_json("jacobian-quick" if quick else "jacobian", results))
     return results
 
 
@@ -188,7 +186,7 @@ def _print(results: dict[str, Any]) -> None:
         + f" (explicit J alone: {results['explicit_J_mib']:.1f} MiB)"
     )
     print(f"  plan: {results['accumulate_plan']}")
-    print(f"  written to {RESULTS}")
+    print(f"  written to {results['written_to']}")
 
 
 def memory_child(n: int) -> float | None:
@@ -239,7 +237,7 @@ def section(j: dict[str, Any]) -> str:
 
 
 def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(3 if quick else REPEATS)
+    return main(3 if quick else REPEATS, quick=quick)
 
 
 BENCHMARK = registry.Benchmark(

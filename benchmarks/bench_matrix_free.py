@@ -153,6 +153,7 @@ def main(
     dense_seconds: float = 60.0,
     sinc_seconds: float = 60.0,
     medium: bool = True,
+    quick: bool = False,
 ) -> dict[str, Any]:
     c.setup_threads()
     out: dict[str, Any] = {
@@ -186,7 +187,7 @@ def main(
     out["sinc"] = train_sinc(sinc_seconds)
     print("sinc", out["sinc"], flush=True)
     out["load_after"] = c.load_average()
-    c.write_json("matrix_free", out)
+    c.write_json("matrix_free-quick" if quick else "matrix_free", out)
     return out
 
 
@@ -308,7 +309,9 @@ def _cli() -> None:
 
 def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
     if quick:
-        return main(budget_seconds=8.0, dense_seconds=8.0, sinc_seconds=20.0, medium=False)
+        return main(
+            budget_seconds=8.0, dense_seconds=8.0, sinc_seconds=20.0, medium=False, quick=True
+        )
     return main()
 
 

@@ -71,7 +71,10 @@ def child(kind: str, n: int) -> dict[str, Any]:
     return {"kind": kind, "n": n, **c.step_rss(step)}
 
 
-def main(sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
+def main(
+    sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS, *, quick: bool = False
+) -> dict[str, Any]:
+    """``quick``: a development run, written to ``memory-quick.*`` apart from the figures."""
     results: dict[str, Any] = {
         "problem": f"one LM step, sinc(10x), 1-256-1 tanh MLP (P=769), float32, "
         f"{c.THREADS} threads; ours with slice_size={SLICE}",
@@ -103,8 +106,9 @@ def main(sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS) -> dict
                 }
     results["J_float32_mib"] = {f"N={n}": n * 769 * 4 / 2**20 for n in sizes}
     results["load_average"]["after"] = c.load_average()
-    c.write_json("memory", results)
-    _plot(results)
+    suffix = "-quick" if quick else ""
+    c.write_json(f"memory{suffix}", results)
+    _plot(results, f"memory{suffix}.png")
     return results
 
 
@@ -152,7 +156,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any]) -> None:
+def _plot(results: dict[str, Any], png: str) -> None:
     plt = c.pyplot()
     if plt is None:
         return
@@ -183,7 +187,7 @@ def _plot(results: dict[str, Any]) -> None:
     ax.set_title("1-256-1 tanh MLP (P = 769), float32", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "memory.png", dpi=120)
+    fig.savefig(c.RESULTS_DIR / png, dpi=120)
     plt.close(fig)
 
 
@@ -231,7 +235,7 @@ def section(m: dict[str, Any]) -> str:
 
 
 def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(sizes=(10_000, 100_000)) if quick else main()
+    return main(sizes=(10_000, 100_000), quick=True) if quick else main()
 
 
 BENCHMARK = registry.Benchmark(

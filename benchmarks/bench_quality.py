@@ -179,6 +179,7 @@ def main(
     adam_cap_max: float = ADAM_CAP_MAX_SECONDS,
     tune: float = ADAM_TUNE_SECONDS,
     hidden_sizes: tuple[int, ...] = HIDDEN_SIZES,
+    quick: bool = False,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {
         "problem": "sinc(10x), 100000 points, shuffled batches of 10000, float32, "
@@ -211,8 +212,9 @@ def main(
         )
         results["models"][f"1-{hidden}-1"] = entry
     results["load_average"]["after"] = c.load_average()
-    c.write_json("quality", results)
-    _plot(results)
+    suffix = "-quick" if quick else ""
+    c.write_json(f"quality{suffix}", results)
+    _plot(results, f"quality{suffix}.png")
     return results
 
 
@@ -293,7 +295,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any]) -> None:
+def _plot(results: dict[str, Any], png: str) -> None:
     plt = c.pyplot()
     if plt is None:
         return
@@ -319,7 +321,7 @@ def _plot(results: dict[str, Any]) -> None:
         ax.set_title(f"sinc(10x), {name} tanh MLP", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "quality.png", dpi=120)
+    fig.savefig(c.RESULTS_DIR / png, dpi=120)
     plt.close(fig)
 
 
@@ -397,7 +399,9 @@ def section(q: dict[str, Any]) -> str:
 
 def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
     if quick:
-        return main(cap=8.0, adam_cap=5.0, adam_cap_max=5.0, tune=1.0, hidden_sizes=(64,))
+        return main(
+            cap=8.0, adam_cap=5.0, adam_cap_max=5.0, tune=1.0, hidden_sizes=(64,), quick=True
+        )
     return main()
 
 

@@ -38,7 +38,10 @@ TARGET_PEER = 0.67
 TARGET_FLOOR = 1.5
 
 
-def main(steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH) -> dict[str, Any]:
+def main(
+    steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH, *, quick: bool = False
+) -> dict[str, Any]:
+    """``quick``: a development run, written to ``step-quick.*`` apart from the figures."""
     c.setup_threads()
     from marquardt.jacobian import JacobianEngine, Replicas
     from marquardt.solver import LMA
@@ -119,12 +122,13 @@ def main(steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH) -> dict
         "targets": {"ours_vs_peer": TARGET_PEER, "ours_vs_floor": TARGET_FLOOR},
         "load_average": {"before": load_before, "after": c.load_average()},
     }
-    c.write_json("step", results)
-    _plot(results)
+    suffix = "-quick" if quick else ""
+    c.write_json(f"step{suffix}", results)
+    _plot(results, f"step{suffix}.png")
     return results
 
 
-def _plot(results: dict[str, Any]) -> None:
+def _plot(results: dict[str, Any], png: str) -> None:
     plt = c.pyplot()
     if plt is None:
         return
@@ -144,7 +148,7 @@ def _plot(results: dict[str, Any]) -> None:
     ax.set_title(results["problem"], fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "step.png", dpi=120)
+    fig.savefig(c.RESULTS_DIR / png, dpi=120)
     plt.close(fig)
 
 
@@ -209,7 +213,7 @@ def section(st: dict[str, Any]) -> str:
 
 
 def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(4 if quick else STEPS)
+    return main(4 if quick else STEPS, quick=quick)
 
 
 BENCHMARK = registry.Benchmark(
