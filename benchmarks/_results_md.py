@@ -51,16 +51,28 @@ def kept_runs(names: list[str]) -> list[dict[str, Any]]:
     return kept
 
 
-def record(summary: dict[str, Any]) -> None:
-    """Write ``summary.json`` and RESULTS.md for a run of some or all default benchmarks;
-    every other default benchmark keeps its latest figures."""
+def shown() -> list[str]:
+    """The benchmarks RESULTS.md shows: those ``nox -s bench`` runs, and those run only when
+    named that run on the CPU alone and have recorded results (the GPU's are in
+    ``RESULTS-gpu.md``)."""
     every = registry.defaults()
-    done = [r["name"] for r in summary["runs"]]
-    summary["partial"] = done != every
-    if summary["partial"]:
-        order = list(registry.MODULES)
-        kept = kept_runs([n for n in every if n not in done])
-        summary["runs"] = sorted(summary["runs"] + kept, key=lambda r: order.index(r["name"]))
+    named = [n for n in registry.MODULES if n not in every]
+    return every + [n for n in named if "cuda" not in registry.get(n).devices and load(n)]
+
+
+def complete(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``runs`` and the kept runs of every other benchmark shown, in the registry's order."""
+    done = {r["name"] for r in runs}
+    kept = kept_runs([n for n in shown() if n not in done])
+    order = list(registry.MODULES)
+    return sorted(runs + kept, key=lambda r: order.index(r["name"]))
+
+
+def record(summary: dict[str, Any]) -> None:
+    """Write ``summary.json`` and RESULTS.md for a run of some or all benchmarks; every
+    other benchmark shown keeps its latest figures."""
+    summary["partial"] = [r["name"] for r in summary["runs"]] != registry.defaults()
+    summary["runs"] = complete(summary["runs"])
     SUMMARY_JSON.parent.mkdir(parents=True, exist_ok=True)
     SUMMARY_JSON.write_text(json.dumps(summary, indent=2, default=str) + "\n")
     write(summary)
@@ -101,8 +113,7 @@ def _section(name: str) -> list[str]:
 def write(summary: dict[str, Any]) -> None:
     """RESULTS.md from ``summary`` (the runs' rows and machine) and the latest results."""
     m = summary["machine"]
-    runs = summary["runs"]
-    shown = [n for n in registry.MODULES if n in {r["name"] for r in runs}]
+    runs = complete(summary["runs"])
     lines = [
         "# Benchmark results",
         "",
@@ -135,7 +146,7 @@ def write(summary: dict[str, Any]) -> None:
         "decide the target; `info`: no target.",
         "",
     ]
-    for name in shown:
+    for name in (r["name"] for r in runs):
         lines += _section(name)
     lines += [
         "## Analysis",

@@ -94,6 +94,10 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def section(results: dict[str, Any]) -> str:
     lines = [
+        f"1-64-64-1 (P = 4,353), layer rule with k = {K} (10 blocks), N = {N}, "
+        f"{results.get('steps', STEPS)} steps from the same start and batches per seed; load "
+        f"{results['load_before']:.1f} → {results['load_after']:.1f}.",
+        "",
         "| variant, seed | final MSE | rejected attempts | seconds |",
         "|---|---|---|---|",
     ]
