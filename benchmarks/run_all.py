@@ -16,7 +16,9 @@ benchmark ``gpu`` writes ``RESULTS-gpu.md``; ``--budget SECONDS`` is the time bu
 benchmarks that take one; ``--source TEXT`` says what was measured where the tree is not a
 git checkout; ``--wait-idle SECONDS`` waits up to that long for the 1-minute load average
 to drop below ``IDLE_LOAD`` before starting; ``--render`` rewrites RESULTS.md from the
-recorded results without measuring; ``--index`` prints the README's table of benchmarks.
+recorded results without measuring; ``--index`` prints the README's table of benchmarks;
+``--check`` checks that every record loads, the README's table is ``--index``'s, and every
+recorded result renders (``nox -s bench`` runs it first).
 """
 
 from __future__ import annotations
