@@ -317,6 +317,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against the peers, measured in the same run; ratios printed beside targets."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     session.install(*TEST_CONSTRAINTS, "-r", str(ROOT / "benchmarks" / "requirements.txt"))
+    session.run("python", str(ROOT / "benchmarks" / "run_all.py"), "--check")
     session.run("python", str(ROOT / "benchmarks" / "run_all.py"), *session.posargs)
 
 

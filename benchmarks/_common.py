@@ -32,6 +32,8 @@ THREADS = 2
 SEED = 0
 DATASET_SIZE = 100_000
 BATCH = 10_000
+#: What was measured, where the tree is not a git checkout (``run_all.py --source``).
+SOURCE_VARIABLE = "MARQUARDT_BENCH_SOURCE"
 
 
 def setup_threads() -> None:
@@ -273,7 +275,10 @@ def _torch_blas() -> str:
 
 
 def source_revision() -> str:
-    """The commit the packages were installed from, and whether ``packages/`` had edits."""
+    """The commit the packages were installed from, and whether ``packages/`` had edits
+    (``SOURCE_VARIABLE``'s value where it is set)."""
+    if os.environ.get(SOURCE_VARIABLE):
+        return os.environ[SOURCE_VARIABLE]
     root = HERE.parent
     try:
         commit = subprocess.run(

@@ -7,8 +7,8 @@ seconds of training from the same start; the full-data MSE at the end, the LM st
 median time, its CG iterations and the peak device memory of its steps (CUDA only).
 
 Targets (issue "LM where JᵀJ does not fit"): the MSE ≤ Adam's at the same budget; the
-peak memory of a step ≤ 1 GiB. ``bench_gpu.py --only newer`` runs this as one of its
-newer parts; ``main(quick=, device=, budget=)``, ``summary`` and ``section`` are its face.
+peak memory of a step ≤ 1 GiB. Registered as ``matrix_free_gpu``; ``bench_gpu.py`` runs
+it as one of its newer parts.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 
 LARGE = (1, 512, 512, 512, 1)
@@ -150,3 +151,21 @@ def section(results: dict[str, Any]) -> str:
             f"| Adam | {adam['steps']} | {adam['mse']:.3g} | — | — | — |",
         ]
     )
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, device=device, budget=budget or 10.0)
+
+
+BENCHMARK = registry.Benchmark(
+    name="matrix_free_gpu",
+    title="Matrix-free LM on a device",
+    question="Does matrix-free LM train the P = 527k network on a GPU, and within what memory?",
+    peer="Adam (learning rate 1e-3) for the same time",
+    target="MSE ≤ Adam's; peak device memory of a step ≤ 1 GiB",
+    run=_run,
+    rows=summary,
+    section=section,
+    devices=("cuda", "cpu"),
+    default=False,
+)

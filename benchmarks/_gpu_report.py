@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import _common as c
+import _registry as registry
 import bench_curve_fit
 
 MIB = 2**20
@@ -19,7 +19,7 @@ TARGET_MEMORY = 1.0
 QUALITY_THRESHOLD = "1e-06"
 
 
-def _t(value: float | None) -> str:
+def duration(value: float | None) -> str:
     if value is None or value != value:
         return "—"
     if value >= 1:
@@ -59,7 +59,7 @@ def shape_rows(e: dict[str, Any]) -> list[dict[str, Any]]:
             f"{label}: ours / peer",
             None if ours is None or peer is None else ours / peer,
             TARGET_PEER,
-            detail=f"ours {_t(ours)}, peer {_t(peer)} ({len(e['ours']['steps'])} / "
+            detail=f"ours {duration(ours)}, peer {duration(peer)} ({len(e['ours']['steps'])} / "
             f"{len(e['peer']['steps'])} steps; attempts {om.get('attempts', float('nan')):g} / "
             f"{pm.get('attempts', float('nan')):g})" + (f"; {errors}" if errors else ""),
         )
@@ -74,9 +74,9 @@ def shape_rows(e: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{label}: ours / floor",
                 None if ours is None else ours / f["floor_seconds"],
                 TARGET_FLOOR,
-                detail=f"floor {_t(f['floor_seconds'])} = {f['product']} by {best} "
-                f"{_t(f['gram_seconds'][best])} + float64 Cholesky ({f['system_size']:,}²) "
-                f"{_t(f['cholesky_float64_seconds'])}",
+                detail=f"floor {duration(f['floor_seconds'])} = {f['product']} by {best} "
+                f"{duration(f['gram_seconds'][best])} + float64 Cholesky ({f['system_size']:,}²) "
+                f"{duration(f['cholesky_float64_seconds'])}",
             )
         )
     memory = e.get("memory")
@@ -159,14 +159,20 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _record(part: dict[str, Any]) -> registry.Benchmark:
+    """The registered benchmark that measured a newer part (by module in older results)."""
+    if "benchmark" in part:
+        return registry.get(part["benchmark"])
+    return registry.get(next(n for n, m in registry.MODULES.items() if m == part["module"]))
+
+
 def _newer_rows(key: str, part: dict[str, Any]) -> list[dict[str, Any]]:
     """A newer benchmark's own rows, each named as measured on this device."""
     if "results" not in part:
         why = part.get("error") or part.get("absent", "not run")
         return [c.row(f"gpu {key}: not measured", None, None, detail=why)]
-    module = importlib.import_module(part["module"])
     rows = []
-    for r in module.summary(part["results"]):
+    for r in _record(part).rows(part["results"]):
         rows.append({**r, "what": f"gpu {r['what']}"})
     return rows
 
@@ -177,7 +183,7 @@ def _newer_text(results: dict[str, Any]) -> list[str]:
     for key, part in results.get("newer", {}).items():
         out += ["", f"## {key} (`{part.get('module', key)}.py`)", ""]
         if "results" in part:
-            out.append(importlib.import_module(part["module"]).section(part["results"]))
+            out.append(_record(part).section(part["results"]))
         else:
             out.append(f"Not measured: {part.get('error') or part.get('absent', 'not run')}")
     return out
@@ -190,29 +196,18 @@ def _reached(run: dict[str, Any]) -> str:
     return f"not reached in {run['train_seconds']:.0f} s ({run['steps']} steps, final MSE {run['final_mse']:.2e})"
 
 
-def print_summary(results: dict[str, Any]) -> None:
-    m = results["machine"]
-    print(
-        f"{m.get('gpu', m['device'])} ({m['device']}); driver {m.get('driver', '—')}; torch "
-        f"{m['torch']}, CUDA {m['cuda']}; {m['source']}; {results.get('seconds', 0):.0f} s"
-    )
-    largest = results.get("largest", {})
-    if largest:
-        print(
-            f"  largest N for P={largest['params']:,}: {largest.get('n', 0):,} "
-            f"{largest.get('note') or largest.get('error', '')}".rstrip()
-        )
-    for name, e in results.get("shapes", {}).items():
-        if "ours" in e:
-            parts = ", ".join(
-                f"{k} {_t(e['ours']['median'].get(k))}"
-                for k in ("jacobian", "transfer", "assembly", "solve", "trial")
-            )
-            print(f"  {name}: {e.get('ours_runs', '')}; ours parts {parts}")
-    print(c.format_rows(summary(results)))
-
-
 # -- files ---------------------------------------------------------------------------------
+def paths(out: Path, md: Path | None, *, quick: bool) -> dict[str, Path]:
+    """Where a run writes its JSON and plot (``out``) and its report (``md``, default
+    ``benchmarks/RESULTS-gpu.md``); ``-quick`` in each name for a quick run."""
+    suffix = "-quick" if quick else ""
+    return {
+        "json": out / f"gpu{suffix}.json",
+        "png": out / f"gpu{suffix}.png",
+        "md": md or c.HERE / f"RESULTS-gpu{suffix}.md",
+    }
+
+
 def write(results: dict[str, Any], paths: dict[str, Path]) -> None:
     """The JSON, the plot and the Markdown report (each folder created as needed)."""
     for path in paths.values():
@@ -266,7 +261,7 @@ def _step_cell(e: dict[str, Any], side: str) -> str:
     median = e[side]["median"]
     if e[side]["error"] and not median:
         return f"failed: {e[side]['error']}"
-    return f"{_t(median.get('step'))} ({len(e[side]['steps'])})"
+    return f"{duration(median.get('step'))} ({len(e[side]['steps'])})"
 
 
 def _shape_table(results: dict[str, Any]) -> list[str]:
@@ -288,10 +283,10 @@ def _shape_table(results: dict[str, Any]) -> list[str]:
         else:
             best = f["gram_best_kernel"]
             floor = (
-                f"{_t(f['floor_seconds'])} ({best} {_t(f['gram_seconds'][best])} + "
-                f"{_t(f['cholesky_float64_seconds'])})"
+                f"{duration(f['floor_seconds'])} ({best} {duration(f['gram_seconds'][best])} + "
+                f"{duration(f['cholesky_float64_seconds'])})"
             )
-        parts = " / ".join(_t(om.get(k)) for k in ("jacobian", "assembly", "solve", "trial"))
+        parts = " / ".join(duration(om.get(k)) for k in ("jacobian", "assembly", "solve", "trial"))
         memory = e.get("memory") or {}
         peaks = " / ".join(
             (f"failed ({memory[k]['error'][:60]})" if memory[k]["error"] else _mib(memory[k]["peak_bytes"]))
@@ -326,7 +321,7 @@ def _quality_table(results: dict[str, Any]) -> list[str]:
             out.append(f"| {label} | failed: {run.get('error', 'not run')} |")
             continue
         cells = [
-            _t(run["reached"].get(t)) if run["reached"].get(t) is not None
+            duration(run["reached"].get(t)) if run["reached"].get(t) is not None
             else f"not in {run['train_seconds']:.0f} s"
             for t in thresholds
         ]  # fmt: skip
@@ -357,6 +352,19 @@ def _curve_fit_text(results: dict[str, Any]) -> str:
     if "error" in fits:
         return f"Did not complete: {fits['error']}"
     return bench_curve_fit.section(fits) if fits.get("sizes") else "Not measured."
+
+
+def section(results: dict[str, Any]) -> str:
+    """The step times, with where the whole report is: ``Benchmark.section`` of ``gpu``."""
+    m = results["machine"]
+    return "\n".join(
+        [
+            f"{m.get('gpu', m['device'])} ({m['device']}), {m['date_utc']} (UTC), "
+            f"{m['source']}; the whole report: [RESULTS-gpu.md](RESULTS-gpu.md).",
+            "",
+            *_shape_table(results),
+        ]
+    )
 
 
 def markdown(results: dict[str, Any], png: Path | None, md: Path) -> str:

@@ -19,10 +19,14 @@ from typing import Any
 
 import _common as c
 import torch
+from _floor import random_floor
 
 #: One LM step on a batch; returns what it reports (``attempts``, and for ours its parts).
 Step = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 PARTS = ("jacobian", "transfer", "assembly", "solve", "trial")
+WARMUP = 1
+#: Peak device memory of building one side and one step (``bench_gpu``'s ``gpu_memory``).
+Memory = Callable[..., dict[str, Any]]
 
 
 def residual(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -129,3 +133,98 @@ def medians(record: dict[str, Any]) -> dict[str, float]:
     result = {k: c.median([r[k] for r in reports]) for k in keys}
     result["step"] = c.median(record["seconds"])
     return result
+
+
+def batches(n: int, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``count`` shuffled batches of ``n`` sinc points (at least the seed's 100000 points)."""
+    x_all, y_all = c.sinc_dataset(max(c.DATASET_SIZE, n))
+    loader = c.shuffled_batches(x_all, y_all, n)
+    return [(x.to(device), y.to(device)) for x, y in (next(loader) for _ in range(count))]
+
+
+def measure_shape(
+    widths: Sequence[int],
+    n: int,
+    device: torch.device,
+    *,
+    steps: int,
+    cap: float,
+    floor_repeats: int,
+    floor_budget: float | None = None,
+    step_share: float = 1.0,
+    memory: Memory | None = None,
+) -> dict[str, Any]:
+    """Ours against the peer on ``tanh_mlp(widths)`` and N = ``n``: interleaved steps, the
+    floor, and (``memory``) each side's device memory first.
+
+    **Arguments:**
+
+    - `steps`: timed steps of each side, after ``WARMUP`` (none where ``memory``'s first
+      step already took a sixth of ``cap``).
+    - `cap`: seconds for the shape; the steps get ``step_share`` of what is left of it when
+      they start, and no new step starts after that.
+    - `floor_repeats`, `floor_budget`: the floor's timed calls and their seconds (None: a
+      sixth of what is left of ``cap``).
+    - `memory`: ``memory(make, widths, device, x, y)`` per side; a side whose memory step
+      failed is not timed.
+
+    **Returns:** the shape's entry: ``ours`` and ``peer`` (steps, error, medians),
+    ``floor`` (or its ``error``), ``memory`` where measured, ``seconds``.
+    """
+    params = c.mlp_params(widths)
+    start = time.perf_counter()
+    entry: dict[str, Any] = {
+        "widths": list(widths),
+        "params": params,
+        "n": n,
+        "system": "P × P (JᵀJ)" if n >= params else "N × N (JJᵀ)",
+        "steps_asked": steps,
+        "cap_seconds": cap,
+    }
+    pairs = batches(n, WARMUP + steps, device)
+    makers = {"ours": make_ours, "peer": make_peer}
+    warmup = WARMUP
+    skipped: dict[str, str] = {}
+    if memory is not None:
+        entry["memory"] = {
+            side: memory(make, widths, device, *pairs[0]) for side, make in makers.items()
+        }
+        # The memory phase warmed the kernels; a slow first step needs no second warm-up.
+        if max(m["first_step_seconds"] or 0.0 for m in entry["memory"].values()) > cap / 6:
+            warmup = 0
+        for side, m in entry["memory"].items():
+            if m["error"]:  # it would only fail again, at the cost of the time cap
+                skipped[side] = f"not timed: its memory step failed ({m['error']})"
+    entry["warmup"] = warmup
+    sides: dict[str, Step] = {}
+    owners: dict[str, Any] = {}
+    for side, make in makers.items():
+        if side not in skipped:
+            sides[side], owners[side] = make(widths, device)
+    runs = interleave(
+        sides,
+        pairs[WARMUP - warmup :],
+        warmup=warmup,
+        device=device,
+        cap=max(1.0, cap - (time.perf_counter() - start)) * step_share,
+    )
+    report = getattr(owners.get("ours"), "report", None)
+    entry["ours_runs"] = f"strategy {report.strategy}, backend {report.backend}" if report else ""
+    del sides, owners, report, pairs
+    release(device)
+    for side in makers:
+        record = runs.get(side, {"seconds": [], "reports": [], "error": skipped.get(side, "")})
+        entry[side] = {
+            "steps": record["seconds"],
+            "error": record["error"],
+            "median": medians(record) if record["seconds"] else {},
+        }
+    left = max(1.0, cap - (time.perf_counter() - start))
+    budget = left / 6 if floor_budget is None else floor_budget
+    try:
+        entry["floor"] = random_floor(n, params, device, floor_repeats, warmup=1, budget=budget)
+    except Exception as exc:  # out of memory included
+        entry["floor"] = {"error": describe_error(exc)}
+        release(device)
+    entry["seconds"] = time.perf_counter() - start
+    return entry

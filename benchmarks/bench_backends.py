@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _common as c
+import _registry as registry
 import torch
 from torch import nn
 
@@ -222,6 +224,61 @@ def _print(result: dict[str, Any]) -> None:
             f"{p['jacobian']:6.3f} "
             f"{p['assembly']:6.3f} {p['solve']:6.3f} {r['ratio_to_best_non_legate']:6.2f}"
         )
+
+
+def summary(r: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for run in r.get("runs", []):
+        if run.get("legate_cpus", 0) == 0 and run.get("torch_threads") != c.THREADS:
+            continue
+        where = (
+            f"Legate {run['legate_cpus']} CPU"
+            if run.get("legate_cpus")
+            else f"{run['torch_threads']} threads"
+        )
+        rows.append(
+            c.row(
+                f"backends: {run['backend']} {run['strategy']} ({where}) / best",
+                run.get("ratio_to_best_non_legate"),
+                None,
+                detail=f"step {run['median_step_s'] * 1e3:.0f} ms (min {run['min_step_s'] * 1e3:.0f})",
+            )
+        )
+    return rows
+
+
+def section(b: dict[str, Any]) -> str:
+    out = [
+        "| backend | strategy | Legate CPUs | torch threads | step (median) | min | "
+        "jacobian | assembly | solve |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in b.get("runs", []):
+        p = r["median_parts_s"]
+        out.append(
+            f"| {r['backend']} | {r['strategy']} | {r['legate_cpus']} | "
+            f"{r['torch_threads']} | {r['median_step_s'] * 1e3:.0f} ms | "
+            f"{r['min_step_s'] * 1e3:.0f} ms | {p['jacobian'] * 1e3:.0f} ms | "
+            f"{p['assembly'] * 1e3:.0f} ms | {p['solve'] * 1e3:.0f} ms |"
+        )
+    return "\n".join(out)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main()
+
+
+BENCHMARK = registry.Benchmark(
+    name="backends",
+    title="Array backends",
+    question="What does an LM step cost on each array backend (NumPy, torch, cuPyNumeric on Legate CPUs)?",
+    peer="— (the backends against each other)",
+    target="—",
+    run=_run,
+    rows=summary,
+    section=section,
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
+import _registry as registry
 import numpy as np
 import torch
 
@@ -407,6 +408,24 @@ def _cli() -> int:
     args = parser.parse_args()
     _print(main(quick=args.quick, device=args.device))
     return 0
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, device=device)
+
+
+BENCHMARK = registry.Benchmark(
+    name="batch_fit",
+    title="Many small fits at once: curve_fit_batch",
+    question="How many small fits a second with `curve_fit_batch`?",
+    peer="a SciPy loop; torchimize",
+    target="≥ 50× the loop, ≥ 2× torchimize; ≥ 10⁷/s on a GPU",
+    run=_run,
+    rows=summary,
+    section=section,
+    devices=("cpu", "cuda"),
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

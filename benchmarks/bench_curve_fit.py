@@ -46,6 +46,7 @@ import warnings
 from typing import Any
 
 import _common as c
+import _registry as registry
 import numpy as np
 import torch
 
@@ -278,6 +279,24 @@ def _cli() -> int:
     args = parser.parse_args()
     _print(main(quick=args.quick, device=args.device))
     return 0
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, device=device)
+
+
+BENCHMARK = registry.Benchmark(
+    name="curve_fit",
+    title="curve_fit against SciPy",
+    question="Is `curve_fit` faster than SciPy's when the data are large?",
+    peer="SciPy `curve_fit` (lm, trf)",
+    target="≤ 0.5× the faster at N ≥ 10⁶",
+    run=_run,
+    rows=summary,
+    section=section,
+    devices=("cpu", "cuda"),
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

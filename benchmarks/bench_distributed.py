@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 
 # (widths, N, warm-up steps, timed steps)
@@ -299,6 +300,23 @@ def _print(results: dict[str, Any]) -> None:
             if parts:
                 shown = ", ".join(f"{k} {_ms(parts[k])}" for k in PARTS)
                 print(f"  {label} {world} proc: {shown}, attempts {parts['attempts']:g}")
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="distributed",
+    title="LM across processes",
+    question="Does the step scale from one gloo process to two?",
+    peer="one process",
+    target="Jacobian part ≥ 1.6× faster on 2",
+    run=_run,
+    rows=summary,
+    section=section,
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

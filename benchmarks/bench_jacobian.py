@@ -20,7 +20,6 @@ and writes ``benchmarks/results/jacobian.json``.
 from __future__ import annotations
 
 import copy
-import json
 import statistics
 import subprocess
 import sys
@@ -29,12 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _common as c
+import _registry as registry
 import torch
 from torch import nn
 
 from marquardt.jacobian import JacobianEngine, Replicas
 
-RESULTS = Path(__file__).resolve().parent / "results" / "jacobian.json"
 N = 10_000
 REPEATS = 9
 WARMUP = 2
@@ -79,7 +79,8 @@ def peak_growth_mib(fn: Callable[[], object]) -> float | None:
     return (_rss_kib("VmHWM") - base) / 1024
 
 
-def main(repeats: int = REPEATS) -> dict[str, Any]:
+def main(repeats: int = REPEATS, *, quick: bool = False) -> dict[str, Any]:
+    """``quick``: a development run, written to ``jacobian-quick.json`` apart from the figures."""
     torch.set_num_threads(2)
     x, y = sinc_data(N)
     results: dict[str, Any] = {
@@ -151,8 +152,7 @@ def main(repeats: int = REPEATS) -> dict[str, Any]:
     results["accumulate_peak_rss_growth_mib_slice_5000"] = memory
     results["explicit_J_mib"] = N * replicas.num_params * 4 / 2**20
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    results["written_to"] = str(c.write_json("jacobian-quick" if quick else "jacobian", results))
     return results
 
 
@@ -186,7 +186,7 @@ def _print(results: dict[str, Any]) -> None:
         + f" (explicit J alone: {results['explicit_J_mib']:.1f} MiB)"
     )
     print(f"  plan: {results['accumulate_plan']}")
-    print(f"  written to {RESULTS}")
+    print(f"  written to {results['written_to']}")
 
 
 def memory_child(n: int) -> float | None:
@@ -196,6 +196,61 @@ def memory_child(n: int) -> float | None:
     engine = JacobianEngine(Replicas(sinc_model(), [torch.device("cpu")]), lambda a, b: a - b)
     engine.rows_per_sample(x, y)  # imports and first-call set-up outside the measurement
     return peak_growth_mib(lambda: engine.accumulate(x, y, slice_size=5000))
+
+
+def summary(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ratios with their targets, for the aggregate table."""
+    s, ratios, target = r["seconds"], r["ratios"], r.get("target_ratio", 1.0)
+    mem = r.get("accumulate_peak_rss_growth_mib_slice_5000", {})
+    mem_text = ", ".join(f"{k}: {v:.0f} MiB" for k, v in mem.items() if v is not None)
+    return [
+        c.row(
+            "jacobian: explicit J / peer J (N=10000)",
+            ratios["explicit_vs_peer_jacobian"],
+            target,
+            detail=f"ours {s['ours_explicit'] * 1e3:.0f} ms, peer "
+            f"{s['peer_jacobian'] * 1e3:.0f} ms",
+        ),
+        c.row(
+            "jacobian: accumulate / peer J",
+            ratios["accumulate_vs_peer_jacobian"],
+            target,
+            detail=f"ours {s['ours_accumulate'] * 1e3:.0f} ms (J, JᵀJ, Jᵀr)",
+        ),
+        c.row(
+            "jacobian: accumulate / peer J+JᵀJ+Jᵀr",
+            ratios["accumulate_vs_peer_jacobian_and_products"],
+            None,
+            detail=f"peer {s['peer_jacobian_and_products'] * 1e3:.0f} ms; accumulate peak "
+            f"growth {mem_text}",
+        ),
+    ]
+
+
+def section(j: dict[str, Any]) -> str:
+    s = j["seconds"]
+    lines = [f"{j['problem']}, {j['repeats']} repeats, medians."]
+    for k, v in s.items():
+        lines.append(f"- {k}: {v * 1e3:.0f} ms")
+    lines.append(f"- plan: {j.get('accumulate_plan', '')}")
+    return "\n".join(lines)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(3 if quick else REPEATS, quick=quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="jacobian",
+    title="Jacobian",
+    question="How fast are J, and JᵀJ with Jᵀr, on the tutorial's network?",
+    peer="torch-levenberg-marquardt's Jacobian",
+    target="≤ 1× the peer; `accumulate`'s memory flat in N",
+    run=_run,
+    rows=summary,
+    section=section,
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

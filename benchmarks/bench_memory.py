@@ -30,6 +30,7 @@ import sys
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 
 SIZES = (10_000, 100_000, 1_000_000)
@@ -70,7 +71,10 @@ def child(kind: str, n: int) -> dict[str, Any]:
     return {"kind": kind, "n": n, **c.step_rss(step)}
 
 
-def main(sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS) -> dict[str, Any]:
+def main(
+    sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS, *, quick: bool = False
+) -> dict[str, Any]:
+    """``quick``: a development run, written to ``memory-quick.*`` apart from the figures."""
     results: dict[str, Any] = {
         "problem": f"one LM step, sinc(10x), 1-256-1 tanh MLP (P=769), float32, "
         f"{c.THREADS} threads; ours with slice_size={SLICE}",
@@ -102,8 +106,9 @@ def main(sizes: tuple[int, ...] = SIZES, kinds: tuple[str, ...] = KINDS) -> dict
                 }
     results["J_float32_mib"] = {f"N={n}": n * 769 * 4 / 2**20 for n in sizes}
     results["load_average"]["after"] = c.load_average()
-    c.write_json("memory", results)
-    _plot(results)
+    suffix = "-quick" if quick else ""
+    c.write_json(f"memory{suffix}", results)
+    _plot(results, f"memory{suffix}.png")
     return results
 
 
@@ -151,7 +156,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any]) -> None:
+def _plot(results: dict[str, Any], png: str) -> None:
     plt = c.pyplot()
     if plt is None:
         return
@@ -182,7 +187,7 @@ def _plot(results: dict[str, Any]) -> None:
     ax.set_title("1-256-1 tanh MLP (P = 769), float32", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "memory.png", dpi=120)
+    fig.savefig(c.RESULTS_DIR / png, dpi=120)
     plt.close(fig)
 
 
@@ -197,6 +202,54 @@ def _print(results: dict[str, Any]) -> None:
                 f"{run['step_seconds']:.2f} s"
             )
     print(c.format_rows(summary(results)))
+
+
+def section(m: dict[str, Any]) -> str:
+    sizes = m["sizes"]
+    out = [
+        "| strategy | " + " | ".join(f"N={n:,}" for n in sizes) + " |",
+        "|---|" + "---|" * len(sizes),
+    ]
+    kinds: list[str] = []
+    for run in m["runs"].values():
+        if run["kind"] not in kinds:
+            kinds.append(run["kind"])
+    for kind in kinds:
+        cells = []
+        for n in sizes:
+            run = m["runs"].get(f"{kind} N={n}", {})
+            g = run.get("growth_mib")
+            cells.append(
+                "failed" if g is None else f"{g:.0f} MiB ({run.get('step_seconds', 0):.1f} s)"
+            )
+        out.append(f"| {kind} | " + " | ".join(cells) + " |")
+    out.append(
+        "| J alone (N×P float32) | "
+        + " | ".join(f"{n * 769 * 4 / 2**20:.0f} MiB" for n in sizes)
+        + " |"
+    )
+    return "\n".join(out) + (
+        "\n\nPeak RSS growth of one LM step over the RSS after data, model "
+        "and optimizer were built (fresh process each; step time beside)."
+    )
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(sizes=(10_000, 100_000), quick=True) if quick else main()
+
+
+BENCHMARK = registry.Benchmark(
+    name="memory",
+    title="Memory of one LM step",
+    question="Is the peak memory of a step flat in N, and below the peer's?",
+    peer="torch-levenberg-marquardt",
+    target="≤ 1.5× from 10k to 1M points; ≤ 0.5× the peer at 1M",
+    run=_run,
+    rows=summary,
+    section=section,
+    png="memory.png",
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+import _registry as registry
 import numpy as np
 import torch
 
@@ -250,6 +251,23 @@ def _cli() -> int:
     args = parser.parse_args()
     _print(main(quick=args.quick, lma=dict(args.lma)))
     return 0
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="nist",
+    title="NIST StRD nonlinear regression, both starts",
+    question="Does `curve_fit_result` solve NIST's StRD problems from both starts?",
+    peer="SciPy `curve_fit` (lm)",
+    target="no more failures (LRE < 4) than SciPy",
+    run=_run,
+    rows=summary,
+    section=section,
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

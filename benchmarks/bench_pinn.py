@@ -32,26 +32,23 @@ import argparse
 import json
 import math
 import os
-import shutil
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import _pinn_report as report
+import _registry as registry
 import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
-    HERE,
-    RESULTS_DIR,
     format_rows,
     machine,
     peak_rss_mib,
-    pyplot,
     reset_peak_rss,
-    row,
     rss_mib,
     run_child,
     setup_threads,
@@ -358,15 +355,6 @@ def _child(
     return result
 
 
-def _error_at(trace: list[list[float]], t: float) -> float:
-    """The error a method had reached by time ``t`` (its last evaluation not after ``t``)."""
-    best = trace[0][1]
-    for when, err in trace:
-        if when <= t:
-            best = err
-    return best
-
-
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -423,152 +411,30 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
         for k, v in runs.items()
     }
 
-    ours = runs["ours"]
-    rows = []
-    if ours:
-        final = ours["trace"][-1][1]
-        rows.append(row("ours: relative L2 error at the budget", final, 1e-5, unit=""))
-        for other, target in (("adam", 0.01), ("lbfgs", 0.1)):
-            if runs.get(other):
-                t = ours["trace"][-1][0]
-                theirs = _error_at(runs[other]["trace"], t)
-                rows.append(
-                    row(
-                        f"error ratio ours / {other} at {t:.0f} s",
-                        final / theirs,
-                        target,
-                        detail=f"{final:.3g} vs {theirs:.3g}",
-                    )
-                )
-        if runs.get("peer"):
-            peer = runs["peer"]
-            rows.append(
-                row(
-                    "step time ours / torch-levenberg-marquardt",
-                    ours["step_median_s"] / peer["step_median_s"],
-                    0.5,
-                    detail=f"{ours['step_median_s'] * 1e3:.1f} ms vs {peer['step_median_s'] * 1e3:.1f} ms",
-                )
-            )
-            rows.append(
-                row(
-                    "peak memory ours / torch-levenberg-marquardt",
-                    ours["memory_mib"] / max(peer["memory_mib"], 1e-9),
-                    1.0,
-                    detail=f"{ours['memory_mib']:.0f} MiB vs {peer['memory_mib']:.0f} MiB",
-                )
-            )
-            rows.append(
-                row(
-                    "error ratio ours / torch-levenberg-marquardt",
-                    ours["trace"][-1][1] / peer["trace"][-1][1],
-                    None,
-                    detail=f"{ours['trace'][-1][1]:.3g} vs {peer['trace'][-1][1]:.3g}",
-                )
-            )
+    rows = report.rows(runs)
     results["rows"] = rows
     print(format_rows(rows))
     path = write_json("pinn" + ("-quick" if quick else ""), results)
     print(f"wrote {path}")
-    _figures(runs, quick, results)
+    report.figures(runs, quick, results)
     return results
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of the comparison, with their targets."""
-    return list(results["rows"])
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, budget=budget, device=device)
 
 
-def section(results: dict[str, Any]) -> str:
-    """RESULTS.md's section: one line per method, the Jacobian orders, the figures."""
-    m = results["machine"]
-    lines = [
-        f"2-D Poisson, 2-32-32-1 tanh (P = {results['runs']['ours']['params']:,}), "
-        f"{results['runs']['ours']['rows']:,} collocation rows, float64, "
-        f"{results['budget_s']:.0f} s per method; {m['cpu']}, load {m['load_average_1min']:.1f} "
-        f"at the start; Adam's learning rate {results['adam_lr']:g} (tuned over "
-        f"{', '.join(results['adam_tuning'])}).",
-        "",
-        "| method | relative L2 error | steps | step (median) | peak RSS growth |",
-        "|---|---|---|---|---|",
-    ]
-    for name, r in results["runs"].items():
-        if r is None:
-            lines.append(f"| {name} | failed | | | |")
-            continue
-        lines.append(
-            f"| {name} | {r['trace'][-1][1]:.3g} | {r['steps']} | "
-            f"{r['step_median_s'] * 1e3:.1f} ms | {r['memory_mib']:.0f} MiB |"
-        )
-    orders_path = RESULTS_DIR / "pinn_orders.json"
-    if orders_path.exists():
-        orders = json.loads(orders_path.read_text())["orders"]
-        lines += [
-            "",
-            "Jacobian orders (`--orders`): one J (explicit) and one JᵀJ (accumulate) of the same "
-            "residual, by the order over θ and the order of the input Hessian:",
-            "",
-            "| input Hessian | over θ | J | JᵀJ |",
-            "|---|---|---|---|",
-        ]
-        for o in orders:
-            lines.append(
-                f"| {o['hessian']} | {o['order_over_theta']} | {o['explicit_s'] * 1e3:.0f} ms | "
-                f"{o['accumulate_s'] * 1e3:.0f} ms |"
-            )
-    lines += [
-        "",
-        "![error against wall time](../docs/img/pinn_error_time.png)",
-        "",
-        "![error field](../docs/img/pinn_error_field.png)",
-    ]
-    return "\n".join(lines)
-
-
-def _figures(runs: dict[str, Any], quick: bool, results: dict[str, Any]) -> None:
-    plt = pyplot()
-    if plt is None:
-        return
-    suffix = "-quick" if quick else ""
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    labels = {
-        "ours": "marquardt LMA (PointResidual)",
-        "peer": "torch-levenberg-marquardt",
-        "lbfgs": "torch.optim.LBFGS",
-        "adam": f"Adam (lr {results.get('adam_lr', 0):g})",
-    }
-    for name, label in labels.items():
-        r = runs.get(name)
-        if r:
-            t, e = zip(*r["trace"], strict=True)
-            ax.semilogy(t, e, label=label, drawstyle="steps-post")
-    ax.set_xlabel("wall time (s)")
-    ax.set_ylabel("relative L2 error of u")
-    ax.set_title("2-D Poisson PINN, same network and points")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    time_png = RESULTS_DIR / f"pinn_error_time{suffix}.png"
-    fig.savefig(time_png, dpi=110)
-    plt.close(fig)
-    ours = runs.get("ours")
-    if not ours or "error_field" not in ours:
-        return
-    fig, ax = plt.subplots(figsize=(5.2, 4.2))
-    field = ours["error_field"]
-    im = ax.imshow(field, origin="lower", extent=(0, 1, 0, 1), cmap="RdBu_r")
-    fig.colorbar(im, ax=ax, label="u_θ − u")
-    ax.set_xlabel("y")
-    ax.set_ylabel("x")
-    ax.set_title(f"error field after {ours['trace'][-1][0]:.0f} s of LM")
-    fig.tight_layout()
-    field_png = RESULTS_DIR / f"pinn_error_field{suffix}.png"
-    fig.savefig(field_png, dpi=110)
-    plt.close(fig)
-    if not quick:
-        docs = HERE.parent / "docs" / "img"
-        shutil.copy(time_png, docs / time_png.name)
-        shutil.copy(field_png, docs / field_png.name)
+BENCHMARK = registry.Benchmark(
+    name="pinn",
+    title="PINN: 2-D Poisson",
+    question="How far does LM train a physics-informed network in a fixed time?",
+    peer="Adam, L-BFGS, torch-levenberg-marquardt's PINN route",
+    target="relative L2 ≤ 1e-5; ≤ 1e-2× Adam's and 1e-1× L-BFGS's error",
+    run=_run,
+    rows=report.summary,
+    section=report.section,
+    devices=("cpu", "cuda"),
+)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _registry as registry
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -307,6 +308,24 @@ def cli() -> None:
     if unknown:
         parser.error(f"unknown methods {unknown}; the known ones are {METHODS + EXTRA_METHODS}")
     main(budget=args.budget, problems=chosen, methods=methods, update=args.update)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    if quick:
+        return main(budget=budget or 5.0, problems=("heat", "poisson"), quick=True)
+    return main() if budget is None else main(budget=budget)
+
+
+BENCHMARK = registry.Benchmark(
+    name="pinn_suite",
+    title="PINN problem suite: LM against Adam, L-BFGS and Adam then L-BFGS",
+    question="Does LM hold on the literature's PINN problems (Poisson, Helmholtz, Burgers, Allen–Cahn, heat, an inverse heat problem)?",
+    peer="Adam, L-BFGS, Adam then L-BFGS; published figures",
+    target="relative L2 ≤ 1e-4 on every problem; ≤ 1e-2× the best first-order method's error",
+    run=_run,
+    rows=summary,
+    section=section,
+)
 
 
 if __name__ == "__main__":

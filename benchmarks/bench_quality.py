@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 
 THRESHOLDS = (1e-3, 1e-4, 1e-5, 1e-6)
@@ -178,6 +179,7 @@ def main(
     adam_cap_max: float = ADAM_CAP_MAX_SECONDS,
     tune: float = ADAM_TUNE_SECONDS,
     hidden_sizes: tuple[int, ...] = HIDDEN_SIZES,
+    quick: bool = False,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {
         "problem": "sinc(10x), 100000 points, shuffled batches of 10000, float32, "
@@ -210,8 +212,9 @@ def main(
         )
         results["models"][f"1-{hidden}-1"] = entry
     results["load_average"]["after"] = c.load_average()
-    c.write_json("quality", results)
-    _plot(results)
+    suffix = "-quick" if quick else ""
+    c.write_json(f"quality{suffix}", results)
+    _plot(results, f"quality{suffix}.png")
     return results
 
 
@@ -292,7 +295,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any]) -> None:
+def _plot(results: dict[str, Any], png: str) -> None:
     plt = c.pyplot()
     if plt is None:
         return
@@ -318,7 +321,7 @@ def _plot(results: dict[str, Any]) -> None:
         ax.set_title(f"sinc(10x), {name} tanh MLP", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "quality.png", dpi=120)
+    fig.savefig(c.RESULTS_DIR / png, dpi=120)
     plt.close(fig)
 
 
@@ -342,6 +345,78 @@ def _print(results: dict[str, Any]) -> None:
             )
         )
     print(c.format_rows(summary(results)))
+
+
+def _fmt_s(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1f} s"
+
+
+def section(q: dict[str, Any]) -> str:
+    thresholds = [f"{t:g}" for t in q["thresholds"]]
+    out = [
+        "| model | optimizer | steps | "
+        + " | ".join(f"MSE {t}" for t in thresholds)
+        + " | final MSE | stopped |",
+        "|---|---|---|" + "---|" * len(thresholds) + "---|---|",
+    ]
+    for _name, entry in q["models"].items():
+        for key, label in (
+            ("ours", "marquardt LMA"),
+            ("peer", "torch-levenberg-marquardt"),
+            ("adam", f"Adam (lr {entry['adam_lr']:g})"),
+        ):
+            run = entry[key]
+            cells = [
+                _fmt_s(run["reached"].get(t))
+                if run["reached"].get(t) is not None
+                else f"not in {run['train_seconds']:.0f} s"
+                for t in thresholds
+            ]
+            final = "—" if run.get("final_mse") is None else f"{run['final_mse']:.2e}"
+            out.append(
+                f"| 1-{entry['ours']['hidden']}-1 | {label} | {run['steps']} | "
+                + " | ".join(cells)
+                + f" | {final} | {run['stopped']} |"
+            )
+    tuning = "; ".join(
+        f"{name}: "
+        + ", ".join(
+            f"lr {k} → {v['final_mse']:.2e}"
+            for k, v in e["adam_tuning"].items()
+            if v["final_mse"] is not None
+        )
+        for name, e in q["models"].items()
+    )
+    caps = q["caps_seconds"]
+    return (
+        "\n".join(out)
+        + f"\n\nCaps: {caps['lm']:g} s of training per LM run; for Adam {caps['adam']:g} s, or "
+        f"10.5× our time to 1e-4 when that is longer (at most {caps.get('adam_max', caps['adam']):g} "
+        f"s), after a {caps['adam_tuning']:g} s trial of each learning rate (lowest full-dataset MSE wins): "
+        f"{tuning}. Times exclude the full-dataset MSE evaluations (the clock stops for them)."
+    )
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    if quick:
+        return main(
+            cap=8.0, adam_cap=5.0, adam_cap_max=5.0, tune=1.0, hidden_sizes=(64,), quick=True
+        )
+    return main()
+
+
+BENCHMARK = registry.Benchmark(
+    name="quality",
+    title="Time to quality",
+    question="How soon does training reach a given MSE on the seed's loop?",
+    peer="torch-levenberg-marquardt; Adam",
+    target="≤ 0.5× the peer's time; ≥ 10× sooner than Adam to 1e-4",
+    run=_run,
+    rows=summary,
+    section=section,
+    png="quality.png",
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import _common as c
+import _registry as registry
 import _scale_subsets as subsets
 import _versus as v
 import torch
-from _floor import random_floor
 
 # (widths, N, timed steps)
 SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
@@ -63,7 +63,6 @@ QUICK_SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
     ((1, 16, 16, 1), 2_000, 3),
     ((1, 32, 32, 1), 300, 3),
 )
-WARMUP = 1
 CAP_SECONDS = 150.0
 FLOOR_REPEATS = 3
 FLOOR_BUDGET = 4.0
@@ -73,19 +72,11 @@ TARGET_FLOOR = 1.5
 TARGET_RSS = 1.0
 
 
-def _batches(
-    widths: Sequence[int], n: int, count: int, device: torch.device
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    x_all, y_all = c.sinc_dataset()
-    batches = c.shuffled_batches(x_all, y_all, n)
-    return [(x.to(device), y.to(device)) for x, y in (next(batches) for _ in range(count))]
-
-
 def rss_child(kind: str, widths: Sequence[int], n: int) -> dict[str, Any]:
     """One LM step of ``kind`` ("ours" or "peer") in this fresh process; its peak RSS growth."""
     c.setup_threads()
     device = torch.device("cpu")
-    ((x, y),) = _batches(widths, n, 1, device)
+    ((x, y),) = v.batches(n, 1, device)
     step = (v.make_ours if kind == "ours" else v.make_peer)(widths, device)[0]
     return {"kind": kind, **c.step_rss(lambda: step(x, y))}
 
@@ -103,38 +94,19 @@ def measure_shape(
     widths: Sequence[int], n: int, steps: int, device: torch.device, *, rss: bool
 ) -> dict[str, Any]:
     """Interleaved steps of ours and the peer, the floor, and (CPU) each side's peak RSS."""
-    params = c.mlp_params(widths)
-    entry: dict[str, Any] = {
-        "widths": list(widths),
-        "params": params,
-        "n": n,
-        "system": "P × P (JᵀJ)" if n >= params else "N × N (JJᵀ)",
-        "warmup": WARMUP,
-        "steps_asked": steps,
-        "load_before": c.load_average(),
-    }
-    pairs = _batches(widths, n, WARMUP + steps, device)
-    ours_step, lma = v.make_ours(widths, device)
-    peer_step, _peer = v.make_peer(widths, device)
-    runs = v.interleave(
-        {"ours": ours_step, "peer": peer_step},
-        pairs,
-        warmup=WARMUP,
-        device=device,
+    load_before = c.load_average()
+    entry = v.measure_shape(
+        widths,
+        n,
+        device,
+        steps=steps,
         cap=CAP_SECONDS,
+        floor_repeats=FLOOR_REPEATS,
+        floor_budget=FLOOR_BUDGET,
     )
-    report = lma.report
-    entry["ours_runs"] = f"strategy {report.strategy}, backend {report.backend}" if report else ""
-    del ours_step, peer_step, lma, _peer, pairs
-    v.release(device)
-    for side in ("ours", "peer"):
-        record = runs[side]
-        entry[side] = {
-            "steps": record["seconds"],
-            "error": record["error"],
-            "median": v.medians(record) if record["seconds"] else {},
-        }
-    entry["floor"] = random_floor(n, params, device, FLOOR_REPEATS, warmup=1, budget=FLOOR_BUDGET)
+    if "error" in entry["floor"]:
+        raise RuntimeError(f"the floor failed: {entry['floor']['error']}")
+    entry["load_before"] = load_before
     entry["rss"] = _rss(widths, n) if rss else {}
     entry["load_after"] = c.load_average()
     ours = entry["ours"]["median"].get("step")
@@ -159,6 +131,7 @@ def main(quick: bool = False, device: str = "cpu", *, with_subsets: bool = True)
         "problem": f"sinc(10x), shuffled batches of N from the seed's {c.DATASET_SIZE} "
         f"points, tanh MLPs, float32, {c.THREADS} threads, device {where}",
         "quick": quick,
+        "device": str(where),
         "ours_config": "LMA defaults (Nielsen damping, Marquardt scaling, strategy and "
         "backend auto), step(x, y) without slice_size",
         "peer_config": "LevenbergMarquardtModule(solve_method='cholesky'), defaults otherwise",
@@ -342,6 +315,75 @@ def _cli() -> int:
         return 0
     _print(main(quick=args.quick, device=args.device))
     return 0
+
+
+def section(sc: dict[str, Any]) -> str:
+    t = c.seconds_text
+
+    out = [
+        f"{sc['problem']}. Ours: {sc['ours_config']}; peer: {sc['peer_config']}. "
+        "Steps interleaved, medians after one warm-up step; floor on a random J of the "
+        "same shape; peak RSS growth of one step in a fresh process per side.",
+        "",
+        "| MLP | P | N | system | ours | peer | floor (kernel + float64 Cholesky) | "
+        "ours: jacobian / assembly / solve / trial | attempts ours / peer | "
+        "peak RSS ours / peer | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in sc["shapes"].values():
+        name = "-".join(str(w) for w in e["widths"])
+        if "error" in e:
+            out.append(f"| {name} | {e['params']:,} | {e['n']:,} | failed: {e['error']} |")
+            continue
+        om, pm, f = e["ours"]["median"], e["peer"]["median"], e["floor"]
+        best = f["gram_best_kernel"]
+        rss = e.get("rss") or {}
+        mem = " / ".join(
+            "—" if rss.get(k, {}).get("growth_mib") is None else f"{rss[k]['growth_mib']:.0f} MiB"
+            for k in ("ours", "peer")
+        )
+        parts = " / ".join(t(om.get(k)) for k in ("jacobian", "assembly", "solve", "trial"))
+        out.append(
+            f"| {name} | {e['params']:,} | {e['n']:,} | {e['system']} | "
+            f"{t(om.get('step'))} ({len(e['ours']['steps'])} steps) | "
+            f"{t(pm.get('step'))} ({len(e['peer']['steps'])} steps) | "
+            f"{t(f['floor_seconds'])} ({best} {t(f['gram_seconds'][best])} + "
+            f"{t(f['cholesky_float64_seconds'])}) | {parts} | "
+            f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g} | "
+            f"{mem} | {e['load_before']:.1f} → {e['load_after']:.1f} |"
+        )
+    return "\n".join(out)
+
+
+def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """``summary``, with the subsets part from ``results/scale-subsets.json`` when a full
+    run on the CPU lacks it (``--subsets-only`` was run alone after it)."""
+    full_cpu = not results.get("quick") and results.get("device", "cpu") == "cpu"
+    if "subsets" not in results and full_cpu:
+        path = c.RESULTS_DIR / "scale-subsets.json"
+        part = json.loads(path.read_text()) if path.exists() else {}
+        if "subsets" in part:
+            results = {**results, "subsets": part["subsets"]}
+    return summary(results)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, device=device)
+
+
+BENCHMARK = registry.Benchmark(
+    name="scale",
+    title="LM at the scale users bring",
+    question="Does the step hold at P = 4k–50k, and what do parameter subsets give at P = 527k?",
+    peer="torch-levenberg-marquardt; the floor; Adam for subsets",
+    target="≤ 0.67× the peer, ≤ 1.5× the floor, peak RSS ≤ the peer's",
+    run=_run,
+    rows=_rows,
+    section=section,
+    devices=("cpu", "cuda"),
+    png="scale.png",
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
+import _registry as registry
 import numpy as np
 import torch
 
@@ -251,6 +252,24 @@ def _cli() -> int:
     args = parser.parse_args()
     _print(main(quick=args.quick, device=args.device))
     return 0
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick, device=device)
+
+
+BENCHMARK = registry.Benchmark(
+    name="small_fit",
+    title="Single small fits against SciPy",
+    question="What does one small fit cost, with a NumPy or a torch model?",
+    peer="SciPy `curve_fit`",
+    target="≤ 5× at N = 100, 2× at 10³, 1× at 10⁴, 0.5× from 10⁵; default threads ≤ one thread",
+    run=_run,
+    rows=summary,
+    section=section,
+    devices=("cpu", "cuda"),
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 from _floor import floor_seconds
 
@@ -37,7 +38,10 @@ TARGET_PEER = 0.67
 TARGET_FLOOR = 1.5
 
 
-def main(steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH) -> dict[str, Any]:
+def main(
+    steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH, *, quick: bool = False
+) -> dict[str, Any]:
+    """``quick``: a development run, written to ``step-quick.*`` apart from the figures."""
     c.setup_threads()
     from marquardt.jacobian import JacobianEngine, Replicas
     from marquardt.solver import LMA
@@ -118,12 +122,13 @@ def main(steps: int = STEPS, hidden: int = HIDDEN, batch: int = c.BATCH) -> dict
         "targets": {"ours_vs_peer": TARGET_PEER, "ours_vs_floor": TARGET_FLOOR},
         "load_average": {"before": load_before, "after": c.load_average()},
     }
-    c.write_json("step", results)
-    _plot(results)
+    suffix = "-quick" if quick else ""
+    c.write_json(f"step{suffix}", results)
+    _plot(results, f"step{suffix}.png")
     return results
 
 
-def _plot(results: dict[str, Any]) -> None:
+def _plot(results: dict[str, Any], png: str) -> None:
     plt = c.pyplot()
     if plt is None:
         return
@@ -143,7 +148,7 @@ def _plot(results: dict[str, Any]) -> None:
     ax.set_title(results["problem"], fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "step.png", dpi=120)
+    fig.savefig(c.RESULTS_DIR / png, dpi=120)
     plt.close(fig)
 
 
@@ -186,6 +191,43 @@ def _print(results: dict[str, Any]) -> None:
         "  Gram kernels: "
         + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in results["floor"]["gram_seconds"].items())
     )
+
+
+def section(st: dict[str, Any]) -> str:
+    s = st["seconds"]
+    parts = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in s["ours_parts_median"].items())
+    gram = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in st["floor"]["gram_seconds"].items())
+    return (
+        f"{st['problem']}; {st['steps']} steps each, interleaved, medians.\n\n"
+        f"- ours: {s['ours_step_median'] * 1e3:.0f} ms per step ({st['ours_config']}); "
+        f"median parts from `lma.report`: {parts}; median attempts "
+        f"{st['attempts_median']['ours']:g}\n"
+        f"- peer: {s['peer_step_median'] * 1e3:.0f} ms per step ({st['peer_config']}); its "
+        f"`_compute_jacobian` {s['peer_compute_jacobian_median'] * 1e3:.0f} ms, JᵀJ as a full "
+        f"GEMM {s['peer_jtj_full_gemm_median'] * 1e3:.0f} ms; median attempts "
+        f"{st['attempts_median']['peer']:g}\n"
+        f"- floor: {st['floor']['floor_seconds'] * 1e3:.0f} ms = fastest JᵀJ kernel "
+        f"({gram}) + float64 P×P Cholesky solve "
+        f"{st['floor']['cholesky_float64_seconds'] * 1e3:.1f} ms"
+    )
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(4 if quick else STEPS, quick=quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="step",
+    title="LM step time",
+    question="How long is one LM step on the tutorial's network?",
+    peer="torch-levenberg-marquardt's step; the floor (JᵀJ + Cholesky)",
+    target="≤ 0.67× the peer, ≤ 1.5× the floor",
+    run=_run,
+    rows=summary,
+    section=section,
+    png="step.png",
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 from torch import nn
 
@@ -240,6 +241,42 @@ def _print(results: dict[str, Any]) -> None:
             tag = " (projected from a tenth of the rows)" if v["projected"] else ""
             print(f"    {k:20s} {v['seconds'] * 1e3:9.1f} ms  peak {mem}{tag}")
     print(c.format_rows(summary(results)))
+
+
+def section(s: dict[str, Any]) -> str:
+    out = []
+    for name, entry in s["shapes"].items():
+        out.append(
+            f"**{name}** — rows {entry['rows']}, P {entry['params']}, m "
+            f"{entry['outputs_per_sample']}; planner: `{entry['planner_choice']}` "
+            f"({entry['planner_reason']})\n"
+        )
+        out.append("| strategy/mode | seconds | peak growth |\n|---|---|---|")
+        for k, v in entry["combinations"].items():
+            mark = " ← planner" if k == entry["planner_choice"] else ""
+            mem = "—" if v["peak_growth_mib"] is None else f"{v['peak_growth_mib']:.0f} MiB"
+            proj = " (projected)" if v["projected"] else ""
+            out.append(f"| {k}{mark} | {v['seconds']:.3f}{proj} | {mem} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main()
+
+
+BENCHMARK = registry.Benchmark(
+    name="strategy",
+    title="Planner choices",
+    question="Does the planner pick the fastest strategy and Jacobian mode that fits?",
+    peer="every forced alternative",
+    target="within 1.1× of the fastest",
+    run=_run,
+    rows=summary,
+    section=section,
+    png="strategy.png",
+    echo=_print,
+)
 
 
 if __name__ == "__main__":

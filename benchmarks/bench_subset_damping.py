@@ -7,7 +7,8 @@ start and batches, for seeds 0, 1, 2. "shared" is LMA as it is (the damping rule
 one λ); "per block" keeps one damping state per block and loads it before the block's
 step (``damping_rule.load_state_dict``), which is what a per-block λ would do.
 Reported: full-data MSE at the end, rejected attempts and seconds, per variant and seed.
-``python benchmarks/bench_subset_damping.py``; writes ``results/subset-damping.json``.
+``python benchmarks/bench_subset_damping.py``; writes ``results/subset_damping.json``
+(``subset_damping-quick.json`` for the quick run: 10 steps, seed 0).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from typing import Any
 
 import _common as c
+import _registry as registry
 import torch
 
 WIDTHS = (1, 64, 64, 1)
@@ -26,7 +28,7 @@ STEPS = 60
 SEEDS = (0, 1, 2)
 
 
-def _run(seed: int, per_block: bool) -> dict[str, Any]:
+def _fit(seed: int, per_block: bool, steps: int) -> dict[str, Any]:
     from marquardt.solver import LMA
 
     model = c.tanh_mlp(WIDTHS, seed)
@@ -36,7 +38,7 @@ def _run(seed: int, per_block: bool) -> dict[str, Any]:
     states: dict[int, dict[str, float]] = {}
     rejected = 0
     start = time.perf_counter()
-    for _ in range(STEPS):
+    for _ in range(steps):
         block = lma.state_dict()["param_selection"]["cursor"]
         if per_block and block in states:
             lma.damping_rule.load_state_dict(states[block])
@@ -52,17 +54,73 @@ def _run(seed: int, per_block: bool) -> dict[str, Any]:
     return {"mse": mse, "rejected": rejected, "seconds": seconds}
 
 
-def main() -> dict[str, Any]:
+def main(quick: bool = False) -> dict[str, Any]:
     c.setup_threads()
+    steps, seeds = (10, SEEDS[:1]) if quick else (STEPS, SEEDS)
     out: dict[str, Any] = {"machine": c.machine(), "load_before": c.load_average(), "runs": {}}
-    for seed in SEEDS:
+    out["steps"] = steps
+    for seed in seeds:
         for per_block in (False, True):
             name = f"{'per-block' if per_block else 'shared'} seed {seed}"
-            out["runs"][name] = _run(seed, per_block)
+            out["runs"][name] = _fit(seed, per_block, steps)
             print(name, out["runs"][name], flush=True)
     out["load_after"] = c.load_average()
-    c.write_json("subset-damping", out)
+    c.write_json("subset_damping-quick" if quick else "subset_damping", out)
     return out
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per seed, the per-block λ's final MSE over the shared λ's (information, no target)."""
+    runs = results["runs"]
+    rows = []
+    for name, shared in runs.items():
+        if not name.startswith("shared "):
+            continue
+        seed = name.removeprefix("shared ")
+        block = runs.get(f"per-block {seed}")
+        if block is None:
+            continue
+        rows.append(
+            c.row(
+                f"subset_damping: per-block λ / shared λ, final MSE ({seed})",
+                block["mse"] / shared["mse"],
+                None,
+                detail=f"shared {shared['mse']:.2e} ({shared['rejected']} rejected), per-block "
+                f"{block['mse']:.2e} ({block['rejected']} rejected)",
+            )
+        )
+    return rows
+
+
+def section(results: dict[str, Any]) -> str:
+    lines = [
+        f"1-64-64-1 (P = 4,353), layer rule with k = {K} (10 blocks), N = {N}, "
+        f"{results.get('steps', STEPS)} steps from the same start and batches per seed; load "
+        f"{results['load_before']:.1f} → {results['load_after']:.1f}.",
+        "",
+        "| variant, seed | final MSE | rejected attempts | seconds |",
+        "|---|---|---|---|",
+    ]
+    for name, run in results["runs"].items():
+        lines.append(f"| {name} | {run['mse']:.2e} | {run['rejected']} | {run['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="subset_damping",
+    title="λ for parameter subsets: shared or per block",
+    question="For parameter subsets, one λ shared by all blocks or one per block?",
+    peer="— (the two variants against each other)",
+    target="— (decides a default)",
+    run=_run,
+    rows=summary,
+    section=section,
+    default=False,
+)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,11 @@
 #                        processes, and its plan for P=49921 N=10000
 #   gpu-tests-<package>  each package's gpu-marked tests (first: they are what needs the GPU)
 #   integration          integration_tests/test_gpu.py
-#   bench-gpu            benchmarks/bench_gpu.py --only core on cuda:0 (LM shapes, quality,
-#                        curve_fit, host synchronisations)
-#   bench-newer          benchmarks/bench_gpu.py --only newer (small fits, batched fits, PINN),
-#                        its report in RESULTS-gpu-newer.md and gpu-newer.json
+#   bench-gpu            benchmarks/run_all.py gpu --device cuda:0: the registered benchmark
+#                        gpu (bench_gpu.py: LM shapes, quality, curve_fit, host
+#                        synchronisations, then the newer benchmarks on the device: small
+#                        fits, batched fits, PINN, matrix-free), within BENCH_BUDGET for the
+#                        first half and NEWER_CAP more for the second
 #   tests-<package>      each package's other tests, spread over the cores with pytest-xdist
 #                        where it is installed (XDIST workers, 8); not in the default PARTS:
 #                        they need no GPU, CI runs them, and they do not fit the 9 minutes
@@ -28,7 +29,7 @@
 # GPU_TEST_CAP (60 s per package), TEST_CAP (60 s per package), XDIST (8; 0 runs the suites in
 # one process), PARTS (the parts to run, by name or prefix: "env install devices gpu-tests
 # integration bench" by default; add "tests" for the other tests), PYTEST_ARGS (added to every pytest command, e.g. "-x" or "--collect-only -q"),
-# BENCH_ARGS (added to bench_gpu.py's, e.g. "--device cpu --quick" for a dry run without GPU).
+# BENCH_ARGS (added to run_all.py's, e.g. "--device cpu --quick" for a dry run without GPU).
 #
 # set -e is left out on purpose: a failing part is recorded and the next one still runs.
 set -uo pipefail
@@ -48,7 +49,7 @@ PACKAGES=(core-devices core-jacobian core-solver trainer)
 read -r -a EXTRA_PYTEST <<<"${PYTEST_ARGS:-}"
 read -r -a EXTRA_BENCH <<<"${BENCH_ARGS:-}"
 
-if [[ ! -d packages/core-devices || ! -f benchmarks/bench_gpu.py ]]; then
+if [[ ! -d packages/core-devices || ! -f benchmarks/run_all.py ]]; then
     echo "run_on_gpu: run this from the repository root (found no packages/core-devices here)" >&2
     exit 2
 fi
@@ -207,24 +208,18 @@ source_args=()
 if [[ -n "$SOURCE" ]]; then
     source_args=(--source "$SOURCE")
 fi
+# The benchmark writes benchmarks/RESULTS-gpu*.md and benchmarks/results/gpu*; the files it
+# wrote in this run (newer than the stamp) are copied to $WORK.
+touch "$WORK/bench.stamp"
 if ((budget > 30)); then
-    run_part bench-gpu $((budget + 50)) "$PYTHON" benchmarks/bench_gpu.py --device cuda:0 \
-        --only core --out "$WORK" --md "$WORK/RESULTS-gpu.md" --budget "$budget" \
-        "${source_args[@]}" "${EXTRA_BENCH[@]}"
+    run_part bench-gpu $((budget + 50 + NEWER_CAP)) "$PYTHON" benchmarks/run_all.py gpu \
+        --device cuda:0 --budget "$budget" "${source_args[@]}" "${EXTRA_BENCH[@]}"
+    find benchmarks -maxdepth 2 -newer "$WORK/bench.stamp" -type f \
+        \( -name 'RESULTS-gpu*.md' -o -name 'gpu*.json' -o -name 'gpu*.png' \) \
+        -exec cp {} "$WORK/" \;
+    bundle
 elif wanted bench; then
     log "bench-gpu: skipped, ${left} s left"
-fi
-# The newer capabilities in a folder of their own, so that their report does not replace
-# the core one.
-mkdir -p "$WORK/newer"
-run_part bench-newer "$NEWER_CAP" "$PYTHON" benchmarks/bench_gpu.py --device cuda:0 \
-    --only newer --out "$WORK/newer" --md "$WORK/RESULTS-gpu-newer.md" "${source_args[@]}" \
-    "${EXTRA_BENCH[@]}"
-if [[ -f "$WORK/newer/gpu.json" ]]; then
-    cp "$WORK/newer/gpu.json" "$WORK/gpu-newer.json"
-fi
-if [[ -f "$WORK/newer/gpu-quick.json" ]]; then
-    cp "$WORK/newer/gpu-quick.json" "$WORK/gpu-newer-quick.json"
 fi
 
 # -- the other tests -----------------------------------------------------------------------------
