@@ -23,6 +23,7 @@ from marquardt.jacobian import keeps_grad_mode
 from .._errors import OptimizeWarning
 from .._lm.covariance import CovarianceWarning
 from .._lm.memory_fit import usable_memory
+from .._rules import covariance_scale, singular_cut
 from .batch_args import BatchArgs, batch_args
 from .batch_core import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from .batch_model import BatchModel, check_model
@@ -74,7 +75,7 @@ def _unscaled_svd(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     params = js.shape[2]
     _, s, vh = torch.linalg.svd(js, full_matrices=False)
     eps = torch.finfo(s.dtype).eps
-    keep = s > eps * torch.clamp(kept, min=params)[:, None] * s[:, :1]
+    keep = s > singular_cut(s[:, :1], kept[:, None], params, eps)
     inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
     out = torch.einsum("mkp,mk,mkq->mpq", vh, inverse, vh)
     return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
@@ -118,10 +119,9 @@ def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Ten
     unscaled = _unscaled(js, kept)
     bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1)
     if not absolute_sigma:
-        dof = kept - params
-        scale = torch.where(dof > 0, 2.0 * state.cost / torch.clamp(dof, min=1.0), torch.inf)
+        scale = covariance_scale(2.0 * state.cost, kept, params)
         unscaled = unscaled * scale[:, None, None]
-        bad |= dof <= 0
+        bad |= ~torch.isfinite(scale)
     return torch.where(bad[:, None, None], torch.inf, unscaled)
 
 
