@@ -125,6 +125,16 @@ def curve_fit(
     ``x_scale``, ``diff_step``, ``loss``, ``f_scale``) a torch model takes the engine's
     ``device``, ``dtype``, ``slice_size`` and ``max_steps``, which send it to the sliced
     engine of `curve_fit_result`.
+
+    Bounds: both paths minimise the same cost over l ≤ p ≤ u and stop at the same
+    constrained minimum (the same parameters on their bounds), by different paths. The small
+    path (every NumPy model; a torch model of up to ``SMALL_POINTS`` points with its data on
+    the CPU) projects each trial point onto the bounds and holds a parameter on a bound
+    while its gradient pushes outwards, as SciPy's ``trf`` does. The sliced engine (more
+    points, data on a GPU, or the engine's keywords) changes variables, p = φ(q) (MINUIT's
+    transform), holds a parameter that reaches a bound and releases it when the first-order
+    conditions ask: its steps are `LMA`'s, taken in place on the model's parameters on every
+    device, where a projection has no place. Evaluation counts and the last digits differ.
     """
     if not callable(f):
         raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
