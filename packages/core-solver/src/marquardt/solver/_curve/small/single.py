@@ -1,6 +1,6 @@
 """The small-fit path: LM on the host for one fit of a few parameters, no fixed cost.
 
-For residuals r(p) (N,) and J(p) (N × P) from a provider (``_curve.providers``), each step
+For residuals r(p) (N,) and J(p) (N × P) from a provider (``_curve.scipy.providers``), each step
 solves the damped problem for each trial λ from the P × P system (JᵀJ + λD²)δ = Jᵀr while
 J's scaled columns are well conditioned (``GRAM_CONDITION``); else it takes J's thin QR
 factor once, J = QR, and solves the stacked [R; √λ·D] δ = [Qᵀr; 0] (the squared condition
@@ -30,8 +30,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .._lm.robust import rho
-from .._rules import (
+from ..._lm.robust import rho
+from ..._rules import (
     NU_START,
     STATUS_MESSAGES,
     column_norms,

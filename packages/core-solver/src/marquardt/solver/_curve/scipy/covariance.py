@@ -6,8 +6,8 @@ import warnings
 
 import numpy as np
 
-from .._lm.covariance import CovarianceWarning
-from .._rules import covariance_scale, singular_cut
+from ..._lm.covariance import CovarianceWarning
+from ..._rules import covariance_scale, singular_cut
 
 __all__ = ["columns_dependent", "pcov", "pivoted_qr"]
 

@@ -1,11 +1,11 @@
 """``curve_fit`` with ``scipy.optimize.curve_fit``'s signature, meanings, errors and returns.
 
 SciPy's arguments are translated here, once, into the fit's own terms: the model kind
-(torch → autodiff; anything else → SciPy's finite differences, ``_curve.providers``), the
+(torch → autodiff; anything else → SciPy's finite differences, ``_curve.scipy.providers``), the
 whitening W (1/σ, or L⁻¹ for a covariance matrix σ = LLᵀ), the bounds and SciPy's feasible
 start, the stopping tolerances and evaluation budget, and the path: the small-fit LM of
-``_curve.small`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
-with its data on the CPU) or the sliced engine of ``_curve.fit`` (larger torch fits, torch
+``_curve.small.single`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
+with its data on the CPU) or the sliced engine of ``_curve.large.fit`` (larger torch fits, torch
 data on a GPU, or the engine's keywords). The results go
 back in SciPy's form: NumPy float64 for NumPy input, torch on the data's device for torch
 input; SciPy's exceptions (``ValueError``, ``TypeError``, ``RuntimeError("Optimal
@@ -28,10 +28,11 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from .._backends.blas_threads import one_blas_thread
-from .._lm.robust import ROBUST_LOSSES
-from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
-from .scipy_args import (
+from ..._backends.blas_threads import one_blas_thread
+from ..._lm.robust import ROBUST_LOSSES
+from ..small.single import solve_small
+from ..threads import choose_threads, torch_threads
+from .args import (
     diff_step,
     feasible_start,
     hinted,
@@ -43,11 +44,10 @@ from .scipy_args import (
     scipy_bounds,
     whitening,
 )
-from .scipy_covariance import columns_dependent, pivoted_qr
-from .scipy_covariance import pcov as scipy_pcov
-from .scipy_engine import ENGINE_KEYWORDS, engine_fit
-from .small import solve_small
-from .threads import choose_threads, torch_threads
+from .covariance import columns_dependent, pivoted_qr
+from .covariance import pcov as scipy_pcov
+from .engine import ENGINE_KEYWORDS, engine_fit
+from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
 
@@ -357,7 +357,7 @@ def _small_fit(
     untracked: list[int],
     first: np.ndarray | None = None,
 ) -> Any:
-    """The fit on the small path (``_curve.small``) with ``kind``'s provider of J."""
+    """The fit on the small path (``_curve.small.single``) with ``kind``'s provider of J."""
     n = start.size
     if kind == "torch":
         provider: Any = TorchProvider(

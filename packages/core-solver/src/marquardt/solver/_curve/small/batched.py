@@ -3,7 +3,7 @@
 Each fit m has residuals r_m(p) = w_m ⊙ (f(x_m, p) − y_m) (N points, zero where its mask
 drops a point) and its own state: p, λ, ν, the scaling D (MINPACK's running maximum of
 J's column norms), evaluations, steps and status. One iteration does, for every fit still
-running, what one trial of the small-fit path (``_curve.small``) does for one fit:
+running, what one trial of the small-fit path (``_curve.small.single``) does for one fit:
 
 * g = Jᵀr̃; parameters on a bound whose gradient pushes outwards are held (the active
   set); gtol: ‖g‖∞ < gtol over the others, or C = 0;
@@ -29,8 +29,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from .._lm.robust import rho
-from .._rules import (
+from ..._lm.robust import rho
+from ..._rules import (
     NU_START,
     column_norms,
     ftol_met,
@@ -46,8 +46,8 @@ from .._rules import (
     updated_scaling,
     xtol_met,
 )
-from .._rules import STATUS_MESSAGES as SCIPY_MESSAGES
-from .batch_model import BatchModel
+from ..._rules import STATUS_MESSAGES as SCIPY_MESSAGES
+from ..batch.model import BatchModel
 
 __all__ = ["CHECK_EVERY", "RUNNING", "STATUS_MESSAGES", "BatchData", "BatchState", "solve_batch"]
 
