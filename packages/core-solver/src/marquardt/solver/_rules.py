@@ -73,12 +73,12 @@ STATUS_MESSAGES = {
 }
 
 
-def _torch(*values: Any) -> bool:
-    return any(isinstance(v, torch.Tensor) for v in values)
+def _torch(a: Any, b: Any) -> bool:
+    return isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)
 
 
 def _where(condition: Any, a: Any, b: Any) -> Any:
-    if _torch(condition, a, b):
+    if isinstance(condition, torch.Tensor):
         return torch.where(condition, a, b)
     return np.where(condition, a, b)
 
@@ -87,7 +87,7 @@ def _norm(a: Any) -> Any:
     """Euclidean norm over the last axis."""
     if isinstance(a, torch.Tensor):
         return torch.linalg.vector_norm(a, dim=-1)
-    return np.linalg.norm(a, axis=-1)
+    return np.sqrt((a * a).sum(-1))
 
 
 def nielsen_accept(lam: A, ratio: A) -> A:
@@ -108,15 +108,17 @@ def nielsen_reject(lam: A, nu: A) -> tuple[A, A]:
 def gain_ratio(actual: A, predicted: A) -> A:
     """ρ = actual / predicted decrease; ±1 by the sign of the actual one when the
     prediction is not positive (SciPy's ``least_squares`` reads it so)."""
-    if not _torch(actual, predicted) and np.ndim(actual) == 0 and np.ndim(predicted) == 0:
+    if isinstance(actual, (float, int)) and isinstance(predicted, (float, int)):
         if predicted > 0:
             return actual / predicted
         return 1.0 if actual > 0 else -1.0
-    sign = _where(actual > 0, 1.0, -1.0)
-    if isinstance(sign, torch.Tensor):
-        sign = sign.to(actual.dtype) if isinstance(actual, torch.Tensor) else sign
-    safe = _where(predicted > 0, predicted, 1.0)
-    return _where(predicted > 0, actual / safe, sign)
+    if isinstance(actual, torch.Tensor):
+        # The quotient where the prediction is not positive is discarded by the where.
+        sign = torch.where(actual > 0, 1.0, -1.0).to(actual.dtype)
+        return torch.where(predicted > 0, actual / predicted, sign)
+    positive = np.asarray(predicted) > 0
+    quotient = np.asarray(actual) / np.where(positive, predicted, 1.0)
+    return np.where(positive, quotient, np.where(np.asarray(actual) > 0, 1.0, -1.0))
 
 
 def column_norms(js: A) -> A:
@@ -147,7 +149,7 @@ def start_damping(norms: A, d: A) -> A:
         if ratio.shape[-1] == 0:
             return torch.zeros(ratio.shape[:-1], dtype=ratio.dtype, device=ratio.device)
         return START_FACTOR * ratio.amax(-1)
-    return START_FACTOR * np.max(ratio, axis=-1, initial=0.0)
+    return START_FACTOR * ratio.max(-1, initial=0.0)
 
 
 def held_at_bounds(p: A, lower: A, upper: A, g: A) -> A:
@@ -162,7 +164,7 @@ def gtol_met(g: A, held: A, cost: A, gtol: float) -> A:
     if isinstance(free, torch.Tensor):
         largest = free.abs().amax(-1) if free.shape[-1] else torch.zeros_like(cost)
     else:
-        largest = np.max(np.abs(free), axis=-1, initial=0.0)
+        largest = np.abs(free).max(-1, initial=0.0)
     return (largest < gtol) | (cost == 0)
 
 
@@ -180,7 +182,7 @@ def stop_status(ftol_ok: A, xtol_ok: A) -> A:
     """SciPy's status for a stop on ftol and/or xtol: 4 both, 2 ftol, 3 xtol."""
     if _torch(ftol_ok, xtol_ok):
         return torch.where(ftol_ok & xtol_ok, 4, torch.where(ftol_ok, 2, 3))
-    if np.ndim(ftol_ok) == 0 and np.ndim(xtol_ok) == 0:
+    if isinstance(ftol_ok, (bool, np.bool_)) and isinstance(xtol_ok, (bool, np.bool_)):
         return 4 if ftol_ok and xtol_ok else (2 if ftol_ok else 3)
     return np.where(ftol_ok & xtol_ok, 4, np.where(ftol_ok, 2, 3))
 
