@@ -64,7 +64,7 @@ def _numpy_model(problem: nist_strd.NistProblem) -> Any:
 def ours(problem: nist_strd.NistProblem, start: int, lma: dict[str, Any]) -> dict[str, Any]:
     """One fit with curve_fit's defaults (``lma`` overrides its LMA options)."""
     from marquardt.solver import curve_fit_result
-    from marquardt.solver._curve import active_set as _active_set
+    from marquardt.solver._curve.large import active_set as _active_set
 
     saved = dict(_active_set.CURVE_LMA_OPTIONS)
     _active_set.CURVE_LMA_OPTIONS.update(lma)

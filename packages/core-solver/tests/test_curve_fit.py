@@ -25,7 +25,7 @@ from marquardt.solver import (
     OptimizeWarning,
     curve_fit_result,
 )
-from marquardt.solver._curve import active_set as _active_set
+from marquardt.solver._curve.large import active_set as _active_set
 
 WEIGHTINGS = ("none", "sigma", "absolute")
 #: Ill-conditioned NIST problems whose optimum float64 pins down to fewer digits.
@@ -128,7 +128,7 @@ def test_many_slices_keep_the_factor_for_the_last_digits(
     still match SciPy's tight fit and the data at popt."""
     from scipy.optimize import least_squares
 
-    from marquardt.solver._curve import point as _curve_point
+    from marquardt.solver._curve.large import point as _curve_point
 
     n = 3 * (1 << 16) + 11
     rng = np.random.default_rng(7)
@@ -215,7 +215,7 @@ def test_lm_hands_over_to_gauss_newton_near_the_optimum() -> None:
 def test_lm_goes_on_when_gauss_newton_cannot_finish(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no Gauss-Newton correction allowed, LM resumes from where it handed over and
     terminates by its own tests, at the same optimum."""
-    from marquardt.solver._curve import point as _curve_point
+    from marquardt.solver._curve.large import point as _curve_point
 
     handed = _fit("gaussian", "sigma")
     monkeypatch.setattr(_curve_point, "REFINE_LIMIT", 0.0)
@@ -391,7 +391,7 @@ def test_gram_factor_declines_an_ill_conditioned_matrix() -> None:
 def test_an_ill_conditioned_fit_takes_the_qr_route(monkeypatch: pytest.MonkeyPatch) -> None:
     """A degree-7 polynomial on [0, 1] (scaled κ ≈ 7.7·10⁴): the final pass falls back to
     QR, and popt and pcov are the least-squares ones to the accuracy κ allows."""
-    from marquardt.solver._curve import point as _curve_point
+    from marquardt.solver._curve.large import point as _curve_point
 
     routes: list[str] = []
     real = _curve_point.TriangularFactor.add

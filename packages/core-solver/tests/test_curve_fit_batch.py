@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from marquardt.solver import OptimizeWarning, curve_fit, curve_fit_batch
-from marquardt.solver._curve.batch import chunk_fits
+from marquardt.solver._curve.batch.curve_fit_batch import chunk_fits
 
 RTOL = 1e-8
 FITS = 12
@@ -269,7 +269,7 @@ def test_cuda_batch_equals_cpu_batch() -> None:
 
 
 def test_chunks_follow_the_usable_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    import marquardt.solver._curve.batch as batch
+    import marquardt.solver._curve.batch.curve_fit_batch as batch
 
     _, y = _truth(fits=23)
     whole = curve_fit_batch(decay, X, y, [1.0, 1.0, 0.0])

@@ -17,8 +17,8 @@ import torch
 from curve_problems import numpy_jacobian, numpy_model
 
 from marquardt.solver import curve_fit_result
-from marquardt.solver._curve.active_set import AT_BOUND, bound_sides
-from marquardt.solver._curve.bounds import Bounds
+from marquardt.solver._curve.large.active_set import AT_BOUND, bound_sides
+from marquardt.solver._curve.large.bounds import Bounds
 
 INF = np.inf
 

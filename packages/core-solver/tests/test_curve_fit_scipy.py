@@ -255,7 +255,7 @@ def test_gh4555_a_torch_models_covariance_is_positive_semidefinite() -> None:
 
 
 def test_columns_dependent_beyond_float64_covariance() -> None:
-    from marquardt.solver._curve.scipy_covariance import columns_dependent
+    from marquardt.solver._curve.scipy.covariance import columns_dependent
 
     x = np.linspace(0.0, 1.0, 20)
     assert not columns_dependent(np.stack([np.ones(20), x, 1e6 * x**2], axis=1))

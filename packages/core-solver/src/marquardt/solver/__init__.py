@@ -28,9 +28,9 @@ once (ydata (M, N)), each as ``curve_fit`` would, with a status per fit.
 from marquardt.jacobian import ResidualNotFiniteError
 
 from ._backends.base import ArrayBackend, LinearSystem, Solution
-from ._curve.batch import curve_fit_batch
-from ._curve.fit import CurveFitResult, curve_fit_result
-from ._curve.scipy_edge import curve_fit
+from ._curve.batch.curve_fit_batch import curve_fit_batch
+from ._curve.large.fit import CurveFitResult, curve_fit_result
+from ._curve.scipy.curve_fit import curve_fit
 from ._errors import (
     BackendUnavailableError,
     BatchNotFiniteError,

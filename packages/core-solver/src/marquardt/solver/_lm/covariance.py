@@ -30,11 +30,11 @@ import torch
 
 from marquardt.jacobian import JacobianEngine
 
-from .._errors import CovarianceWarning as CovarianceWarning
+from .._errors import CovarianceWarning
+from .._rules import covariance_scale, singular_cut
 
 __all__ = [
     "Covariance",
-    "CovarianceWarning",
     "GramFactor",
     "TriangularFactor",
     "batch_covariance",
@@ -140,7 +140,7 @@ def covariance_from_factor(
     # Fewer rows than parameters: the missing singular values are zero.
     singular = torch.cat([sv, torch.zeros(params - sv.numel(), dtype=sv.dtype)])
     top = float(sv[0]) if sv.numel() else 0.0
-    threshold = torch.finfo(torch.float64).eps * max(rows, params) * top
+    threshold = singular_cut(top, rows, params, torch.finfo(torch.float64).eps)
     rank = int((sv > threshold).sum()) if top > 0.0 else 0
     undetermined = rank < params or (not absolute_sigma and rows <= params)
     if undetermined:
@@ -162,7 +162,7 @@ def covariance_from_factor(
     pcov = (v / (sv * sv)) @ vt
     pcov = 0.5 * (pcov + pcov.T)  # exactly symmetric, as a covariance is
     if not absolute_sigma:
-        pcov = pcov * (cost2 / (rows - params))
+        pcov = pcov * covariance_scale(cost2, rows, params)
     return Covariance(pcov=pcov, rank=rank, singular_values=singular)
 
 

@@ -7,7 +7,8 @@ Two small, replaceable classes share the `DampingRule` protocol:
 * `NielsenDamping` (Nielsen 1999; Madsen, Nielsen & Tingleff 2004, §3.2): the gain
   ratio ρ = (actual reduction) / (reduction predicted by the linear model) decides. Accept
   when ρ > 0; then λ ← λ·max(1/3, 1 − (2ρ − 1)³) and ν ← 2. On rejection λ ← λ·ν and
-  ν ← 2ν, so repeated failures raise λ ever faster.
+  ν ← 2ν, so repeated failures raise λ ever faster (the formula of ``_rules``, which the
+  curve fits use too).
 
 Both clamp λ to [minimum, maximum]; a rule *at its ceiling* (λ = maximum) means the model
 cannot be improved from here, which ``LMA.step`` reports as termination ("damping_max").
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import math
 from typing import Protocol, runtime_checkable
+
+from .._rules import NU_START, nielsen_accept, nielsen_reject
 
 __all__ = ["DampingRule", "FixedDamping", "NielsenDamping", "gain_ratio"]
 
@@ -135,7 +138,7 @@ class NielsenDamping(_Clamped):
 
     def __init__(self, start: float, *, minimum: float, maximum: float) -> None:
         super().__init__(start, minimum, maximum)
-        self.nu = 2.0
+        self.nu = NU_START
 
     def accepts(self, actual: float, predicted: float) -> bool:
         rho = gain_ratio(actual, predicted)
@@ -143,17 +146,18 @@ class NielsenDamping(_Clamped):
 
     def on_accept(self, actual: float, predicted: float) -> None:
         rho = gain_ratio(actual, predicted)
-        factor = max(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3) if math.isfinite(rho) else 1.0
-        self.damping = self._clamp(self.damping * factor)
-        self.nu = 2.0
+        if math.isfinite(rho):
+            self.damping = self._clamp(nielsen_accept(self.damping, rho))
+        self.nu = NU_START
 
     def on_reject(self) -> None:
-        self.damping = self._clamp(self.damping * self.nu)
-        self.nu = min(2.0 * self.nu, _NU_MAX)
+        damping, nu = nielsen_reject(self.damping, self.nu)
+        self.damping = self._clamp(damping)
+        self.nu = min(nu, _NU_MAX)
 
     def state_dict(self) -> dict[str, float]:
         return {"damping": self.damping, "nu": self.nu}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
         super().load_state_dict(state)
-        self.nu = min(max(float(state.get("nu", 2.0)), 2.0), _NU_MAX)
+        self.nu = min(max(float(state.get("nu", NU_START)), NU_START), _NU_MAX)

@@ -43,6 +43,7 @@ from collections.abc import Callable
 import torch
 
 from .._errors import SolverConfigError, message
+from .._rules import robust_rows as scaled_rows
 
 __all__ = [
     "ROBUST_LOSSES",
@@ -121,8 +122,8 @@ def scipy_row_scale(r: torch.Tensor, loss: str, f_scale: float) -> torch.Tensor:
     """SciPy's per-row Jacobian factor √max(ρ'(z) + 2ρ''(z)·z, ε) at residuals ``r``."""
     z = (r / f_scale) ** 2
     _, first, second = rho(loss, z)
-    eps = torch.finfo(r.dtype).eps
-    return torch.sqrt(torch.clamp(first + 2.0 * second * z, min=eps))
+    scale: torch.Tensor = scaled_rows(r, z, first, second)[0]
+    return scale
 
 
 def check_robust_loss(

@@ -6,15 +6,15 @@ For data (xᵢ, yᵢ), i = 1…N, standard deviations σᵢ and a model f(x, p) 
     p̂ = argmin_{l ≤ p ≤ u}  ½ Σᵢ c²·ρ(zᵢ),   zᵢ = (rᵢ/c)²,   rᵢ = (f(xᵢ, p) − yᵢ)/σᵢ,
 
 (ρ(z) = z for the default ``loss="linear"``: weighted least squares; robust losses in
-``_robust``; bounds by MINUIT's change of variables in ``_bounds`` with an active set in
-``_active_set``) and returns p̂ with the covariance s²·(JᵀJ)⁻¹ of ``_covariance``, as
+``_lm.robust``; bounds by MINUIT's change of variables in ``_curve.large.bounds`` with an active set in
+``_curve.large.active_set``) and returns p̂ with the covariance s²·(JᵀJ)⁻¹ of ``_lm.covariance``, as
 ``scipy.optimize.curve_fit`` does.
 
 It is a thin layer over `LMA`: the parameters live in a one-vector ``nn.Module``
-(``_curve_model``) whose forward is f, residuals carry 1/σ in the targets, and full-batch
+(``_curve.large.model``) whose forward is f, residuals carry 1/σ in the targets, and full-batch
 LM steps (Marquardt 1963; Nielsen 1999) run until one terminates (MINPACK's ftol / xtol /
 gtol, Moré 1978, or λ at its ceiling: no damped step lowers the cost beyond rounding) or
-``max_steps`` is reached. A last pass over the data (``_curve_point``) gives J at p̂, a
+``max_steps`` is reached. A last pass over the data (``_curve.large.point``) gives J at p̂, a
 Gauss-Newton correction of the last digits and the covariance. The Jacobian is computed
 by forward mode in slices (P is small), on the CPU or a GPU.
 """
@@ -30,18 +30,18 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from .._errors import OptimizeWarning
-from .._lm.covariance import covariance_from_factor
-from .._lm.report import StepReport
+from ..._errors import CurveFitInputError, OptimizeWarning
+from ..._lm.covariance import covariance_from_factor
+from ..._lm.report import StepReport
 from .active_set import Tolerances, solve
-from .inputs import CurveFitInputError, check_curve_inputs
+from .inputs import check_curve_inputs
 from .point import PointPasses, Polished, polish
 
 __all__ = ["CurveFitResult", "curve_fit_result"]
 
 _INF = float("inf")
 #: LM hands over to Gauss-Newton after an accepted step that lowered the cost by at most
-#: this, relative, with its quadratic model holding (``_active_set``).
+#: this, relative, with its quadratic model holding (``_curve.large.active_set``).
 HANDOFF = 1e-6
 
 

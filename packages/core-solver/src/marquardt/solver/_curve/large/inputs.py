@@ -1,7 +1,7 @@
 """The arguments of ``curve_fit``, checked before any work: `check_curve_inputs`.
 
 A fit minimises ½ Σᵢ c²ρ(((f(xᵢ, p) − yᵢ)/σᵢ / c)²) over p in [lower, upper] (see
-``_curve_fit``). Here the data are turned into tensors of the fit's dtype on its device,
+``_curve.large.fit``). Here the data are turned into tensors of the fit's dtype on its device,
 samples first, and every shape, value and bound is checked; ``f`` is called once on the
 first samples at ``p0`` to check what it returns. Every failure raises
 `CurveFitInputError` in the house form (what was asked, what was found, HINT), and
@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._errors import CurveFitInputError as CurveFitInputError
-from .._errors import message
-from .._lm.robust import ROBUST_LOSSES
+from ..._errors import CurveFitInputError, message
+from ..._lm.robust import ROBUST_LOSSES
 
-__all__ = ["PROBE_SAMPLES", "CurveFitInputError", "CurveInputs", "check_curve_inputs"]
+__all__ = ["PROBE_SAMPLES", "CurveInputs", "check_curve_inputs"]
 
 #: How many samples ``f`` is first called on, at ``p0``, to check its output.
 PROBE_SAMPLES = 16

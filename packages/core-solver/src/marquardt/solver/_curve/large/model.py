@@ -1,12 +1,12 @@
 """The module ``curve_fit`` hands to `LMA`, and its residuals.
 
 The parameters p ∈ ℝᴾ of f(x, p) are split into free ones, p_F = φ(q) with the internal
-variables q of ``_bounds`` (MINUIT's transform; q = p_F when unbounded), and parameters held
-at a bound by the active set (``_active_set``), p_H. The module's only trainable parameter
+variables q of ``_curve.large.bounds`` (MINUIT's transform; q = p_F when unbounded), and parameters held
+at a bound by the active set (``_curve.large.active_set``), p_H. The module's only trainable parameter
 is q; its forward is f(x, *p) with p = E_F φ(q) + p_H, E_F the 0/1 matrix placing the free
 entries (exact: the sum only adds zeros). The residuals are rᵢ = (f(xᵢ, p) − yᵢ)/σᵢ, with
 (yᵢ, 1/σᵢ) (or yᵢ alone, without σ) carried in the targets so that slices of the data keep their weights; robust
-losses replace each rᵢ by the two rows of ``_robust.robust_rows``.
+losses replace each rᵢ by the two rows of ``_lm.robust.robust_rows``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .._lm.robust import robust_rows
+from ..._lm.robust import robust_rows
 from .bounds import Bounds
 
 __all__ = ["CurveModel", "curve_residual_fn", "weighted_residuals"]

@@ -10,7 +10,7 @@ within the bounds for every q (James & Roos 1975, MINUIT; the same transform as 
 
 Every iterate is feasible by construction; the Jacobian the solver sees is J·φ'(q), by
 autograd. Where the optimum lies on a bound, φ'(q) → 0 there and LM crawls (the price of
-the transform), so ``_active_set`` holds such parameters at the bound; docs/algorithm.md
+the transform), so ``_curve.large.active_set`` holds such parameters at the bound; docs/algorithm.md
 explains the choice. A start
 exactly on a bound (φ' = 0) is moved into the interior by ``INTERIOR`` of the range (or of
 max(1, |bound|) for a one-sided bound), since no step could leave it.

@@ -1,6 +1,6 @@
 """LM on the free parameters, with the parameters that reach a bound held there.
 
-The bounds l ≤ p ≤ u are kept by MINUIT's transform (``_bounds``): every iterate is
+The bounds l ≤ p ≤ u are kept by MINUIT's transform (``_curve.large.bounds``): every iterate is
 feasible. Where the optimum lies on a bound, the transform's derivative φ'(q) vanishes
 there, its quadratic model is poor, and λ grows until every parameter crawls (measured:
 1000 steps without converging on a three-parameter decay with two bounds active). So,
@@ -8,7 +8,7 @@ as an active-set method does (Nocedal & Wright 2006, §16.5; Gill, Murray & Wrig
 §5.5), a parameter that comes within ``AT_BOUND`` of a bound (relative to the width of its
 range, or to max(1, |bound|) for a one-sided bound) is held at that bound and LM goes on
 over the others. When LM terminates, the first-order (KKT) conditions are checked from
-the gradient ∇C of the cost (``_curve_point``): a parameter held at its lower bound with
+the gradient ∇C of the cost (``_curve.large.point``): a parameter held at its lower bound with
 ∂C/∂p_j < 0 (or at its upper bound with ∂C/∂p_j > 0) would lower the cost by moving
 inside, so it is released, for good, and LM resumes. Each round holds or releases at least
 one parameter, so there are at most 2P + 1 rounds.
@@ -17,7 +17,7 @@ Without bounds, LM may hand over to Gauss-Newton (``Tolerances.handoff``): after
 accepted step that lowered the cost by at most ``handoff`` relative while its quadratic
 model held (gain ratio within ``HANDOFF_RATIO`` of 1), the point is where Gauss-Newton
 converges, and the step LM would take next (a Jacobian pass and a trial whose decrease is
-below rounding) is left to the QR-based corrections of ``_curve_point.polish``; the same
+below rounding) is left to the QR-based corrections of ``_curve.large.point.polish``; the same
 LM goes on when those cannot finish.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .._lm.lma import LMA
-from .._lm.report import StepReport
+from ..._lm.lma import LMA
+from ..._lm.report import StepReport
 from .bounds import Bounds
 from .inputs import CurveInputs
 from .model import CurveModel, curve_residual_fn

@@ -7,7 +7,7 @@ for the linear loss; SciPy's √max(ρ' + 2ρ''z, ε) for a robust one, as
 
     [a·J | (ρ'/a)·r] = Q [[R, q], [0, ·]],
 
-so RᵀR = JᵀJ (for the covariance, ``_covariance``), Rᵀq = ∇C (the gradient of the cost),
+so RᵀR = JᵀJ (for the covariance, ``_lm.covariance``), Rᵀq = ∇C (the gradient of the cost),
 and δ = R⁻¹q is the Gauss-Newton step (for a robust loss, with the second-order
 correction). The factor comes from the Gram matrix of [a·J | (ρ'/a)·r] while its scaled
 columns are well conditioned (``GRAM_CONDITION``), else from a QR of every slice.
@@ -23,8 +23,8 @@ import torch
 
 from marquardt.jacobian import JacobianEngine, Replicas
 
-from .._lm.covariance import GramFactor, TriangularFactor, factor_from_gram
-from .._lm.robust import rho, scipy_row_scale
+from ..._lm.covariance import GramFactor, TriangularFactor, factor_from_gram
+from ..._lm.robust import rho, scipy_row_scale
 from .inputs import CurveInputs
 from .model import CurveModel, weighted_residuals
 

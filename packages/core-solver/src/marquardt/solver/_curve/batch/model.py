@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.func import jacfwd, vmap
 
-from .scipy_args import hinted
+from ..scipy.args import hinted
 
 __all__ = ["BatchModel", "check_model"]
 

@@ -1,6 +1,6 @@
 """The small-fit path: LM on the host for one fit of a few parameters, no fixed cost.
 
-For residuals r(p) (N,) and J(p) (N × P) from a provider (``_curve.providers``), each step
+For residuals r(p) (N,) and J(p) (N × P) from a provider (``_curve.scipy.providers``), each step
 solves the damped problem for each trial λ from the P × P system (JᵀJ + λD²)δ = Jᵀr while
 J's scaled columns are well conditioned (``GRAM_CONDITION``); else it takes J's thin QR
 factor once, J = QR, and solves the stacked [R; √λ·D] δ = [Qᵀr; 0] (the squared condition
@@ -17,7 +17,9 @@ rule for λ. Stopping follows ``scipy.optimize.least_squares``:
 * xtol: ‖DΔp‖ < xtol·(xtol + ‖Dp‖) (MINPACK's scaled form; on rejected trials too).
 
 Robust losses scale J's rows and r as ``least_squares`` does (√(ρ' + 2ρ''z) and ρ'/that).
-Everything is float64 NumPy; no host reads but the numbers themselves, no threads.
+Everything is float64 NumPy; no host reads but the numbers themselves, no threads. The
+rules (λ, D, the stopping tests and codes, the robust rows) are ``_rules``'s, which the
+batched fits and `NielsenDamping` use too.
 """
 
 from __future__ import annotations
@@ -28,23 +30,33 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from .._lm.robust import rho
+from ..._lm.robust import rho
+from ..._rules import (
+    NU_START,
+    STATUS_MESSAGES,
+    column_norms,
+    ftol_met,
+    gain_ratio,
+    gtol_met,
+    held_at_bounds,
+    nielsen_accept,
+    nielsen_reject,
+    robust_rows,
+    start_damping,
+    start_scaling,
+    stop_status,
+    updated_scaling,
+    xtol_met,
+)
 
 __all__ = ["Provider", "SmallFit", "solve_small"]
 
-_EPS = float(np.finfo(np.float64).eps)
 #: The largest condition number of J's scaled columns for which a step is solved from the
 #: Gram matrix JᵀJ + λD² (a P × P solve); beyond it from J's QR factor.
 GRAM_CONDITION = 1e4
 
 #: SciPy's ``status`` codes and messages, by stopping test.
-MESSAGES = {
-    0: "The maximum number of function evaluations is exceeded.",
-    1: "`gtol` termination condition is satisfied.",
-    2: "`ftol` termination condition is satisfied.",
-    3: "`xtol` termination condition is satisfied.",
-    4: "Both `ftol` and `xtol` termination conditions are satisfied.",
-}
+MESSAGES = STATUS_MESSAGES
 
 
 class Provider(Protocol):
@@ -75,10 +87,10 @@ class SmallFit:
 
 def _robust(r: np.ndarray, loss: str, c: float) -> tuple[float, np.ndarray, np.ndarray]:
     """(½Σc²ρ(z), row scale for J, scaled r) at residuals r."""
-    z = torch.from_numpy((r / c) ** 2)
-    value, first, second = (t.numpy() for t in rho(loss, z))
-    scale = np.sqrt(np.maximum(first + 2.0 * second * z.numpy(), _EPS))
-    return 0.5 * c * c * float(value.sum()), scale, r * first / scale
+    z = (r / c) ** 2
+    value, first, second = (t.numpy() for t in rho(loss, torch.from_numpy(z)))
+    scale, scaled = robust_rows(r, z, first, second)
+    return 0.5 * c * c * float(value.sum()), scale, scaled
 
 
 def solve_small(
@@ -110,16 +122,16 @@ def solve_small(
     j = provider.jacobian(p, r)
     njev += 1
     js = j if rows is None else j * rows[:, None]
-    norms = np.sqrt(np.einsum("ij,ij->j", js, js))
-    d = 1.0 / x_scale if x_scale is not None else np.where(norms > 0, norms, 1.0)
-    lam = 1e-3 * float(np.max((norms / d) ** 2)) if norms.size else 0.0
-    nu = 2.0
+    norms = column_norms(js)
+    d = 1.0 / x_scale if x_scale is not None else start_scaling(norms)
+    lam = float(start_damping(norms, d))
+    nu = NU_START
     status = 0
     size = p.size
     while True:
         g = js.T @ rs
-        pushing = ((p <= lower) & (g > 0)) | ((p >= upper) & (g < 0))
-        if np.max(np.abs(np.where(pushing, 0.0, g)), initial=0.0) < gtol or cost == 0.0:
+        pushing = held_at_bounds(p, lower, upper, g)
+        if gtol_met(g, pushing, cost, gtol):
             status = 1
             break
         if nfev >= max_nfev:
@@ -150,26 +162,24 @@ def solve_small(
             nfev += 1
             steps += 1
             if not np.all(np.isfinite(r_new)):
-                lam *= nu
-                nu *= 2.0
+                lam, nu = nielsen_reject(lam, nu)
                 continue
             cost_new, rows_new, rs_new = measure(r_new)
             model = rs + js @ step
             predicted = cost - 0.5 * float(model @ model)
             actual = cost - cost_new
-            ratio = actual / predicted if predicted > 0 else (1.0 if actual > 0 else -1.0)
-            small_step = np.linalg.norm(d * step) < xtol * (xtol + np.linalg.norm(d * p))
+            ratio = gain_ratio(actual, predicted)
+            small_step = bool(xtol_met(d, step, p, xtol))
             if actual > 0:
-                ftol_ok = actual < ftol * cost and ratio > 0.25
+                ftol_ok = bool(ftol_met(actual, cost, ratio, ftol))
                 p, r, cost, rows, rs = trial, r_new, cost_new, rows_new, rs_new
-                lam *= max(1.0 / 3.0, 1.0 - (2.0 * ratio - 1.0) ** 3)
-                nu = 2.0
+                lam = nielsen_accept(lam, ratio)
+                nu = NU_START
                 accepted = True
                 if ftol_ok or small_step:
-                    status = 4 if ftol_ok and small_step else (2 if ftol_ok else 3)
+                    status = int(stop_status(ftol_ok, small_step))
                 break
-            lam *= nu
-            nu *= 2.0
+            lam, nu = nielsen_reject(lam, nu)
             if small_step:
                 status = 3
                 break
@@ -182,7 +192,7 @@ def solve_small(
         njev += 1
         js = j if rows is None else j * rows[:, None]
         if x_scale is None:
-            d = np.maximum(d, np.sqrt(np.einsum("ij,ij->j", js, js)))
+            d = updated_scaling(d, column_norms(js))
     return SmallFit(
         params=p,
         residuals=r,

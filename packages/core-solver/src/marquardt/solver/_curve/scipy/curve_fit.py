@@ -1,11 +1,11 @@
 """``curve_fit`` with ``scipy.optimize.curve_fit``'s signature, meanings, errors and returns.
 
 SciPy's arguments are translated here, once, into the fit's own terms: the model kind
-(torch → autodiff; anything else → SciPy's finite differences, ``_curve.providers``), the
+(torch → autodiff; anything else → SciPy's finite differences, ``_curve.scipy.providers``), the
 whitening W (1/σ, or L⁻¹ for a covariance matrix σ = LLᵀ), the bounds and SciPy's feasible
 start, the stopping tolerances and evaluation budget, and the path: the small-fit LM of
-``_curve.small`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
-with its data on the CPU) or the sliced engine of ``_curve.fit`` (larger torch fits, torch
+``_curve.small.single`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
+with its data on the CPU) or the sliced engine of ``_curve.large.fit`` (larger torch fits, torch
 data on a GPU, or the engine's keywords). The results go
 back in SciPy's form: NumPy float64 for NumPy input, torch on the data's device for torch
 input; SciPy's exceptions (``ValueError``, ``TypeError``, ``RuntimeError("Optimal
@@ -28,10 +28,11 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from .._backends.blas_threads import one_blas_thread
-from .._lm.robust import ROBUST_LOSSES
-from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
-from .scipy_args import (
+from ..._backends.blas_threads import one_blas_thread
+from ..._lm.robust import ROBUST_LOSSES
+from ..small.single import solve_small
+from ..threads import choose_threads, torch_threads
+from .args import (
     diff_step,
     feasible_start,
     hinted,
@@ -43,11 +44,10 @@ from .scipy_args import (
     scipy_bounds,
     whitening,
 )
-from .scipy_covariance import columns_dependent, pivoted_qr
-from .scipy_covariance import pcov as scipy_pcov
-from .scipy_engine import ENGINE_KEYWORDS, engine_fit
-from .small import solve_small
-from .threads import choose_threads, torch_threads
+from .covariance import columns_dependent, pivoted_qr
+from .covariance import pcov as scipy_pcov
+from .engine import ENGINE_KEYWORDS, engine_fit
+from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
 
@@ -125,6 +125,16 @@ def curve_fit(
     ``x_scale``, ``diff_step``, ``loss``, ``f_scale``) a torch model takes the engine's
     ``device``, ``dtype``, ``slice_size`` and ``max_steps``, which send it to the sliced
     engine of `curve_fit_result`.
+
+    Bounds: both paths minimise the same cost over l ≤ p ≤ u and stop at the same
+    constrained minimum (the same parameters on their bounds), by different paths. The small
+    path (every NumPy model; a torch model of up to ``SMALL_POINTS`` points with its data on
+    the CPU) projects each trial point onto the bounds and holds a parameter on a bound
+    while its gradient pushes outwards, as SciPy's ``trf`` does. The sliced engine (more
+    points, data on a GPU, or the engine's keywords) changes variables, p = φ(q) (MINUIT's
+    transform), holds a parameter that reaches a bound and releases it when the first-order
+    conditions ask: its steps are `LMA`'s, taken in place on the model's parameters on every
+    device, where a projection has no place. Evaluation counts and the last digits differ.
     """
     if not callable(f):
         raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
@@ -347,7 +357,7 @@ def _small_fit(
     untracked: list[int],
     first: np.ndarray | None = None,
 ) -> Any:
-    """The fit on the small path (``_curve.small``) with ``kind``'s provider of J."""
+    """The fit on the small path (``_curve.small.single``) with ``kind``'s provider of J."""
     n = start.size
     if kind == "torch":
         provider: Any = TorchProvider(

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._lm.robust import ROBUST_LOSSES
-from .scipy_args import feasible_start, hinted, non_negative, parameter_count
+from ..._lm.robust import ROBUST_LOSSES
+from ..scipy.args import feasible_start, hinted, non_negative, parameter_count
 
 __all__ = ["BatchArgs", "batch_args"]
 

@@ -6,7 +6,8 @@ import warnings
 
 import numpy as np
 
-from .._lm.covariance import CovarianceWarning
+from ..._errors import CovarianceWarning
+from ..._rules import covariance_scale, singular_cut
 
 __all__ = ["columns_dependent", "pcov", "pivoted_qr"]
 
@@ -60,7 +61,7 @@ def _unscaled_svd(jac: np.ndarray) -> np.ndarray | None:
     _, s, vt = np.linalg.svd(jac, full_matrices=False)
     if s.size == 0 or not np.all(np.isfinite(s)):
         return None
-    keep = s > np.finfo(float).eps * max(jac.shape) * s[0]
+    keep = s > singular_cut(s[0], jac.shape[0], jac.shape[1], float(np.finfo(float).eps))
     s, vt = s[keep], vt[: int(keep.sum())]
     return np.asarray((vt.T / s**2) @ vt)
 
@@ -76,7 +77,8 @@ def pcov(
     elif absolute:
         pcov = unscaled
     else:
-        pcov = unscaled * (cost2 / (n_points - n_params)) if n_points > n_params else indeterminate
+        scale = covariance_scale(cost2, n_points, n_params)
+        pcov = unscaled * scale if np.isfinite(scale) else indeterminate
     if pcov is indeterminate:
         warnings.warn(
             "Covariance of the parameters could not be estimated",

@@ -1,6 +1,6 @@
 """``curve_fit_batch``: M independent fits of one model f(x, *p) in one call.
 
-The fits run through the batched LM of ``_curve.batch_core`` in chunks of fits sized from
+The fits run through the batched LM of ``_curve.small.batched`` in chunks of fits sized from
 the device's free memory (``chunk_fits``), so that any M fits; each chunk's results equal
 those of one chunk holding every fit. pcov follows ``scipy.optimize.curve_fit`` (its
 ``trf`` branch): (JᵀJ)⁺ from J's SVD at p̂ without the singular values below
@@ -20,13 +20,13 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from .._errors import OptimizeWarning
-from .._lm.covariance import CovarianceWarning
-from .._lm.memory_fit import usable_memory
-from .batch_args import BatchArgs, batch_args
-from .batch_core import STATUS_MESSAGES, BatchData, BatchState, solve_batch
-from .batch_model import BatchModel, check_model
-from .threads import BATCH_THREAD_WORK, choose_threads, torch_threads
+from ..._errors import CovarianceWarning, OptimizeWarning
+from ..._lm.memory_fit import usable_memory
+from ..._rules import covariance_scale, singular_cut
+from ..small.batched import STATUS_MESSAGES, BatchData, BatchState, solve_batch
+from ..threads import BATCH_THREAD_WORK, choose_threads, torch_threads
+from .args import BatchArgs, batch_args
+from .model import BatchModel, check_model
 
 __all__ = [
     "BYTES_PER_FIT_J",
@@ -74,7 +74,7 @@ def _unscaled_svd(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     params = js.shape[2]
     _, s, vh = torch.linalg.svd(js, full_matrices=False)
     eps = torch.finfo(s.dtype).eps
-    keep = s > eps * torch.clamp(kept, min=params)[:, None] * s[:, :1]
+    keep = s > singular_cut(s[:, :1], kept[:, None], params, eps)
     inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
     out = torch.einsum("mkp,mk,mkq->mpq", vh, inverse, vh)
     return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
@@ -118,10 +118,9 @@ def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Ten
     unscaled = _unscaled(js, kept)
     bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1)
     if not absolute_sigma:
-        dof = kept - params
-        scale = torch.where(dof > 0, 2.0 * state.cost / torch.clamp(dof, min=1.0), torch.inf)
+        scale = covariance_scale(2.0 * state.cost, kept, params)
         unscaled = unscaled * scale[:, None, None]
-        bad |= dof <= 0
+        bad |= ~torch.isfinite(scale)
     return torch.where(bad[:, None, None], torch.inf, unscaled)
 
 
@@ -189,7 +188,7 @@ def curve_fit_batch(
     f is written for one fit, with torch operations, and vectorised over the fits by
     ``torch.func.vmap`` (docs/batch-fitting.md says what that asks of f); ydata is
     (M, N), xdata shared ((N,), (k, N)) or per fit ((M, N), (M, k, N)); p0, sigma, bounds,
-    loss and f_scale shared or one per fit (``_curve.batch_args``). Returns ``(popt,
+    loss and f_scale shared or one per fit (``_curve.batch.args``). Returns ``(popt,
     pcov)``, (M, P) and (M, P, P); with ``full_output=True`` also a dict of per-fit
     ``status`` (SciPy's 0-4; −1 singular, −2 non-finite: ``messages``), ``cost``,
     ``nfev``, ``njev`` and ``steps``. Fits that do not converge are results, not errors:

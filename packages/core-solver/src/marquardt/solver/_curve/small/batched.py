@@ -3,7 +3,7 @@
 Each fit m has residuals r_m(p) = w_m ⊙ (f(x_m, p) − y_m) (N points, zero where its mask
 drops a point) and its own state: p, λ, ν, the scaling D (MINPACK's running maximum of
 J's column norms), evaluations, steps and status. One iteration does, for every fit still
-running, what one trial of the small-fit path (``_curve.small``) does for one fit:
+running, what one trial of the small-fit path (``_curve.small.single``) does for one fit:
 
 * g = Jᵀr̃; parameters on a bound whose gradient pushes outwards are held (the active
   set); gtol: ‖g‖∞ < gtol over the others, or C = 0;
@@ -18,7 +18,9 @@ Robust losses scale J's rows and r as SciPy does (√(ρ' + 2ρ''z), ρ'/that), 
 its own loss and f_scale. A fit that stops keeps its values: the arithmetic of the others
 goes on around it under masks, and every ``CHECK_EVERY`` iterations (on a GPU one small
 host read) the running count ends the loop or, when at most ``GATHER_SHARE`` of the fits
-still run, gathers those into a smaller batch so that finished fits cost nothing.
+still run, gathers those into a smaller batch so that finished fits cost nothing. The
+rules (λ, D, the stopping tests and codes, the robust rows) are ``_rules``'s, which the
+single fit and `NielsenDamping` use too.
 """
 
 from __future__ import annotations
@@ -27,8 +29,25 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
-from .._lm.robust import rho
-from .batch_model import BatchModel
+from ..._lm.robust import rho
+from ..._rules import (
+    NU_START,
+    column_norms,
+    ftol_met,
+    gain_ratio,
+    gtol_met,
+    held_at_bounds,
+    nielsen_accept,
+    nielsen_reject,
+    robust_rows,
+    start_damping,
+    start_scaling,
+    stop_status,
+    updated_scaling,
+    xtol_met,
+)
+from ..._rules import STATUS_MESSAGES as SCIPY_MESSAGES
+from ..batch.model import BatchModel
 
 __all__ = ["CHECK_EVERY", "RUNNING", "STATUS_MESSAGES", "BatchData", "BatchState", "solve_batch"]
 
@@ -46,11 +65,7 @@ _LAMBDA_MAX = 1e30
 
 #: Each fit's status: SciPy's ``least_squares`` codes 0-4, and two of Gpufit's states.
 STATUS_MESSAGES = {
-    0: "The maximum number of function evaluations is exceeded.",
-    1: "`gtol` termination condition is satisfied.",
-    2: "`ftol` termination condition is satisfied.",
-    3: "`xtol` termination condition is satisfied.",
-    4: "Both `ftol` and `xtol` termination conditions are satisfied.",
+    **SCIPY_MESSAGES,
     -1: "Singular: the damped normal equations could not be factorised at any damping.",
     -2: "Non-finite: f or its Jacobian is NaN or infinite at the start or at the current point.",
 }
@@ -133,9 +148,8 @@ def _measure(r: torch.Tensor, data: BatchData) -> tuple[torch.Tensor, torch.Tens
             torch.where(here, d1, first),
             torch.where(here, d2, second),
         )
-    eps = torch.finfo(r.dtype).eps
-    scale = torch.sqrt(torch.clamp(first + 2.0 * second * z, min=eps))
-    return 0.5 * (c[:, 0] ** 2) * value.sum(1), scale, r * first / scale
+    scale, scaled = robust_rows(r, z, first, second)
+    return 0.5 * (c[:, 0] ** 2) * value.sum(1), scale, scaled
 
 
 def _residuals(
@@ -155,10 +169,6 @@ def _scaled_rows(j: torch.Tensor, rows: torch.Tensor, data: BatchData) -> torch.
     return j if data.losses == ("linear",) else j * rows[..., None]
 
 
-def _column_norms(js: torch.Tensor) -> torch.Tensor:
-    return torch.sqrt((js * js).sum(1))
-
-
 def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
     """The state at p0 (clipped into the bounds): one evaluation, one Jacobian."""
     p = torch.clamp(p0, data.lower, data.upper)
@@ -166,9 +176,9 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
     r, j = _residuals(values, jac, data)
     cost, rows, rs = _measure(r, data)
     js = _scaled_rows(j, rows, data)
-    norms = _column_norms(js)
-    d = torch.where(norms > 0, norms, torch.ones_like(norms))
-    lam = 1e-3 * ((norms / d) ** 2).amax(1) if p.shape[1] else torch.zeros_like(cost)
+    norms = column_norms(js)
+    d = start_scaling(norms)
+    lam = start_damping(norms, d)
     finite = torch.isfinite(r.sum(1) + j.sum((1, 2)))
     count = torch.ones(p.shape[0], dtype=torch.int64, device=p.device)
     status = torch.where(finite, RUNNING, -2)
@@ -181,7 +191,7 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
         js,
         d,
         lam,
-        torch.full_like(cost, 2.0),
+        torch.full_like(cost, NU_START),
         count,
         count.clone(),
         torch.zeros_like(count),
@@ -211,9 +221,9 @@ def _iterate(
 ) -> BatchState:
     """One trial for every running fit (module docstring)."""
     g = torch.einsum("mnp,mn->mp", s.js, s.rs)
-    held = ((s.p <= data.lower) & (g > 0)) | ((s.p >= data.upper) & (g < 0))
+    held = held_at_bounds(s.p, data.lower, data.upper, g)
     running = s.status == RUNNING
-    small_gradient = (torch.where(held, 0.0, g).abs().amax(1) < tol["gtol"]) | (s.cost == 0)
+    small_gradient = gtol_met(g, held, s.cost, tol["gtol"])
     status = torch.where(running & small_gradient, 1, s.status)
     status = torch.where((status == RUNNING) & (s.nfev >= max_nfev), 0, status)
     running = status == RUNNING
@@ -227,22 +237,19 @@ def _iterate(
     linear = s.rs + torch.bmm(s.js, step[:, :, None])[:, :, 0]
     predicted = s.cost - 0.5 * (linear * linear).sum(1)
     actual = s.cost - cost_new
-    sign = torch.where(actual > 0, 1.0, -1.0).to(actual.dtype)
-    ratio = torch.where(predicted > 0, actual / predicted, sign)
-    small_step = torch.linalg.vector_norm(s.d * step, dim=1) < tol["xtol"] * (
-        tol["xtol"] + torch.linalg.vector_norm(s.d * s.p, dim=1)
-    )
+    ratio = gain_ratio(actual, predicted)
+    small_step = xtol_met(s.d, step, s.p, tol["xtol"])
     tried = running & solved
     accept = tried & finite & (actual > 0)
     reject = (tried & ~accept) | (running & ~solved)
-    ftol_ok = accept & (actual < tol["ftol"] * s.cost) & (ratio > 0.25)
+    ftol_ok = accept & ftol_met(actual, s.cost, ratio, tol["ftol"])
     stop_small = small_step & tried & finite
-    done = torch.where(ftol_ok & small_step, 4, torch.where(ftol_ok, 2, 3))
+    done = stop_status(ftol_ok, small_step)
     status = torch.where(stop_small | ftol_ok, done, status)
     js_new = _scaled_rows(j_new, rows_new, data)
-    shrink = torch.clamp(1.0 - (2.0 * ratio - 1.0) ** 3, min=1.0 / 3.0)
-    lam = torch.where(accept, s.lam * shrink, torch.where(reject, s.lam * s.nu, s.lam))
-    nu = torch.where(accept, torch.full_like(s.nu, 2.0), torch.where(reject, 2.0 * s.nu, s.nu))
+    raised, doubled = nielsen_reject(s.lam, s.nu)
+    lam = torch.where(accept, nielsen_accept(s.lam, ratio), torch.where(reject, raised, s.lam))
+    nu = torch.where(accept, torch.full_like(s.nu, NU_START), torch.where(reject, doubled, s.nu))
     status = torch.where(running & ~solved & (lam > _LAMBDA_MAX), -1, status)
     a1, a3 = accept[:, None], accept[:, None, None]
     return BatchState(
@@ -252,7 +259,7 @@ def _iterate(
         rows=torch.where(a1, rows_new, s.rows),
         rs=torch.where(a1, rs_new, s.rs),
         js=torch.where(a3, js_new, s.js),
-        d=torch.where(a1, torch.maximum(s.d, _column_norms(js_new)), s.d),
+        d=torch.where(a1, updated_scaling(s.d, column_norms(js_new)), s.d),
         lam=lam,
         nu=nu,
         nfev=s.nfev + tried.to(s.nfev.dtype),

@@ -9,10 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._errors import OptimizeWarning
-from .._lm.covariance import CovarianceWarning
-from .fit import curve_fit_result
-from .scipy_args import numpy_array
+from ..._errors import CovarianceWarning, OptimizeWarning
+from ..large.fit import curve_fit_result
+from .args import numpy_array
 
 __all__ = ["ENGINE_KEYWORDS", "engine_fit"]
 
