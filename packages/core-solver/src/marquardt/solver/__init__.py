@@ -36,13 +36,14 @@ from ._errors import (
     BackendUnavailableError,
     BatchNotFiniteError,
     OptimizeWarning,
+    RankFailureError,
+    RanksDisagreeError,
     SolverConfigError,
     SolverInputError,
     SolverStateError,
 )
 from ._lm.covariance import CovarianceWarning
 from ._lm.damping import DampingRule, FixedDamping, NielsenDamping
-from ._lm.distributed import RankFailureError, RanksDisagreeError
 from ._lm.lma import LMA
 from ._lm.matrix_free import TruncatedCG
 from ._lm.report import StepReport

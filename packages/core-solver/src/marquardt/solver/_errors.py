@@ -10,6 +10,8 @@ from __future__ import annotations
 __all__ = [
     "BackendUnavailableError",
     "OptimizeWarning",
+    "RankFailureError",
+    "RanksDisagreeError",
     "SolverConfigError",
     "SolverInputError",
     "SolverStateError",
@@ -40,6 +42,14 @@ class SolverStateError(ValueError):
 
 class BackendUnavailableError(RuntimeError):
     """The requested array backend cannot run here (package missing, no Legate runtime)."""
+
+
+class RankFailureError(RuntimeError):
+    """A collective of an LM step failed: a peer rank died, hung or raised before it."""
+
+
+class RanksDisagreeError(RuntimeError):
+    """The ranks of a process group ended an LM step in different states (debug check)."""
 
 
 try:  # SciPy's class when SciPy is installed, so its warning filters catch ours.

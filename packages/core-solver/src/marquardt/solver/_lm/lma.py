@@ -54,8 +54,8 @@ from .attempts import Attempts, run_attempts
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
 from .damping import DampingRule
-from .distributed import REFUSED, StepScope, refused_elsewhere, step_scope
 from .geodesic import GeodesicAcceleration
+from .group import REFUSED, refused_elsewhere
 from .matrix_free import ConjugateGradients, TruncatedCG
 from .memory_fit import StepMemory, check_limit, step_memory, usable_memory
 from .options import (
@@ -71,6 +71,7 @@ from .points import check_point_residual
 from .report import StepReport
 from .robust import check_robust_loss, robust_residual_fn
 from .scaling import remembered
+from .scope import StepScope, step_scope
 from .state import checked_state, solver_state
 from .subsets import ParamSelection, Selector, SubsetBackend, check_selection
 
