@@ -19,7 +19,6 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .._lm.scaling import scaling_diagonal_numpy
 from .base import (
     ArrayBackend,
     ArrayOps,
@@ -31,6 +30,7 @@ from .base import (
     system_from_matrix,
 )
 from .blas_threads import one_blas_thread
+from .scaling import scaling_diagonal_numpy
 
 __all__ = ["NumpyBackend", "cholesky_solve_numpy", "create_backend"]
 

@@ -23,10 +23,10 @@ from marquardt.jacobian import PointResidual
 
 from .._backends.base import ArrayBackend
 from .._backends.choice import BACKEND_CHOICES
+from .._backends.scaling import SCALINGS
 from .._errors import SolverConfigError, message
 from .damping import DampingRule, FixedDamping, NielsenDamping
 from .matrix_free import TruncatedCG
-from .scaling import SCALINGS
 from .stopping import StoppingCriteria
 
 __all__ = [
