@@ -35,6 +35,7 @@ from ._curve.scipy_edge import curve_fit
 from ._errors import (
     BackendUnavailableError,
     BatchNotFiniteError,
+    CovarianceWarning,
     OptimizeWarning,
     RankFailureError,
     RanksDisagreeError,
@@ -42,7 +43,6 @@ from ._errors import (
     SolverInputError,
     SolverStateError,
 )
-from ._lm.covariance import CovarianceWarning
 from ._lm.damping import DampingRule, FixedDamping, NielsenDamping
 from ._lm.lma import LMA
 from ._lm.matrix_free import TruncatedCG

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendUnavailableError",
+    "CovarianceWarning",
     "OptimizeWarning",
     "RankFailureError",
     "RanksDisagreeError",
@@ -62,3 +63,7 @@ class OptimizeWarning(_Base):  # type: ignore[misc,valid-type,unused-ignore]
     """A fit stopped before a stopping test held, or its covariance could not be estimated;
     a subclass of ``scipy.optimize.OptimizeWarning`` when SciPy is installed (else of
     ``UserWarning``), so ``pytest.warns`` and warning filters written for SciPy catch it."""
+
+
+class CovarianceWarning(OptimizeWarning):
+    """The covariance of the parameters could not be estimated (all entries are inf)."""

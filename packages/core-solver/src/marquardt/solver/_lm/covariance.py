@@ -30,7 +30,7 @@ import torch
 
 from marquardt.jacobian import JacobianEngine
 
-from .._errors import OptimizeWarning
+from .._errors import CovarianceWarning
 
 __all__ = [
     "Covariance",
@@ -42,10 +42,6 @@ __all__ = [
     "factor_from_gram",
     "triangular_factor",
 ]
-
-
-class CovarianceWarning(OptimizeWarning):
-    """The covariance of the parameters could not be estimated (all entries are inf)."""
 
 
 @dataclass(frozen=True)
