@@ -256,7 +256,8 @@ def gpu_tests(session: nox.Session) -> None:
 
 @_session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff; the import layers; sibling dependencies; docstrings that name no module."""
+    """ruff; the import layers (devices <- jacobian <- solver <- trainer, and each package's own
+    folders); sibling dependencies; docstrings that name no module."""
     session.install(*TOOL_CONSTRAINTS, "ruff", "import-linter")
     # import-linter finds the packages by import: install the four, without dependencies.
     session.install("--no-deps", *(f"-e{ROOT / 'packages' / p}" for p in ALL_PACKAGES))

@@ -64,23 +64,17 @@ def _numpy_model(problem: nist_strd.NistProblem) -> Any:
 def ours(problem: nist_strd.NistProblem, start: int, lma: dict[str, Any]) -> dict[str, Any]:
     """One fit with curve_fit's defaults (``lma`` overrides its LMA options)."""
     from marquardt.solver import curve_fit_result
-    from marquardt.solver._curve.large import active_set as _active_set
 
-    saved = dict(_active_set.CURVE_LMA_OPTIONS)
-    _active_set.CURVE_LMA_OPTIONS.update(lma)
     p0 = torch.tensor(problem.starts[start - 1], dtype=torch.float64)
     t = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = curve_fit_result(problem.f, problem.x, problem.y, p0)
+            result = curve_fit_result(problem.f, problem.x, problem.y, p0, lma_options=lma)
         popt, steps = result.popt, result.steps
         error = ""
     except Exception as exc:  # a failed fit is a result here, not a crash
         popt, steps, error = torch.full_like(p0, math.nan), 0, repr(exc)[:200]
-    finally:
-        _active_set.CURVE_LMA_OPTIONS.clear()
-        _active_set.CURVE_LMA_OPTIONS.update(saved)
     seconds = time.perf_counter() - t
     return {
         "lre": nist_strd.lre(popt, problem.certified),

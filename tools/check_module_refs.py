@@ -1,7 +1,7 @@
 """Check that no docstring or comment names a module that does not exist.
 
 A reference is a double-backquoted name whose first part is private, as docstrings write
-a module: ````_settings````, ````_loops._lm````, ````marquardt.solver._lm.damping````. Each
+a module: ````_settings```` (or ````_settings.py````), ````_loops._lm````, ````marquardt.solver._lm.damping````. Each
 is resolved against the source folders ``packages/*/src/marquardt/<pkg>/``:
 
 - a dotted reference (``_loops._lm``) must be a module or folder path, either from the
@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-REFERENCE = re.compile(r"``((?:marquardt\.\w+\.)?_[a-z][a-z0-9_]*(?:\.[A-Za-z_]\w*)*)``")
+REFERENCE = re.compile(r"``((?:marquardt\.\w+\.)?_[a-z][a-z0-9_]*(?:\.[A-Za-z_]\w*)*?)(?:\.py)?``")
 
 
 def _modules(package: Path) -> set[tuple[str, ...]]:

@@ -11,7 +11,7 @@ import torch
 from interrupts import interrupt_repeatedly
 from torch import nn
 
-import marquardt.jacobian._engine as engine_module
+import marquardt.jacobian._engine_plan as engine_module
 from marquardt.solver import LMA
 from marquardt.solver._lm import attempts as attempts_module
 

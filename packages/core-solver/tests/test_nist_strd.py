@@ -15,7 +15,7 @@ number of correct significant digits, min over the parameters) of at least:
 Fits that the defaults do not reach are listed in ``KNOWN`` with the reason, as strict
 expected failures: one that starts to pass fails the test, so the list stays true.
 
-The options chosen on these problems (``_active_set.CURVE_LMA_OPTIONS``: geodesic
+The options chosen on these problems (``active_set.CURVE_LMA_OPTIONS``: geodesic
 acceleration, a remembered scaling; docs/algorithm.md, "Poor starts") are also tested
 directly here, as ``LMA`` options, with their refusals.
 """
@@ -30,7 +30,6 @@ from nist_strd import NAMES, lre, nist_problem
 from torch import nn
 
 from marquardt.solver import LMA, SolverConfigError, curve_fit_result
-from marquardt.solver._curve.large import active_set as _active_set
 
 #: Fits curve_fit's defaults do not reach, and why (see docs/algorithm.md, "Poor starts").
 KNOWN = {
@@ -50,15 +49,9 @@ def _threshold(difficulty: str) -> float:
 def _fit(name: str, start: int, **options: object) -> tuple[torch.Tensor, int]:
     problem = nist_problem(name)
     p0 = torch.tensor(problem.starts[start - 1], dtype=torch.float64)
-    saved = dict(_active_set.CURVE_LMA_OPTIONS)
-    _active_set.CURVE_LMA_OPTIONS.update(options)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # max_steps warnings of the known failures
-            result = curve_fit_result(problem.f, problem.x, problem.y, p0)
-    finally:
-        _active_set.CURVE_LMA_OPTIONS.clear()
-        _active_set.CURVE_LMA_OPTIONS.update(saved)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # max_steps warnings of the known failures
+        result = curve_fit_result(problem.f, problem.x, problem.y, p0, lma_options=options)
     return result.popt, result.steps
 
 

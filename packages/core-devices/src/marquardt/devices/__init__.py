@@ -10,7 +10,9 @@ from ._discovery import GpuInfo, GpuProcess, discover_gpus
 from ._errors import DeviceError, LegateConfigError, NvmlError
 from ._legate import LegateShare, legate_gpu_count, legate_share
 from ._memory import HostMemory, device_memory, host_memory
-from ._planner import Plan, plan, subset_size
+from ._plan_subsets import subset_size
+from ._plan_types import Plan
+from ._planner import plan
 from ._split import Split, check_model_devices, current_split, get_available_gpus
 
 __all__ = [

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from . import _cli_cleanup, _settings
 from ._discovery import GpuInfo, Survey, survey
 from ._errors import LegateConfigError, NvmlError
-from ._planner import ITEMSIZE, plan
+from ._plan_types import ITEMSIZE
+from ._planner import plan
 from ._split import Split, current_split
 
 GiB = 1 << 30

@@ -16,26 +16,22 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-from . import _settings
 from ._accumulate import accumulate_products
 from ._columns import ColumnSubset
-from ._errors import UnknownModeError, message
-from ._forward import ForwardSlice, LossFn, batch_loss, forward_samples, forward_slices
+from ._engine_plan import BatchPlanner
+from ._errors import message
+from ._forward import ForwardSlice, LossFn, batch_loss, forward_slices
 from ._gauss_newton import GaussNewtonProducts, gauss_newton_products
 from ._grad_mode import keeps_grad_mode
 from ._host_heap import keep_host_heap
-from ._modes import broadcast_support, layers_support
-from ._modes._broadcast import BROADCAST_CHUNK
-from ._plan_memo import PlanMemo
-from ._planner import MODES, JacobianPlan, plan_jacobian
-from ._points import AnyResidual, PointResidual
+from ._planner import JacobianPlan
+from ._points import AnyResidual
 from ._prepared import PreparedBatch
-from ._probe import default_budget, probe, probe_points, verify_broadcast, verify_layers
 from ._products import JacobianSlice, NormalProducts, SliceStream
 from ._replicas import Replicas
 from ._slice_work import Workspaces, slice_jacobian
 from ._slicing import DeviceWorkers
-from ._validate import check_batch, check_batchnorm, check_slice_size
+from ._validate import check_batch, check_batchnorm, check_engine, check_slice_size
 
 __all__ = ["JacobianEngine"]
 
@@ -64,44 +60,7 @@ class JacobianEngine:
         memory_budget: int | None = None,
         output_device: torch.device | str | None = None,
     ) -> None:
-        if not isinstance(replicas, Replicas):
-            raise TypeError(
-                message(
-                    "JacobianEngine expects a Replicas object",
-                    f"got {type(replicas).__name__}",
-                    "wrap the model first: Replicas(model, devices)",
-                )
-            )
-        if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
-            raise TypeError(
-                message(
-                    "residual_fn was expected as a function (output, target) -> residuals "
-                    "or a PointResidual",
-                    f"got {type(residual_fn).__name__}",
-                    "pass e.g. lambda a, b: a - b",
-                )
-            )
-        if isinstance(residual_fn, PointResidual):
-            residual_fn.check_model(replicas.dtype)
-        forced = _settings.mode() if mode == "auto" else None
-        chosen = forced or mode
-        if chosen not in MODES:
-            source = f"{_settings.ENV_MODE}={forced}" if forced else f"mode={mode!r}"
-            raise UnknownModeError(
-                message(
-                    f"the Jacobian mode {source} was requested",
-                    f"the known modes are {', '.join(MODES)}",
-                    f"pass one of {', '.join(MODES)}",
-                )
-            )
-        if memory_budget is not None and memory_budget <= 0:
-            raise ValueError(
-                message(
-                    f"memory_budget={memory_budget} bytes was requested",
-                    "it is not positive",
-                    "pass a positive number of bytes, or None for the default",
-                )
-            )
+        chosen = check_engine(replicas, residual_fn, mode, memory_budget)
         self.replicas = replicas
         self.residual_fn = residual_fn
         self.mode = chosen
@@ -109,23 +68,9 @@ class JacobianEngine:
         self.output_device = (
             torch.device(output_device) if output_device is not None else replicas.devices[0]
         )
-        self.last_plan: JacobianPlan | None = None
-        self._memo = PlanMemo()  # the same batch, unchanged, is probed and planned once
+        self._planner = BatchPlanner(replicas, residual_fn, chosen, memory_budget)
         self._workers = DeviceWorkers(replicas.devices)
         self._workspaces = Workspaces()
-        # Activations per sample from the last probe: sizes forward-only slices.
-        self._activations: int | None = None
-        self._graph = 1  # the input-derivative graph, in activations (PointResidual)
-        supported, why = layers_support(replicas.model)
-        declared, why_not = broadcast_support(replicas.model)
-        if isinstance(residual_fn, PointResidual):
-            # Both read the outputs' graph alone; the residual differentiates by the inputs.
-            supported = declared = False
-            why = why_not = "the residual differentiates the model by its inputs (PointResidual)"
-        self._layers_ok: bool | None = None if supported else False
-        self._layers_reason = why
-        self._broadcast_ok: bool | None = None if declared else False
-        self._broadcast_reason = why_not
         if any(d.type == "cpu" for d in replicas.devices):
             keep_host_heap()  # each step's freed host blocks serve the next step
 
@@ -154,7 +99,8 @@ class JacobianEngine:
         batch = check_batch(inputs, targets, scan=not checked)
         size = check_slice_size(slice_size, batch, len(self.replicas))
         check_batchnorm(self.replicas.model)
-        plan = self._plan(
+        plan = self._planner.plan(
+            self.residual_fn,
             inputs,
             targets,
             batch,
@@ -169,7 +115,7 @@ class JacobianEngine:
             samples=batch,
             plan=plan,
             slice_samples=plan.slice_samples or size,
-            forward_samples=self._forward_size(size, capped=slice_size is None),
+            forward_samples=self._planner.forward_size(size, capped=slice_size is None),
             columns=columns,
         )
 
@@ -178,20 +124,17 @@ class JacobianEngine:
         checked, for [`prepare`][marquardt.jacobian.JacobianEngine.prepare]."""
         return ColumnSubset.of(indices, self.replicas[0].sizes)
 
-    def _probe(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[int, int]:
-        """``(m, activations per sample)`` from a forward pass on the first samples."""
-        if isinstance(self.residual_fn, PointResidual):
-            m, self._activations = probe_points(self.replicas[0], self.residual_fn, inputs, targets)
-            self._graph = self._input_graph(inputs)
-            return m, self._activations
-        m, self._activations = probe(self.replicas[0], self.residual_fn, inputs, targets)
-        return m, self._activations
+    @property
+    def last_plan(self) -> JacobianPlan | None:
+        """The plan of the last batch prepared (None before the first): what was chosen
+        and why."""
+        return self._planner.last_plan
 
     def rows_per_sample(self, inputs: torch.Tensor, targets: torch.Tensor) -> int:
         """``m``: residual rows per sample (checks the batch and residual_fn first)."""
         check_batch(inputs, targets)
         check_batchnorm(self.replicas.model)
-        return self._probe(inputs, targets)[0]
+        return self._planner.probe(self.residual_fn, inputs, targets)[0]
 
     def plan(
         self,
@@ -203,77 +146,6 @@ class JacobianEngine:
     ) -> JacobianPlan:
         """Check the batch and choose strategy, mode and chunking (kept in ``last_plan``)."""
         return self.prepare(inputs, targets, slice_size, strategy=strategy).plan
-
-    def _input_graph(self, inputs: torch.Tensor) -> int:
-        """How many times a sample's activations its input-derivative graph takes (1 for
-        residuals of the outputs)."""
-        if isinstance(self.residual_fn, PointResidual):
-            return self.residual_fn.graph_factor(int(inputs[0].numel()))
-        return 1
-
-    def _budget(self) -> int:
-        return self.memory_budget or default_budget(self.replicas.devices[0])
-
-    def _forward_size(self, size: int, *, capped: bool) -> int:
-        """Samples per forward-only slice: ``size``, or without a ``slice_size`` (``capped``)
-        at most what the budget holds for the activations of the last probe."""
-        if not capped:
-            return size
-        activations = (self._activations or 1) * self._graph
-        fits = forward_samples(self._budget(), activations, self.replicas.dtype)
-        if self.last_plan is not None and self.last_plan.mode == "broadcast":
-            fits = min(fits, BROADCAST_CHUNK)  # element-wise work: chunks that stay in cache
-        return min(size, fits)
-
-    def _plan(
-        self,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        batch: int,
-        size: int,
-        strategy: str,
-        *,
-        cap: bool = False,
-        params: int | None = None,
-    ) -> JacobianPlan:
-        settings = (batch, size, strategy, cap, params, self.memory_budget, self.residual_fn)
-        known = self._memo.get(inputs, targets, settings)
-        if known is not None:
-            self.last_plan = known
-            return known
-        m, activations = self._probe(inputs, targets)
-        outputs_fn = None if isinstance(self.residual_fn, PointResidual) else self.residual_fn
-        if outputs_fn and self.mode in ("auto", "layers") and self._layers_ok is None:
-            # Checked once per engine: where the rules disagree, vmap is used instead.
-            why = verify_layers(self.replicas[0], outputs_fn, inputs, targets)
-            self._layers_ok = why is None
-            if why is not None:
-                self._layers_reason = why
-        if outputs_fn and self.mode in ("auto", "broadcast") and self._broadcast_ok is None:
-            why = verify_broadcast(self.replicas[0], outputs_fn, inputs, targets)
-            self._broadcast_ok = why is None
-            if why is not None:
-                self._broadcast_reason = why
-        plan = plan_jacobian(
-            batch * m,
-            self.replicas.num_params if params is None else params,
-            m,
-            self.replicas.dtype,
-            self._budget(),
-            strategy=strategy,
-            mode=self.mode,
-            layers_supported=bool(self._layers_ok),
-            layers_reason=self._layers_reason,
-            broadcast_supported=bool(self._broadcast_ok),
-            broadcast_reason=self._broadcast_reason,
-            activations_per_sample=activations,
-            slice_samples=size,
-            cap_slices=cap,
-            input_graph=self._input_graph(inputs),
-        )
-        self.last_plan = plan
-        self._memo.keep(inputs, targets, settings, plan)
-        return plan
 
     def _with_strategy(self, batch: PreparedBatch, strategy: str) -> PreparedBatch:
         if batch.strategy == strategy:
@@ -530,9 +402,9 @@ class JacobianEngine:
         batch = check_batch(inputs, targets)
         size = check_slice_size(slice_size, batch, len(self.replicas))
         check_batchnorm(self.replicas.model)
-        if slice_size is None and self._activations is None:
-            self._probe(inputs, targets)
-        size = self._forward_size(size, capped=slice_size is None)
+        if slice_size is None and self._planner.activations is None:
+            self._planner.probe(self.residual_fn, inputs, targets)
+        size = self._planner.forward_size(size, capped=slice_size is None)
         return forward_slices(
             self.replicas,
             self.residual_fn,

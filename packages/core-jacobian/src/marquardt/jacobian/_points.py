@@ -34,12 +34,12 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from ._errors import ParameterDtypeError, ResidualShapeError, message
-from ._modes._common import ResidualFn
 
 __all__ = [
     "AnyResidual",
     "PointModel",
     "PointResidual",
+    "ResidualFn",
     "ResidualGroup",
     "piecewise_linear_layers",
 ]
@@ -342,5 +342,7 @@ def piecewise_linear_layers(model: nn.Module) -> list[str]:
     ]
 
 
+#: ``residual_fn(outputs, targets)``: residuals as a function of the model's outputs.
+ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 #: Either form of residual the engine serves.
 AnyResidual = ResidualFn | PointResidual

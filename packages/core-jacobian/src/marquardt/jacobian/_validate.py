@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from . import _settings
 from ._errors import (
     BatchLengthError,
     BatchNormTrainingError,
@@ -12,12 +13,17 @@ from ._errors import (
     NonFiniteInputError,
     ResidualNotFiniteError,
     SliceSizeError,
+    UnknownModeError,
     message,
 )
+from ._planner import MODES
+from ._points import AnyResidual, PointResidual
+from ._replicas import Replicas
 
 __all__ = [
     "check_batch",
     "check_batchnorm",
+    "check_engine",
     "check_finite_residuals",
     "check_slice_size",
 ]
@@ -148,3 +154,49 @@ def check_finite_residuals(
                 "add an eps inside sqrt/log",
             )
         )
+
+
+def check_engine(
+    replicas: object, residual_fn: AnyResidual, mode: str, memory_budget: int | None
+) -> str:
+    """``JacobianEngine``'s arguments, checked; returns the mode it runs in (``mode``, or
+    the one ``MARQUARDT_JACOBIAN_MODE`` forces over "auto")."""
+    if not isinstance(replicas, Replicas):
+        raise TypeError(
+            message(
+                "JacobianEngine expects a Replicas object",
+                f"got {type(replicas).__name__}",
+                "wrap the model first: Replicas(model, devices)",
+            )
+        )
+    if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
+        raise TypeError(
+            message(
+                "residual_fn was expected as a function (output, target) -> residuals "
+                "or a PointResidual",
+                f"got {type(residual_fn).__name__}",
+                "pass e.g. lambda a, b: a - b",
+            )
+        )
+    if isinstance(residual_fn, PointResidual):
+        residual_fn.check_model(replicas.dtype)
+    forced = _settings.mode() if mode == "auto" else None
+    chosen = forced or mode
+    if chosen not in MODES:
+        source = f"{_settings.ENV_MODE}={forced}" if forced else f"mode={mode!r}"
+        raise UnknownModeError(
+            message(
+                f"the Jacobian mode {source} was requested",
+                f"the known modes are {', '.join(MODES)}",
+                f"pass one of {', '.join(MODES)}",
+            )
+        )
+    if memory_budget is not None and memory_budget <= 0:
+        raise ValueError(
+            message(
+                f"memory_budget={memory_budget} bytes was requested",
+                "it is not positive",
+                "pass a positive number of bytes, or None for the default",
+            )
+        )
+    return chosen

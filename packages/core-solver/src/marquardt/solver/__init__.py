@@ -37,12 +37,13 @@ from ._errors import (
     CovarianceWarning,
     CurveFitInputError,
     OptimizeWarning,
+    RankFailureError,
+    RanksDisagreeError,
     SolverConfigError,
     SolverInputError,
     SolverStateError,
 )
 from ._lm.damping import DampingRule, FixedDamping, NielsenDamping
-from ._lm.distributed import RankFailureError, RanksDisagreeError
 from ._lm.lma import LMA
 from ._lm.matrix_free import TruncatedCG
 from ._lm.report import StepReport

@@ -15,6 +15,8 @@ __all__ = [
     "CovarianceWarning",
     "CurveFitInputError",
     "OptimizeWarning",
+    "RankFailureError",
+    "RanksDisagreeError",
     "SolverConfigError",
     "SolverInputError",
     "SolverStateError",
@@ -44,6 +46,14 @@ class SolverStateError(ValueError):
 
 class BackendUnavailableError(RuntimeError):
     """The requested array backend cannot run here (package missing, no Legate runtime)."""
+
+
+class RankFailureError(RuntimeError):
+    """A collective of an LM step failed: a peer rank died, hung or raised before it."""
+
+
+class RanksDisagreeError(RuntimeError):
+    """The ranks of a process group ended an LM step in different states (debug check)."""
 
 
 try:  # SciPy's class when SciPy is installed, so its warning filters catch ours.

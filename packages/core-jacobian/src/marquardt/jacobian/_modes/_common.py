@@ -10,12 +10,11 @@ from torch import nn
 from torch.func import jacrev, vmap
 
 from .._errors import ResidualDetachedError, ResidualShapeError, message
+from .._points import ResidualFn
 
 __all__ = ["ResidualFn", "per_sample_jacrev", "recorded_forward", "require_graph", "rows_of"]
 
 Record = tuple[nn.Module, torch.Tensor, torch.Tensor]
-
-ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def rows_of(residuals: torch.Tensor, batch: int) -> torch.Tensor:

@@ -46,7 +46,7 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .._lm.scaling import SCALINGS
+from .scaling import SCALINGS
 
 __all__ = [
     "FAILED_CHOLESKY",

@@ -43,7 +43,6 @@ import torch
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
 from .._errors import BackendUnavailableError
-from .._lm.scaling import SCALINGS, marquardt_floor
 from .base import (
     ArrayBackend,
     ArrayOps,
@@ -54,6 +53,7 @@ from .base import (
     solution,
     system_from_matrix,
 )
+from .scaling import SCALINGS, marquardt_floor
 
 __all__ = ["MATMUL_CACHE_SIZE", "CupynumericBackend", "create_backend"]
 

@@ -6,7 +6,7 @@ NumPy call the BLAS symmetric rank-k update), A and g are then kept in float64. 
 damped solve factorises A + λD by Cholesky in float64 (``scipy.linalg.cho_factor`` when
 SciPy is installed, else ``numpy.linalg.cholesky`` and two triangular solves); a failed
 factorisation or a non-finite δ returns ``None`` (a rejected attempt, never an exception).
-BLAS runs on one thread here (``_blas_threads``): its pool would fight torch's.
+BLAS runs on one thread here (``blas_threads.py``): its pool would fight torch's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .._lm.scaling import scaling_diagonal_numpy
 from .base import (
     ArrayBackend,
     ArrayOps,
@@ -31,6 +30,7 @@ from .base import (
     system_from_matrix,
 )
 from .blas_threads import one_blas_thread
+from .scaling import scaling_diagonal_numpy
 
 __all__ = ["NumpyBackend", "cholesky_solve_numpy", "create_backend"]
 

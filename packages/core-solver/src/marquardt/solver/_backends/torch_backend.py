@@ -21,7 +21,6 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .._lm.scaling import RELATIVE_FLOOR
 from .base import (
     FAILED_CHOLESKY,
     FAILED_NON_FINITE,
@@ -33,6 +32,7 @@ from .base import (
     normal_system,
     system_from_matrix,
 )
+from .scaling import RELATIVE_FLOOR
 
 __all__ = ["TorchBackend", "create_backend", "scaling_diagonal_torch"]
 

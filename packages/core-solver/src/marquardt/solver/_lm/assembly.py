@@ -7,12 +7,14 @@ strategy "matrix_free" forms no matrix: the engine's Jᵀr, diagonal probes and 
 operator v ↦ JᵀJv/N make the system (``matrix_free``), solved by conjugate gradients.
 Either way the system is assembled once per step, from a batch checked and planned once,
 and reused by every damped attempt
-(Marquardt 1963; Nielsen 1999). The seconds are split into Jacobian, transfer and assembly.
+(Marquardt 1963; Nielsen 1999). The seconds are split into Jacobian, transfer and assembly
+by one rule, `timed` (also for the cross-rank assembly, ``assembly_ranks``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +24,7 @@ from marquardt.jacobian import JacobianEngine, PreparedBatch
 from .._backends.base import ArrayBackend, JacobianBuffers, LinearSystem
 from .matrix_free import matrix_free_system
 
-__all__ = ["Assembly", "assemble"]
+__all__ = ["Assembly", "assemble", "timed"]
 
 
 @dataclass(frozen=True)
@@ -59,13 +61,8 @@ def assemble(
     system: LinearSystem
     if batch.strategy == "matrix_free":
         gauss_newton = engine.gauss_newton(batch, probes=probes, seed=seed)
-        return Assembly(
-            system=matrix_free_system(gauss_newton, rows=rows),
-            strategy="matrix_free",
-            seconds_jacobian=gauss_newton.timings["jacobian"],
-            seconds_transfer=0.0,
-            seconds_assembly=max(0.0, time.perf_counter() - t0 - gauss_newton.timings["jacobian"]),
-        )
+        system = matrix_free_system(gauss_newton, rows=rows)
+        return timed(system, "matrix_free", gauss_newton.timings, time.perf_counter() - t0)
     if batch.strategy == "accumulate":
         products = engine.normal_products(batch, dtype=dtype)
         timings = products.timings
@@ -79,16 +76,45 @@ def assemble(
         system = backend.system_from_slices(stream, rows, params)
         timings = stream.timings
     backend.synchronize()
-    elapsed = time.perf_counter() - t0
-    # For "accumulate" the engine's Jacobian time includes the JᵀJ products ("gram"),
-    # which are assembly; for streamed slices the backend copies them while they are
-    # produced, so the split is approximate.
+    return timed(system, batch.strategy, timings, time.perf_counter() - t0)
+
+
+def timed(
+    system: LinearSystem,
+    strategy: str,
+    timings: Mapping[str, float],
+    seconds: float,
+    *,
+    seconds_after: float = 0.0,
+    seconds_collective: float = 0.0,
+) -> Assembly:
+    """An `Assembly` with its seconds split into Jacobian, transfer and assembly.
+
+    Arguments:
+        system: the assembled system.
+        strategy: the strategy that built it.
+        timings: the engine's own split of its seconds: ``jacobian`` (everything it did,
+            the Gram products JᵀJ included), ``gram`` and ``transfer`` (each 0 when
+            absent; ``jacobian`` absent, as when a rank's residuals were not finite:
+            ``seconds``).
+        seconds: the wall-clock seconds from the engine's first call to the system built
+            (on this rank, before any collective).
+        seconds_after: seconds spent building the system after the collectives.
+        seconds_collective: seconds spent in collectives.
+
+    Returns:
+        The Jacobian's seconds are the engine's less its Gram products (assembly) and its
+        transfers; assembly is what remains of ``seconds``, plus ``seconds_after``. For
+        streamed slices the backend copies them while they are produced, so the split is
+        approximate.
+    """
     transfer = timings.get("transfer", 0.0)
-    seconds_jacobian = max(0.0, timings.get("jacobian", 0.0) - timings.get("gram", 0.0) - transfer)
+    jacobian = max(0.0, timings.get("jacobian", seconds) - timings.get("gram", 0.0) - transfer)
     return Assembly(
         system=system,
-        strategy=batch.strategy,
-        seconds_jacobian=seconds_jacobian,
+        strategy=strategy,
+        seconds_jacobian=jacobian,
         seconds_transfer=transfer,
-        seconds_assembly=max(0.0, elapsed - seconds_jacobian - transfer),
+        seconds_assembly=max(0.0, seconds - jacobian - transfer) + seconds_after,
+        seconds_collective=seconds_collective,
     )

@@ -9,7 +9,7 @@ attempts, never errors. The loop ends on acceptance, when λ reaches its ceiling
 makes progress), when a rejected attempt's predicted decrease is itself below the rounding
 of the loss (more damping only shrinks it: the point is converged to rounding), or after
 ``attempts`` solves; an accepted step may also meet the MINPACK ftol / xtol tests (Moré 1978). θ is always the last accepted point afterwards.
-With ``accelerate`` (``_geodesic``), each solved δ receives its second-order correction
+With ``accelerate`` (``_lm.geodesic``), each solved δ receives its second-order correction
 before it is tried, or the attempt is rejected (the hook returns the reason in words).
 """
 

@@ -35,7 +35,7 @@ import torch
 from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas, ResidualNotFiniteError
 
 from .._backends.base import ArrayBackend, LinearSystem, Solution, host_vector, read_values
-from .scaling import scaling_diagonal_numpy
+from .._backends.scaling import scaling_diagonal_numpy
 
 __all__ = ["STEP", "GeodesicAcceleration"]
 

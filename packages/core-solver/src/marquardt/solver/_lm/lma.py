@@ -1,37 +1,14 @@
 """The Levenberg-Marquardt algorithm for PyTorch models: `LMA`.
 
-For residuals r(θ) ∈ ℝᴺ of a model with parameters θ ∈ ℝᴾ on one batch and their
-Jacobian J = ∂r/∂θ, one step (Levenberg 1944; Marquardt 1963; Nielsen 1999; Gavin's LM
-notes) solves the damped normal equations
-
-* over-determined (N ≥ P):  (JᵀJ/N + λD) δ = Jᵀr/N,
-* under-determined (N < P): (JJᵀ/N + λI) u = r/N,  δ = Jᵀu,
-
-and tries θ ← θ − lr·δ. The attempt is accepted when the damping rule says so (the loss
-decreases; with Nielsen's rule, the gain ratio ρ = actual / predicted reduction is
-positive); otherwise θ is restored and λ raised, and the *same* assembled system is solved
-again with the new λ — the Jacobian is never recomputed within a step. A failed Cholesky
-factorisation, a non-finite δ and a non-finite trial loss are rejected attempts, never
-errors. After the step θ is always the last accepted point. ``terminated`` is true when
-λ reaches its ceiling (no damping makes progress) or when a MINPACK-style ftol / xtol /
-gtol test holds (only those that are set); ``LMA.report`` says which and why.
-
-N is the number of residual rows; the default loss is the mean of squared residuals
-‖r‖²/N, so the quadratic model's predicted reduction is 2·lr·δᵀg − lr²·δᵀAδ (see
-``_backends.base``). With a custom ``loss_fn`` the acceptance test uses it, and the
-prediction is rescaled by loss/MSE at the start of the step (exact when ``loss_fn`` is a
-positive multiple of the mean squared residual, e.g. a sum or ½·mean).
-
-λ lives in the damping rule and carries over from step to step, which is what makes the
-loop correct for batches that change every step.
+One step solves the damped normal equations (JᵀJ/N + λD)δ = Jᵀr/N, or for N < P
+(JJᵀ/N + λI)u = r/N with δ = Jᵀu, and tries θ ← θ − lr·δ; a rejected attempt raises λ and
+solves the same assembled system again (Levenberg 1944; Marquardt 1963; Nielsen 1999;
+Moré 1978). The mathematics, and what every keyword does, are in docs/algorithm.md.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import time
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,124 +18,94 @@ from torch import nn
 from marquardt.devices import check_model_devices
 from marquardt.jacobian import (
     JacobianEngine,
-    PointResidual,
     PreparedBatch,
     Replicas,
     ResidualNotFiniteError,
 )
 
-from .._backends.base import ArrayBackend, host_vector
+from .._backends.base import ArrayBackend
 from .._backends.choice import resolve_backend
-from .._errors import BatchNotFiniteError, SolverConfigError, message
-from .attempts import Attempts, run_attempts
+from .._errors import BatchNotFiniteError
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
+from .damped_step import damped_step
 from .damping import DampingRule
-from .distributed import REFUSED, StepScope, refused_elsewhere, step_scope
-from .geodesic import GeodesicAcceleration
 from .matrix_free import ConjugateGradients, TruncatedCG
-from .memory_fit import StepMemory, check_limit, step_memory, usable_memory
 from .options import (
     DAMPING_RULES,
     STRATEGIES,
     LossFn,
     ResidualFn,
-    check_matrix_free_options,
-    check_options,
-    check_poor_start_options,
+    check_resolved_backend,
+    lma_options,
 )
-from .points import check_point_residual
 from .report import StepReport
-from .robust import check_robust_loss, robust_residual_fn
-from .scaling import remembered
-from .state import checked_state, solver_state
-from .subsets import ParamSelection, Selector, SubsetBackend, check_selection
+from .scope import StepScope, step_scope
+from .state import restored, solver_state
+from .step_fit import fit_step
+from .subsets import ParamSelection, Selector
 
 __all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
 
 
 class LMA:
-    """Levenberg-Marquardt training of ``model`` (the maths: the docs' algorithm page).
+    """Levenberg-Marquardt training of a PyTorch model, one damped Gauss-Newton step a call.
 
-    ``model`` must sit on one of ``devices`` (it is replicated on each for data-parallel
-    Jacobians). ``residual_fn(outputs, targets)`` gives the residuals (e.g. ``a - b``), or it
-    is a ``marquardt.jacobian.PointResidual``: residuals that call the model as a function
-    of one point and differentiate it by its inputs (physics-informed networks; batches
-    from ``PointResidual.batch``; see ``_lm/points.py`` and docs/tutorial/pinn.md).
-    ``loss_fn(outputs, targets)``, when given, decides acceptance instead of the mean of
-    squared residuals. ``learning_rate`` scales every step (θ ← θ − lr·δ). ``damping`` is
-    "nielsen" (the default: Nielsen's gain-ratio rule) or "fixed" (λ·up on rejection,
-    λ·down on acceptance), or any ``DampingRule``; λ starts at ``damping_start`` and stays
-    in [damping_min, damping_max]. ``scaling`` is "marquardt" (the default: D =
-    diag(JᵀJ)/N, clamped) or "identity" (D = I); ``scaling_memory`` γ ∈ [0, 1] makes
-    Marquardt's D_k = max(diag_k, γ·D_{k−1}) (0, the default: this step's alone; 1:
-    MINPACK's running maximum; it restarts after ``load_state_dict``).
-    ``geodesic=α`` adds Transtrum's geodesic acceleration to every attempt, dropped where
-    2‖a‖/‖v‖ > α, or with ``geodesic_reject=True`` rejecting the attempt there as
-    Transtrum & Sethna (2012) do; ``geodesic_after=k`` applies it from the k-th step on
-    (one more forward, Jacobian pass and solve per attempt; not with
-    ``process_group``, ``params_per_step`` or the cuPyNumeric backend; ``curve_fit``'s
-    choice is measured in docs/algorithm.md, "Poor starts"). The defaults are the
-    measured best on the seed's sinc loop (fewer rejected attempts per step, lower loss
-    per step). At most ``attempts`` damped solves per step. ``strategy``: "accumulate" (JᵀJ, Jᵀr summed on
-    the model devices), "explicit" (J assembled by the backend; needed for the
-    under-determined form), "matrix_free" (no matrix: (JᵀJ/N + λD)δ = Jᵀr/N by truncated
-    preconditioned conjugate gradients on products JᵀJv from jvp/vjp, with D and the
-    preconditioner from a Hutchinson estimate of diag(JᵀJ); ``cg`` is a ``TruncatedCG``
-    of its budget, tolerance, warm start and probes; CG iterations per attempt in
-    ``report.cg_iterations``; not with ``params_per_step`` or ``geodesic``; the warm start
-    is not part of ``state_dict``) or "auto" (the Jacobian planner: accumulate when
-    N ≥ P, explicit when N < P, matrix_free when neither system fits the memory, with a
-    ``UserWarning`` and ``report.strategy_reason`` saying why).
-    ``backend``: "auto", "cupynumeric", "torch", "numpy" or an ``ArrayBackend``. ``dtype``
-    is the dtype the normal products are accumulated in (None: the parameters' dtype);
-    factorisations are float64 always. ``ftol`` / ``xtol`` / ``gtol``: MINPACK-style
-    stopping tests, off unless set. ``jacobian_mode`` is handed to the Jacobian engine.
-    ``robust_loss`` ("soft_l1", "huber", "cauchy", "arctan", "linear"; None: least squares)
-    with ``f_scale`` minimises the mean of c²ρ((r/c)²) over the residuals instead, with
-    SciPy's ρ, by IRLS rows; the reported loss is that mean.
-    ``params_per_step=k`` makes every step a block step on k parameters only (their k
-    Jacobian columns alone are formed and a k × k, or N × N, system is solved), chosen by
-    ``param_selection`` ("layer", "random" with ``seed``, or a function (step, P) ->
-    indices). Before any Jacobian is formed a step checks that it fits
-    ``memory_limit`` bytes (None: 0.8 × the free memory of the solver's device); with
-    ``strategy="auto"`` and no ``params_per_step`` a step that would not fit switches to
-    the matrix-free strategy, or where even that does not fit to random subsets of the
-    largest k that does (a ``UserWarning`` says so), and a forced strategy or k that does
-    not fit is refused before any work.
+    Every keyword is checked before anything is built (`SolverConfigError`); the
+    mathematics and each option at length: docs/algorithm.md.
 
-    ``process_group``: None (the default) is one process, even inside a script that has
-    initialised torch.distributed (a DDP script fitting a model per rank, or curve fits on
-    every rank, must not start exchanging matrices it never asked for). ``"default"``
-    (torch.distributed's world group, initialised beforehand) or a
-    ``torch.distributed.ProcessGroup`` makes every step one step of the *global* batch:
-    each rank passes its own share of it to ``step`` (its local (inputs, targets), at least
-    one sample; the global batch is the ranks' shares stacked in rank order), computes
-    the Jacobian products of that share on its own ``devices``, and the ranks combine them
-    with torch.distributed collectives (gloo for CPU models, NCCL for GPU models):
-    strategy "accumulate" all-reduces JᵀJ, Jᵀr, ‖r‖² and N (P² + P + 2 numbers a step);
-    "explicit" all-gathers the row blocks of J (N × P numbers a step: sensible while
-    N ≲ 20,000 and N × P fits in one rank's memory); "auto" chooses from the *global* N.
-    Every rank solves the same system, the trial loss of each attempt is all-reduced
-    (Σ‖rₖ‖² / ΣNₖ, or for a ``loss_fn`` the samples-weighted mean, as one process weighs
-    its slices), so every rank takes the same decision and λ stays identical; the
-    returned loss and ``report`` are global (``report.rows`` is N; ``report.
-    seconds_collective`` the time in collectives). θ of the group's rank 0 is broadcast
-    to every rank when the LMA is built (as DDP does), so this is a collective call too.
-    ``robust_loss``, ``loss_fn``, ``ftol`` / ``xtol`` / ``gtol`` and every damping rule
-    work unchanged (their inputs are the global ones). ``covariance`` is not collective:
-    it uses the batch it is given on this rank only. Every rank must call ``step`` the
-    same number of times; a rank that dies or raises makes the others' next collective
-    fail with ``RankFailureError`` (naming the rank that saw it and those that did not
-    answer a roll call), within the group's ``timeout``. ``MARQUARDT_SOLVER_CHECK_RANKS=1``
-    checks after every step that the ranks agree (``RanksDisagreeError`` otherwise).
-    With ``params_per_step`` every rank selects the same columns: random subsets draw from
-    rank 0's ``seed`` (one drawn there when none is given, broadcast when the LMA is
-    built), and the memory check takes the plan the tightest rank can take.
+    Arguments:
+        model: the ``nn.Module`` whose trainable parameters θ are the unknowns; it must
+            sit on one of ``devices``.
+        devices: the model devices; the model is replicated on each for data-parallel
+            Jacobians. CUDA devices that Legate holds are refused.
+        residual_fn: ``residual_fn(outputs, targets)`` -> residuals (e.g. ``a - b``), or a
+            ``marquardt.jacobian.PointResidual`` (residuals differentiating the model by
+            its inputs; physics-informed networks).
+        loss_fn: ``loss_fn(outputs, targets)``, deciding acceptance instead of the mean of
+            squared residuals ‖r‖²/N.
+        learning_rate: lr of θ ← θ − lr·δ.
+        damping: "nielsen" (Nielsen's gain-ratio rule), "fixed" (λ·up on rejection,
+            λ·down on acceptance) or a ``DampingRule``.
+        damping_start: the first λ of the named rules.
+        damping_up: the fixed rule's factor on rejection (> 1).
+        damping_down: the fixed rule's factor on acceptance (< 1).
+        damping_min: λ's floor.
+        damping_max: λ's ceiling; reaching it terminates.
+        scaling: D = diag(JᵀJ)/N clamped ("marquardt") or D = I ("identity").
+        attempts: the damped solves a step may take.
+        strategy: "auto" (the planner), "accumulate" (JᵀJ summed on the model devices),
+            "explicit" (J assembled; the under-determined form) or "matrix_free"
+            (conjugate gradients on products JᵀJv, no matrix formed).
+        backend: "auto", "cupynumeric", "torch", "numpy" or an ``ArrayBackend``.
+        dtype: the dtype the normal products are accumulated in (None: the parameters');
+            factorisations are float64 always.
+        ftol: MINPACK's relative reduction test (None: off).
+        xtol: MINPACK's relative step test (None: off).
+        gtol: MINPACK's gradient orthogonality test (None: off).
+        jacobian_mode: handed to the ``JacobianEngine``.
+        robust_loss: "soft_l1", "huber", "cauchy", "arctan" or "linear" (SciPy's ρ, by IRLS
+            rows); None: least squares.
+        f_scale: the robust loss's scale c.
+        params_per_step: k, to step on k parameters at a time (None: all of them).
+        param_selection: how the k are chosen: "layer", "random" or a function
+            (step, P) -> indices.
+        seed: the random selection's seed (in a process group, rank 0's).
+        memory_limit: the bytes a step may use (None: 0.8 × the free memory).
+        process_group: None (one process), "default" (torch.distributed's world group) or
+            a ``ProcessGroup``: every step is then a step of the global batch, the ranks'
+            shares stacked in rank order; building the LMA broadcasts rank 0's θ.
+        geodesic: α of Transtrum's geodesic acceleration (None: off).
+        geodesic_reject: reject the attempt where 2‖a‖/‖v‖ > α, instead of dropping a.
+        geodesic_after: the step the acceleration starts at.
+        scaling_memory: γ ∈ [0, 1] of D_k = max(diag_k, γ·D_{k−1}) (1: MINPACK's running
+            maximum).
+        cg: the matrix-free step's ``TruncatedCG`` (budget, tolerance, warm start, probes).
 
-    CUDA ``devices`` that Legate holds are refused (``marquardt.devices.DeviceError``)
-    before anything is built; so are models with no trainable parameter or on a device not
-    in ``devices`` (``marquardt.jacobian`` errors).
+    Raises:
+        SolverConfigError: an argument is out of range, of the wrong kind, or cannot be
+            combined with another.
+        marquardt.devices.DeviceError: a CUDA device of ``devices`` is held by Legate.
     """
 
     def __init__(
@@ -198,7 +145,7 @@ class LMA:
         cg: TruncatedCG | None = None,
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
-        options = check_options(
+        options = lma_options(
             model,
             devices,
             residual_fn,
@@ -218,77 +165,44 @@ class LMA:
             ftol=ftol,
             xtol=xtol,
             gtol=gtol,
-        )
-        self._geodesic, self._scaling_memory = check_poor_start_options(
-            geodesic,
-            scaling_memory,
+            jacobian_mode=jacobian_mode,
+            robust_loss=robust_loss,
+            f_scale=f_scale,
+            params_per_step=params_per_step,
+            param_selection=param_selection,
+            seed=seed,
+            memory_limit=memory_limit,
+            process_group=process_group,
+            geodesic=geodesic,
             geodesic_reject=geodesic_reject,
             geodesic_after=geodesic_after,
-            scaling=scaling,
-            backend=backend,
-            params_per_step=params_per_step,
-            process_group=process_group,
+            scaling_memory=scaling_memory,
+            cg=cg,
         )
-        self._cg = check_matrix_free_options(
-            cg, strategy=strategy, params_per_step=params_per_step, geodesic=geodesic
-        )
-        check_point_residual(residual_fn, model, loss_fn=loss_fn, robust_loss=robust_loss)
-        robust = check_robust_loss(robust_loss, f_scale, loss_fn)
-        check_selection(params_per_step, param_selection, seed, gtol)
-        check_limit(memory_limit)
-        if robust is not None and not isinstance(residual_fn, PointResidual):
-            residual_fn = robust_residual_fn(residual_fn, *robust)
-        device_list = options.devices
-        if any(str(d).startswith("cuda") for d in device_list):
+        if any(str(d).startswith("cuda") for d in options.devices):
             # A model GPU that Legate also holds would be shared by two allocators (Legate
             # reserves 95% of its GPUs' memory): refuse before anything is built.
-            check_model_devices(device_list)
-
-        self._scope: StepScope = step_scope(process_group, [torch.device(d) for d in device_list])
-        self._replicas = Replicas(model, device_list)
+            check_model_devices(options.devices)
+        self._options = options
+        devices_ = [torch.device(d) for d in options.devices]
+        self._scope: StepScope = step_scope(options.process_group, devices_)
+        self._replicas = Replicas(model, options.devices)
         self._scope.sync_parameters(self._replicas)
         # Random subsets must select the same columns on every rank of a group.
-        seed = self._scope.common_seed(seed)
-        self._engine = JacobianEngine(self._replicas, residual_fn, mode=jacobian_mode)
+        self._seed = self._scope.common_seed(options.seed)
+        self._engine = JacobianEngine(self._replicas, options.residual_fn, mode=jacobian_mode)
         self._backend = resolve_backend(options.backend, self._replicas.devices[0])
         # "auto" may have chosen cuPyNumeric: the same refusal as for naming it.
-        check_poor_start_options(
-            geodesic,
-            scaling_memory,
-            geodesic_reject=geodesic_reject,
-            geodesic_after=geodesic_after,
-            scaling=scaling,
-            backend=self._backend,
-            params_per_step=params_per_step,
-            process_group=process_group,
-        )
-        self._diag: Any = None  # the remembered D of the last step (scaling_memory)
-        self._geodesic_reject = geodesic_reject
-        self._geodesic_after = geodesic_after
-        self._rule = options.rule
-        self._residual_fn = residual_fn
-        self._robust = robust
-        self._loss_fn = loss_fn
-        self._learning_rate = options.learning_rate
-        self._scaling = options.scaling
-        self._attempts = options.attempts
-        self._strategy = options.strategy
+        check_resolved_backend(options.acceleration, self._backend)
+        self._rule = options.rule  # holds λ, which carries over from step to step
+        self._strategy = options.strategy  # the planner may switch it
         self._strategy_reason = ""  # why the planner left the dense strategies, when it did
-        self._cg_solver = ConjugateGradients(self._cg)
-        self._dtype = options.dtype
-        self._stopping = options.stopping
+        self._cg_solver = ConjugateGradients(options.cg)
+        self._diag: Any = None  # the remembered D of the last step (scaling_memory)
         self._steps = 0
         self._scans = FiniteScans()  # the same batch, unchanged, is scanned once
         self.report: StepReport | None = None
-        self._selection = (
-            None
-            if params_per_step is None
-            else ParamSelection(params_per_step, param_selection, self._replicas[0].sizes, seed)
-        )
-        self._seed = seed
-        self._memory_limit = memory_limit
-        # The planner may choose subsets itself only when nothing was forced.
-        self._auto_subsets = params_per_step is None and strategy == "auto"
+        self._selection = options.selection(self._replicas[0].sizes, self._seed)
 
     # -- properties ----------------------------------------------------------------------
     @property
@@ -319,7 +233,7 @@ class LMA:
     @property
     def learning_rate(self) -> float:
         """The factor applied to every step δ."""
-        return self._learning_rate
+        return self._options.learning_rate
 
     @property
     def world_size(self) -> int:
@@ -346,12 +260,8 @@ class LMA:
         """The loss at the current parameters on the step's prepared batch, as a 0-dim
         tensor on the model device (not read back here); non-finite when the forward is."""
         with torch.no_grad():
-            loss = self._engine.batch_loss(batch, self._loss_fn)
-        return self._scope.mean_loss(loss, batch, custom=self._loss_fn is not None)
-
-    def _loss(self, batch: PreparedBatch) -> float:
-        """The loss at the current parameters (non-finite when the forward is)."""
-        return float(self._trial_loss(batch))
+            loss = self._engine.batch_loss(batch, self._options.loss_fn)
+        return self._scope.mean_loss(loss, batch, custom=self._options.loss_fn is not None)
 
     def step(
         self, inputs: torch.Tensor, targets: torch.Tensor, slice_size: int | None = None
@@ -396,7 +306,6 @@ class LMA:
         index: torch.Tensor | None,
     ) -> tuple[float, bool]:
         t_begin = time.perf_counter()
-        params = self._replicas.num_params
         columns = None if index is None else self._engine.columns(index)
         # Checked above (NaN/inf included); planned once here, and reused by the assembly
         # and every trial forward of this step.
@@ -409,203 +318,49 @@ class LMA:
             # the plan's collective, and refuse the batch too.
             self._scope.refuse(self._strategy)
             raise
-        if not self._fits(batch, slice_size):
+        refit = fit_step(
+            batch,
+            slice_size,
+            scope=self._scope,
+            engine=self._engine,
+            backend=self._backend.name,
+            memory_limit=self._options.memory_limit,
+            probes=self._options.cg.probes,
+            auto_subsets=self._options.auto_subsets,
+        )
+        if refit is not None:
             # Too large for the memory, chosen by the planner: matrix-free steps (or, where
             # those do not fit either, subsets) from now on.
+            self._strategy = refit.strategy
+            self._strategy_reason = refit.reason or self._strategy_reason
+            if refit.subsets is not None:
+                sizes = self._replicas[0].sizes
+                self._selection = ParamSelection(refit.subsets, "random", sizes, self._seed)
             return self.step(inputs, targets, slice_size)
         built = self._scope.assemble(
             self._engine,
             self._backend,
             batch,
-            dtype=self._dtype,
+            dtype=self._options.dtype,
             params=batch.params,
-            probes=self._cg.probes,
+            probes=self._options.cg.probes,
             seed=self._steps,
         )
-        matrix_free = built.strategy == "matrix_free"
-        backend: ArrayBackend = self._cg_solver if matrix_free else self._backend
-        system = built.system
-        n = system.rows
-        mse_before = system.rss / n
-        seconds_trial = 0.0
-        if self._loss_fn is None:
-            loss_before = mse_before
-        else:
-            t = time.perf_counter()
-            loss_before = self._loss(batch)
-            seconds_trial += time.perf_counter() - t
-        # Predictions are in MSE units; a custom loss is compared after rescaling.
-        scale = loss_before / mse_before if mse_before > 0.0 and math.isfinite(loss_before) else 1.0
-
-        report = StepReport(
-            damping=self._rule.damping,
-            damping_used=self._rule.damping,
-            attempts=0,
-            accepted=False,
-            loss_before=loss_before,
-            loss_after=loss_before,
-            strategy=built.strategy,
-            strategy_reason=self._strategy_reason or batch.plan.reason,
-            backend=backend.name,
-            rows=n,
-            params=params,
-            selected=0 if columns is None else columns.size,
-            seconds_jacobian=built.seconds_jacobian,
-            seconds_transfer=built.seconds_transfer,
-            seconds_assembly=built.seconds_assembly,
-            seconds_collective=built.seconds_collective,
-        )
-
-        if self._stopping.gtol is not None and self._stopping.gtol_met(
-            host_vector(system.gradient), host_vector(system.diag), system.rss, n
-        ):
-            report.terminated = True
-            report.termination = "gtol"
-            report.reason = "gtol: the residual is orthogonal to the Jacobian columns"
-            return self._finish(report, t_begin, loss_before, terminated=True)
-
-        if self._scaling_memory > 0.0 and not system.underdetermined:
-            diag = remembered(system.diag, self._diag, self._scaling_memory)
-            system = dataclasses.replace(system, diag=diag)
-            self._diag = diag
-        accelerate = (
-            None
-            if self._geodesic is None or self._steps < self._geodesic_after or matrix_free
-            else GeodesicAcceleration(
-                self._geodesic,
-                reject=self._geodesic_reject,
-                engine=self._engine,
-                batch=batch,
-                backend=self._backend,
-                system=system,
-                scaling=self._scaling,
-                replicas=self._replicas,
-                learning_rate=self._learning_rate,
-            )
-        )
-        how = Attempts(
-            backend=backend if columns is None else SubsetBackend(backend, columns.index, params),
+        report, loss, terminated, self._diag = damped_step(
+            built,
+            batch,
+            columns,
+            options=self._options,
             rule=self._rule,
-            scaling=self._scaling,
-            attempts=self._attempts,
-            learning_rate=self._learning_rate,
-            stopping=self._stopping,
-            accelerate=accelerate,
+            backend=self._backend,
+            cg_solver=self._cg_solver,
+            engine=self._engine,
+            trial_loss=lambda: self._trial_loss(batch),
+            diag=self._diag,
+            step=self._steps,
+            strategy_reason=self._strategy_reason,
         )
-        loss_after, terminated = run_attempts(
-            how,
-            system,
-            self._replicas,
-            lambda: self._trial_loss(batch),
-            report,
-            scale=scale,
-            seconds_trial=seconds_trial,
-        )
-        if matrix_free:
-            report.products = system.a.products.products
-            if report.accepted:
-                self._cg_solver.accept()
-        return self._finish(report, t_begin, loss_after, terminated=terminated)
-
-    def _fits(self, batch: PreparedBatch, slice_size: int | None) -> bool:
-        """True when the step of ``batch`` fits the memory; False when it does not and the
-        solver switched to the matrix-free step, or where that does not fit either to
-        subsets (nothing forced); raises when a forced choice does not fit. Legate's GPUs
-        are sized by ``marquardt-devices`` and not checked here.
-
-        In a process group every rank takes the plan the tightest rank can take, and
-        learns whether each rank could plan its share: a rank that refused its share
-        (``StepScope.refuse``) lowers the flag, and the others raise
-        ``ResidualNotFiniteError``.
-        """
-        if self._backend.name == "cupynumeric" and batch.strategy != "matrix_free":
-            if self._scope.world_size > 1:
-                *_, planned = self._scope.least((1, 0, 1))
-                if not planned:
-                    raise refused_elsewhere(REFUSED)
-            return True
-        solver_side = self._backend.name == "numpy" and batch.strategy != "matrix_free"
-        device = torch.device("cpu") if solver_side else self.devices[0]
-        item = self._replicas.dtype.itemsize
-        fit = step_memory(
-            batch.plan,
-            self._replicas.num_params,
-            item,
-            len(self.devices),
-            usable_memory(device, self._memory_limit),
-            probes=self._cg.probes,
-        )
-        fits, fitting_k, planned = self._scope.least((int(fit.fits), fit.fitting_k, 1))
-        if not planned:
-            raise refused_elsewhere(REFUSED)
-        if fits:
-            return True
-        # Every rank is here (the minimum said "does not fit" to all of them).
-        if batch.columns is None and self._auto_subsets and batch.strategy != "matrix_free":
-            # The matrix-free step of the same batch: a plan, no Jacobian formed.
-            free_plan = self._engine.prepare(
-                batch.inputs, batch.targets, slice_size, strategy="matrix_free", checked=True
-            ).plan
-            free = step_memory(
-                free_plan,
-                self._replicas.num_params,
-                item,
-                len(self.devices),
-                usable_memory(self.devices[0], self._memory_limit),
-                probes=self._cg.probes,
-            )
-            (free_fits,) = self._scope.least((int(free.fits),))
-            if free_fits:
-                self._switch_to_matrix_free(batch, fit, free)
-                return False
-        if batch.columns is None and self._auto_subsets and fitting_k >= 1:
-            self._strategy = "auto"
-            sizes = self._replicas[0].sizes
-            self._selection = ParamSelection(fitting_k, "random", sizes, self._seed)
-            warnings.warn(
-                f"an LM step on all {self._replicas.num_params} parameters needs "
-                f"{fit.formula} = {fit.needed} B but {fit.usable} B are usable "
-                f"({fit.source}): stepping on random subsets of k = {fitting_k} "
-                "parameters (pass params_per_step= and param_selection= to choose)",
-                UserWarning,
-                stacklevel=3,
-            )
-            return False
-        if fit.fits:
-            raise SolverConfigError(
-                message(
-                    "this step fits this rank's memory",
-                    "another rank of the process group has too little memory for it",
-                    "read that rank's error; give every rank the same memory_limit and devices",
-                )
-            )
-        what = (
-            f"strategy={batch.strategy!r} on all {self._replicas.num_params} parameters"
-            if batch.columns is None
-            else f"params_per_step={batch.columns.size} (strategy={batch.strategy!r})"
-        )
-        raise fit.refuse(what)
-
-    def _switch_to_matrix_free(
-        self, batch: PreparedBatch, dense: StepMemory, free: StepMemory
-    ) -> None:
-        """Strategy "matrix_free" from now on, and why (the warning, ``report``)."""
-        p, n = self._replicas.num_params, batch.rows
-        system = f"{p} x {p} (JᵀJ)" if batch.strategy == "accumulate" else f"{n} x {n} (JJᵀ)"
-        self._strategy = "matrix_free"
-        self._strategy_reason = (
-            f"matrix_free: the {batch.strategy} step's {system} system needs "
-            f"{dense.formula} = {dense.needed} B but {dense.usable} B are usable "
-            f"({dense.source}), and the other dense form is larger; the matrix-free step "
-            f"needs at most {free.formula} = {free.needed} B"
-        )
-        warnings.warn(
-            f"an LM step on all {p} parameters does not fit: {self._strategy_reason}. "
-            "Stepping matrix-free (conjugate gradients on products JᵀJv) from now on "
-            "(pass strategy= to choose)",
-            UserWarning,
-            stacklevel=4,
-        )
+        return self._finish(report, t_begin, loss, terminated=terminated)
 
     def _finish(
         self, report: StepReport, t_begin: float, loss: float, *, terminated: bool
@@ -636,15 +391,7 @@ class LMA:
         all inf (with a ``CovarianceWarning``) when J has rank < P or N ≤ P. For models
         whose P × P matrix fits in memory.
         """
-        if self._robust is not None:
-            raise SolverConfigError(
-                message(
-                    "LMA.covariance gives the least-squares covariance",
-                    f"this LMA minimises the robust loss {self._robust[0]!r}",
-                    "fit with curve_fit(..., loss=...), whose covariance follows SciPy's for "
-                    "robust losses, or build the LMA without robust_loss",
-                )
-            )
+        self._options.check_covariance()
         inputs, targets, slice_size = check_batch(
             inputs, targets, slice_size, dtype=self._replicas.dtype, home=self._replicas.devices
         )
@@ -672,23 +419,22 @@ class LMA:
         ``params_per_step``, ``"param_selection"`` holds the selection's state (the layer
         cursor, the random generator), so a resumed run selects what it would have.
         """
-        state = solver_state(self._rule, self._steps, self._learning_rate, self._scaling)
-        if self._selection is not None:
-            state["param_selection"] = self._selection.state_dict()
-        return state
+        return solver_state(
+            self._rule,
+            self._steps,
+            self._options.learning_rate,
+            self._options.scaling.name,
+            self._selection,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; checks everything before changing anything."""
-        selection = self._selection
-        saved = state.get("param_selection") if isinstance(state, dict) else None
-        if selection is None and self._auto_subsets and saved is not None:
-            # Saved after the planner switched to subsets: resume the same way.
-            selection = ParamSelection.resumed(saved, self._replicas[0].sizes, self._seed)
-        if selection is not None and isinstance(state, dict):
-            state = {k: v for k, v in state.items() if k != "param_selection"}
-        damping_state, steps = checked_state(state, self._rule)
-        if selection is not None:
-            selection.load_state_dict(saved)
-        self._selection = selection
+        self._selection, damping_state, self._steps = restored(
+            state,
+            self._rule,
+            self._selection,
+            resumable=self._options.auto_subsets,
+            sizes=self._replicas[0].sizes,
+            seed=self._seed,
+        )
         self._rule.load_state_dict(damping_state)
-        self._steps = steps

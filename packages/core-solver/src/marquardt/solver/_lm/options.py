@@ -1,18 +1,18 @@
-"""The arguments of ``LMA(...)``, checked before anything is built: `check_options`.
+"""``LMA``'s keywords as a few option objects, checked in one place: `lma_options`.
 
-The damping rule's bounds come from Marquardt (1963) and Nielsen (1999): λ starts at
-``damping_start`` and stays in [``damping_min``, ``damping_max``]; the fixed rule multiplies
-it by ``damping_up`` > 1 on a rejected attempt and by ``damping_down`` < 1 on an accepted
-one. The MINPACK tolerances (Moré 1978) ``ftol`` / ``xtol`` / ``gtol`` are ≥ 0 or None (off).
-Every check raises `SolverConfigError` in the house form and changes nothing.
+``LMA`` keeps cuPyLMA's flat keyword face; `lma_options` turns the keywords into the
+objects the step uses, once, before anything is built: the damping rule (``damping`` and
+``damping_start/up/down/min/max`` make a `NielsenDamping` or a `FixedDamping`, Marquardt
+1963, Nielsen 1999), the `StoppingCriteria` (MINPACK's ftol / xtol / gtol, Moré 1978), the
+`Scaling` of D, the `Acceleration` (Transtrum & Sethna 2012), the parameter `Subsets`,
+and the matrix-free step's `TruncatedCG`. Every check raises `SolverConfigError` in the
+house form and changes nothing; the checks themselves are in ``option_checks.py``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -20,208 +20,131 @@ from torch import nn
 from marquardt.jacobian import PointResidual
 
 from .._backends.base import ArrayBackend
-from .._backends.choice import BACKEND_CHOICES
 from .._errors import SolverConfigError, message
-from .damping import DampingRule, FixedDamping, NielsenDamping
+from .damping import DampingRule
 from .matrix_free import TruncatedCG
-from .scaling import SCALINGS
+from .memory_fit import check_limit
+from .option_checks import (
+    DAMPING_RULES,
+    STRATEGIES,
+    LossFn,
+    ResidualFn,
+    check_callables,
+    check_choices,
+    check_matrix_free_options,
+    check_poor_start_backend,
+    check_poor_start_options,
+    damping_rule,
+    positive_number,
+    stopping_criteria,
+)
+from .points import check_point_residual
+from .robust import check_robust_loss, robust_residual_fn
 from .stopping import StoppingCriteria
+from .subsets import ParamSelection, Selector, check_selection
 
 __all__ = [
     "DAMPING_RULES",
     "STRATEGIES",
+    "Acceleration",
     "LossFn",
     "Options",
     "ResidualFn",
-    "check_matrix_free_options",
-    "check_options",
-    "check_poor_start_options",
+    "Scaling",
+    "Subsets",
+    "check_resolved_backend",
+    "lma_options",
 ]
 
-#: ``residual_fn(outputs, targets)``, or residuals that call the model as a function and
-#: differentiate it by its inputs (``marquardt.jacobian.PointResidual``).
-ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | PointResidual
-LossFn = Callable[..., Any]
 
-#: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
-DAMPING_RULES: tuple[str, ...] = ("fixed", "nielsen")
-#: Names accepted by ``LMA(strategy=...)``.
-STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate", "matrix_free")
+@dataclass(frozen=True)
+class Scaling:
+    """The damping matrix D: ``name`` "marquardt" (diag(JᵀJ)/N, clamped) or "identity",
+    remembered from step to step with decay ``memory`` γ ∈ [0, 1] (0: this step's alone)."""
+
+    name: str = "marquardt"
+    memory: float = 0.0
+
+
+@dataclass(frozen=True)
+class Acceleration:
+    """Transtrum's geodesic acceleration: dropped (or, with ``reject``, the attempt rejected)
+    where 2‖a‖/‖v‖ > ``alpha``; applied from step ``after`` on."""
+
+    alpha: float
+    reject: bool = False
+    after: int = 0
+
+
+@dataclass(frozen=True)
+class Subsets:
+    """Block steps on ``size`` parameters, chosen by ``selection`` ("layer", "random" or a
+    function (step, P) -> indices)."""
+
+    size: int
+    selection: str | Selector = "random"
 
 
 @dataclass(frozen=True)
 class Options:
-    """The checked settings of one ``LMA``: what its constructor keeps besides the model."""
+    """Everything ``LMA`` was asked, checked: what it holds besides the model and its state.
+
+    ``residual_fn`` is the one the engine differentiates (with a robust loss, its IRLS
+    rows); ``robust`` is (loss, f_scale) or None; ``seed`` is the subsets' seed as given
+    (a process group replaces it by rank 0's).
+    """
 
     devices: list[torch.device | str]
+    residual_fn: ResidualFn
+    loss_fn: LossFn | None
     learning_rate: float
     rule: DampingRule
-    scaling: str
+    scaling: Scaling
     attempts: int
     strategy: str
     backend: str | ArrayBackend
     dtype: torch.dtype | None
     stopping: StoppingCriteria
+    jacobian_mode: str
+    robust: tuple[str, float] | None
+    subsets: Subsets | None
+    seed: int | None
+    memory_limit: int | None
+    process_group: object
+    acceleration: Acceleration | None
+    cg: TruncatedCG
 
+    @property
+    def auto_subsets(self) -> bool:
+        """Whether the planner may choose subsets itself (nothing was forced)."""
+        return self.subsets is None and self.strategy == "auto"
 
-def _positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SolverConfigError(
-            message(
-                f"LMA({name}=...) expects a number",
-                f"got {type(value).__name__}",
-                f"pass a float, e.g. {name}=1.0",
-            )
-        )
-    number = float(value)
-    if not math.isfinite(number) or number < 0.0 or (number == 0.0 and not allow_zero):
-        bound = "≥ 0" if allow_zero else "> 0"
-        raise SolverConfigError(
-            message(
-                f"LMA({name}=...) expects a finite number {bound}",
-                f"got {value!r}",
-                f"pass a finite {name} {bound}",
-            )
-        )
-    return number
-
-
-def _check_callables(
-    model: object, devices: object, residual_fn: object, loss_fn: object
-) -> list[torch.device | str]:
-    """The model, the device list and the two functions; returns the devices as a list."""
-    if not isinstance(model, nn.Module):
-        raise SolverConfigError(
-            message(
-                "LMA(model, ...) expects a torch.nn.Module",
-                f"got {type(model).__name__}",
-                "wrap the function in an nn.Module whose parameters are the unknowns",
-            )
-        )
-    if isinstance(devices, (str, torch.device)) or not isinstance(devices, Sequence):
-        raise SolverConfigError(
-            message(
-                "LMA(model, devices, ...) expects a list of devices",
-                f"got {devices!r}",
-                "pass a list, e.g. [torch.device('cpu')] or get_available_gpus()",
-            )
-        )
-    if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
-        raise SolverConfigError(
-            message(
-                "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals "
-                "or a marquardt.jacobian.PointResidual",
-                f"got {type(residual_fn).__name__}",
-                "pass e.g. lambda a, b: a - b",
-            )
-        )
-    if loss_fn is not None and not callable(loss_fn):
-        raise SolverConfigError(
-            message(
-                "LMA(loss_fn=...) expects a callable or None",
-                f"got {type(loss_fn).__name__}",
-                "pass None for the mean squared residual",
-            )
-        )
-    return list(devices)
-
-
-def _damping_rule(
-    damping: object, start: object, up: object, down: object, lo: object, hi: object
-) -> DampingRule:
-    """The damping rule named (or given) by ``damping``, with its bounds checked."""
-    start_ = _positive_number("damping_start", start)
-    lo_ = _positive_number("damping_min", lo)
-    hi_ = _positive_number("damping_max", hi)
-    up_ = _positive_number("damping_up", up)
-    down_ = _positive_number("damping_down", down)
-    if not lo_ <= hi_:
-        raise SolverConfigError(
-            message(
-                "LMA expects damping_min ≤ damping_max",
-                f"got damping_min={lo_:g}, damping_max={hi_:g}",
-                "swap or fix the bounds",
-            )
-        )
-    if not up_ > 1.0 or not down_ < 1.0:
-        raise SolverConfigError(
-            message(
-                "LMA expects damping_up > 1 and damping_down < 1",
-                f"got damping_up={up_:g}, damping_down={down_:g}",
-                "λ must grow on rejection and shrink on acceptance, e.g. 10 and 0.1",
-            )
-        )
-    if isinstance(damping, str):
-        if damping not in DAMPING_RULES:
+    def check_covariance(self) -> None:
+        """Refuse ``LMA.covariance`` (least squares') when a robust loss is minimised."""
+        if self.robust is not None:
             raise SolverConfigError(
                 message(
-                    f"LMA(damping={damping!r}) names a damping rule",
-                    f"the known rules are {DAMPING_RULES}",
-                    "use 'fixed' or 'nielsen', or pass a DampingRule instance",
+                    "LMA.covariance gives the least-squares covariance",
+                    f"this LMA minimises the robust loss {self.robust[0]!r}",
+                    "fit with curve_fit(..., loss=...), whose covariance follows SciPy's for "
+                    "robust losses, or build the LMA without robust_loss",
                 )
             )
-        if damping == "fixed":
-            return FixedDamping(start_, up=up_, down=down_, minimum=lo_, maximum=hi_)
-        return NielsenDamping(start_, minimum=lo_, maximum=hi_)
-    if isinstance(damping, DampingRule):
-        return damping
-    raise SolverConfigError(
-        message(
-            "LMA(damping=...) expects 'fixed', 'nielsen' or a DampingRule",
-            f"got {type(damping).__name__}",
-            "pass damping='fixed'",
-        )
-    )
+
+    def selection(self, sizes: Sequence[int], seed: int | None) -> ParamSelection | None:
+        """The forced parameter selection over tensors of ``sizes`` (None: none forced)."""
+        if self.subsets is None:
+            return None
+        return ParamSelection(self.subsets.size, self.subsets.selection, sizes, seed)
 
 
-def _check_choices(
-    scaling: object, attempts: object, strategy: object, backend: object, dtype: object
-) -> None:
-    """The named choices (scaling, strategy, backend), the attempt count and the dtype."""
-    if scaling not in SCALINGS:
-        raise SolverConfigError(
-            message(
-                f"LMA(scaling={scaling!r}) names a scaling",
-                f"the known ones are {SCALINGS}",
-                "use 'identity' (D = I) or 'marquardt' (D = diag(JᵀJ))",
-            )
-        )
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise SolverConfigError(
-            message(
-                "LMA(attempts=...) expects an integer ≥ 1",
-                f"got {attempts!r}",
-                "pass e.g. attempts=10",
-            )
-        )
-    if strategy not in STRATEGIES:
-        raise SolverConfigError(
-            message(
-                f"LMA(strategy={strategy!r}) names a strategy",
-                f"the known ones are {STRATEGIES}",
-                "use 'auto', 'explicit' (J assembled), 'accumulate' (JᵀJ summed) or "
-                "'matrix_free' (conjugate gradients on JᵀJv, no matrix formed)",
-            )
-        )
-    if isinstance(backend, str) and backend not in BACKEND_CHOICES:
-        raise SolverConfigError(
-            message(
-                f"LMA(backend={backend!r}) names a backend",
-                f"the known ones are {BACKEND_CHOICES}",
-                "use backend='auto'",
-            )
-        )
-    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
-        raise SolverConfigError(
-            message(
-                "LMA(dtype=...) expects a floating torch.dtype or None",
-                f"got {dtype!r}",
-                "pass torch.float32, torch.float64 or None (the parameters' dtype)",
-            )
-        )
+def check_resolved_backend(acceleration: Acceleration | None, backend: ArrayBackend) -> None:
+    """The geodesic acceleration refused on the backend ``backend="auto"`` chose, as it is
+    when cuPyNumeric is named."""
+    check_poor_start_backend(None if acceleration is None else acceleration.alpha, backend)
 
 
-def check_options(
+def lma_options(
     model: nn.Module,
     devices: Sequence[torch.device | str],
     residual_fn: ResidualFn,
@@ -242,148 +165,70 @@ def check_options(
     ftol: float | None,
     xtol: float | None,
     gtol: float | None,
+    jacobian_mode: str,
+    robust_loss: str | None,
+    f_scale: float,
+    params_per_step: int | None,
+    param_selection: str | Selector,
+    seed: int | None,
+    memory_limit: int | None,
+    process_group: object,
+    geodesic: float | None,
+    geodesic_reject: bool,
+    geodesic_after: int,
+    scaling_memory: float,
+    cg: TruncatedCG | None,
 ) -> Options:
-    """Every ``LMA`` argument checked, in the order of the signature; raises before any work."""
-    device_list = _check_callables(model, devices, residual_fn, loss_fn)
-    lr = _positive_number("learning_rate", learning_rate)
-    rule = _damping_rule(damping, damping_start, damping_up, damping_down, damping_min, damping_max)
-    _check_choices(scaling, attempts, strategy, backend, dtype)
-    tolerances = {
-        name: None if value is None else _positive_number(name, value, allow_zero=True)
-        for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol))
-    }
+    """Every ``LMA`` keyword checked (see ``LMA`` for their meaning), as option objects.
+
+    Raises:
+        SolverConfigError: an argument is out of range, of the wrong kind, or cannot be
+            combined with another; raised before anything is built.
+    """
+    device_list = check_callables(model, devices, residual_fn, loss_fn)
+    lr = positive_number("learning_rate", learning_rate)
+    rule = damping_rule(damping, damping_start, damping_up, damping_down, damping_min, damping_max)
+    check_choices(scaling, attempts, strategy, backend, dtype)
+    stopping = stopping_criteria(ftol, xtol, gtol)
+    alpha, memory = check_poor_start_options(
+        geodesic,
+        scaling_memory,
+        geodesic_reject=geodesic_reject,
+        geodesic_after=geodesic_after,
+        scaling=scaling,
+        backend=backend,
+        params_per_step=params_per_step,
+        process_group=process_group,
+    )
+    truncated_cg = check_matrix_free_options(
+        cg, strategy=strategy, params_per_step=params_per_step, geodesic=geodesic
+    )
+    check_point_residual(residual_fn, model, loss_fn=loss_fn, robust_loss=robust_loss)
+    robust = check_robust_loss(robust_loss, f_scale, loss_fn)
+    check_selection(params_per_step, param_selection, seed, gtol)
+    check_limit(memory_limit)
+    if robust is not None and not isinstance(residual_fn, PointResidual):
+        residual_fn = robust_residual_fn(residual_fn, *robust)
     return Options(
         devices=device_list,
+        residual_fn=residual_fn,
+        loss_fn=loss_fn,
         learning_rate=lr,
         rule=rule,
-        scaling=scaling,
+        scaling=Scaling(scaling, memory),
         attempts=attempts,
         strategy=strategy,
         backend=backend,
         dtype=dtype,
-        stopping=StoppingCriteria(**tolerances),
+        stopping=stopping,
+        jacobian_mode=jacobian_mode,
+        robust=robust,
+        subsets=None if params_per_step is None else Subsets(params_per_step, param_selection),
+        seed=seed,
+        memory_limit=memory_limit,
+        process_group=process_group,
+        acceleration=None
+        if alpha is None
+        else Acceleration(alpha, reject=geodesic_reject, after=geodesic_after),
+        cg=truncated_cg,
     )
-
-
-def check_matrix_free_options(
-    cg: object,
-    *,
-    strategy: str,
-    params_per_step: object,
-    geodesic: object,
-) -> TruncatedCG:
-    """``cg`` (None: the defaults) as a ``TruncatedCG``, refused with the options a
-    matrix-free step cannot take (its system is an operator, not a matrix)."""
-    if cg is not None and not isinstance(cg, TruncatedCG):
-        raise SolverConfigError(
-            message(
-                "LMA(cg=...) expects a marquardt.solver.TruncatedCG or None",
-                f"got {type(cg).__name__}",
-                "pass e.g. cg=TruncatedCG(iterations=50, tolerance=1e-4)",
-            )
-        )
-    if cg is not None and strategy in ("explicit", "accumulate"):
-        raise SolverConfigError(
-            message(
-                "LMA(cg=...) sets the conjugate gradients of the matrix-free strategy",
-                f"strategy={strategy!r} factorises a matrix and never uses them",
-                "pass strategy='matrix_free' (or 'auto'), or leave cg unset",
-            )
-        )
-    if strategy == "matrix_free":
-        for name, value in (("params_per_step", params_per_step), ("geodesic", geodesic)):
-            if value is not None:
-                raise SolverConfigError(
-                    message(
-                        f"LMA(strategy='matrix_free', {name}=...) was requested",
-                        f"{name} needs the step's matrix, which a matrix-free step never forms",
-                        f"leave {name} unset, or choose strategy='auto'",
-                    )
-                )
-    return cg if cg is not None else TruncatedCG()
-
-
-def check_poor_start_options(
-    geodesic: object,
-    scaling_memory: object,
-    *,
-    geodesic_reject: object,
-    geodesic_after: object,
-    scaling: str,
-    backend: object,
-    params_per_step: object,
-    process_group: object,
-) -> tuple[float | None, float]:
-    """``geodesic`` (α of the geodesic acceleration, ``_geodesic``; None: off) and
-    ``scaling_memory`` (γ of D_k = max(diag_k, γ·D_{k−1}), ``_scaling``), checked against
-    the options they cannot be combined with; returns them as floats."""
-    alpha = None if geodesic is None else _positive_number("geodesic", geodesic)
-    if not isinstance(geodesic_reject, bool) or (geodesic_reject and alpha is None):
-        raise SolverConfigError(
-            message(
-                "LMA(geodesic_reject=...) expects True or False, with geodesic=α set for True",
-                f"got geodesic_reject={geodesic_reject!r}, geodesic={geodesic!r}",
-                "pass e.g. geodesic=0.75, geodesic_reject=True",
-            )
-        )
-    if (
-        isinstance(geodesic_after, bool)
-        or not isinstance(geodesic_after, int)
-        or geodesic_after < 0
-    ):
-        raise SolverConfigError(
-            message(
-                "LMA(geodesic_after=...) expects an integer ≥ 0 (the step it starts at)",
-                f"got {geodesic_after!r}",
-                "pass e.g. geodesic_after=0 (from the first step)",
-            )
-        )
-    memory = _positive_number("scaling_memory", scaling_memory, allow_zero=True)
-    if memory > 1.0:
-        raise SolverConfigError(
-            message(
-                "LMA(scaling_memory=...) expects a number in [0, 1]",
-                f"got {scaling_memory!r}",
-                "pass 0 (D from this step's Jacobian alone), 1 (MINPACK's running maximum) "
-                "or a decay in between, e.g. 0.5",
-            )
-        )
-    if memory > 0.0 and scaling != "marquardt":
-        raise SolverConfigError(
-            message(
-                "LMA(scaling_memory=...) remembers Marquardt's scaling D = diag(JᵀJ)/N",
-                f"scaling={scaling!r}",
-                "pass scaling='marquardt', or leave scaling_memory=0",
-            )
-        )
-    for name, value in (("geodesic", alpha), ("scaling_memory", memory or None)):
-        if value is None:
-            continue
-        if params_per_step is not None:
-            raise SolverConfigError(
-                message(
-                    f"LMA({name}=...) needs every step on all the parameters",
-                    f"params_per_step={params_per_step!r} steps on subsets, whose columns "
-                    "change from step to step",
-                    f"leave {name} unset with params_per_step",
-                )
-            )
-        if name == "geodesic" and process_group is not None:
-            raise SolverConfigError(
-                message(
-                    "LMA(geodesic=...) evaluates its correction on one process's batch",
-                    f"process_group={process_group!r} shares every step between ranks",
-                    "leave geodesic unset with a process_group",
-                )
-            )
-        if name == "geodesic" and (
-            backend == "cupynumeric" or getattr(backend, "name", None) == "cupynumeric"
-        ):
-            raise SolverConfigError(
-                message(
-                    "LMA(geodesic=...) solves its correction with the torch or NumPy backend",
-                    "backend='cupynumeric'",
-                    "pass backend='torch' (or 'numpy'), or leave geodesic unset",
-                )
-            )
-    return alpha, memory

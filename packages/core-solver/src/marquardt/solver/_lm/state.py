@@ -1,22 +1,26 @@
-"""The solver's saved state: `solver_state` and `checked_state`.
+"""The solver's saved state: `solver_state`, `checked_state` and `restored`.
 
 What carries over from step to step is the damping rule's state (λ, and ν for Nielsen's
 rule, Nielsen 1999) and the step count; the learning rate and scaling are saved for the
 record. The model's parameters are not part of it (``lma.model.state_dict()`` holds them).
 A state is checked whole before anything is restored, so a bad one changes nothing, and
 strictly, as ``torch.nn.Module.load_state_dict`` is: a missing or an unexpected key (a
-misspelt one) at the top level or in the damping rule's state is refused.
+misspelt one) at the top level or in the damping rule's state is refused. With parameter
+subsets, ``"param_selection"`` holds the selection's state (the layer cursor, the random
+generator), so a resumed run selects what it would have.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .._errors import SolverStateError, message
 from .damping import DampingRule
+from .subsets import ParamSelection
 
-__all__ = ["STATE_FORMAT", "STATE_KEYS", "checked_state", "solver_state"]
+__all__ = ["STATE_FORMAT", "STATE_KEYS", "checked_state", "restored", "solver_state"]
 
 STATE_FORMAT = "marquardt.solver.LMA/1"
 #: The keys of a saved state, every one required.
@@ -41,10 +45,14 @@ def _check_keys(where: str, found: object, expected: frozenset[str]) -> None:
 
 
 def solver_state(
-    rule: DampingRule, steps: int, learning_rate: float, scaling: str
+    rule: DampingRule,
+    steps: int,
+    learning_rate: float,
+    scaling: str,
+    selection: ParamSelection | None = None,
 ) -> dict[str, Any]:
     """The dict ``LMA.state_dict`` returns."""
-    return {
+    state: dict[str, Any] = {
         "format": STATE_FORMAT,
         "damping_rule": rule.name,
         "damping_state": dict(rule.state_dict()),
@@ -52,6 +60,47 @@ def solver_state(
         "learning_rate": learning_rate,
         "scaling": scaling,
     }
+    if selection is not None:
+        state["param_selection"] = selection.state_dict()
+    return state
+
+
+def restored(
+    state: object,
+    rule: DampingRule,
+    selection: ParamSelection | None,
+    *,
+    resumable: bool,
+    sizes: Sequence[int],
+    seed: int | None,
+) -> tuple[ParamSelection | None, dict[str, float], int]:
+    """What ``LMA.load_state_dict`` restores, checked whole before anything changes.
+
+    Arguments:
+        state: what ``LMA.state_dict`` returned.
+        rule: the solver's damping rule.
+        selection: the solver's parameter selection (None: it steps on every parameter).
+        resumable: whether a selection saved after the planner switched to subsets is
+            resumed (the planner may choose subsets: nothing was forced).
+        sizes: the sizes of the model's parameter tensors.
+        seed: the random selection's seed.
+
+    Returns:
+        The selection, its state restored; the damping rule's state; the step count.
+
+    Raises:
+        SolverStateError: the state does not fit this solver.
+    """
+    saved = state.get("param_selection") if isinstance(state, dict) else None
+    if selection is None and resumable and saved is not None:
+        # Saved after the planner switched to subsets: resume the same way.
+        selection = ParamSelection.resumed(saved, sizes, seed)
+    if selection is not None and isinstance(state, dict):
+        state = {k: v for k, v in state.items() if k != "param_selection"}
+    damping_state, steps = checked_state(state, rule)
+    if selection is not None:
+        selection.load_state_dict(saved)
+    return selection, damping_state, steps
 
 
 def checked_state(state: object, rule: DampingRule) -> tuple[dict[str, float], int]:

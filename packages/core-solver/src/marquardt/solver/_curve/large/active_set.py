@@ -23,8 +23,9 @@ LM goes on when those cannot finish.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 
@@ -57,13 +58,15 @@ HANDOFF_TRIES = 2
 #: their starts (``benchmarks/bench_nist.py``; docs/algorithm.md, "Poor starts"): a
 #: scaling that remembers its last D at half weight (MINPACK's running maximum, decaying),
 #: and geodesic acceleration (α = 0.75) from the 20th step, so that fits that converge in
-#: fewer steps pay nothing for it.
-CURVE_LMA_OPTIONS: dict[str, object] = {
-    "damping_min": 1e-12,
-    "scaling_memory": 0.5,
-    "geodesic": 0.75,
-    "geodesic_after": 20,
-}
+#: fewer steps pay nothing for it. Read-only: a fit passes its own (``solve(lma_options=...)``).
+CURVE_LMA_OPTIONS: Mapping[str, object] = MappingProxyType(
+    {
+        "damping_min": 1e-12,
+        "scaling_memory": 0.5,
+        "geodesic": 0.75,
+        "geodesic_after": 20,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ def solve(
     slice_size: int | None,
     passes: PointPasses,
     finish: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
+    lma_options: Mapping[str, object] | None = None,
 ) -> Solved:
     """Run LM from ``data.p0`` until it terminates with the KKT conditions met, or the
     step budget is spent (module docstring).
@@ -147,8 +151,10 @@ def solve(
     ``passes`` gives the gradient of the cost for the first-order test at the bounds.
     ``finish(p, free)`` is asked at a point where LM may hand over (``limits.handoff``)
     whether Gauss-Newton finishes from there; when it does not, the same LM goes on (at
-    most ``HANDOFF_TRIES`` such questions per fit).
+    most ``HANDOFF_TRIES`` such questions per fit). ``lma_options``: ``LMA`` keywords over
+    ``CURVE_LMA_OPTIONS``.
     """
+    options = {**CURVE_LMA_OPTIONS, **(lma_options or {})}
     count = data.p0.numel()
     tries = HANDOFF_TRIES if finish is not None else 0
     bounded = Bounds(data.lower, data.upper).active
@@ -170,7 +176,7 @@ def solve(
                 xtol=limits.xtol,
                 gtol=limits.gtol,
                 jacobian_mode="broadcast",
-                **CURVE_LMA_OPTIONS,  # type: ignore[arg-type]
+                **options,  # type: ignore[arg-type]
             )
             terminated = False
             while steps < limits.max_steps and not terminated:

@@ -22,7 +22,7 @@ by forward mode in slices (P is small), on the CPU or a GPU.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,7 @@ def curve_fit_result(
     xtol: float | None = 1e-15,
     gtol: float | None = 1e-15,
     slice_size: int | None = None,
+    lma_options: Mapping[str, object] | None = None,
 ) -> CurveFitResult:
     """Fit ``f(x, *p)`` to ``ydata``; returns a `CurveFitResult` (popt, pcov, rank,
     singular values, steps, report). The sliced engine under `curve_fit` for large
@@ -110,6 +111,8 @@ def curve_fit_result(
     beyond rounding) or after ``max_steps`` (an `OptimizeWarning`; the result
     says so in ``success``). A covariance that cannot be estimated (J of rank < P, or
     N ≤ P without ``absolute_sigma``) is all inf, with a ``CovarianceWarning``.
+    ``lma_options`` are ``LMA`` keywords for its LM runs, over those chosen on the NIST
+    problems (``damping_min``, ``scaling_memory``, ``geodesic``, ``geodesic_after``).
 
     Bad input raises `CurveFitInputError` before any work.
     """
@@ -147,6 +150,7 @@ def curve_fit_result(
         slice_size=slice_size,
         passes=passes,
         finish=finish,
+        lma_options=lma_options,
     )
     done = (
         tried[-1]

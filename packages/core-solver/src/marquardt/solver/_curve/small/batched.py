@@ -26,6 +26,7 @@ single fit and `NielsenDamping` use too.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import Protocol
 
 import torch
 
@@ -47,9 +48,26 @@ from ..._rules import (
     xtol_met,
 )
 from ..._rules import STATUS_MESSAGES as SCIPY_MESSAGES
-from ..batch.model import BatchModel
 
 __all__ = ["CHECK_EVERY", "RUNNING", "STATUS_MESSAGES", "BatchData", "BatchState", "solve_batch"]
+
+
+class BatchModel(Protocol):
+    """What the batched driver asks of a model of M fits (``_curve.batch.model`` builds one
+    from f by ``torch.func``): ``x_per_fit`` says whether x has a leading fit axis."""
+
+    x_per_fit: bool
+
+    def values(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """f for every fit: (M, N)."""
+        ...
+
+    def values_and_jacobian(
+        self, theta: torch.Tensor, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(f, ∂f/∂θ) for every fit: (M, N) and (M, N, P)."""
+        ...
+
 
 #: Iterations between the reads of how many fits still run, on a GPU (a host transfer)
 #: and on the CPU (a plain read, every iteration).

@@ -1,0 +1,356 @@
+"""The checks of ``LMA(...)``'s arguments, one function per group of them.
+
+``options.lma_options`` calls them, in the order of ``LMA``'s signature, and builds the
+option objects from what they return; nothing else checks an ``LMA`` argument.
+
+The damping rule's bounds come from Marquardt (1963) and Nielsen (1999): λ starts at
+``damping_start`` and stays in [``damping_min``, ``damping_max``]; the fixed rule multiplies
+it by ``damping_up`` > 1 on a rejected attempt and by ``damping_down`` < 1 on an accepted
+one. The MINPACK tolerances (Moré 1978) ``ftol`` / ``xtol`` / ``gtol`` are ≥ 0 or None (off).
+Every check raises `SolverConfigError` in the house form and changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from marquardt.jacobian import PointResidual
+
+from .._backends.base import ArrayBackend
+from .._backends.choice import BACKEND_CHOICES
+from .._backends.scaling import SCALINGS
+from .._errors import SolverConfigError, message
+from .damping import DampingRule, FixedDamping, NielsenDamping
+from .matrix_free import TruncatedCG
+from .stopping import StoppingCriteria
+
+__all__ = [
+    "DAMPING_RULES",
+    "STRATEGIES",
+    "LossFn",
+    "ResidualFn",
+    "check_callables",
+    "check_choices",
+    "check_matrix_free_options",
+    "check_poor_start_backend",
+    "check_poor_start_options",
+    "damping_rule",
+    "positive_number",
+    "stopping_criteria",
+]
+
+#: ``residual_fn(outputs, targets)``, or residuals that call the model as a function and
+#: differentiate it by its inputs (``marquardt.jacobian.PointResidual``).
+ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | PointResidual
+LossFn = Callable[..., Any]
+
+#: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
+DAMPING_RULES: tuple[str, ...] = ("fixed", "nielsen")
+#: Names accepted by ``LMA(strategy=...)``.
+STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate", "matrix_free")
+
+
+def positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SolverConfigError(
+            message(
+                f"LMA({name}=...) expects a number",
+                f"got {type(value).__name__}",
+                f"pass a float, e.g. {name}=1.0",
+            )
+        )
+    number = float(value)
+    if not math.isfinite(number) or number < 0.0 or (number == 0.0 and not allow_zero):
+        bound = "≥ 0" if allow_zero else "> 0"
+        raise SolverConfigError(
+            message(
+                f"LMA({name}=...) expects a finite number {bound}",
+                f"got {value!r}",
+                f"pass a finite {name} {bound}",
+            )
+        )
+    return number
+
+
+def check_callables(
+    model: object, devices: object, residual_fn: object, loss_fn: object
+) -> list[torch.device | str]:
+    """The model, the device list and the two functions; returns the devices as a list."""
+    if not isinstance(model, nn.Module):
+        raise SolverConfigError(
+            message(
+                "LMA(model, ...) expects a torch.nn.Module",
+                f"got {type(model).__name__}",
+                "wrap the function in an nn.Module whose parameters are the unknowns",
+            )
+        )
+    if isinstance(devices, (str, torch.device)) or not isinstance(devices, Sequence):
+        raise SolverConfigError(
+            message(
+                "LMA(model, devices, ...) expects a list of devices",
+                f"got {devices!r}",
+                "pass a list, e.g. [torch.device('cpu')] or get_available_gpus()",
+            )
+        )
+    if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
+        raise SolverConfigError(
+            message(
+                "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals "
+                "or a marquardt.jacobian.PointResidual",
+                f"got {type(residual_fn).__name__}",
+                "pass e.g. lambda a, b: a - b",
+            )
+        )
+    if loss_fn is not None and not callable(loss_fn):
+        raise SolverConfigError(
+            message(
+                "LMA(loss_fn=...) expects a callable or None",
+                f"got {type(loss_fn).__name__}",
+                "pass None for the mean squared residual",
+            )
+        )
+    return list(devices)
+
+
+def damping_rule(
+    damping: object, start: object, up: object, down: object, lo: object, hi: object
+) -> DampingRule:
+    """The damping rule named (or given) by ``damping``, with its bounds checked."""
+    start_ = positive_number("damping_start", start)
+    lo_ = positive_number("damping_min", lo)
+    hi_ = positive_number("damping_max", hi)
+    up_ = positive_number("damping_up", up)
+    down_ = positive_number("damping_down", down)
+    if not lo_ <= hi_:
+        raise SolverConfigError(
+            message(
+                "LMA expects damping_min ≤ damping_max",
+                f"got damping_min={lo_:g}, damping_max={hi_:g}",
+                "swap or fix the bounds",
+            )
+        )
+    if not up_ > 1.0 or not down_ < 1.0:
+        raise SolverConfigError(
+            message(
+                "LMA expects damping_up > 1 and damping_down < 1",
+                f"got damping_up={up_:g}, damping_down={down_:g}",
+                "λ must grow on rejection and shrink on acceptance, e.g. 10 and 0.1",
+            )
+        )
+    if isinstance(damping, str):
+        if damping not in DAMPING_RULES:
+            raise SolverConfigError(
+                message(
+                    f"LMA(damping={damping!r}) names a damping rule",
+                    f"the known rules are {DAMPING_RULES}",
+                    "use 'fixed' or 'nielsen', or pass a DampingRule instance",
+                )
+            )
+        if damping == "fixed":
+            return FixedDamping(start_, up=up_, down=down_, minimum=lo_, maximum=hi_)
+        return NielsenDamping(start_, minimum=lo_, maximum=hi_)
+    if isinstance(damping, DampingRule):
+        return damping
+    raise SolverConfigError(
+        message(
+            "LMA(damping=...) expects 'fixed', 'nielsen' or a DampingRule",
+            f"got {type(damping).__name__}",
+            "pass damping='fixed'",
+        )
+    )
+
+
+def check_choices(
+    scaling: object, attempts: object, strategy: object, backend: object, dtype: object
+) -> None:
+    """The named choices (scaling, strategy, backend), the attempt count and the dtype."""
+    if scaling not in SCALINGS:
+        raise SolverConfigError(
+            message(
+                f"LMA(scaling={scaling!r}) names a scaling",
+                f"the known ones are {SCALINGS}",
+                "use 'identity' (D = I) or 'marquardt' (D = diag(JᵀJ))",
+            )
+        )
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise SolverConfigError(
+            message(
+                "LMA(attempts=...) expects an integer ≥ 1",
+                f"got {attempts!r}",
+                "pass e.g. attempts=10",
+            )
+        )
+    if strategy not in STRATEGIES:
+        raise SolverConfigError(
+            message(
+                f"LMA(strategy={strategy!r}) names a strategy",
+                f"the known ones are {STRATEGIES}",
+                "use 'auto', 'explicit' (J assembled), 'accumulate' (JᵀJ summed) or "
+                "'matrix_free' (conjugate gradients on JᵀJv, no matrix formed)",
+            )
+        )
+    if isinstance(backend, str) and backend not in BACKEND_CHOICES:
+        raise SolverConfigError(
+            message(
+                f"LMA(backend={backend!r}) names a backend",
+                f"the known ones are {BACKEND_CHOICES}",
+                "use backend='auto'",
+            )
+        )
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise SolverConfigError(
+            message(
+                "LMA(dtype=...) expects a floating torch.dtype or None",
+                f"got {dtype!r}",
+                "pass torch.float32, torch.float64 or None (the parameters' dtype)",
+            )
+        )
+
+
+def stopping_criteria(ftol: object, xtol: object, gtol: object) -> StoppingCriteria:
+    """The MINPACK tolerances, each ≥ 0 or None (off)."""
+    tolerances = {
+        name: None if value is None else positive_number(name, value, allow_zero=True)
+        for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol))
+    }
+    return StoppingCriteria(**tolerances)
+
+
+def check_matrix_free_options(
+    cg: object,
+    *,
+    strategy: str,
+    params_per_step: object,
+    geodesic: object,
+) -> TruncatedCG:
+    """``cg`` (None: the defaults) as a ``TruncatedCG``, refused with the options a
+    matrix-free step cannot take (its system is an operator, not a matrix)."""
+    if cg is not None and not isinstance(cg, TruncatedCG):
+        raise SolverConfigError(
+            message(
+                "LMA(cg=...) expects a marquardt.solver.TruncatedCG or None",
+                f"got {type(cg).__name__}",
+                "pass e.g. cg=TruncatedCG(iterations=50, tolerance=1e-4)",
+            )
+        )
+    if cg is not None and strategy in ("explicit", "accumulate"):
+        raise SolverConfigError(
+            message(
+                "LMA(cg=...) sets the conjugate gradients of the matrix-free strategy",
+                f"strategy={strategy!r} factorises a matrix and never uses them",
+                "pass strategy='matrix_free' (or 'auto'), or leave cg unset",
+            )
+        )
+    if strategy == "matrix_free":
+        for name, value in (("params_per_step", params_per_step), ("geodesic", geodesic)):
+            if value is not None:
+                raise SolverConfigError(
+                    message(
+                        f"LMA(strategy='matrix_free', {name}=...) was requested",
+                        f"{name} needs the step's matrix, which a matrix-free step never forms",
+                        f"leave {name} unset, or choose strategy='auto'",
+                    )
+                )
+    return cg if cg is not None else TruncatedCG()
+
+
+def check_poor_start_options(
+    geodesic: object,
+    scaling_memory: object,
+    *,
+    geodesic_reject: object,
+    geodesic_after: object,
+    scaling: str,
+    backend: object,
+    params_per_step: object,
+    process_group: object,
+) -> tuple[float | None, float]:
+    """``geodesic`` (α of the geodesic acceleration, `GeodesicAcceleration`; None: off) and
+    ``scaling_memory`` (γ of D_k = max(diag_k, γ·D_{k−1}), `remembered`), checked against
+    the options they cannot be combined with; returns them as floats."""
+    alpha = None if geodesic is None else positive_number("geodesic", geodesic)
+    if not isinstance(geodesic_reject, bool) or (geodesic_reject and alpha is None):
+        raise SolverConfigError(
+            message(
+                "LMA(geodesic_reject=...) expects True or False, with geodesic=α set for True",
+                f"got geodesic_reject={geodesic_reject!r}, geodesic={geodesic!r}",
+                "pass e.g. geodesic=0.75, geodesic_reject=True",
+            )
+        )
+    if (
+        isinstance(geodesic_after, bool)
+        or not isinstance(geodesic_after, int)
+        or geodesic_after < 0
+    ):
+        raise SolverConfigError(
+            message(
+                "LMA(geodesic_after=...) expects an integer ≥ 0 (the step it starts at)",
+                f"got {geodesic_after!r}",
+                "pass e.g. geodesic_after=0 (from the first step)",
+            )
+        )
+    memory = positive_number("scaling_memory", scaling_memory, allow_zero=True)
+    if memory > 1.0:
+        raise SolverConfigError(
+            message(
+                "LMA(scaling_memory=...) expects a number in [0, 1]",
+                f"got {scaling_memory!r}",
+                "pass 0 (D from this step's Jacobian alone), 1 (MINPACK's running maximum) "
+                "or a decay in between, e.g. 0.5",
+            )
+        )
+    if memory > 0.0 and scaling != "marquardt":
+        raise SolverConfigError(
+            message(
+                "LMA(scaling_memory=...) remembers Marquardt's scaling D = diag(JᵀJ)/N",
+                f"scaling={scaling!r}",
+                "pass scaling='marquardt', or leave scaling_memory=0",
+            )
+        )
+    for name, value in (("geodesic", alpha), ("scaling_memory", memory or None)):
+        if value is None:
+            continue
+        if params_per_step is not None:
+            raise SolverConfigError(
+                message(
+                    f"LMA({name}=...) needs every step on all the parameters",
+                    f"params_per_step={params_per_step!r} steps on subsets, whose columns "
+                    "change from step to step",
+                    f"leave {name} unset with params_per_step",
+                )
+            )
+        if name == "geodesic" and process_group is not None:
+            raise SolverConfigError(
+                message(
+                    "LMA(geodesic=...) evaluates its correction on one process's batch",
+                    f"process_group={process_group!r} shares every step between ranks",
+                    "leave geodesic unset with a process_group",
+                )
+            )
+        if name == "geodesic" and (
+            backend == "cupynumeric" or getattr(backend, "name", None) == "cupynumeric"
+        ):
+            raise _geodesic_on_cupynumeric()
+    return alpha, memory
+
+
+def check_poor_start_backend(geodesic: float | None, backend: ArrayBackend) -> None:
+    """The geodesic acceleration refused on the backend ``backend="auto"`` chose, as it is
+    when cuPyNumeric is named."""
+    if geodesic is not None and backend.name == "cupynumeric":
+        raise _geodesic_on_cupynumeric()
+
+
+def _geodesic_on_cupynumeric() -> SolverConfigError:
+    return SolverConfigError(
+        message(
+            "LMA(geodesic=...) solves its correction with the torch or NumPy backend",
+            "backend='cupynumeric'",
+            "pass backend='torch' (or 'numpy'), or leave geodesic unset",
+        )
+    )
