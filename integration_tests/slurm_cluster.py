@@ -28,7 +28,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from marquardt.testing.processes import free_port
 
 # Debian packages providing each program the cluster needs.
 SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
@@ -234,12 +235,6 @@ def stop_pid(pid: int, *, timeout: float = 15.0) -> None:
 # --------------------------------------------------------------------------- configuration
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _node_line(env: Mapping[str, str]) -> str:
     """This machine's node definition, as ``slurmd -C`` measures it."""
     out = _run(["slurmd", "-C"], timeout=30, env=env).stdout
@@ -289,8 +284,8 @@ class SlurmCluster:
             gpu_files.append(str(link))
         node = _node_line(self.env)
         self.node_name = node.split()[0].split("=", 1)[1]
-        self.ctld_port = self.ctld_port or _free_port()
-        self.slurmd_port = self.slurmd_port or _free_port()
+        self.ctld_port = self.ctld_port or free_port()
+        self.slurmd_port = self.slurmd_port or free_port()
         r = self.root
         self.conf.write_text(
             "\n".join(

@@ -11,19 +11,10 @@ from __future__ import annotations
 
 import torch
 from _launched import ReportRank, command_line, sine_data, sine_model
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from marquardt.solver import LMA
+from marquardt.testing.lma import make_lma
 from marquardt.trainer import Callback, TrainConfig, Trainer
-
-
-def residual(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return outputs - targets
-
-
-def make_lma(model: nn.Module, process_group: str | None) -> LMA:
-    return LMA(model, [torch.device("cpu")], residual, process_group=process_group)
 
 
 class ReportParams(Callback):

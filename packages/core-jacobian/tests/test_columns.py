@@ -6,9 +6,9 @@ import pytest
 import torch
 from jacobian_problems import MODES, Problem, make_problem, reference_jacobian
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from marquardt.jacobian import ColumnSubset, JacobianEngine, Replicas
+from marquardt.testing.models import LargestTensor
 
 
 def _subset(params: int, seed: int) -> torch.Tensor:
@@ -58,21 +58,6 @@ def test_columns_are_checked() -> None:
     ]
 
 
-class _Largest(TorchDispatchMode):
-    """Records the largest tensor any operation produces."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 @pytest.mark.parametrize("mode", ["layers", "vmap", "jacfwd"])
 def test_subset_never_forms_the_full_columns(mode: str) -> None:
     """P = 33,537 parameters, k = 64 columns of the first and last layers, 64 samples: a
@@ -95,7 +80,7 @@ def test_subset_never_forms_the_full_columns(mode: str) -> None:
     index = torch.cat([torch.arange(0, 32), torch.arange(params - 33, params - 1)])
     columns = engine.columns(index)
     batch = engine.prepare(x, y, strategy="accumulate", columns=columns)
-    with _Largest() as seen:
+    with LargestTensor() as seen:
         products = engine.normal_products(batch)
     assert products.jtj.shape == (64, 64)
     assert seen.largest <= 10 * 64 * 64, seen.largest

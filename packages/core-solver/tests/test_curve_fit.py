@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 
 import numpy as np
 import pytest
@@ -26,17 +25,12 @@ from marquardt.solver import (
     curve_fit_result,
 )
 from marquardt.solver._curve import active_set as _active_set
+from marquardt.testing.curves import popt_pcov
 
 WEIGHTINGS = ("none", "sigma", "absolute")
 #: Ill-conditioned NIST problems whose optimum float64 pins down to fewer digits.
 HARD = ("mgh09",)
 MGH09_CERTIFIED = [1.9280693458e-01, 1.9128232873e-01, 1.2305650693e-01, 1.3606233068e-01]
-
-
-def _popt_pcov(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(popt, pcov) of the sliced engine (``curve_fit_result``)."""
-    result = curve_fit_result(*args, **kwargs)
-    return result.popt, result.pcov
 
 
 def _fit(name: str, weighting: str, **options: object) -> CurveFitResult:
@@ -81,7 +75,7 @@ def test_mgh09_to_the_digits_float64_holds(weighting: str) -> None:
 
 def test_plain_call_returns_popt_and_pcov() -> None:
     prob = curve_problem("exp_decay")
-    popt, pcov = _popt_pcov(prob.f, prob.x, prob.y, prob.p0)
+    popt, pcov = popt_pcov(prob.f, prob.x, prob.y, prob.p0)
     assert popt.shape == (3,) and pcov.shape == (3, 3)
     assert popt.dtype == torch.float64 and popt.device.type == "cpu"
     torch.testing.assert_close(pcov, pcov.T, rtol=0, atol=0)
@@ -103,11 +97,11 @@ def test_full_output_describes_the_fit() -> None:
 def test_sigma_scale_does_not_change_relative_covariance() -> None:
     """absolute_sigma=False: pcov is invariant to σ → kσ; with True it scales by k²."""
     prob = curve_problem("rational")
-    _, pcov = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma)
-    _, pcov_k = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma)
+    _, pcov = popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma)
+    _, pcov_k = popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma)
     torch.testing.assert_close(pcov_k, pcov, rtol=1e-7, atol=0)
-    _, abs1 = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, absolute_sigma=True)
-    _, abs3 = _popt_pcov(
+    _, abs1 = popt_pcov(prob.f, prob.x, prob.y, prob.p0, sigma=prob.sigma, absolute_sigma=True)
+    _, abs3 = popt_pcov(
         prob.f, prob.x, prob.y, prob.p0, sigma=3.0 * prob.sigma, absolute_sigma=True
     )
     torch.testing.assert_close(abs3, 9.0 * abs1, rtol=1e-7, atol=0)
@@ -247,12 +241,12 @@ def test_as_many_points_as_parameters_gives_inf_unless_absolute() -> None:
         return a + b * x
 
     with pytest.warns(CovarianceWarning, match="N ≤ P"):
-        popt, pcov = _popt_pcov(line, x, y, [0.0, 0.0])
+        popt, pcov = popt_pcov(line, x, y, [0.0, 0.0])
     assert torch.isinf(pcov).all()
     torch.testing.assert_close(popt, torch.tensor([1.0, 2.0], dtype=torch.float64))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        _, pcov_abs = _popt_pcov(line, x, y, [0.0, 0.0], sigma=[1.0, 1.0], absolute_sigma=True)
+        _, pcov_abs = popt_pcov(line, x, y, [0.0, 0.0], sigma=[1.0, 1.0], absolute_sigma=True)
     # (XᵀX)⁻¹ for X = [[1, 0], [1, 1]].
     torch.testing.assert_close(pcov_abs, torch.tensor([[1.0, -1.0], [-1.0, 2.0]]).double())
 
@@ -270,14 +264,14 @@ def test_p0_from_the_signature() -> None:
     def line(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return a + b * x
 
-    popt, _ = _popt_pcov(line, x, 2.0 + 0.5 * x)
+    popt, _ = popt_pcov(line, x, 2.0 + 0.5 * x)
     torch.testing.assert_close(popt, torch.tensor([2.0, 0.5], dtype=torch.float64))
 
 
 def test_float32_fit_lands_near_the_float64_one() -> None:
     prob = curve_problem("exp_decay")
-    popt64, _ = _popt_pcov(prob.f, prob.x, prob.y, prob.p0)
-    popt32, _ = _popt_pcov(prob.f, prob.x, prob.y, prob.p0, dtype=torch.float32)
+    popt64, _ = popt_pcov(prob.f, prob.x, prob.y, prob.p0)
+    popt32, _ = popt_pcov(prob.f, prob.x, prob.y, prob.p0, dtype=torch.float32)
     torch.testing.assert_close(popt32, popt64, rtol=1e-4, atol=0)
 
 
@@ -329,13 +323,13 @@ def test_bad_input_is_refused_before_any_work(
     args: dict[str, object] = dict(f=_line, xdata=X, ydata=Y, p0=[1.0, 1.0])
     args.update(changes)
     with pytest.raises(CurveFitInputError, match=match) as info:
-        _popt_pcov(**args)  # type: ignore[arg-type]
+        popt_pcov(**args)  # type: ignore[arg-type]
     assert "HINT:" in str(info.value)
 
 
 def test_max_steps_must_be_positive() -> None:
     with pytest.raises(CurveFitInputError, match="max_steps"):
-        _popt_pcov(_line, X, Y, [1.0, 1.0], max_steps=0)
+        popt_pcov(_line, X, Y, [1.0, 1.0], max_steps=0)
 
 
 @pytest.mark.gpu
@@ -410,7 +404,7 @@ def test_an_ill_conditioned_fit_takes_the_qr_route(monkeypatch: pytest.MonkeyPat
     def poly(xs: torch.Tensor, *c: torch.Tensor) -> torch.Tensor:
         return sum((ck * xs**k for k, ck in enumerate(c)), torch.zeros_like(xs))
 
-    popt, pcov = _popt_pcov(poly, torch.from_numpy(x), torch.from_numpy(y), [0.0] * 8)
+    popt, pcov = popt_pcov(poly, torch.from_numpy(x), torch.from_numpy(y), [0.0] * 8)
     assert routes, "the QR route was not taken"
     best, *_ = np.linalg.lstsq(vandermonde, y, rcond=None)
     np.testing.assert_allclose(popt.numpy(), best, rtol=1e-7, atol=0)

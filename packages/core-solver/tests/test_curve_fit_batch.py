@@ -21,14 +21,11 @@ import torch
 
 from marquardt.solver import OptimizeWarning, curve_fit, curve_fit_batch
 from marquardt.solver._curve.batch import chunk_fits
+from marquardt.testing.curves import decay
 
 RTOL = 1e-8
 FITS = 12
 X = np.linspace(0.0, 4.0, 40)
-
-
-def decay(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    return a * torch.exp(-b * x) + c
 
 
 def gauss2d(

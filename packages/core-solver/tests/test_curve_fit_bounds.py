@@ -9,7 +9,6 @@ relative and pcov within 1e-6 of √(pcov_ii·pcov_jj), inside and on bounds.
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 import pytest
@@ -19,22 +18,13 @@ from curve_problems import numpy_jacobian, numpy_model
 from marquardt.solver import curve_fit_result
 from marquardt.solver._curve.active_set import AT_BOUND, bound_sides
 from marquardt.solver._curve.bounds import Bounds
+from marquardt.testing.curves import decay, popt_pcov
 
 INF = np.inf
 
 
-def _popt_pcov(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(popt, pcov) of the sliced engine (``curve_fit_result``)."""
-    result = curve_fit_result(*args, **kwargs)
-    return result.popt, result.pcov
-
-
-def _decay(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    return a * torch.exp(-b * x) + c
-
-
 X = np.linspace(0.0, 4.0, 60)
-Y = numpy_model(_decay)(X, 2.5, 1.3, 0.5) + 0.02 * np.random.default_rng(1).standard_normal(60)
+Y = numpy_model(decay)(X, 2.5, 1.3, 0.5) + 0.02 * np.random.default_rng(1).standard_normal(60)
 P0 = [1.0, 0.5, 1.0]
 
 CASES = [
@@ -52,11 +42,11 @@ def _trf(bounds: tuple[list[float], list[float]], p0: list[float]) -> tuple[np.n
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return scipy_curve_fit(  # type: ignore[no-any-return]
-            numpy_model(_decay),
+            numpy_model(decay),
             X,
             Y,
             p0,
-            jac=numpy_jacobian(_decay),
+            jac=numpy_jacobian(decay),
             bounds=bounds,
             method="trf",
             ftol=1e-15,
@@ -73,7 +63,7 @@ def test_bounded_fit_matches_trf(
     p0 = [max(v, lo + 0.1) if np.isfinite(lo) else v for v, lo in zip(P0, bounds[0], strict=True)]
     p0 = [min(v, hi - 0.1) if np.isfinite(hi) else v for v, hi in zip(p0, bounds[1], strict=True)]
     popt_ref, pcov_ref = _trf(bounds, p0)
-    result = curve_fit_result(_decay, X, Y, p0, bounds=bounds)
+    result = curve_fit_result(decay, X, Y, p0, bounds=bounds)
     assert result.success, result.reason
     np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-9, atol=0)
     scale = np.sqrt(np.outer(np.diag(pcov_ref), np.diag(pcov_ref)))
@@ -95,10 +85,10 @@ def test_every_iterate_is_feasible() -> None:
             # One row per parameter vector: p holds scalars, or one value per point when
             # the Jacobian pass gives each point its own copy of the parameters.
             seen.append(torch.stack([v.detach().reshape(-1) for v in p]).T)
-        return _decay(x, *p)
+        return decay(x, *p)
 
     lower, upper = [0.0, 0.0, 0.6], [10.0, 1.2, 2.0]
-    _popt_pcov(watched, X, Y, [1.0, 0.5, 1.0], bounds=(lower, upper))
+    popt_pcov(watched, X, Y, [1.0, 0.5, 1.0], bounds=(lower, upper))
     values = torch.cat(seen)
     assert len(seen) > 10
     assert bool((values >= torch.tensor(lower, dtype=torch.float64)).all())

@@ -16,6 +16,7 @@ from curve_problems import curve_problem, numpy_model
 
 from marquardt.solver import curve_fit_result
 from marquardt.solver._lm.robust import ROBUST_LOSSES
+from marquardt.testing.curves import decay
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,10 +35,6 @@ def _same(gpu: object, cpu: object) -> None:
         assert got.device.type == "cpu" and got.dtype == torch.float64
         scale = float(want.abs().max())
         torch.testing.assert_close(got, want, rtol=RTOL, atol=RTOL * scale)
-
-
-def _decay(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    return a * torch.exp(-b * x) + c
 
 
 def _gaussian(x: torch.Tensor, a: object, mu: object, s: object, c: object) -> torch.Tensor:
@@ -63,9 +60,9 @@ def test_problems_match_cpu(name: str, weighting: str) -> None:
 )
 def test_bounds_match_cpu(bounds: tuple[list[float], list[float]]) -> None:
     x = np.linspace(0.0, 4.0, 60)
-    y = numpy_model(_decay)(x, 2.5, 1.3, 0.5) + 0.02 * np.random.default_rng(1).standard_normal(60)
-    cpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], bounds=bounds)
-    gpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], bounds=bounds, device="cuda")
+    y = numpy_model(decay)(x, 2.5, 1.3, 0.5) + 0.02 * np.random.default_rng(1).standard_normal(60)
+    cpu = curve_fit_result(decay, x, y, [1.0, 0.5, 1.0], bounds=bounds)
+    gpu = curve_fit_result(decay, x, y, [1.0, 0.5, 1.0], bounds=bounds, device="cuda")
     _same(gpu, cpu)
 
 
@@ -73,11 +70,11 @@ def test_bounds_match_cpu(bounds: tuple[list[float], list[float]]) -> None:
 def test_robust_losses_match_cpu(loss: str) -> None:
     rng = np.random.default_rng(3)
     x = np.linspace(0.0, 4.0, 80)
-    y = numpy_model(_decay)(x, 2.5, 1.3, 0.5) + 0.02 * rng.standard_normal(80)
+    y = numpy_model(decay)(x, 2.5, 1.3, 0.5) + 0.02 * rng.standard_normal(80)
     y[::9] += 1.5  # outliers
     kwargs = {"loss": loss, "f_scale": 0.1}
-    cpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], **kwargs)  # type: ignore[arg-type]
-    gpu = curve_fit_result(_decay, x, y, [1.0, 0.5, 1.0], device="cuda", **kwargs)  # type: ignore[arg-type]
+    cpu = curve_fit_result(decay, x, y, [1.0, 0.5, 1.0], **kwargs)  # type: ignore[arg-type]
+    gpu = curve_fit_result(decay, x, y, [1.0, 0.5, 1.0], device="cuda", **kwargs)  # type: ignore[arg-type]
     _same(gpu, cpu)
 
 

@@ -11,7 +11,6 @@ about 3e-8 there: restarted from our optimum it moves less than 1e-9), pcov with
 from __future__ import annotations
 
 import warnings
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,20 +19,10 @@ from curve_problems import numpy_jacobian, numpy_model
 
 from marquardt.solver import curve_fit_result
 from marquardt.solver._lm.robust import ROBUST_LOSSES, rho, robust_rows
-
-
-def _popt_pcov(*args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(popt, pcov) of the sliced engine (``curve_fit_result``)."""
-    result = curve_fit_result(*args, **kwargs)
-    return result.popt, result.pcov
-
-
-def _decay(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    return a * torch.exp(-b * x) + c
-
+from marquardt.testing.curves import decay, popt_pcov
 
 X = np.linspace(0.0, 4.0, 60)
-Y = numpy_model(_decay)(X, 2.5, 1.3, 0.5) + 0.02 * np.random.default_rng(1).standard_normal(60)
+Y = numpy_model(decay)(X, 2.5, 1.3, 0.5) + 0.02 * np.random.default_rng(1).standard_normal(60)
 Y[::7] += 1.5  # outliers
 SIGMA = 0.02 * (1.0 + np.random.default_rng(2).uniform(size=60))
 P0 = [2.0, 1.0, 0.3]
@@ -45,12 +34,12 @@ def _trf(loss: str, f_scale: float, p0: list[float], sigma: np.ndarray | None) -
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return scipy_curve_fit(
-            numpy_model(_decay),
+            numpy_model(decay),
             X,
             Y,
             p0,
             sigma=sigma,
-            jac=numpy_jacobian(_decay),
+            jac=numpy_jacobian(decay),
             method="trf",
             loss=loss,
             f_scale=f_scale,
@@ -66,7 +55,7 @@ def _trf(loss: str, f_scale: float, p0: list[float], sigma: np.ndarray | None) -
 def test_robust_fit_matches_least_squares(loss: str, f_scale: float) -> None:
     sigma = SIGMA if f_scale == 1.0 else None
     popt_ref, pcov_ref = _trf(loss, f_scale, P0, sigma)  # type: ignore[misc]
-    result = curve_fit_result(_decay, X, Y, P0, sigma=sigma, loss=loss, f_scale=f_scale)
+    result = curve_fit_result(decay, X, Y, P0, sigma=sigma, loss=loss, f_scale=f_scale)
     assert result.success, result.reason
     np.testing.assert_allclose(result.popt.numpy(), popt_ref, rtol=1e-7, atol=0)
     restarted, _ = _trf(loss, f_scale, result.popt.tolist(), sigma)  # type: ignore[misc]
@@ -79,8 +68,8 @@ def test_robust_fit_matches_least_squares(loss: str, f_scale: float) -> None:
 
 
 def test_robust_fit_resists_outliers() -> None:
-    plain, _ = _popt_pcov(_decay, X, Y, P0)
-    robust, _ = _popt_pcov(_decay, X, Y, P0, loss="soft_l1", f_scale=0.05)
+    plain, _ = popt_pcov(decay, X, Y, P0)
+    robust, _ = popt_pcov(decay, X, Y, P0, loss="soft_l1", f_scale=0.05)
     truth = torch.tensor([2.5, 1.3, 0.5], dtype=torch.float64)
     assert float((robust - truth).abs().max()) < 0.05 < float((plain - truth).abs().max())
 

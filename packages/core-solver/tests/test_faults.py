@@ -12,6 +12,7 @@ from torch import nn
 
 from marquardt.solver import LMA, ArrayBackend, LinearSystem, Solution
 from marquardt.solver._backends.numpy_backend import NumpyBackend
+from marquardt.testing.models import flat
 
 
 class ScriptedBackend:
@@ -75,10 +76,6 @@ def _lma(backend: ArrayBackend, **kwargs: object) -> tuple[LMA, nn.Module]:
     return lma, model
 
 
-def _flat(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
-
-
 def test_failed_factorisation_is_a_rejected_attempt() -> None:
     backend = ScriptedBackend(["fail", "fail"])
     # The fixed rule makes the λ sequence of the rejections exact: ×10 each.
@@ -111,13 +108,13 @@ def test_indefinite_system_is_rejected_until_damping_dominates() -> None:
 def test_non_finite_step_is_rejected_and_parameters_unchanged() -> None:
     backend = ScriptedBackend([], default="nan")
     lma, model = _lma(backend, attempts=3)
-    before = _flat(model)
+    before = flat(model)
     prob = problem("exponential")
     loss, terminated = lma.step(prob.x, prob.y)
     report = lma.report
     assert report is not None and not report.accepted and not terminated
     assert report.rejections == ["non-finite step"] * 3
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
     assert loss == report.loss_before
 
 
@@ -152,7 +149,7 @@ def test_damping_ceiling_terminates_cleanly(damping: str, attempts: int) -> None
     # fixed: 1e-3 → 1e-2 → 1e-1; nielsen: 1e-3 → 2e-3 → 8e-3 → 6.4e-2 → 1e-1 (clamped).
     backend = ScriptedBackend([], default="fail")
     lma, model = _lma(backend, damping=damping, damping_start=1e-3, damping_max=1e-1)
-    before = _flat(model)
+    before = flat(model)
     prob = problem("exponential")
     loss, terminated = lma.step(prob.x, prob.y)
     report = lma.report
@@ -160,7 +157,7 @@ def test_damping_ceiling_terminates_cleanly(damping: str, attempts: int) -> None
     assert report.termination == "damping_max" and "ceiling" in report.reason
     assert report.attempts == attempts and not report.accepted
     assert lma.damping == pytest.approx(1e-1)
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
     assert loss == pytest.approx(report.loss_before)
 
 
@@ -170,10 +167,10 @@ def test_parameters_are_those_of_the_last_accepted_step() -> None:
     prob = problem("exponential")
     lma.step(prob.x, prob.y)
     assert lma.report is not None and lma.report.accepted
-    accepted = _flat(model)
+    accepted = flat(model)
     lma.step(prob.x, prob.y)
     assert lma.report is not None and not lma.report.accepted
-    assert torch.equal(_flat(model), accepted)
+    assert torch.equal(flat(model), accepted)
 
 
 def test_converged_run_ends_at_rounding_without_moving() -> None:
@@ -189,7 +186,7 @@ def test_converged_run_ends_at_rounding_without_moving() -> None:
         backend="numpy",
     )
     lma.step(prob.x, prob.y)  # lands on the solution
-    solution = _flat(model)
+    solution = flat(model)
     terminated = False
     for _ in range(10):
         _, terminated = lma.step(prob.x, prob.y)
@@ -200,7 +197,7 @@ def test_converged_run_ends_at_rounding_without_moving() -> None:
     # ends after its first attempt instead of climbing to the ceiling.
     assert lma.report.termination == "rounding" and lma.report.attempts == 1
     assert "rounding" in lma.report.reason
-    torch.testing.assert_close(_flat(model), solution, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(flat(model), solution, rtol=1e-12, atol=1e-14)
 
 
 class _DeadParameter(nn.Module):

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from interrupts import interrupt_repeatedly
 
 from marquardt.solver import curve_fit
+from marquardt.testing.interrupts import interrupt_repeatedly
 
 
 def _numpy_model(x: np.ndarray, a: float, b: float, c: float) -> np.ndarray:

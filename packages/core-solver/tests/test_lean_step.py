@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 import torch
-from interrupts import interrupt_repeatedly
 from torch import nn
 
 import marquardt.jacobian._engine as engine_module
 from marquardt.solver import LMA
 from marquardt.solver._lm import attempts as attempts_module
+from marquardt.testing.interrupts import interrupt_repeatedly
 
 
 def _sinc(n: int, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:

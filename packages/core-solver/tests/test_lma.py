@@ -17,17 +17,14 @@ from marquardt.solver import (
     SolverStateError,
     StepReport,
 )
-
-
-def _flat(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+from marquardt.testing.models import flat
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_learning_rate_moves_part_of_the_way(backend: str) -> None:
     prob = problem("linear")
     model = prob.make_model()
-    start = _flat(model)
+    start = flat(model)
     lma = LMA(
         model,
         ["cpu"],
@@ -40,7 +37,7 @@ def test_learning_rate_moves_part_of_the_way(backend: str) -> None:
     )
     lma.step(prob.x, prob.y)
     expected = start + 0.5 * (linear_solution(prob) - start)
-    torch.testing.assert_close(_flat(model), expected, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(flat(model), expected, rtol=1e-8, atol=1e-10)
     report = lma.report
     assert report is not None and report.accepted
     # The prediction includes lr: for a linear model it is exact, so ρ = 1.
@@ -69,7 +66,7 @@ def test_underdetermined_step_interpolates_with_minimum_norm() -> None:
     y = torch.randn(5, 1, generator=g, dtype=torch.float64)
     torch.manual_seed(1)
     model = nn.Linear(10, 1, dtype=torch.float64)
-    start = _flat(model)
+    start = flat(model)
     lma = LMA(model, ["cpu"], residual_fn, damping_start=1e-12, damping_min=1e-13, backend="torch")
     lma.step(x, y)
     report = lma.report
@@ -81,7 +78,7 @@ def test_underdetermined_step_interpolates_with_minimum_norm() -> None:
     with torch.no_grad():
         r = (design @ start.reshape(-1, 1)[[*range(10), 10]] - y).reshape(-1)
     change = torch.linalg.pinv(design) @ (-r)
-    torch.testing.assert_close(_flat(model) - start, change, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(flat(model) - start, change, rtol=1e-6, atol=1e-9)
 
 
 def test_auto_strategy_accumulates_when_overdetermined() -> None:
@@ -123,7 +120,7 @@ def test_custom_loss_decides_acceptance() -> None:
     assert loss == pytest.approx(3.0 * mse, rel=1e-10)
 
     frozen = prob.make_model()
-    before = _flat(frozen)
+    before = flat(frozen)
     stuck = LMA(
         frozen,
         ["cpu"],
@@ -135,7 +132,7 @@ def test_custom_loss_decides_acceptance() -> None:
     stuck.step(prob.x, prob.y)
     assert stuck.report is not None and not stuck.report.accepted
     assert stuck.report.rejections == ["loss did not decrease"] * 3
-    assert torch.equal(_flat(frozen), before)
+    assert torch.equal(flat(frozen), before)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +164,7 @@ def test_state_dict_round_trip() -> None:
     assert other.state_dict() == state
     lma.step(prob.x, prob.y)
     other.step(prob.x, prob.y)
-    torch.testing.assert_close(_flat(twin), _flat(model), rtol=0, atol=0)
+    torch.testing.assert_close(flat(twin), flat(model), rtol=0, atol=0)
     assert other.damping == lma.damping
 
 
@@ -208,12 +205,12 @@ def test_bad_input_fails_before_any_work(label, make, slice_size, text) -> None:
     model = prob.make_model()
     lma = LMA(model, ["cpu"], residual_fn, backend="numpy")
     lma.step(prob.x, prob.y)
-    before, damping, steps, report = _flat(model), lma.damping, lma.steps, lma.report
+    before, damping, steps, report = flat(model), lma.damping, lma.steps, lma.report
     x, y = make(prob.x, prob.y)
     with pytest.raises(SolverInputError, match="HINT") as info:
         lma.step(x, y, slice_size)
     assert text in str(info.value)
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
     assert (lma.damping, lma.steps, lma.report) == (damping, steps, report)
 
 
@@ -238,12 +235,12 @@ BAD_CONFIG = [
 def test_bad_configuration_is_refused(kwargs: dict[str, object], text: str) -> None:
     prob = problem("exponential")
     model = prob.make_model()
-    before = _flat(model)
+    before = flat(model)
     params_before = [p.data_ptr() for p in model.parameters()]
     with pytest.raises(SolverConfigError, match="HINT") as info:
         LMA(model, ["cpu"], residual_fn, **kwargs)  # type: ignore[arg-type]
     assert text in str(info.value)
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
     assert [p.data_ptr() for p in model.parameters()] == params_before
 
 

@@ -27,10 +27,7 @@ from marquardt.jacobian import (
     ResidualShapeError,
 )
 from marquardt.solver import LMA, SolverInputError
-
-
-def _flat(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
+from marquardt.testing.models import flat
 
 
 def _stepped(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = residual_fn) -> LMA:
@@ -42,12 +39,12 @@ def _stepped(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = residual
 
 
 def _state(lma: LMA) -> tuple[torch.Tensor, float, int, object]:
-    return _flat(lma.model), lma.damping, lma.steps, lma.report
+    return flat(lma.model), lma.damping, lma.steps, lma.report
 
 
 def _unchanged(lma: LMA, before: tuple[torch.Tensor, float, int, object]) -> None:
-    flat, damping, steps, report = before
-    assert torch.equal(_flat(lma.model), flat)
+    params, damping, steps, report = before
+    assert torch.equal(flat(lma.model), params)
     assert (lma.damping, lma.steps, lma.report) == (damping, steps, report)
 
 
@@ -121,10 +118,10 @@ def test_bad_residual_fn_fails_before_parameters_move(label, fn, error, found) -
 def test_model_without_trainable_parameters_is_refused() -> None:
     prob = problem("exponential")
     model = prob.make_model().requires_grad_(False)
-    before = _flat(model)
+    before = flat(model)
     with pytest.raises(NoTrainableParametersError, match="HINT"):
         LMA(model, ["cpu"], residual_fn)
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
 
 
 def test_model_on_a_device_not_in_devices_is_refused() -> None:
@@ -164,10 +161,10 @@ def test_devices_held_by_legate_are_refused_before_anything_is_built(
     _fake_split(monkeypatch, gpus=4, legate=3)
     prob = problem("exponential")
     model = prob.make_model()  # on the CPU: the device check must come first
-    before = _flat(model)
+    before = flat(model)
     with pytest.raises(DeviceError, match=r"cuda:1 is held by Legate.*HINT: .*cuda:3"):
         LMA(model, [torch.device("cuda:3"), "cuda:1"], residual_fn)
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
 
 
 def test_cpu_devices_are_never_checked_against_legate(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,4 +189,4 @@ def test_sync_replicas_copies_a_loaded_state_to_every_replica() -> None:
     assert not torch.equal(other, lma._replicas[0].flat)
     lma.sync_replicas()
     assert torch.equal(lma._replicas[1].flat, lma._replicas[0].flat)
-    assert torch.equal(lma._replicas[0].flat, _flat(model))
+    assert torch.equal(lma._replicas[0].flat, flat(model))

@@ -7,14 +7,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from problems import CurveModel, residual_fn, run_to_convergence
+from problems import CurveModel, residual_fn, run_to_convergence, unknowns_first
 
 from marquardt.solver import LMA, SolverConfigError
 from marquardt.solver._lm.robust import rho
+from marquardt.testing.curves import decay
 
-
-def _decay(b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return b[0] * torch.exp(-b[1] * x) + b[2]
+_decay = unknowns_first(decay)  # y = b₁·exp(−b₂x) + b₃ as f(b, x), for CurveModel
 
 
 X = torch.linspace(0.0, 4.0, 60, dtype=torch.float64).unsqueeze(1)

@@ -17,11 +17,11 @@ from pinn_problems import batch as pinn_batch
 from pinn_problems import network as pinn_network
 from pinn_problems import residual as pinn_residual
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from marquardt.jacobian import JacobianEngine, Replicas
 from marquardt.solver import LMA, SolverConfigError, TruncatedCG
 from marquardt.solver._lm.matrix_free import ConjugateGradients, matrix_free_system
+from marquardt.testing.models import LargestTensor
 
 
 def _model(hidden: int = 8, seed: int = 0) -> nn.Module:
@@ -219,21 +219,6 @@ def test_a_rank_deficient_problem_gives_no_nan() -> None:
     torch.testing.assert_close(lma.model.unused.detach(), torch.ones(3, dtype=torch.float64))
 
 
-class _Largest(TorchDispatchMode):
-    """Records the largest tensor any operation produces."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, tuple | list) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.largest = max(self.largest, t.numel())
-        return out
-
-
 def test_no_p_by_p_or_n_by_p_tensor_is_allocated() -> None:
     """P = 4,353, N = 512, slices of 32: a step's largest tensor is a few P-vectors (the
     probes' Jᵀz) or a slice's activations, far below N·P (2.2M) and P² (19M); the explicit
@@ -248,13 +233,13 @@ def test_no_p_by_p_or_n_by_p_tensor_is_allocated() -> None:
     x, y = _data(512)
     free = LMA(model(), ["cpu"], lambda a, b: a - b, strategy="matrix_free")
     params = sum(p.numel() for p in free.model.parameters())
-    with _Largest() as seen:
+    with LargestTensor() as seen:
         free.step(x, y, 32)
     assert free.report is not None and free.report.accepted
     assert params == 4353 and free.report.params == params
     assert seen.largest <= 8 * params, seen.largest
     explicit = LMA(model(), ["cpu"], lambda a, b: a - b, strategy="explicit")
-    with _Largest() as dense:
+    with LargestTensor() as dense:
         explicit.step(x, y, 32)
     assert dense.largest >= 512 * params
 

@@ -26,11 +26,11 @@ import warnings
 
 import pytest
 import torch
-from nist_strd import NAMES, lre, nist_problem
 from torch import nn
 
 from marquardt.solver import LMA, SolverConfigError, curve_fit_result
 from marquardt.solver._curve import active_set as _active_set
+from marquardt.testing.nist import NAMES, lre, nist_problem
 
 #: Fits curve_fit's defaults do not reach, and why (see docs/algorithm.md, "Poor starts").
 KNOWN = {

@@ -7,7 +7,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from marquardt.testing.processes import free_port
 
 SCRIPTS = Path(__file__).parent / "scripts"
 LAUNCH_PREFIXES = ("SLURM_", "TORCHELASTIC_", "LEGATE_", "MARQUARDT_TRAINER_")
@@ -114,13 +115,6 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
-
-
-def free_port() -> int:
-    """A TCP port free on this host now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_srun_tasks(

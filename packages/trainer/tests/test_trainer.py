@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from marquardt.testing.models import flat
 from marquardt.trainer import (
     Callback,
     ConfigError,
@@ -53,10 +54,6 @@ def _full_loss(model: nn.Module) -> float:
     x, y = _data()
     with torch.no_grad():
         return float(nn.functional.mse_loss(model(x), y))
-
-
-def _flat(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
 def _config(tmp_path: Path, **kw: Any) -> TrainConfig:
@@ -140,18 +137,18 @@ def test_gradient_accumulation_equals_the_larger_batch(tmp_path: Path) -> None:
     )
     trainer.fit(_loader(batch_size=8))
     assert trainer.global_step == 16
-    assert torch.allclose(_flat(a), _flat(b), atol=1e-6)
+    assert torch.allclose(flat(a), flat(b), atol=1e-6)
 
 
 def test_grad_clip_bounds_the_step(tmp_path: Path) -> None:
     model = _model()
-    before = _flat(model)
+    before = flat(model)
     Trainer(
         model,
         torch.optim.SGD(model.parameters(), lr=1.0),
         _config(tmp_path, max_iter=0, grad_clip=1e-3),
     ).fit(_loader(batch_size=64))
-    assert float((_flat(model) - before).norm()) <= 1e-3 + 1e-7
+    assert float((flat(model) - before).norm()) <= 1e-3 + 1e-7
 
 
 class Recording(Trainer):
@@ -280,7 +277,7 @@ def test_perceptrain_loss_with_metrics_and_a_criterion_both_work(tmp_path: Path)
         _config(tmp_path / "b"),
         loss_fn=lambda out, target: ((out - target) ** 2).mean(),
     ).fit(_loader())
-    assert torch.allclose(_flat(a), _flat(b), atol=1e-6)
+    assert torch.allclose(flat(a), flat(b), atol=1e-6)
     assert set(first.opt_result.metrics) == {"train_mae", "train_loss"}  # type: ignore[union-attr]
     assert "train_mae" in read_csv(tmp_path / "a" / "metrics.csv")[0]
 
@@ -350,7 +347,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path: Path) -> None:
     assert (trainer.global_step, trainer.current_epoch) == (40, 4)
     assert trainer.config.log_folder == tmp_path / "b"  # resumed in the run's folder
     assert abs(_full_loss(second) - _full_loss(straight)) < 1e-6
-    assert torch.allclose(_flat(second), _flat(straight), atol=1e-6)
+    assert torch.allclose(flat(second), flat(straight), atol=1e-6)
     epochs = [int(r["epoch"]) for r in read_csv(tmp_path / "b" / "metrics.csv")]
     # the CSV continues after the rows of the first fit (which ended with epoch 2 again)
     assert epochs == [1, 2, 2, 3, 4, 4]
@@ -563,11 +560,11 @@ def test_unknown_loss_and_lbfgs_accumulation_are_refused(tmp_path: Path) -> None
 
 def test_empty_loader_is_refused_before_work(tmp_path: Path) -> None:
     model = _model()
-    before = _flat(model)
+    before = flat(model)
     empty = DataLoader(TensorDataset(torch.zeros(0, 1), torch.zeros(0, 1)), batch_size=4)
     with pytest.raises(ConfigError, match="yields no batches"):
         Trainer(model, torch.optim.SGD(model.parameters()), _config(tmp_path)).fit(empty)
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
 
 
 def test_gpu_setups_without_gpus(
@@ -671,14 +668,14 @@ def test_the_lma_chooses_the_lm_loop_and_set_use_grad_false_warns(tmp_path: Path
 def test_lm_checkpoint_does_not_resume_a_gradient_run(tmp_path: Path) -> None:
     model, lma, loader = _lm_setup()
     Trainer(model, lma, _config(tmp_path, max_iter=0, checkpoint_every=1)).fit(loader)
-    before = _flat(model)
+    before = flat(model)
     with pytest.raises(Exception, match="written by the 'lm' loop but this run uses the 'ddp'"):
         Trainer(
             model,
             torch.optim.SGD(model.parameters()),
             _config(tmp_path / "x", resume_from=tmp_path / "checkpoints" / "ckpt_000000002.pt"),
         ).fit(loader)
-    assert torch.equal(_flat(model), before)
+    assert torch.equal(flat(model), before)
 
 
 def test_lm_slice_size_shrinks_to_a_short_last_batch(tmp_path: Path) -> None:

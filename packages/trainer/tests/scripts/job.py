@@ -20,6 +20,7 @@ import torch
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
+from marquardt.testing.lma import make_lma
 from marquardt.trainer import Callback, EarlyStopping, TrainConfig, Trainer
 
 
@@ -52,14 +53,6 @@ def residual(outputs, targets, kill_rank=None, kill_call=None, calls=[0]):  # no
         if calls[0] == kill_call:
             os.kill(os.getpid(), signal.SIGKILL)
     return outputs - targets
-
-
-def make_lma(model, process_group, kill_rank=None, kill_call=None):
-    """The LMA factory: built in each training process, in the process group if there is one."""
-    from marquardt.solver import LMA
-
-    fn = functools.partial(residual, kill_rank=kill_rank, kill_call=kill_call)
-    return LMA(model, [torch.device("cpu")], residual_fn=fn, process_group=process_group)
 
 
 def write_params(trainer, config, writer):
@@ -108,7 +101,9 @@ def main(argv=None):
     model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
     if args.loop == "lm" and (args.lm_factory or args.nprocs > 1):
         kill = args.kill_in_step or (None, None)
-        optimizer = functools.partial(make_lma, kill_rank=kill[0], kill_call=kill[1])
+        # The LMA factory: built in each training process, in the process group if any.
+        fn = functools.partial(residual, kill_rank=kill[0], kill_call=kill[1])
+        optimizer = functools.partial(make_lma, residual_fn=fn)
     elif args.loop == "lm":
         from marquardt.solver import LMA
 

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from marquardt.testing.lma import make_lma
 from marquardt.trainer import NonFiniteLossError, TrainConfig, Trainer
 
 
@@ -50,13 +51,6 @@ def lm_dataset(fault: str) -> TensorDataset:
     if fault == "poison":
         x[17] = 2000.0
     return TensorDataset(x, y)
-
-
-def make_lma(model: nn.Module, process_group: object) -> object:
-    """The LMA of each training process, over the process group when there is one."""
-    from marquardt.solver import LMA
-
-    return LMA(model, ["cpu"], residual_fn=torch.sub, process_group=process_group)
 
 
 def main(argv: list[str] | None = None) -> None:
