@@ -22,7 +22,7 @@ from distributed_worker import CONFIGS, make_model, run_config
 
 from marquardt.solver import LMA, SolverConfigError
 
-WORKER = Path(__file__).resolve().parent / "distributed_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "distributed_worker.py"
 #: The pair's whole run (start-up, 12 configurations × 10 steps, the two fault phases).
 PAIR_TIMEOUT = 240.0
 #: After rank 1's SIGKILL, rank 0 must have exited within this many seconds (its process

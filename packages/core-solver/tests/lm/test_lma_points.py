@@ -25,7 +25,7 @@ from pinn_problems import (
 
 from marquardt.solver import LMA, SolverConfigError
 
-WORKER = Path(__file__).resolve().parent / "pinn_problems.py"
+WORKER = Path(__file__).resolve().parents[1] / "pinn_problems.py"
 
 
 def test_poisson_reaches_1e_4_relative_l2() -> None:

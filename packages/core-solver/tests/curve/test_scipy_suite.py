@@ -28,7 +28,7 @@ def test_scipy_testcurvefit_passes_against_ours() -> None:
     suite = Path(scipy.__file__).parent / "optimize" / "tests" / "test_minpack.py"
     if not suite.exists():
         pytest.skip("SciPy's tests are not installed")
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # where _scipy_suite_plugin.py is
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(here), os.environ.get("PYTHONPATH", "")])
     )

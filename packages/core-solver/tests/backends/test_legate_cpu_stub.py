@@ -17,7 +17,7 @@ from legate_support import build_stub, env_for_legate_cpu, legate_launcher, run_
 
 pytestmark = pytest.mark.legate
 
-WORKER = Path(__file__).parent / "legate_support" / "worker_smoke.py"
+WORKER = Path(__file__).resolve().parents[1] / "legate_support" / "worker_smoke.py"
 TIMEOUT = 240.0
 
 

@@ -29,7 +29,7 @@ from problems import DAMPINGS, MAX_STEPS, PROBLEM_NAMES, STRATEGIES, problem, sc
 
 pytestmark = pytest.mark.legate
 
-WORKER = Path(__file__).parent / "legate_support" / "worker_problems.py"
+WORKER = Path(__file__).resolve().parents[1] / "legate_support" / "worker_problems.py"
 TIMEOUT = 1200.0
 ITERATE_TOLERANCE = 1e-8
 #: Problems whose iterates two float64 LAPACKs cannot reproduce to 1e-8 all the way down.

@@ -18,7 +18,7 @@ from legate_support import legate_launcher, run_json
 
 from marquardt.devices import discover_gpus
 
-WORKER = Path(__file__).parent / "legate_support" / "worker_gpu.py"
+WORKER = Path(__file__).resolve().parents[1] / "legate_support" / "worker_gpu.py"
 TIMEOUT = 900.0
 
 pytestmark = [

@@ -21,7 +21,7 @@ from legate_support import build_stub, env_for_legate_cpu, legate_launcher, run_
 
 pytestmark = pytest.mark.legate
 
-WORKER = Path(__file__).parent / "legate_support" / "worker_backend.py"
+WORKER = Path(__file__).resolve().parents[1] / "legate_support" / "worker_backend.py"
 TIMEOUT = 600.0
 CASES = ("tall_f64", "square_f64", "wide_f64", "tall_f32")
 

@@ -16,7 +16,7 @@ from legate_support import build_stub, env_for_legate_cpu, legate_launcher, run_
 
 pytestmark = pytest.mark.legate
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sinc_lm.py"
+EXAMPLE = Path(__file__).resolve().parents[4] / "examples" / "sinc_lm.py"
 TIMEOUT = 600.0
 STEP = re.compile(r"step\s+(\d+)\s+loss\s+(\S+)")
 EPOCH_MSE = re.compile(r"epoch\s+\d+ full-dataset MSE\s+(\S+)")
