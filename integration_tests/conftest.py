@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from _support import STUB_SOURCE
-from slurm_cluster import SlurmCluster, apt_install, running_cluster
+from slurm_cluster import SlurmCluster, running_cluster
+from slurm_host import apt_install
 
 
 def pytest_configure(config: pytest.Config) -> None:

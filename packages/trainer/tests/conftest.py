@@ -134,3 +134,12 @@ def start_srun_tasks(
         )
         started.append(procs.start(args, cwd=cwd, env=env))
     return started
+
+
+@pytest.fixture
+def restore_use_grad() -> Iterator[None]:
+    """``Trainer.set_use_grad(True)`` again after the test, whatever the test set."""
+    yield
+    from marquardt.trainer import Trainer
+
+    Trainer.set_use_grad(True)
