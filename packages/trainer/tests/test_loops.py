@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from marquardt.testing.models import flat
 from marquardt.trainer import (
     Callback,
     ConfigError,
@@ -215,8 +216,8 @@ def test_a_resumed_run_continues_the_learning_rate_schedule(tmp_path: Path) -> N
         resumed.scheduler.state_dict()["last_epoch"]
         == straight.scheduler.state_dict()["last_epoch"]
     )
-    a = torch.cat([p.detach().reshape(-1) for p in straight.model.parameters()])
-    b = torch.cat([p.detach().reshape(-1) for p in resumed.model.parameters()])
+    a = flat(straight.model)
+    b = flat(resumed.model)
     assert torch.allclose(a, b, atol=1e-7)
     saved = ckpt.read_checkpoint(tmp_path / "b" / "checkpoints" / ckpt.checkpoint_name(12))
     assert saved["scheduler"]["last_epoch"] == 3

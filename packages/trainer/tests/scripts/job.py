@@ -21,6 +21,7 @@ from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.testing.lma import make_lma
+from marquardt.testing.models import flat
 from marquardt.trainer import Callback, EarlyStopping, TrainConfig, Trainer
 
 
@@ -57,9 +58,9 @@ def residual(outputs, targets, kill_rank=None, kill_call=None, calls=[0]):  # no
 
 def write_params(trainer, config, writer):
     """Every rank writes its final parameters to params_<rank>.json (do the ranks agree?)."""
-    flat = torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).tolist()
+    params = flat(trainer.model).tolist()
     with open(f"params_{trainer.accelerator.rank}.json", "w") as handle:
-        json.dump(flat, handle)
+        json.dump(params, handle)
 
 
 def sinc_data(n):
@@ -140,11 +141,11 @@ def main(argv=None):
     if args.out and trainer.state.rank == 0:
         with torch.no_grad():
             loss = nn.functional.mse_loss(model(x), y).item()
-        flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).tolist()
+        params = flat(model).tolist()
         with open(args.out, "w") as handle:
             result = {
                 "loss": loss,
-                "params": flat,
+                "params": params,
                 "step": trainer.global_step,
                 "epoch": trainer.current_epoch,
             }

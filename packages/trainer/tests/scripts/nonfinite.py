@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from marquardt.testing.lma import make_lma
+from marquardt.testing.models import flat
 from marquardt.trainer import NonFiniteLossError, TrainConfig, Trainer
 
 
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     except NonFiniteLossError as exc:
         outcome.update(error=str(exc), step=exc.step, epoch=exc.epoch, batch=exc.batch,
                        last_checkpoint=exc.last_checkpoint)  # fmt: skip
-    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    params = flat(model)
     outcome["finite"] = bool(torch.isfinite(params).all())
     outcome["params"] = params.tolist()
     rank = int(os.environ.get("SLURM_PROCID", "0"))
