@@ -1,8 +1,8 @@
 """curve_fit_result on the NIST StRD nonlinear-regression problems, from both of NIST's starts.
 
-Each of the 54 fits (27 problems × start 1, start 2; ``nist_strd``) runs with curve_fit_result's
-defaults and must reach NIST's certified parameters to a log relative error (LRE, the
-number of correct significant digits, min over the parameters) of at least:
+Each of the 54 fits (27 problems × start 1, start 2; ``marquardt.testing.nist``) runs with
+curve_fit_result's defaults and must reach NIST's certified parameters to a log relative
+error (LRE, the number of correct significant digits, min over the parameters) of at least:
 
 * 6 on the problems NIST grades of lower or average difficulty: well conditioned enough
   that float64 keeps 6 digits after the rounding of the data and of the cost (measured

@@ -23,7 +23,7 @@ from marquardt.testing.processes import free_port
 from marquardt.trainer import Callback, ConfigError, NonFiniteLossError, TrainConfig, Trainer
 from marquardt.trainer._persistence import _files as ckpt
 
-from .conftest import SCRIPTS, Processes, clean_env, start_srun_tasks
+from ..conftest import SCRIPTS, Processes, clean_env, start_srun_tasks
 
 SCRIPT = SCRIPTS / "nonfinite.py"
 BATCHES = 4  # per epoch, one step each (the script's --batches)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import SCRIPTS, Processes, read_json
+from ..conftest import SCRIPTS, Processes, read_json
 
 pytestmark = pytest.mark.multiprocess
 

@@ -25,7 +25,7 @@ from marquardt.trainer import (
 from marquardt.trainer import _disk as disk
 from marquardt.trainer._persistence import _files as ckpt
 
-from .faults import FaultyFiles, chmod_protects, small_disk
+from ..faults import FaultyFiles, chmod_protects, small_disk
 
 
 def _model(hidden: int = 48) -> nn.Module:

@@ -26,7 +26,7 @@ from marquardt.trainer._loss import resolve_loss
 from marquardt.trainer._persistence import _files as ckpt
 from marquardt.trainer.optimize_step import optimize_step
 
-from .conftest import read_csv
+from ..conftest import read_csv
 
 
 def _model() -> nn.Module:

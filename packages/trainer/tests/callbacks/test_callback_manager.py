@@ -24,7 +24,7 @@ from marquardt.trainer import (
     WriteMetrics,
 )
 
-from .conftest import read_csv
+from ..conftest import read_csv
 
 
 class LogsThroughTheManager(Callback):

@@ -24,7 +24,7 @@ from marquardt.trainer import (
 )
 from marquardt.trainer._persistence import _files as ckpt
 
-from .conftest import read_csv
+from ..conftest import read_csv
 
 
 def _fit(tmp_path: Path, tracking: Any, max_iter: int = 4, **kw: Any) -> Trainer:

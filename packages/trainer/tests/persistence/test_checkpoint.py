@@ -22,7 +22,7 @@ from marquardt.trainer import (
 )
 from marquardt.trainer._persistence import _files as ckpt
 
-from .conftest import SCRIPTS, Processes
+from ..conftest import SCRIPTS, Processes
 
 
 def _model(hidden: int = 8) -> nn.Module:
