@@ -90,16 +90,23 @@ def _batch_data(fits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x, y, np.tile([1.0, 0.0, 1.0], (fits, 1))
 
 
-def test_curve_fit_batch_runs_on_the_rules_count_for_its_chunk(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _record_thread_rule(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[int, int]]:
+    """Replace ``module.choose_threads`` by a rule that answers 2 threads; returns the list
+    of the (work, crossover) it is asked."""
     asked: list[tuple[int, int]] = []
 
     def rule(work: int, crossover: int) -> int:
         asked.append((work, crossover))
         return 2
 
-    monkeypatch.setattr(batch_module, "choose_threads", rule)
+    monkeypatch.setattr(module, "choose_threads", rule)
+    return asked
+
+
+def test_curve_fit_batch_runs_on_the_rules_count_for_its_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked = _record_thread_rule(monkeypatch, batch_module)
     seen: list[int] = []
     x, y, p0 = _batch_data(12)
     with torch_threads(1):  # the model check before the fits runs on the caller's count
@@ -133,13 +140,7 @@ def test_curve_fit_batch_refuses_a_thread_count_that_is_not_a_positive_integer(
 def test_the_sliced_engine_runs_on_the_rules_count_for_its_points(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    asked: list[tuple[int, int]] = []
-
-    def rule(work: int, crossover: int) -> int:
-        asked.append((work, crossover))
-        return 2
-
-    monkeypatch.setattr(scipy_edge, "choose_threads", rule)
+    asked = _record_thread_rule(monkeypatch, scipy_edge)
     seen: list[int] = []
     x, y, _ = _batch_data(1)
     with torch_threads(1):
