@@ -76,8 +76,12 @@ def _folder(name: str) -> str:
 
 
 def _install_packages(session: nox.Session, *folders: str, extras: str = "test") -> None:
-    """Install local packages (siblings first) under the test constraints."""
+    """Install local packages (siblings first) under the test constraints; with the ``test``
+    extra also marquardt-testing (the suites' helpers and pytest plugin), which is never
+    published and so comes from its folder."""
     args = [str(ROOT / "packages" / f) for f in folders[:-1]]
+    if "test" in extras.split(","):
+        args.insert(0, str(ROOT / "packages" / "testing"))
     args.append(f"{ROOT / 'packages' / folders[-1]}[{extras}]")
     session.install(*TEST_CONSTRAINTS, *args)
 

@@ -2,7 +2,7 @@
 
 The 27 problems of NIST's Statistical Reference Datasets (https://www.itl.nist.gov/div898/
 strd/nls/; data, starts and certified values read from NIST's files in
-``packages/core-solver/tests/nist_data``, see ``tests/nist_strd.py``), each from NIST's
+``marquardt.testing``'s ``nist_data``, see ``packages/testing``), each from NIST's
 start 1 (far) and start 2 (near): 54 fits, float64 on the CPU.
 
 Sides, run one after the other on each fit:
@@ -34,7 +34,6 @@ import math
 import sys
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import _common as c
@@ -42,9 +41,7 @@ import _registry as registry
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/core-solver/tests"))
-
-import nist_strd
+from marquardt.testing import nist as nist_strd
 
 #: LRE below this is a failed fit.
 FAIL_BELOW = 4.0

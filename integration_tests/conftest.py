@@ -1,8 +1,9 @@
 """Fixtures of the integration tests: a real Slurm, the Legate driver stub, shellcheck.
 
-Markers (``--strict-markers``): ``slurm`` (needs the local Slurm the test run starts),
-``multiprocess`` (several processes, gloo on CPU), ``legate`` (Legate on CPUs through the
-driver stub), ``gpu`` (needs an NVIDIA GPU; only ``nox -s gpu_tests`` selects them).
+Markers (``--strict-markers``; the ``marquardt.testing`` plugin registers them): ``slurm``
+(needs the local Slurm the test run starts), ``multiprocess`` (several processes, gloo on
+CPU), ``legate`` (Legate on CPUs through the driver stub), ``gpu`` (needs an NVIDIA GPU;
+only ``nox -s gpu_tests`` selects them).
 """
 
 from __future__ import annotations
@@ -16,19 +17,12 @@ from pathlib import Path
 import pytest
 
 from _support import STUB_SOURCE
-from slurm_cluster import SlurmCluster, apt_install, running_cluster
-
-MARKERS = {
-    "gpu": "needs an NVIDIA GPU and driver; run by `nox -s gpu_tests`",
-    "legate": "runs Legate/cuPyNumeric in a subprocess (on CPUs through the driver stub)",
-    "multiprocess": "starts several processes (gloo on CPU)",
-    "slurm": "needs the local Slurm started by the integration tests",
-}
+from slurm_cluster import SlurmCluster, running_cluster
+from slurm_host import apt_install
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, text in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {text}")
+    # The markers themselves are registered by marquardt-testing's plugin.
     config.option.strict_markers = True
 
 

@@ -25,10 +25,7 @@ import argparse
 import contextlib
 import json
 import os
-import pwd
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,212 +34,26 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Debian packages providing each program the cluster needs.
-SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
-SLURM_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "srun", "sinfo", "scontrol", "munged")
-MUNGE_PID_FILE = Path("/run/munge/munged.pid")
-MUNGE_KEY = Path("/etc/munge/munge.key")
+from marquardt.testing.processes import free_port
+from slurm_host import (
+    SlurmClusterError,
+    ensure_installed,
+    pid_alive,
+    read_pid,
+    run,
+    start_munge,
+    stop_pid,
+)
+
 # Where the command line keeps a cluster between `start` and `stop`.
 DEFAULT_CLI_DIR = Path(os.environ.get("MARQUARDT_SLURM_DIR", "/tmp/marquardt-slurm"))
 STATE_FILE = "cluster.json"
 FAKE_GPUS = 2
 
 
-class SlurmClusterError(RuntimeError):
-    """The local Slurm cluster could not be installed, started or stopped."""
-
-
-def _run(
-    cmd: Sequence[str],
-    *,
-    timeout: float,
-    env: Mapping[str, str] | None = None,
-    check: bool = True,
-) -> subprocess.CompletedProcess[str]:
-    """Run a command with a timeout; on failure, say what ran and what it printed."""
-    try:
-        proc = subprocess.run(
-            list(cmd),
-            env=dict(env) if env is not None else None,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise SlurmClusterError(
-            f"`{' '.join(cmd)}` did not finish within {timeout:.0f} s.\n"
-            f"stdout: {exc.stdout!r}\nstderr: {exc.stderr!r}"
-        ) from exc
-    if check and proc.returncode != 0:
-        raise SlurmClusterError(
-            f"`{' '.join(cmd)}` exited with {proc.returncode}.\n"
-            f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-        )
-    return proc
-
-
-# --------------------------------------------------------------------------- installation
-
-
-def missing_programs(programs: Sequence[str] = SLURM_PROGRAMS) -> list[str]:
-    """The programs among ``programs`` that are not on PATH (``/usr/sbin`` included)."""
-    path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin:/sbin"
-    return [p for p in programs if shutil.which(p, path=path) is None]
-
-
-_APT_UPDATED = False
-
-
-def apt_install(packages: Sequence[str], *, timeout: float = 900.0) -> None:
-    """``apt-get install`` the packages, quietly and without questions (root only).
-
-    ``apt-get update`` runs once per process: CI machines start with empty package lists.
-    """
-    global _APT_UPDATED
-    if os.geteuid() != 0:
-        raise SlurmClusterError(
-            f"asked to install {', '.join(packages)} but this process is not root "
-            f"(uid {os.geteuid()}). HINT: run `apt-get install -y {' '.join(packages)}` as root "
-            "first, or run the integration tests as root."
-        )
-    if shutil.which("apt-get") is None:
-        raise SlurmClusterError(
-            f"asked to install {', '.join(packages)} but apt-get is not available. HINT: "
-            "install Slurm (slurmctld, slurmd, client tools) and MUNGE with this system's "
-            "package manager."
-        )
-    env = {
-        **os.environ,
-        "DEBIAN_FRONTEND": "noninteractive",
-        "APT_LISTCHANGES_FRONTEND": "none",
-        "NEEDRESTART_MODE": "a",
-    }
-    if not _APT_UPDATED:
-        _run(["apt-get", "update", "-qq"], timeout=timeout, env=env)
-        _APT_UPDATED = True
-    _run(
-        [
-            "apt-get",
-            "install",
-            "-y",
-            "-qq",
-            "--no-install-recommends",
-            "-o",
-            "Dpkg::Options::=--force-confdef",
-            "-o",
-            "Dpkg::Options::=--force-confold",
-            *packages,
-        ],
-        timeout=timeout,
-        env=env,
-    )
-
-
-def ensure_installed() -> bool:
-    """Install Slurm and MUNGE from Debian when any program is missing; True if installed."""
-    if not missing_programs():
-        return False
-    apt_install(SLURM_PACKAGES)
-    still = missing_programs()
-    if still:
-        raise SlurmClusterError(
-            f"installed {', '.join(SLURM_PACKAGES)} but {', '.join(still)} is still not on "
-            "PATH. HINT: check `dpkg -L slurmd slurmctld slurm-client munge`."
-        )
-    return True
-
-
-# --------------------------------------------------------------------------- MUNGE
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _munge_works() -> bool:
-    """Whether a running munged answers (a credential round trip)."""
-    if shutil.which("munge") is None or shutil.which("unmunge") is None:
-        return False
-    try:
-        enc = subprocess.run(["munge", "-n"], capture_output=True, timeout=10, check=False)
-        if enc.returncode != 0:
-            return False
-        dec = subprocess.run(
-            ["unmunge"], input=enc.stdout, capture_output=True, timeout=10, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return False
-    return dec.returncode == 0
-
-
-def start_munge(timeout: float = 20.0) -> int | None:
-    """Start ``munged`` as the munge user unless one already answers; its pid if started."""
-    if _munge_works():
-        return None
-    user = pwd.getpwnam("munge")
-    for folder in (Path("/run/munge"), Path("/var/log/munge"), Path("/var/lib/munge")):
-        folder.mkdir(parents=True, exist_ok=True)
-        os.chown(folder, user.pw_uid, user.pw_gid)
-    if not MUNGE_KEY.exists():
-        # The Debian package creates the key on install; a stripped image may not have it.
-        _run(["runuser", "-u", "munge", "--", "mungekey", "--create"], timeout=30)
-    stale = _read_pid(MUNGE_PID_FILE)
-    if stale is not None and not _pid_alive(stale):
-        MUNGE_PID_FILE.unlink(missing_ok=True)
-    _run(["runuser", "-u", "munge", "--", "munged"], timeout=timeout)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        pid = _read_pid(MUNGE_PID_FILE)
-        if pid is not None and _munge_works():
-            return pid
-        time.sleep(0.1)
-    raise SlurmClusterError(
-        f"started munged but it did not answer within {timeout:.0f} s. "
-        "HINT: see /var/log/munge/munged.log."
-    )
-
-
-def stop_pid(pid: int, *, timeout: float = 15.0) -> None:
-    """SIGTERM a process, then SIGKILL it if it is still alive after ``timeout`` seconds."""
-    if not _pid_alive(pid):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _pid_alive(pid):
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-# --------------------------------------------------------------------------- configuration
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _node_line(env: Mapping[str, str]) -> str:
     """This machine's node definition, as ``slurmd -C`` measures it."""
-    out = _run(["slurmd", "-C"], timeout=30, env=env).stdout
+    out = run(["slurmd", "-C"], timeout=30, env=env).stdout
     for line in out.splitlines():
         if line.startswith("NodeName="):
             return line.strip()
@@ -289,8 +100,8 @@ class SlurmCluster:
             gpu_files.append(str(link))
         node = _node_line(self.env)
         self.node_name = node.split()[0].split("=", 1)[1]
-        self.ctld_port = self.ctld_port or _free_port()
-        self.slurmd_port = self.slurmd_port or _free_port()
+        self.ctld_port = self.ctld_port or free_port()
+        self.slurmd_port = self.slurmd_port or free_port()
         r = self.root
         self.conf.write_text(
             "\n".join(
@@ -350,14 +161,14 @@ class SlurmCluster:
     # --- life cycle
 
     def _pid(self, daemon: str) -> int | None:
-        return _read_pid(self.root / f"{daemon}.pid")
+        return read_pid(self.root / f"{daemon}.pid")
 
     def _daemon_alive(self, daemon: str) -> bool:
         pid = self._pid(daemon)
-        return pid is not None and _pid_alive(pid)
+        return pid is not None and pid_alive(pid)
 
     def node_state(self) -> str:
-        proc = _run(["sinfo", "-h", "-N", "-o", "%T"], timeout=15, env=self.env, check=False)
+        proc = run(["sinfo", "-h", "-N", "-o", "%T"], timeout=15, env=self.env, check=False)
         return proc.stdout.strip() if proc.returncode == 0 else ""
 
     def start(self, *, timeout: float = 60.0) -> None:
@@ -377,8 +188,8 @@ class SlurmCluster:
         self.started = True
         self.save_state()
         try:
-            _run(["slurmctld", "-c"], timeout=30, env=self.env)
-            _run(["slurmd"], timeout=30, env=self.env)
+            run(["slurmctld", "-c"], timeout=30, env=self.env)
+            run(["slurmd"], timeout=30, env=self.env)
             self._wait_idle(timeout)
         except Exception:
             self.stop()
@@ -414,13 +225,13 @@ class SlurmCluster:
     def stop(self, *, timeout: float = 30.0) -> None:
         """Stop slurmd and slurmctld (``scontrol shutdown``), then munged if started here."""
         pids = {d: self._pid(d) for d in ("slurmd", "slurmctld")}
-        if any(p is not None and _pid_alive(p) for p in pids.values()):
-            _run(["scontrol", "shutdown"], timeout=15, env=self.env, check=False)
+        if any(p is not None and pid_alive(p) for p in pids.values()):
+            run(["scontrol", "shutdown"], timeout=15, env=self.env, check=False)
         deadline = time.monotonic() + timeout
         for pid in pids.values():
             if pid is None:
                 continue
-            while _pid_alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             stop_pid(pid, timeout=5)  # only if shutdown did not end it
         if self.munge_pid is not None:
@@ -502,7 +313,7 @@ class SlurmCluster:
             stdout, stderr = proc.communicate()
             job_id = stdout.strip().split(";")[0]
             if job_id:
-                _run(["scancel", job_id], timeout=15, env=self.env, check=False)
+                run(["scancel", job_id], timeout=15, env=self.env, check=False)
             output = Path(out_name).read_text(errors="replace")
             raise SlurmClusterError(
                 f"job {job_id or '?'} from {script} did not end within {timeout:.0f} s and was "
@@ -523,9 +334,7 @@ class SlurmCluster:
 
         ``sbatch --wait`` exits 0 for a job cancelled before it ran, so the state is checked too.
         """
-        proc = _run(
-            ["scontrol", "-o", "show", "job", job_id], timeout=15, env=self.env, check=False
-        )
+        proc = run(["scontrol", "-o", "show", "job", job_id], timeout=15, env=self.env, check=False)
         for item in proc.stdout.split():
             if item.startswith("JobState="):
                 return item.split("=", 1)[1]
@@ -564,9 +373,6 @@ def running_cluster(root: Path | None = None) -> Iterator[SlurmCluster]:
         cluster.stop()
         if owned and not os.environ.get("MARQUARDT_KEEP_SLURM_DIR"):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- command line
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -127,3 +127,20 @@ def test_an_sdist_without_readme_or_licence_fails(
     problems = check_dists.check_sdist(sdist, FOLDER, meta)
     top = f"marquardt_devices-{meta['version']}"
     assert problems == [f"{sdist.name}: {top}/{left_out} is missing"]
+
+
+def test_only_the_published_packages_are_expected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty dist/ lacks the four published packages' files, and nothing of
+    marquardt-testing, which is never published (``nox -s build`` does not build it)."""
+    assert check_dists.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    for name in (
+        "marquardt_devices",
+        "marquardt_jacobian",
+        "marquardt_solver",
+        "marquardt_trainer",
+    ):
+        assert f"{name}-" in out, out
+    assert "marquardt_testing" not in out, out

@@ -191,3 +191,25 @@ def test_a_docstring_naming_a_module_or_a_defined_name_passes(tmp_path: Path) ->
     )
     done = _check_module_refs(tree)
     assert "_fresh.py" not in done.stdout
+
+
+def test_the_test_helpers_imported_by_a_package_fail(tmp_path: Path) -> None:
+    """marquardt-testing comes with the ``test`` extra only: the tests may import it, the
+    package's own modules may not (an install without the extra could not import them)."""
+    tree = _copy_packages(tmp_path)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    shutil.copytree(ROOT / "packages" / "testing", tree / "packages" / "testing", ignore=ignore)
+    for folder in PACKAGES:
+        shutil.copytree(
+            ROOT / "packages" / folder / "tests",
+            tree / "packages" / folder / "tests",
+            ignore=ignore,
+        )
+    done = _check_siblings(tree)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5 packages, 0 problems" in done.stdout
+    module = _module(tree, "core-devices", "_errors.py")
+    module.write_text(module.read_text(encoding="utf-8") + "\nimport marquardt.testing\n")
+    done = _check_siblings(tree)
+    assert done.returncode == 1, done.stdout
+    assert "marquardt-devices imports marquardt.testing, which only its test extra" in done.stdout

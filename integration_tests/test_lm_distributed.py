@@ -10,12 +10,12 @@ ranks end with the same λ and the same Σθ, and the after-step agreement check
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
 from _support import FLOAT, LAUNCH, ROOT, base_env, run
+from marquardt.testing.processes import free_port
 from slurm_cluster import SlurmCluster
 
 EXAMPLE = ROOT / "examples" / "lm_distributed.py"
@@ -23,12 +23,6 @@ STEPS = 15
 # Numbers are matched as numbers (``_support.FLOAT``): the ranks share one stdout.
 _RANK = re.compile(rf"lm-rank: rank (\d+) world (\d+) damping {FLOAT} theta-sum {FLOAT}")
 _SUMMARY = re.compile(rf"lm-summary: world (\d+) steps (\d+) first {FLOAT} last {FLOAT}")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _env(extra: dict[str, str]) -> dict[str, str]:
@@ -51,7 +45,7 @@ def assert_lm_run(output: str, world: int) -> None:
 
 @pytest.mark.multiprocess
 def test_torchrun_recipe_runs_lm_on_two_workers(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     env = _env(
         {
             "NNODES": "1", "NPROC_PER_NODE": "2", "HEAD_NODE": "127.0.0.1",
@@ -72,7 +66,7 @@ def test_torchrun_recipe_runs_lm_on_two_workers(tmp_path: Path) -> None:
 @pytest.mark.multiprocess
 def test_slurm_recipe_runs_lm_on_two_workers(slurm: SlurmCluster, tmp_path: Path) -> None:
     """One node (this cluster has one), one torchrun agent, two CPU workers."""
-    env = _env({"NPROC_PER_NODE": "2", "RDZV_PORT": str(_free_port())})
+    env = _env({"NPROC_PER_NODE": "2", "RDZV_PORT": str(free_port())})
     job = slurm.sbatch(
         LAUNCH / "slurm" / "lm_multi_node.sbatch",
         args=["--time=10", "--mem=4G", "--nodes=1", "--ntasks=1", "--cpus-per-task=2",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
@@ -21,15 +20,10 @@ from _support import (
     start,
     wait_all,
 )
+from marquardt.testing.processes import free_port
 
 pytestmark = pytest.mark.multiprocess
 CPU = {"COMPUTE_SETUP": "cpu", "BACKEND": "gloo"}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_single_node_two_workers_fit(tmp_path: Path) -> None:
@@ -69,7 +63,7 @@ def test_multi_node_two_agents_meet_through_c10d(tmp_path: Path) -> None:
     resolve to, so the head is named explicitly (RDZV_CONF=is_host=1/0), as the recipe's
     notes advise.
     """
-    port = _free_port()
+    port = free_port()
     common = {
         **CPU, "SCRIPT": str(FIT), "NNODES": "2", "GPUS_PER_NODE": "1",
         "HEAD_NODE": _head_address(), "RDZV_PORT": str(port), "RDZV_ID": f"it-{port}",

@@ -1,7 +1,8 @@
 """Check the sdists and wheels that ``nox -s build`` wrote into ``dist/``.
 
 For every package under ``packages/`` there must be an sdist and a wheel of the version its
-``pyproject.toml`` declares, and:
+``pyproject.toml`` declares (but for a package never published, whose classifiers hold
+``Private :: Do Not Upload``: marquardt-testing, which ``nox -s build`` does not build), and:
 
 - the wheel holds ``marquardt/<pkg>/`` and its ``.dist-info/`` only: no tests, no caches,
   no ``marquardt/__init__.py`` (the namespace is PEP 420), nothing beside them; every
@@ -27,6 +28,8 @@ from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "packages"
+#: The classifier of a package that is never published (an index refuses it).
+PRIVATE = "Private :: Do Not Upload"
 #: Path parts that never belong in a distribution.
 CACHE_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".nox"}
 CACHE_SUFFIXES = {".pyc", ".pyo", ".pyd"}
@@ -138,6 +141,8 @@ def main(argv: list[str]) -> int:
     licence = (ROOT / "LICENSE").read_bytes()
     for folder in sorted(p.parent for p in PACKAGES.glob("*/pyproject.toml")):
         project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        if PRIVATE in project.get("classifiers", []):
+            continue
         meta = {
             "name": project["name"],
             "version": project["version"],

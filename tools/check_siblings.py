@@ -11,7 +11,9 @@ For each package, from its ``pyproject.toml`` and the import statements of
   install must import without it);
 - a sibling in ``dependencies`` is imported at module top, never inside a function, so
   the layering is visible where the module starts and a broken install fails at import
-  (imports under ``if TYPE_CHECKING:`` are allowed besides).
+  (imports under ``if TYPE_CHECKING:`` are allowed besides);
+- a sibling that only the ``test`` extra provides (marquardt-testing, the suites' helpers)
+  is imported by the package's ``tests/`` and never by its ``src/``.
 
 The direction of the imports (devices <- jacobian <- solver <- trainer) is import-linter's
 contract in the root pyproject.toml; this script checks the declarations.
@@ -81,6 +83,21 @@ def _imports(tree: ast.Module) -> list[tuple[str, int, str]]:
     return found
 
 
+def _sibling_imports(
+    root: Path, tree_root: Path, modules: dict[str, str], me: str
+) -> list[SiblingImport]:
+    """Every import of another package of this repository in the modules under ``tree_root``."""
+    found: list[SiblingImport] = []
+    for source in sorted(tree_root.rglob("*.py")):
+        tree = ast.parse(source.read_text(encoding="utf-8"), str(source))
+        for module, line, place in _imports(tree):
+            top = ".".join(module.split(".")[:2])
+            if top in modules and modules[top] != me:
+                where = f"{source.relative_to(root)}:{line}"
+                found.append(SiblingImport(modules[top], where, place))
+    return found
+
+
 def check(root: Path) -> list[str]:
     """Every problem of the packages under ``root/packages``."""
     folders = sorted(p.parent for p in (root / "packages").glob("*/pyproject.toml"))
@@ -97,29 +114,41 @@ def check(root: Path) -> list[str]:
     for folder, project in projects.items():
         me = _name(project["name"])
         required = {_name(r) for r in project.get("dependencies", [])} & set(modules.values())
+        optional = project.get("optional-dependencies", {})
         extras = {
             _name(r)
-            for reqs in project.get("optional-dependencies", {}).values()
+            for extra, reqs in optional.items()
+            if extra != "test"
             for r in reqs
             if _name(r) in modules.values()
         }
-        imports: list[SiblingImport] = []
-        for source in sorted((folder / "src" / "marquardt").rglob("*.py")):
-            tree = ast.parse(source.read_text(encoding="utf-8"), str(source))
-            for module, line, place in _imports(tree):
-                top = ".".join(module.split(".")[:2])
-                if top in modules and modules[top] != me:
-                    where = f"{source.relative_to(root)}:{line}"
-                    imports.append(SiblingImport(modules[top], where, place))
+        test_only = (
+            {_name(r) for r in optional.get("test", []) if _name(r) in modules.values()}
+            - required
+            - extras
+        )
+        imports = _sibling_imports(root, folder / "src" / "marquardt", modules, me)
         pyproject = (folder / "pyproject.toml").relative_to(root)
         imported = {i.sibling for i in imports}
+        tested = {i.sibling for i in _sibling_imports(root, folder / "tests", modules, me)}
+        for sibling in sorted(test_only - tested):
+            problems.append(
+                f"{pyproject}: {me} declares {sibling} in its test extra but its tests never "
+                f"import {sibling.replace('-', '.')}. HINT: drop it from {pyproject}, or use it"
+            )
         for sibling in sorted((required | extras) - imported):
             problems.append(
                 f"{pyproject}: {me} declares {sibling} but never imports "
                 f"{sibling.replace('-', '.')}. HINT: drop it from {pyproject}, or use it"
             )
         for i in imports:
-            if i.sibling not in required | extras:
+            if i.sibling in test_only:
+                problems.append(
+                    f"{i.where}: {me} imports {i.sibling.replace('-', '.')}, which only its "
+                    "test extra provides, so an install without that extra cannot import. "
+                    "HINT: keep test helpers in tests/"
+                )
+            elif i.sibling not in required | extras:
                 problems.append(
                     f"{i.where}: {me} imports {i.sibling.replace('-', '.')} without declaring "
                     f"{i.sibling}. HINT: add it to dependencies in {pyproject}"

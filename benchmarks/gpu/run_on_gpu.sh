@@ -154,9 +154,11 @@ if ((${#wheels[@]} == 0)); then
     log "install: no wheels in $WHEELS: the peer will be missing (run benchmarks/gpu/fetch_wheels.sh here and carry that folder)"
 fi
 # Built from a copy, so that the build leaves nothing (build/, *.egg-info) in the tree.
+TESTING_PLUGIN=()
 BUILD="$(mktemp -d "${TMPDIR:-/tmp}/marquardt-build.XXXXXX")"
 sources=()
-for pkg in "${PACKAGES[@]}"; do
+# marquardt-testing: the suites' helpers and pytest plugin (their markers), never published.
+for pkg in "${PACKAGES[@]}" testing; do
     cp -r "packages/$pkg" "$BUILD/$pkg"
     sources+=("$BUILD/$pkg")
 done
@@ -168,9 +170,11 @@ if wanted install && ((LAST_RC != 0)); then
     log "install: falling back to the packages' src folders on PYTHONPATH"
     run_part install-wheels 120 "$PYTHON" -m pip install --no-index --no-deps --no-compile \
         --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}"
-    for pkg in "${PACKAGES[@]}"; do
+    for pkg in "${PACKAGES[@]}" testing; do
         PYTHONPATH="$PWD/packages/$pkg/src${PYTHONPATH:+:$PYTHONPATH}"
     done
+    # Not installed, its pytest plugin has no entry point: name it on every pytest command.
+    TESTING_PLUGIN=(-p marquardt.testing.plugin)
 fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 
@@ -181,7 +185,7 @@ run_part devices-plan 60 "$PYTHON" -m marquardt.devices --params 49921 --batch 1
 
 # -- the gpu-marked tests, one pytest per package (each has its own pytest settings) -------------
 # -p no:benchmark: pytest-benchmark, where installed, warns under xdist, and our warnings are errors.
-pytest_args=(-p no:cacheprovider -p no:benchmark -ra)
+pytest_args=(-p no:cacheprovider -p no:benchmark -ra "${TESTING_PLUGIN[@]}")
 if "$PYTHON" -c "import pytest_timeout" >/dev/null 2>&1; then
     pytest_args+=(--timeout 120)
 fi

@@ -18,6 +18,7 @@ from _launched import command_line, sine_data
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
+from marquardt.testing.models import flat
 from marquardt.trainer import NonFiniteLossError, TrainConfig, Trainer
 from marquardt.trainer.optimize_step import optimize_step
 
@@ -70,7 +71,7 @@ def main() -> None:
             flush=True,
         )
         raise
-    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    params = flat(model)
     print(
         f"fault-finished: rank {trainer.state.rank} epoch {trainer.current_epoch} "
         f"finite {bool(torch.isfinite(params).all())} sum {float(params.sum())!r}",

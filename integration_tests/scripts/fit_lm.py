@@ -11,19 +11,11 @@ from __future__ import annotations
 
 import torch
 from _launched import ReportRank, command_line, sine_data, sine_model
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from marquardt.solver import LMA
+from marquardt.testing.lma import make_lma
+from marquardt.testing.models import flat
 from marquardt.trainer import Callback, TrainConfig, Trainer
-
-
-def residual(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return outputs - targets
-
-
-def make_lma(model: nn.Module, process_group: str | None) -> LMA:
-    return LMA(model, [torch.device("cpu")], residual, process_group=process_group)
 
 
 class ReportParams(Callback):
@@ -33,10 +25,10 @@ class ReportParams(Callback):
         super().__init__(on="train_end")
 
     def run_callback(self, trainer: Trainer, config: object, writer: object) -> None:
-        flat = torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()])
+        params = flat(trainer.model)
         print(
-            f"lm-params: rank {trainer.state.rank} sum {float(flat.sum())!r} "
-            f"norm {float(flat.norm())!r}",
+            f"lm-params: rank {trainer.state.rank} sum {float(params.sum())!r} "
+            f"norm {float(params.norm())!r}",
             flush=True,
         )
 

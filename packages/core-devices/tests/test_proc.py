@@ -19,15 +19,11 @@ from marquardt.devices._proc import (
     same_process,
     user_name,
 )
+from marquardt.testing.processes import unused_pid
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/stat").exists(), reason="reads /proc, which only Linux has"
 )
-
-
-def unused_pid() -> int:
-    """A PID no process can have: above the kernel's largest."""
-    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
 
 
 def stat(pid: int, ppid: int, session: int) -> ProcessStat:

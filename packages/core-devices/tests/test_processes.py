@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,10 +11,7 @@ import pytest
 from marquardt.devices import NvmlError
 from marquardt.devices._proc import user_name
 from marquardt.devices._processes import gpu_processes
-
-
-def unused_pid() -> int:
-    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+from marquardt.testing.processes import unused_pid
 
 
 def test_processes_per_gpu_with_owner_command_and_orphans(

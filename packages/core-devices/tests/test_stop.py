@@ -17,10 +17,7 @@ from marquardt.devices._errors import CleanupError
 from marquardt.devices._proc import PROC, read_process
 from marquardt.devices._processes import ProcessSurvey
 from marquardt.devices._stop import _Handle, stop_orphans, stop_processes
-
-
-def unused_pid() -> int:
-    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+from marquardt.testing.processes import unused_pid
 
 
 def on_gpu(fake_nvml: Any, kit: Any, *pids: int) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from interrupts import interrupt_repeatedly
 from torch import nn
 
 from marquardt.jacobian import JacobianEngine, Replicas
+from marquardt.testing.interrupts import interrupt_repeatedly
 
 
 def _engine(devices: list[str]) -> tuple[JacobianEngine, torch.Tensor, torch.Tensor]:

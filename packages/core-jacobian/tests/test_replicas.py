@@ -8,6 +8,7 @@ from jacobian_problems import make_problem
 from torch import nn
 
 from marquardt.jacobian import DeviceMismatchError, NoTrainableParametersError, Replicas
+from marquardt.testing.models import flat
 
 
 def test_flat_vector_excludes_frozen_and_keeps_buffers() -> None:
@@ -32,7 +33,7 @@ def test_add_backup_restore_apply_to_every_replica() -> None:
     expected = before - 0.5 * delta.double()
     for i in range(len(replicas)):
         torch.testing.assert_close(replicas[i].flat, expected)
-        module_flat = torch.cat([p.detach().reshape(-1) for p in replicas[i].module.parameters()])
+        module_flat = flat(replicas[i].module)
         torch.testing.assert_close(module_flat, expected)
     replicas.restore()
     for i in range(len(replicas)):

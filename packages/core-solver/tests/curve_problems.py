@@ -19,6 +19,9 @@ import numpy as np
 import torch
 from problems import MGH09_X, MGH09_Y, MISRA1A_X, MISRA1A_Y
 
+from marquardt.testing.curves import decay
+from marquardt.testing.nist import nist_problem
+
 Model = Callable[..., torch.Tensor]
 
 
@@ -68,10 +71,6 @@ def _make(
     return CurveProblem(name, f, x, y, p0, sigma)
 
 
-def _exp_decay(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    return a * torch.exp(-b * x) + c
-
-
 def _two_exp(x: torch.Tensor, a: Any, b: Any, c: Any, d: Any) -> torch.Tensor:
     return a * torch.exp(-b * x) + c * torch.exp(-d * x)
 
@@ -104,14 +103,6 @@ def _lorentzian(x: torch.Tensor, a: Any, x0: Any, w: Any, c: Any) -> torch.Tenso
     return a / (1.0 + ((x - x0) / w) ** 2) + c
 
 
-def _misra1a(x: torch.Tensor, b1: Any, b2: Any) -> torch.Tensor:
-    return b1 * (1.0 - torch.exp(-b2 * x))
-
-
-def _mgh09(x: torch.Tensor, b1: Any, b2: Any, b3: Any, b4: Any) -> torch.Tensor:
-    return b1 * (x**2 + x * b2) / (x**2 + x * b3 + b4)
-
-
 def _nist(name: str, f: Model, xs: list[float], ys: list[float], p0: list[float]) -> CurveProblem:
     x = np.asarray(xs)
     sigma = 0.5 + 0.5 * np.abs(np.sin(np.arange(x.size)))
@@ -122,9 +113,7 @@ def _nist(name: str, f: Model, xs: list[float], ys: list[float], p0: list[float]
 def curve_problems() -> tuple[CurveProblem, ...]:
     grid = np.random.default_rng(7).uniform(-2.0, 2.0, (2, 150))
     return (
-        _make(
-            "exp_decay", _exp_decay, np.linspace(0, 4, 50), [2.5, 1.3, 0.5], [1, 0.5, 0], 0.02, 1
-        ),
+        _make("exp_decay", decay, np.linspace(0, 4, 50), [2.5, 1.3, 0.5], [1, 0.5, 0], 0.02, 1),
         _make(
             "two_exp",
             _two_exp,
@@ -165,8 +154,8 @@ def curve_problems() -> tuple[CurveProblem, ...]:
             0.05,
             9,
         ),
-        _nist("misra1a", _misra1a, MISRA1A_X, MISRA1A_Y, [250.0, 5e-4]),
-        _nist("mgh09", _mgh09, MGH09_X, MGH09_Y, [0.25, 0.39, 0.415, 0.39]),
+        _nist("misra1a", nist_problem("Misra1a").f, MISRA1A_X, MISRA1A_Y, [250.0, 5e-4]),
+        _nist("mgh09", nist_problem("MGH09").f, MGH09_X, MGH09_Y, [0.25, 0.39, 0.415, 0.39]),
     )
 
 

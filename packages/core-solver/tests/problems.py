@@ -10,7 +10,7 @@ point, and where published, certified values. Everything is float64.
 * ``exponential``: y = b₁·exp(−b₂x) + b₃ with noise.
 * ``rational``: y = (b₁ + b₂x) / (1 + b₃x) with noise.
 * NIST StRD nonlinear regression problems (https://www.itl.nist.gov/div898/strd/nls/),
-  with NIST's data and certified values (read by ``nist_strd``): ``misra1a`` (lower
+  with NIST's data and certified values (``marquardt.testing.nist``): ``misra1a`` (lower
   difficulty) and ``mgh09`` (Kowalik-Osborne, higher difficulty) from start 1, ``mgh10``
   (Meyer, higher difficulty) from start 2 (start 1 is reached by no solver here, nor by
   MINPACK; see ``test_nist_strd``).
@@ -24,11 +24,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
-from nist_strd import nist_problem
 from torch import nn
+
+from marquardt.testing.nist import nist_problem
 
 Curve = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -125,20 +127,16 @@ def _noisy(f: Curve, truth: list[float], x: torch.Tensor, seed: int) -> torch.Te
     return clean + 0.01 * torch.randn(clean.shape, generator=g, dtype=torch.float64)
 
 
-def _misra1a(b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return b[0] * (1.0 - torch.exp(-b[1] * x))
-
-
-def _mgh09(b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return b[0] * (x**2 + x * b[1]) / (x**2 + x * b[2] + b[3])
-
-
-def _mgh10(b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    return b[0] * torch.exp(b[1] / (x + b[2]))
-
-
-# NIST StRD data, read from NIST's files (``nist_strd``, which holds all 27 problems).
+# NIST StRD problems: models, data and certified values from ``marquardt.testing.nist``
+# (which holds all 27), the model called here as f(b, x).
 _MISRA1A, _MGH09, _MGH10 = (nist_problem(n) for n in ("Misra1a", "MGH09", "MGH10"))
+
+
+def unknowns_first(f: Callable[..., torch.Tensor]) -> Curve:
+    """A NIST model f(x, b₁, …, b_k) as f(b, x), b one vector."""
+    return lambda b, x: f(x, *b.unbind())
+
+
 MISRA1A_X: list[float] = _MISRA1A.x.tolist()
 MISRA1A_Y: list[float] = _MISRA1A.y.tolist()
 MGH09_X: list[float] = _MGH09.x.tolist()
@@ -178,7 +176,7 @@ def all_problems() -> tuple[Problem, ...]:
         ),
         _curve(
             "misra1a",
-            _misra1a,
+            unknowns_first(_MISRA1A.f),
             list(_MISRA1A.starts[0]),
             _column(MISRA1A_X),
             _column(MISRA1A_Y),
@@ -187,7 +185,7 @@ def all_problems() -> tuple[Problem, ...]:
         ),
         _curve(
             "mgh09",
-            _mgh09,
+            unknowns_first(_MGH09.f),
             list(_MGH09.starts[0]),
             _column(MGH09_X),
             _column(MGH09_Y),
@@ -196,7 +194,7 @@ def all_problems() -> tuple[Problem, ...]:
         ),
         _curve(
             "mgh10",
-            _mgh10,
+            unknowns_first(_MGH10.f),
             list(_MGH10.starts[1]),
             _column(MGH10_X),
             _column(MGH10_Y),
@@ -272,6 +270,24 @@ SUITE_OPTIONS: dict[str, object] = {
 MAX_STEPS = 1500
 
 
+def suite_lma(
+    prob: Problem, model: nn.Module, *, backend: str, damping: str, strategy: str, **options: object
+) -> Any:
+    """The LMA of the suite over ``model`` (``prob``'s, at its start) on the CPU: the suite's
+    settings, then the problem's own, then ``options``."""
+    from marquardt.solver import LMA
+
+    return LMA(
+        model,
+        [torch.device("cpu")],
+        residual_fn,
+        damping=damping,
+        strategy=strategy,
+        backend=backend,
+        **{**SUITE_OPTIONS, **prob.options, **options},  # type: ignore[arg-type]
+    )
+
+
 def solve_problem(
     name: str, *, backend: str, damping: str, strategy: str, **options: object
 ) -> tuple[object, Problem, nn.Module, int]:
@@ -279,20 +295,9 @@ def solve_problem(
 
     Returns (lma, problem, model, steps).
     """
-    from marquardt.solver import LMA
-
     prob = problem(name)
     model = prob.make_model()
-    settings = {**SUITE_OPTIONS, **prob.options, **options}
-    lma = LMA(
-        model,
-        [torch.device("cpu")],
-        residual_fn,
-        damping=damping,
-        strategy=strategy,
-        backend=backend,
-        **settings,  # type: ignore[arg-type]
-    )
+    lma = suite_lma(prob, model, backend=backend, damping=damping, strategy=strategy, **options)
     steps = run_to_convergence(lma, prob, MAX_STEPS)
     return lma, prob, model, steps
 

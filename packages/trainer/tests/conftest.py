@@ -7,7 +7,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from marquardt.testing.processes import free_port
 
 SCRIPTS = Path(__file__).parent / "scripts"
 LAUNCH_PREFIXES = ("SLURM_", "TORCHELASTIC_", "LEGATE_", "MARQUARDT_TRAINER_")
@@ -116,13 +117,6 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def free_port() -> int:
-    """A TCP port free on this host now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_srun_tasks(
     procs: Processes, args: list[str], cwd: Path, **slurm: str
 ) -> list[subprocess.Popen[str]]:
@@ -140,3 +134,12 @@ def start_srun_tasks(
         )
         started.append(procs.start(args, cwd=cwd, env=env))
     return started
+
+
+@pytest.fixture
+def restore_use_grad() -> Iterator[None]:
+    """``Trainer.set_use_grad(True)`` again after the test, whatever the test set."""
+    yield
+    from marquardt.trainer import Trainer
+
+    Trainer.set_use_grad(True)

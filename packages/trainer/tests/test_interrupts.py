@@ -15,10 +15,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from marquardt.testing.interrupts import interrupt_repeatedly
 from marquardt.trainer import TrainConfig, Trainer
 from marquardt.trainer._persistence import _files as ckpt
-
-from .interrupts import interrupt_repeatedly
 
 TRIALS = 30
 

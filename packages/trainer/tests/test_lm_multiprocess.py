@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from marquardt.testing.processes import free_port
 from marquardt.trainer._persistence import _files as ckpt
 
-from .conftest import SCRIPTS, Processes, free_port, read_json
+from .conftest import SCRIPTS, Processes, read_json
 
 pytestmark = pytest.mark.multiprocess
 

@@ -13,13 +13,13 @@ import pytest
 import torch
 from torch import nn
 
+from marquardt.testing.processes import free_port
 from marquardt.trainer._persistence import _files as ckpt
 
 from .conftest import (
     SCRIPTS,
     Processes,
     clean_env,
-    free_port,
     read_csv,
     read_json,
     start_srun_tasks,

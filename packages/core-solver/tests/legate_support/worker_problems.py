@@ -24,27 +24,17 @@ from problems import (
     MAX_STEPS,
     PROBLEM_NAMES,
     STRATEGIES,
-    SUITE_OPTIONS,
     problem,
-    residual_fn,
+    suite_lma,
 )
 
 from legate_support import emit
-from marquardt.solver import LMA
 
 
 def _trajectory(name: str, backend: str, damping: str, strategy: str) -> dict[str, Any]:
     prob = problem(name)
     model = prob.make_model()
-    lma = LMA(
-        model,
-        [torch.device("cpu")],
-        residual_fn,
-        damping=damping,
-        strategy=strategy,
-        backend=backend,
-        **{**SUITE_OPTIONS, **prob.options},  # type: ignore[arg-type]
-    )
+    lma = suite_lma(prob, model, backend=backend, damping=damping, strategy=strategy)
     iterates = [prob.params(model).tolist()]
     steps = 0
     for steps in range(1, MAX_STEPS + 1):  # noqa: B007

@@ -20,6 +20,8 @@ import torch
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
+from marquardt.testing.lma import make_lma
+from marquardt.testing.models import flat
 from marquardt.trainer import Callback, EarlyStopping, TrainConfig, Trainer
 
 
@@ -54,19 +56,11 @@ def residual(outputs, targets, kill_rank=None, kill_call=None, calls=[0]):  # no
     return outputs - targets
 
 
-def make_lma(model, process_group, kill_rank=None, kill_call=None):
-    """The LMA factory: built in each training process, in the process group if there is one."""
-    from marquardt.solver import LMA
-
-    fn = functools.partial(residual, kill_rank=kill_rank, kill_call=kill_call)
-    return LMA(model, [torch.device("cpu")], residual_fn=fn, process_group=process_group)
-
-
 def write_params(trainer, config, writer):
     """Every rank writes its final parameters to params_<rank>.json (do the ranks agree?)."""
-    flat = torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).tolist()
+    params = flat(trainer.model).tolist()
     with open(f"params_{trainer.accelerator.rank}.json", "w") as handle:
-        json.dump(flat, handle)
+        json.dump(params, handle)
 
 
 def sinc_data(n):
@@ -108,7 +102,9 @@ def main(argv=None):
     model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
     if args.loop == "lm" and (args.lm_factory or args.nprocs > 1):
         kill = args.kill_in_step or (None, None)
-        optimizer = functools.partial(make_lma, kill_rank=kill[0], kill_call=kill[1])
+        # The LMA factory: built in each training process, in the process group if any.
+        fn = functools.partial(residual, kill_rank=kill[0], kill_call=kill[1])
+        optimizer = functools.partial(make_lma, residual_fn=fn)
     elif args.loop == "lm":
         from marquardt.solver import LMA
 
@@ -145,11 +141,11 @@ def main(argv=None):
     if args.out and trainer.state.rank == 0:
         with torch.no_grad():
             loss = nn.functional.mse_loss(model(x), y).item()
-        flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).tolist()
+        params = flat(model).tolist()
         with open(args.out, "w") as handle:
             result = {
                 "loss": loss,
-                "params": flat,
+                "params": params,
                 "step": trainer.global_step,
                 "epoch": trainer.current_epoch,
             }

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
+from marquardt.testing.lma import make_lma
+from marquardt.testing.models import flat
 from marquardt.trainer import NonFiniteLossError, TrainConfig, Trainer
 
 
@@ -50,13 +52,6 @@ def lm_dataset(fault: str) -> TensorDataset:
     if fault == "poison":
         x[17] = 2000.0
     return TensorDataset(x, y)
-
-
-def make_lma(model: nn.Module, process_group: object) -> object:
-    """The LMA of each training process, over the process group when there is one."""
-    from marquardt.solver import LMA
-
-    return LMA(model, ["cpu"], residual_fn=torch.sub, process_group=process_group)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     except NonFiniteLossError as exc:
         outcome.update(error=str(exc), step=exc.step, epoch=exc.epoch, batch=exc.batch,
                        last_checkpoint=exc.last_checkpoint)  # fmt: skip
-    params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    params = flat(model)
     outcome["finite"] = bool(torch.isfinite(params).all())
     outcome["params"] = params.tolist()
     rank = int(os.environ.get("SLURM_PROCID", "0"))

@@ -1,0 +1,149 @@
+"""The default torch thread count of fits on the CPU (``_curve.threads``): the rule, given
+the machine's cores and load, and that curve_fit_batch and the sliced engine use it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from marquardt.solver import curve_fit, curve_fit_batch
+from marquardt.solver._curve import threads as threads_module
+from marquardt.solver._curve.batch import curve_fit_batch as batch_module
+from marquardt.solver._curve.scipy import curve_fit as scipy_edge
+from marquardt.solver._curve.scipy.curve_fit import ENGINE_ONE_THREAD_POINTS
+from marquardt.solver._curve.threads import (
+    BATCH_THREAD_WORK,
+    choose_threads,
+    idle_cores,
+    torch_threads,
+)
+
+
+@pytest.mark.parametrize(
+    ("cores", "load", "idle"),
+    [
+        (2, 0.0, 2),
+        (2, 0.4, 2),
+        (2, 0.6, 1),
+        (2, 1.4, 1),
+        (2, 8.0, 1),
+        (16, 3.6, 12),
+        (16, 0.0, 16),
+        (2, None, 1),
+        (4, math.nan, 1),
+    ],
+)
+def test_idle_cores_are_the_cores_less_the_rounded_load(
+    cores: int, load: float | None, idle: int
+) -> None:
+    assert idle_cores(cores, load) == idle
+
+
+def test_less_work_than_the_crossover_runs_on_one_thread_even_on_an_idle_machine() -> None:
+    assert choose_threads(999, 1000, most=16, machine=(16, 0.0)) == 1
+    assert choose_threads(1000, 1000, most=16, machine=(16, 0.0)) == 16
+
+
+@pytest.mark.parametrize(
+    ("most", "machine", "threads"),
+    [
+        (2, (2, 0.1), 2),  # idle two-core machine: both cores
+        (2, (2, 1.6), 1),  # one core busy elsewhere: never more threads than idle cores
+        (2, (2, 7.5), 1),  # overloaded: one thread
+        (1, (8, 0.0), 1),  # torch's setting (OMP_NUM_THREADS=1) is the most
+        (32, (8, 2.2), 6),
+        (4, (4, None), 1),  # no load average: one thread
+    ],
+)
+def test_enough_work_takes_the_idle_cores_up_to_torchs_setting(
+    most: int, machine: tuple[int, float | None], threads: int
+) -> None:
+    assert choose_threads(BATCH_THREAD_WORK, BATCH_THREAD_WORK, most=most, machine=machine) == (
+        threads
+    )
+
+
+def test_the_machine_is_read_when_not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    cores, load = threads_module._machine()
+    assert cores >= 1 and (load is None or load >= 0.0)
+    monkeypatch.setattr(threads_module, "_machine", lambda: (6, 1.2))
+    assert choose_threads(10, 1, most=32) == 5
+
+
+def _recording_gaussian(seen: list[int]) -> Any:
+    def f(x: torch.Tensor, a: torch.Tensor, mu: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return a * torch.exp(-((x - mu) ** 2) / (2 * s * s))
+
+    return f
+
+
+def _batch_data(fits: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x = np.linspace(-3.0, 3.0, 20)
+    rng = np.random.default_rng(3)
+    a = rng.uniform(1.0, 2.0, (fits, 1))
+    y = a * np.exp(-((x - 0.3) ** 2) / 2.0) + 0.01 * rng.standard_normal((fits, 20))
+    return x, y, np.tile([1.0, 0.0, 1.0], (fits, 1))
+
+
+def _record_thread_rule(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tuple[int, int]]:
+    """Replace ``module.choose_threads`` by a rule that answers 2 threads; returns the list
+    of the (work, crossover) it is asked."""
+    asked: list[tuple[int, int]] = []
+
+    def rule(work: int, crossover: int) -> int:
+        asked.append((work, crossover))
+        return 2
+
+    monkeypatch.setattr(module, "choose_threads", rule)
+    return asked
+
+
+def test_curve_fit_batch_runs_on_the_rules_count_for_its_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked = _record_thread_rule(monkeypatch, batch_module)
+    seen: list[int] = []
+    x, y, p0 = _batch_data(12)
+    with torch_threads(1):  # the model check before the fits runs on the caller's count
+        curve_fit_batch(_recording_gaussian(seen), x, y, p0, chunk_size=5)
+        assert torch.get_num_threads() == 1
+    assert asked == [(5 * 20 * 3, BATCH_THREAD_WORK)]  # fits per chunk × N × P
+    assert seen[0] == 1 and seen[-1] == 2
+    seen.clear()
+    with torch_threads(3):
+        curve_fit_batch(_recording_gaussian(seen), x, y, p0, threads=1)
+    assert len(asked) == 1 and seen[0] == 3 and seen[-1] == 1  # a count given is used
+
+
+def test_curve_fit_batch_default_is_one_thread_for_a_small_batch() -> None:
+    seen: list[int] = []
+    x, y, p0 = _batch_data(8)
+    with torch_threads(2):
+        curve_fit_batch(_recording_gaussian(seen), x, y, p0)
+    assert seen[0] == 2 and seen[-1] == 1
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+def test_curve_fit_batch_refuses_a_thread_count_that_is_not_a_positive_integer(
+    threads: Any,
+) -> None:
+    x, y, p0 = _batch_data(2)
+    with pytest.raises(ValueError, match="threads must be a positive integer or None"):
+        curve_fit_batch(_recording_gaussian([]), x, y, p0, threads=threads)
+
+
+def test_the_sliced_engine_runs_on_the_rules_count_for_its_points(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked = _record_thread_rule(monkeypatch, scipy_edge)
+    seen: list[int] = []
+    x, y, _ = _batch_data(1)
+    with torch_threads(1):
+        curve_fit(_recording_gaussian(seen), x, y[0], [1.0, 0.0, 1.0], device="cpu")
+    assert asked == [(20, ENGINE_ONE_THREAD_POINTS)]
+    assert seen[-1] == 2
