@@ -137,9 +137,9 @@ def _returns_value(func: Callable[..., Any]) -> bool:
         node = pending.pop()
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             continue  # a nested definition's returns are its own
-        if isinstance(node, ast.Return) and node.value is not None:
-            if not (isinstance(node.value, ast.Constant) and node.value.value is None):
-                return True
+        value = node.value if isinstance(node, ast.Return) else None
+        if value is not None and not (isinstance(value, ast.Constant) and value.value is None):
+            return True
         pending.extend(ast.iter_child_nodes(node))
     return False
 
@@ -169,16 +169,14 @@ def problems(name: str, obj: Any) -> list[str]:
     if params and not any(section in found for section in ARGUMENT_SECTIONS):
         out.append(f"{name}: no Arguments: section for {', '.join(params)}")
     else:
-        out.extend(
-            f"{name}: no Arguments: entry for {p!r}" for p in params if p not in listed
-        )
+        out.extend(f"{name}: no Arguments: entry for {p!r}" for p in params if p not in listed)
     if checks_signature:
         out.extend(
             f"{name}: Arguments: entry {n!r} names no parameter" for n in listed if n not in params
         )
-    if inspect.isfunction(obj) and _returns_value(obj):
-        if not any(section in found for section in RETURN_SECTIONS):
-            out.append(f"{name}: returns a value but has no Returns: section")
+    documents_return = any(section in found for section in RETURN_SECTIONS)
+    if inspect.isfunction(obj) and _returns_value(obj) and not documents_return:
+        out.append(f"{name}: returns a value but has no Returns: section")
     return out
 
 
