@@ -78,7 +78,7 @@ def _torch() -> Any:
 def get_available_gpus(
     *, cpu_fallback: bool = True, count: int | None = None
 ) -> list[torch.device]:
-    """The ``torch.device``\\ s left for the model once Legate has taken its GPUs.
+    """The torch devices left for the model once Legate has taken its GPUs.
 
     Legate holds the first K visible ordinals (K from
     [`legate_gpu_count`][marquardt.devices.legate_gpu_count]). No CUDA context is created:
@@ -145,7 +145,7 @@ def check_model_devices(devices: Sequence[Any], *, split: Split | None = None) -
     CPU devices always pass. Nothing is changed.
 
     Arguments:
-        devices: ``torch.device``\\ s, strings such as ``"cuda:1"`` or ints (ordinals).
+        devices: ``torch.device`` objects, strings such as ``"cuda:1"`` or ints (ordinals).
         split: the split to check against; default:
             [`current_split`][marquardt.devices.current_split]'s.
 
