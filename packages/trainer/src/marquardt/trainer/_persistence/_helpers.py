@@ -131,6 +131,10 @@ def load_model(
     Returns:
         ``(model, iteration)``. Nothing to load leaves the model as it is and returns
         iteration 0 (perceptrain's way).
+
+    Raises:
+        CheckpointCorruptError: the newest checkpoint of a run folder of this trainer
+            cannot be read.
     """
     folder = Path(folder)
     path = folder / model_ckpt_name if model_ckpt_name else _latest(folder, "model")
@@ -171,7 +175,8 @@ def load_checkpoint(
         nothing is loaded (iteration 0), as perceptrain does.
 
     Raises:
-        CheckpointCorruptError: the optimizer file cannot be read.
+        CheckpointCorruptError: the optimizer file, or the newest checkpoint of a run
+            folder of this trainer, cannot be read.
     """
     folder = Path(folder)
     if not folder.exists():
