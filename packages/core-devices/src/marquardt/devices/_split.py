@@ -151,7 +151,7 @@ def check_model_devices(devices: Sequence[Any], *, split: Split | None = None) -
 
     Raises:
         DeviceError: a CUDA device is held by Legate or is not visible.
-        TypeError: a device is neither a ``torch.device``, a string nor an int.
+        TypeError: a device is a ``bool`` (not an ordinal).
     """
     split = current_split() if split is None else split
     owned = set(split.legate)

@@ -28,8 +28,7 @@ class TrainerState:
         local_rank: the rank on its node.
         world_size: the number of training processes.
         device: the device this process trains on.
-        should_stop: a stop was asked for (by a callback or another rank); the run stops at
-            the end of the current step or epoch.
+        should_stop: a stop was asked for (by a callback or another rank).
         stop_reason: why the run stopped, in words (``""``: it did not stop early).
         interrupted: the run was stopped by a signal (SIGTERM).
         checkpoint_requested: set (with ``should_stop``) by a callback whose stop must
