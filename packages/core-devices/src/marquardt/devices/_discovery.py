@@ -18,7 +18,13 @@ from ._visible import PhysicalGpu, parse_visible, resolve_visible
 
 @dataclass(frozen=True)
 class GpuProcess:
-    """A compute process on a GPU: its pid, name (if NVML may tell) and memory in bytes."""
+    """A compute process on a GPU, as NVML reports it.
+
+    Arguments:
+        pid: the process id.
+        name: the process name, ``None`` where NVML may not tell it.
+        used_memory: the GPU memory the process uses, in bytes (``None`` where unknown).
+    """
 
     pid: int
     name: str | None
@@ -29,10 +35,24 @@ class GpuProcess:
 class GpuInfo:
     """One CUDA device as PyTorch will number it (``cuda:<ordinal>``), seen through NVML.
 
-    ``index`` is NVML's index of the physical GPU (PCI order); a MIG instance has its own
-    ``uuid`` (``MIG-…``), ``parent_uuid`` set and the memory of its slice. Memory is in bytes;
-    utilisation in percent, ``None`` where NVML does not report it (as for MIG instances).
-    ``mig_mode`` is ``None`` on GPUs without MIG support.
+    Memory is in bytes; utilisation in percent, ``None`` where NVML does not report it (as
+    for MIG instances).
+
+    Arguments:
+        ordinal: the CUDA ordinal in this process (``cuda:<ordinal>``).
+        index: NVML's index of the physical GPU (PCI order).
+        uuid: the device's UUID; a MIG instance has its own (``MIG-…``).
+        name: the device's name as NVML gives it.
+        memory_total: total memory (of the slice, for a MIG instance).
+        memory_used: memory in use.
+        memory_free: memory free.
+        utilization_gpu: GPU utilisation, or ``None``.
+        utilization_memory: memory-controller utilisation, or ``None``.
+        mig_mode: whether MIG is enabled on the physical GPU; ``None`` on GPUs without
+            MIG support.
+        pci_bus_id: the physical GPU's PCI bus id.
+        processes: the compute processes running on the device.
+        parent_uuid: for a MIG instance, the UUID of its whole GPU; ``None`` otherwise.
     """
 
     ordinal: int
@@ -207,9 +227,16 @@ def _notes(count: int, gpus: tuple[GpuInfo, ...], visible_note: str) -> tuple[st
 def discover_gpus() -> list[GpuInfo]:
     """The GPUs this process may use, as ``cuda:0``, ``cuda:1``, … in PyTorch's numbering.
 
-    Returns ``[]`` on a machine without NVML, driver or GPU. Only NVML is called: no CUDA
-    context is created. Raises [`NvmlError`][marquardt.devices.NvmlError] when NVML is present
-    but fails, rather than pretending the machine has no GPU.
+    Only NVML is called: no CUDA context is created. A note that carries a hint (such as
+    GPUs of different models with ``CUDA_DEVICE_ORDER`` unset) is given as a
+    ``RuntimeWarning``.
+
+    Returns:
+        One [`GpuInfo`][marquardt.devices.GpuInfo] per visible device, in ordinal order;
+        ``[]`` on a machine without NVML, driver or GPU.
+
+    Raises:
+        NvmlError: NVML is present but fails, rather than pretending the machine has no GPU.
     """
     result = survey()
     for note in result.notes:

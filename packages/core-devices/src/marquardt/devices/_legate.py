@@ -29,7 +29,14 @@ Source = Literal["runtime", "LEGATE_CONFIG", "none"]
 
 @dataclass(frozen=True)
 class LegateShare:
-    """``gpus``: how many of the first visible ordinals Legate holds, and where that was read."""
+    """How many of the first visible ordinals Legate holds, and where that was read.
+
+    Arguments:
+        gpus: the number of GPUs Legate holds (the first visible ordinals).
+        source: where ``gpus`` was read: ``"runtime"`` (a running Legate),
+            ``"LEGATE_CONFIG"`` (its ``--gpus K``) or ``"none"`` (0, nothing says more).
+        note: a warning in words with a hint, or ``""``.
+    """
 
     gpus: int
     source: Source
@@ -81,7 +88,16 @@ def _running_gpus() -> int | None:
 
 
 def legate_share() -> LegateShare:
-    """Legate's share of the visible GPUs, with where it was read (never starts Legate)."""
+    """Legate's share of the visible GPUs, with where it was read (never starts Legate).
+
+    Returns:
+        The count from a running runtime, else from ``--gpus`` in ``LEGATE_CONFIG``, else 0
+        (with a note where Legate is installed and would take every GPU if it started).
+
+    Raises:
+        LegateConfigError: ``LEGATE_CONFIG`` cannot be split into flags, or its ``--gpus``
+            is not a whole number.
+    """
     running = _running_gpus()
     if running is not None:
         return LegateShare(running, "runtime")
@@ -99,5 +115,12 @@ def legate_share() -> LegateShare:
 
 
 def legate_gpu_count() -> int:
-    """How many of the visible GPUs (the first ones) Legate holds or will hold."""
+    """How many of the visible GPUs (the first ones) Legate holds or will hold.
+
+    Returns:
+        [`legate_share`][marquardt.devices.legate_share]'s ``gpus``.
+
+    Raises:
+        LegateConfigError: ``LEGATE_CONFIG`` cannot be read (as for ``legate_share``).
+    """
     return legate_share().gpus

@@ -13,8 +13,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class HostMemory:
-    """Bytes that can be used now (of RAM, or of a device for ``device_memory``), and where
-    the figure was read."""
+    """Bytes that can be used now (of RAM, or of a device for ``device_memory``).
+
+    Arguments:
+        available: the bytes that can be allocated now.
+        source: where the figure was read, in words (``"MemAvailable in /proc/meminfo"``).
+    """
 
     available: int
     source: str
@@ -42,7 +46,17 @@ def _sysconf(name: str) -> int | None:
 
 
 def host_memory(meminfo: str = "/proc/meminfo") -> HostMemory:
-    """``MemAvailable`` (what can be allocated without swapping), else free, else total pages."""
+    """The host memory that can be allocated now without swapping.
+
+    Read from ``MemAvailable``, else from the free pages (``os.sysconf``), else from the
+    total pages; 0, with ``source`` saying so, where none of these can be read.
+
+    Arguments:
+        meminfo: the path of the ``/proc/meminfo`` file to read.
+
+    Returns:
+        The bytes available and where they were read.
+    """
     found = _meminfo(meminfo)
     if found is not None:
         return HostMemory(found, f"MemAvailable in {meminfo}")
@@ -63,6 +77,12 @@ def device_memory(device: torch.device) -> HostMemory:
     asks the driver for more. Without the second term, a process that has freed large
     tensors (an earlier step, another optimizer) sees far less than it can use. Elsewhere:
     the host's ``MemAvailable`` (``host_memory``).
+
+    Arguments:
+        device: the ``torch.device`` to ask about.
+
+    Returns:
+        The bytes available and where they were read.
     """
     if device.type != "cuda":
         return host_memory()

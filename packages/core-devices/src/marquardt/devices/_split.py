@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Split:
-    """Visible CUDA ordinals divided between Legate (``legate``) and the model (``model``)."""
+    """Visible CUDA ordinals divided between Legate (``legate``) and the model (``model``).
+
+    Arguments:
+        visible: the visible devices, in ordinal order.
+        share: Legate's share; it holds the first ``share.gpus`` ordinals (at most all).
+    """
 
     visible: tuple[GpuInfo, ...]
     share: LegateShare
@@ -40,10 +45,18 @@ class Split:
 
 
 def current_split(gpus: Sequence[GpuInfo] | None = None) -> Split:
-    """The split for this process now; ``gpus`` defaults to [`discover_gpus`][marquardt.devices.discover_gpus]' answer.
+    """The split of the visible GPUs between Legate and the model for this process now.
 
-    Raises [`LegateConfigError`][marquardt.devices.LegateConfigError] when ``LEGATE_CONFIG`` asks for more GPUs than are
-    visible (Legate would fail at start-up).
+    Arguments:
+        gpus: the visible devices; default: those NVML reports, as
+            [`discover_gpus`][marquardt.devices.discover_gpus] does.
+
+    Returns:
+        The visible devices with Legate's share of them.
+
+    Raises:
+        LegateConfigError: ``LEGATE_CONFIG`` asks for more GPUs than are visible (Legate
+            would fail at start-up), or cannot be read.
     """
     visible = tuple(survey().gpus if gpus is None else gpus)
     share = legate_share()
@@ -65,13 +78,25 @@ def _torch() -> Any:
 def get_available_gpus(
     *, cpu_fallback: bool = True, count: int | None = None
 ) -> list[torch.device]:
-    """The ``torch.device``\\ s left for the model once Legate has taken its GPUs.
+    """The torch devices left for the model once Legate has taken its GPUs.
 
-    Legate holds the first K visible ordinals (K from [`legate_gpu_count`][marquardt.devices.legate_gpu_count]); this returns
-    ``cuda:K`` … ``cuda:n-1``. With none left it returns ``[torch.device("cpu")]``, so the
-    same script runs on a CPU machine, unless ``cpu_fallback`` is false, when it raises.
-    ``count`` asks for exactly that many model GPUs (the first ones left) and raises if fewer
-    are left. No CUDA context is created: devices are counted through NVML.
+    Legate holds the first K visible ordinals (K from
+    [`legate_gpu_count`][marquardt.devices.legate_gpu_count]). No CUDA context is created:
+    devices are counted through NVML.
+
+    Arguments:
+        cpu_fallback: with no GPU left, return ``[torch.device("cpu")]`` (warning where
+            Legate holds every visible GPU), so the same script runs on a CPU machine;
+            false: raise instead.
+        count: exactly this many model GPUs (the first ones left); ``None``: all left.
+
+    Returns:
+        ``cuda:K`` … ``cuda:n-1`` (the first ``count`` of them), or ``[cpu]``.
+
+    Raises:
+        DeviceError: ``count`` is not a whole number >= 1, or more than are left; or none
+            is left and ``cpu_fallback`` is false.
+        LegateConfigError: ``LEGATE_CONFIG`` asks for more GPUs than are visible.
     """
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
         raise DeviceError(
@@ -115,10 +140,18 @@ def get_available_gpus(
 
 
 def check_model_devices(devices: Sequence[Any], *, split: Split | None = None) -> None:
-    """Raise [`DeviceError`][marquardt.devices.DeviceError] if a model device is held by Legate or is not visible.
+    """Check, before any work, that no model device is held by Legate or missing.
 
-    ``devices`` are ``torch.device``\\ s, strings such as ``"cuda:1"`` or ints (ordinals).
-    CPU devices always pass. Nothing is changed; the check runs before any work.
+    CPU devices always pass. Nothing is changed.
+
+    Arguments:
+        devices: ``torch.device`` objects, strings such as ``"cuda:1"`` or ints (ordinals).
+        split: the split to check against; default:
+            [`current_split`][marquardt.devices.current_split]'s.
+
+    Raises:
+        DeviceError: a CUDA device is held by Legate or is not visible.
+        TypeError: a device is a ``bool`` (not an ordinal).
     """
     split = current_split() if split is None else split
     owned = set(split.legate)

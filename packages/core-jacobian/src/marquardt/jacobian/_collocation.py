@@ -53,25 +53,32 @@ class Collocation(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
     Iterate it (or ``DataLoader(collocation, batch_size=None)`` for a ``Trainer``) for
     ``(inputs, targets)`` batches without end, or call `draw` for one.
 
-    **Arguments:**
+    Residual weighting (``power``, ``floor``, ``candidates``) is described in the module
+    docstring. A sampler that returns another number of points than asked fails at the
+    draw.
 
-    - ``residual``: the `PointResidual` whose batches are built.
-    - ``samplers``: for each group name, ``sampler(n, generator)`` returning ``n`` points,
-      or ``(points, targets)``.
-    - ``rows``: the number of points of each group per batch.
-    - ``every``: batches served from one draw (1: new points for every step).
-    - ``refresh``: the fraction of each group's points a draw after the first replaces
-      (chosen at random; 1: all of them). Replacing a quarter at every step keeps most
-      of the points a step fits and still sweeps the domain.
-    - ``power``, ``floor``, ``candidates``: residual weighting (see the module docstring);
-      ``power=0`` (the default) draws uniformly from the samplers.
-    - ``model``: the model whose residual weights the points (needed when ``power > 0``).
-    - ``seed``: the seed of the draws.
+    Arguments:
+        residual: the `PointResidual` whose batches are built.
+        samplers: for each group name, ``sampler(n, generator)`` returning ``n`` points,
+            or ``(points, targets)``.
+        rows: the number of points of each group per batch.
+        every: batches served from one draw (1: new points for every step).
+        refresh: the fraction of each group's points a draw after the first replaces
+            (chosen at random; 1: all of them). Replacing a quarter at every step keeps
+            most of the points a step fits and still sweeps the domain.
+        power: the exponent ``k`` of the residual weighting; 0 (the default) draws
+            uniformly from the samplers.
+        floor: the constant ``c`` that keeps every part of the domain a chance.
+        candidates: points drawn per point kept, when ``power > 0``.
+        model: the model whose residual weights the points (needed when ``power > 0``).
+        seed: the seed of the draws.
 
-    **Raises:** ``ValueError`` for a group without a sampler or count, a name the residual
-    does not have, a count below 1, ``every`` or ``candidates`` below 1, a negative
-    ``power`` or ``floor``, a ``refresh`` outside (0, 1], or ``power > 0`` without a model.
-    A sampler that returns another number of points than asked fails at the draw.
+    Raises:
+        TypeError: ``residual`` is not a `PointResidual`.
+        ValueError: a group without a sampler or count, a name the residual does not
+            have, a count below 1, ``every`` or ``candidates`` below 1, a negative
+            ``power`` or ``floor``, a ``refresh`` outside (0, 1], or ``power > 0`` without
+            a model.
     """
 
     def __init__(

@@ -38,8 +38,16 @@ class TensorColumns:
 
 @dataclass(frozen=True)
 class ColumnSubset:
-    """``k`` distinct flat parameter indices ``index`` (sorted, int64, on the CPU) out of
-    ``params``, and their split per parameter tensor (``parts``)."""
+    """``k`` distinct flat parameter indices out of ``params``, split per parameter tensor.
+
+    Built by ``ColumnSubset.of``, which checks the indices.
+
+    Arguments:
+        index: the ``k`` flat indices into ``θ``, sorted, int64, on the CPU.
+        params: ``P``, the number of parameters.
+        parts: for each parameter tensor the subset touches, its local indices and the
+            columns of ``J_S`` they land in.
+    """
 
     index: torch.Tensor
     params: int

@@ -77,12 +77,19 @@ def _pullback(
 class GaussNewtonProducts:
     """One step's products of a batch prepared for ``matrix_free``.
 
-    ``jtr`` is ``Jᵀr`` (P,) and ``jtz`` the probes' ``Jᵀz`` (probes × P), float64 on
-    ``devices[0]``; ``rss`` is ``rᵀr``; ``rows`` is ``R``. Sums over ranks add ``jtr``,
-    ``jtz``, ``rss`` and ``rows`` before ``diagonal()`` squares. ``product(v)`` is ``JᵀJv`` (float64 on
-    ``devices[0]``), formed slice by slice from one ``jvp`` and one ``vjp`` each, without
-    ``J``; ``products`` counts its calls. ``timings``: ``jacobian`` (the ``Jᵀr`` pass),
-    ``products`` (all ``JᵀJv`` so far).
+    Sums over ranks add ``jtr``, ``jtz``, ``rss`` and ``rows`` before ``diagonal()``
+    squares. ``product(v)`` is ``JᵀJv`` (float64 on ``devices[0]``), formed slice by slice
+    from one ``jvp`` and one ``vjp`` each, without ``J``.
+
+    Arguments:
+        jtr: ``Jᵀr`` (P,), float64 on ``devices[0]``.
+        jtz: the probes' ``Jᵀz`` (probes × P), float64 on ``devices[0]``.
+        rss: ``rᵀr``.
+        rows: ``R``, the number of residual rows.
+        _product: the function ``v ↦ JᵀJv`` that ``product`` calls and times.
+        products: how many times ``product`` has been called.
+        timings: seconds spent: ``jacobian`` (the ``Jᵀr`` pass), ``products`` (all
+            ``JᵀJv`` so far).
     """
 
     jtr: torch.Tensor

@@ -22,7 +22,15 @@ T = TypeVar("T")
 
 
 def keeps_grad_mode(fn: Callable[P, T]) -> Callable[P, T]:
-    """``fn`` with the caller's grad mode set back when it returns or raises."""
+    """``fn`` with the caller's grad mode set back when it returns or raises.
+
+    Arguments:
+        fn: the function to wrap.
+
+    Returns:
+        A function of the same signature that calls ``fn`` and then restores the grad mode
+        the caller had, even when ``fn`` raises (``KeyboardInterrupt`` included).
+    """
 
     @functools.wraps(fn)
     def kept(*args: P.args, **kwargs: P.kwargs) -> T:

@@ -58,10 +58,26 @@ PRODUCT_ACTIVATIONS = 4
 class JacobianPlan:
     """What the planner chose and why.
 
-    ``samples_per_chunk`` samples are differentiated at once (a slice is cut into such
-    chunks); ``slice_samples`` is the largest slice a device gets (``accumulate`` without
-    a ``slice_size``: one chunk); ``param_chunk`` is the number of columns per forward-mode call (``jacfwd``
-    only, else ``P``); ``chunk_bytes`` is the estimated intermediate memory per chunk.
+    Arguments:
+        strategy: ``accumulate``, ``explicit`` or ``matrix_free``.
+        mode: the Jacobian mode (``layers``, ``vmap``, ``broadcast``, ``jacfwd``), or
+            ``products`` for ``matrix_free``.
+        reason: the choices and their reasons, in words, ``"; "``-separated.
+        rows: ``R = N·m``, the residual rows.
+        params: ``P``, the columns of ``J``.
+        outputs_per_sample: ``m``, the residual rows per sample.
+        samples_per_chunk: how many samples are differentiated at once (a slice is cut
+            into such chunks).
+        param_chunk: the number of columns per forward-mode call (``jacfwd`` only, else
+            ``P``).
+        chunk_bytes: the estimated intermediate memory per chunk.
+        memory_budget: the budget the chunks were sized for, in bytes.
+        slice_samples: the largest slice a device gets (``accumulate`` without a
+            ``slice_size``: one chunk).
+        product_flops: the estimated flops of one step's products (the Gram product, or
+            for ``matrix_free`` one Gauss-Newton product).
+        factor_flops: the estimated flops of one Cholesky factorisation of the damped
+            system (0 for ``matrix_free``).
     """
 
     strategy: str
@@ -117,13 +133,36 @@ def plan_jacobian(
 ) -> JacobianPlan:
     """Choose ``strategy`` and ``mode`` for ``rows`` residual rows and ``params`` parameters.
 
-    ``slice_samples`` is the largest slice a device will get (default: all samples);
-    chunks never exceed it, and never exceed ``memory_budget`` bytes by the estimates
-    in this module's docstring (at least one sample and one column always run).
-    ``cap_slices`` (the caller has no ``slice_size``): an ``accumulate`` slice is capped at
-    one chunk, so its memory is bounded by the budget and independent of ``rows``.
-    ``input_graph`` (residuals that differentiate the model by its inputs) multiplies the
-    activations per sample by the size of the input-derivative graph.
+    Chunks never exceed ``slice_samples``, and never exceed ``memory_budget`` bytes by the
+    estimates in this module's docstring (at least one sample and one column always run).
+
+    Arguments:
+        rows: ``R = N·m``, the residual rows.
+        params: ``P``, the parameters (columns of ``J``).
+        outputs_per_sample: ``m``, the residual rows per sample.
+        dtype: the dtype of ``J``.
+        memory_budget: the bytes a chunk's intermediates may take.
+        strategy: ``auto`` (``explicit`` when ``R < P``, else ``accumulate``),
+            ``explicit``, ``accumulate`` or ``matrix_free`` (never chosen by ``auto``).
+        mode: ``auto``, ``vmap``, ``jacfwd``, ``layers`` or ``broadcast``.
+        layers_supported: whether every layer has a per-sample rule (``layers``).
+        layers_reason: why (or why not), for the plan's reason.
+        broadcast_supported: whether the model declares per-sample parameter copies
+            (``broadcast``, chosen first where supported).
+        broadcast_reason: why (or why not), for the plan's reason.
+        activations_per_sample: ``a``, the activations of one sample; default ``P``.
+        slice_samples: the largest slice a device will get; default: all samples.
+        cap_slices: the caller has no ``slice_size``: an ``accumulate`` (or
+            ``matrix_free``) slice is capped at one chunk, so its memory is bounded by the
+            budget and independent of ``rows``.
+        input_graph: for residuals that differentiate the model by its inputs, the size
+            of the input-derivative graph, which multiplies the activations per sample.
+
+    Returns:
+        The plan, with its reasons in words.
+
+    Raises:
+        UnknownModeError: ``strategy`` or ``mode`` is not one of the known ones.
     """
     _check(strategy, STRATEGIES, "strategy")
     _check(mode, MODES, "mode")

@@ -57,10 +57,15 @@ _PIECEWISE_LINEAR: tuple[type[nn.Module], ...] = (
 
 
 class PointModel:
-    """The model at one point: ``u(x)`` for ``x`` of shape ``(d,)`` (or the shape of one
-    sample) is the model's output for that sample without the batch axis, a 0-dim tensor
-    when the model has one output. ``params`` are the parameters (by name) it is evaluated
-    at, for residuals with a coefficient of the equation among them (an inverse problem).
+    """The model at one point, ``u(x)``.
+
+    For ``x`` of shape ``(d,)`` (or the shape of one sample), ``u(x)`` is the model's output
+    for that sample without the batch axis, a 0-dim tensor when the model has one output.
+
+    Arguments:
+        module: the model.
+        params: the parameters (by name) it is evaluated at, for residuals with a
+            coefficient of the equation among them (an inverse problem).
     """
 
     def __init__(self, module: nn.Module, params: Mapping[str, torch.Tensor]) -> None:
@@ -80,10 +85,15 @@ PointFn = Callable[[PointModel, torch.Tensor, torch.Tensor], torch.Tensor]
 class ResidualGroup:
     """One group of residuals: ``weight · fn(u, x, y)`` at each of its points.
 
-    ``fn`` returns the residuals of one point (a 0-dim tensor or a vector of ``m``); every
-    group of a `PointResidual` must return the same ``m``. ``y`` is the point's
-    target (shape ``target_shape`` as given to `PointResidual.batch`; an empty
-    tensor for points given without targets).
+    Arguments:
+        name: the group's name, the keyword its points are given under in
+            `PointResidual.batch`.
+        fn: ``fn(u, x, y)``, the residuals of one point (a 0-dim tensor or a vector of
+            ``m``; every group of a `PointResidual` must return the same ``m``), with ``u``
+            the `PointModel`, ``x`` the point and ``y`` its target (shape ``target_shape``
+            as given to `PointResidual.batch`; an empty tensor for points given without
+            targets).
+        weight: the factor on the group's residuals.
     """
 
     name: str
@@ -104,9 +114,17 @@ class PointResidual:
         residual = PointResidual(ResidualGroup("pde", pde), ResidualGroup("bc", boundary, 10.0))
         x, y = residual.batch(pde=(x_in, f_in), bc=x_bc)
 
-    A plain function ``fn(u, x, y)`` is one group named ``"residual"``. ``dtype`` is the
-    dtype the batch is built in and the model must have (float64 by default: see the
-    module docstring); ``torch.float32`` is accepted when asked for.
+    Arguments:
+        *groups: the residual groups; a plain function ``fn(u, x, y)`` is one group named
+            ``"residual"`` (weight 1).
+        dtype: the dtype the batch is built in and the model must have (float64 by
+            default: see the module docstring); ``torch.float32`` is accepted when asked
+            for.
+
+    Raises:
+        TypeError: no group is given, a group's ``fn`` is not callable, or ``dtype`` is
+            not a floating dtype.
+        ValueError: two groups have the same name.
     """
 
     def __init__(self, *groups: ResidualGroup | PointFn, dtype: torch.dtype = torch.float64):

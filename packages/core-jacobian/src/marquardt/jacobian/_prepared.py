@@ -22,13 +22,19 @@ __all__ = ["PreparedBatch"]
 
 @dataclass(frozen=True)
 class PreparedBatch:
-    """``inputs`` and ``targets`` of ``samples`` samples, checked, with their ``plan``.
+    """A batch of ``samples`` samples, checked, with the plan for its step.
 
-    ``slice_samples`` is how many samples one Jacobian slice holds (the caller's
-    ``slice_size``, or the plan's default); ``forward_samples`` how many one forward-only
-    slice holds (the same with a ``slice_size``, else bounded by the memory budget).
-    ``columns``, when set, is the parameter subset whose columns alone the step's products
-    are formed for (the plan was made for their number).
+    Arguments:
+        inputs: the batch's inputs.
+        targets: the batch's targets.
+        samples: the number of samples ``N``.
+        plan: the Jacobian plan made for this batch.
+        slice_samples: how many samples one Jacobian slice holds (the caller's
+            ``slice_size``, or the plan's default).
+        forward_samples: how many samples one forward-only slice holds (the same with a
+            ``slice_size``, else bounded by the memory budget).
+        columns: when set, the parameter subset whose columns alone the step's products
+            are formed for (the plan was made for their number).
     """
 
     inputs: torch.Tensor

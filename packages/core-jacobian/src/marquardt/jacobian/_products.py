@@ -20,8 +20,13 @@ __all__ = ["JacobianSlice", "NormalProducts", "SliceStream"]
 class JacobianSlice:
     """Rows ``start:stop`` of the flattened residual vector and of ``J``.
 
-    ``jacobian`` is ``(stop - start) × P`` and ``residuals`` is ``(stop - start,)``; both
-    are fresh tensors that the engine never writes again once handed out.
+    Both tensors are fresh: the engine never writes them again once handed out.
+
+    Arguments:
+        start: the first row.
+        stop: one past the last row.
+        jacobian: the rows of ``J``, ``(stop - start) × P``.
+        residuals: the residuals, ``(stop - start,)``.
     """
 
     start: int
@@ -39,9 +44,14 @@ class JacobianSlice:
 class NormalProducts:
     """``JᵀJ`` (P×P), ``Jᵀr`` (P,), ``rss = rᵀr`` and the number of rows ``R``.
 
-    ``timings`` holds the seconds spent forming them: ``jacobian`` (everything, Gram
-    products included), ``gram`` (the ``J_sᵀJ_s`` products), ``reduce`` (adding the
-    devices' sums on ``devices[0]``) and ``transfer``.
+    Arguments:
+        jtj: ``JᵀJ``, P × P.
+        jtr: ``Jᵀr``, (P,).
+        rss: ``rᵀr``, the residual sum of squares.
+        rows: ``R``, the number of residual rows.
+        timings: the seconds spent forming them: ``jacobian`` (everything, Gram products
+            included), ``gram`` (the ``J_sᵀJ_s`` products), ``reduce`` (adding the
+            devices' sums on ``devices[0]``) and ``transfer``.
     """
 
     jtj: torch.Tensor
@@ -54,8 +64,12 @@ class NormalProducts:
 class SliceStream:
     """The slices of ``J`` and ``r`` in row order, and the seconds spent producing them.
 
-    Iterate once; ``timings`` (``jacobian``: seconds from the first request to the last
-    slice, ``transfer``: copies to the output device) is complete when the iteration is.
+    Iterate once; ``timings`` is complete when the iteration is.
+
+    Arguments:
+        slices: the slices, in row order, produced as they are asked for.
+        timings: filled in as the slices are produced: ``jacobian`` (seconds from the first
+            request to the last slice) and ``transfer`` (copies to the output device).
     """
 
     def __init__(self, slices: Iterator[JacobianSlice], timings: dict[str, float]) -> None:

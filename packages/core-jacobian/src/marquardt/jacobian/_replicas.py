@@ -86,6 +86,17 @@ class Replicas:
     ``θ`` (``P`` trainable parameters, frozen ones excluded) lives once per replica as a
     contiguous vector; ``add_(δ, α)`` performs ``θ ← θ + α·δ`` on every replica,
     ``backup()``/``restore()`` keep and bring back one copy of ``θ`` per replica.
+
+    Arguments:
+        model: the model; it stays the replica on its own device, which must be one of
+            ``devices``, and the others are deep copies of it.
+        devices: the model devices, one replica each.
+
+    Raises:
+        DeviceMismatchError: ``devices`` is empty, the model's parameters and buffers are
+            on several devices, or the model's device is not among ``devices``.
+        NoTrainableParametersError: the model has no trainable parameter.
+        ParameterDtypeError: the trainable parameters are not all of one floating dtype.
     """
 
     def __init__(self, model: nn.Module, devices: Sequence[torch.device | str]) -> None:

@@ -89,51 +89,84 @@ class TrainConfig:
     ``accumulate_grad_batches = a`` one optimizer step consumes ``a`` batches of the
     epoch. In a data-parallel run every process takes its share of each epoch.
 
-    Periods in epochs, 0 turns the action off: ``print_every`` (the epoch's mean loss
-    on the console), ``write_every`` (to the tracking tool, and at the end),
-    ``checkpoint_every`` (a checkpoint, and one at the end), ``val_every`` (a validation
-    at the start and every so many epochs), ``plot_every`` (``plotting_functions``,
-    ``fn(model, epoch) -> (name, figure)``, to the tracking tool).
+    Periods are in epochs; 0 turns the action off.
 
-    Validation: ``validation_criterion(val_loss, best_val_loss, val_epsilon) -> bool``
-    decides what counts as a better model for ``checkpoint_best_only`` (which writes the
-    best checkpoint, ``model_<Model>_ckpt_best_device_<device>.pt`` and its ``opt_`` file,
-    and no numbered one); without one, nothing is written, as in perceptrain.
+    Arguments:
+        max_iter: the last epoch (epochs 0 … ``max_iter`` run).
+        print_every: period of the epoch's mean loss on the console (with ``verbose``).
+        write_every: period of the metrics written to the tracking tool (and at the end).
+        checkpoint_every: period of the checkpoints (and one at the end).
+        plot_every: period of ``plotting_functions``, written to the tracking tool.
+        live_plot_every: accepted for perceptrain's scripts; live plots are not
+            available here (a warning says so).
+        callbacks: the user's callbacks, run after the configuration's built-in ones.
+        log_model: log the model to the tracking tool at the end.
+        root_folder: the folder under which each run gets a subfolder.
+        create_subfolder_per_run: always put the run in a new subfolder, even when
+            ``log_folder`` is given.
+        log_folder: a run writes into ``log_folder`` when one is given and holds no run
+            yet; otherwise into a new subfolder ``<n>_<YYYYmmddTHHMMSS>_<pid in hex>`` of
+            ``root_folder`` (or of the given ``log_folder``), ``n`` counting the runs
+            there. A run never writes into another run's folder, except to resume it. The
+            run folder holds perceptrain's checkpoint files
+            (``model_<Model>_ckpt_<epoch>_device_<device>.pt``, ``opt_<Optimizer>_ckpt_...``),
+            ``metrics.csv``, ``hparams.json``, the tracking tool's files and
+            ``checkpoints/`` (the resume files).
+        checkpoint_best_only: write only the best checkpoint
+            (``model_<Model>_ckpt_best_device_<device>.pt`` and its ``opt_`` file), no
+            numbered one.
+        val_every: period of the validations (and one at the start).
+        val_epsilon: the margin passed to ``validation_criterion``.
+        validation_criterion: ``validation_criterion(val_loss, best_val_loss,
+            val_epsilon) -> bool``, what counts as a better model for
+            ``checkpoint_best_only``; without one, nothing is written, as in perceptrain.
+        trainstop_criterion: accepted but never called, as in perceptrain 0.1.0 (a
+            warning says so).
+        batch_size: the batch size of tensors given to ``fit`` (or to ``Trainer``).
+        verbose: print the metrics every ``print_every`` epochs.
+        tracking_tool: an ``ExperimentTrackingTool`` (or its name), a logger instance,
+            or a list of those; ``metrics.csv`` is always written as well.
+        hyperparams: the user's hyper-parameters, logged once (string keys).
+        plotting_functions: functions ``fn(model, epoch) -> (name, figure)`` (a list is
+            made a tuple).
+        _subfolders: the run folders this configuration has made (kept by the trainer).
+        nprocs: the total number of training processes (the world size). Without a
+            launcher, ``nprocs > 1`` spawns them; under torchrun the launcher's
+            ``WORLD_SIZE`` rules; under srun, ``nprocs`` must equal the number of tasks or
+            a multiple of it.
+        compute_setup: ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPUs when there are some).
+        backend: ``"gloo"``, ``"nccl"``, ``"mpi"`` or ``"auto"`` (nccl on GPUs, gloo on
+            CPUs).
+        log_setup: ``"cpu"`` or ``"auto"``; metrics are always brought to the CPU to be
+            logged, so both work alike here.
+        dtype: the dtype the gradient and gradient-free loops train in (a floating
+            ``torch.dtype`` or its name): the model and the batches' floating tensors are
+            cast to it; ``None`` keeps their own (as the LM loop always does).
+        all_reduce_metrics: average each step's metrics (and validation's) over the ranks.
+        resume_from: ours: ``None`` (afresh, except in a requeued Slurm job, where it
+            means ``"latest"``), ``"latest"`` (the newest run under the folder: its
+            checkpoints, metrics and TensorBoard events), or a checkpoint path (the run
+            that file belongs to).
+        seed: ours: the seed of Python's, torch's and (if installed) NumPy's global
+            generators in every process (``None``: not seeded).
+        grad_clip: ours: the largest gradient norm (``None``: unclipped).
+        accumulate_grad_batches: ours: batches per optimizer step.
+        keep_checkpoints: ours: how many resume files ``checkpoints/`` keeps.
+        on_nonfinite: ours: what a NaN or infinite training loss, or parameters that are
+            not finite after a step, do: ``"stop"`` the run with ``NonFiniteLossError``
+            (naming the step, the epoch, the batch and the last checkpoint), ``"skip"``
+            the batch (the step is undone and taken on the next batch), or
+            ``"continue"``. A checkpoint is never written from a non-finite model.
+        dist_timeout: ours: seconds before a collective waiting on a dead peer fails.
+        slice_size: ours: the LM loop's Jacobian slice (``None``: the whole batch).
+        scheduler_interval: ours: ``Trainer(scheduler=...)`` is stepped per ``"epoch"``
+            or per optimizer ``"step"`` (``ReduceLROnPlateau`` after each validation).
+        scheduler_monitor: ours: the validation metric ``ReduceLROnPlateau`` watches.
 
-    Folders (perceptrain's naming): a run writes into ``log_folder`` when one is given
-    and holds no run yet; otherwise into a new subfolder ``<n>_<YYYYmmddTHHMMSS>_<pid in
-    hex>`` of ``root_folder`` (or of the given ``log_folder``), ``n`` counting the runs
-    there. A run never writes into another run's folder, except to resume it: with
-    ``resume_from="latest"`` the run continues the newest run under the folder (its
-    checkpoints, metrics and TensorBoard events) and with a checkpoint path the run that
-    file belongs to. The run folder holds perceptrain's checkpoint files
-    (``model_<Model>_ckpt_<epoch>_device_<device>.pt``, ``opt_<Optimizer>_ckpt_...``),
-    ``metrics.csv``, ``hparams.json``, the tracking tool's files and ``checkpoints/`` (the
-    resume files).
-
-    ``tracking_tool``: an ``ExperimentTrackingTool`` (or its name), a logger
-    instance, or a list of those; ``metrics.csv`` is always written as well.
-
-    ``on_nonfinite``: what a NaN or infinite training loss, or parameters that are not
-    finite after a step, do: ``"stop"`` the run with ``NonFiniteLossError`` (naming the
-    step, the epoch, the batch and the last checkpoint), ``"skip"`` the batch (the step is
-    undone and taken on the next batch), or ``"continue"``. A checkpoint is never written
-    from a non-finite model, so the checkpoints kept are finite.
-
-    Ours, beside perceptrain's: ``resume_from`` (``None``: afresh, except in a requeued
-    Slurm job, where it means ``"latest"``; ``"latest"``; or a checkpoint path), ``seed``,
-    ``grad_clip``, ``accumulate_grad_batches``, ``keep_checkpoints``, ``dist_timeout``,
-    ``slice_size`` (the LM loop's Jacobian slice), ``scheduler_interval`` and
-    ``scheduler_monitor`` (``Trainer(scheduler=...)``, stepped per epoch or per optimizer
-    step; ``ReduceLROnPlateau`` after each validation).
-
-    Processes: ``nprocs`` is the total number of training processes (the world size).
-    Without a launcher, ``nprocs > 1`` spawns them; under torchrun the launcher's
-    ``WORLD_SIZE`` rules; under srun, ``nprocs`` must equal the number of tasks or a
-    multiple of it. ``compute_setup``: ``"cpu"``, ``"gpu"`` or ``"auto"`` (GPUs when there
-    are some); ``backend``: ``"gloo"``, ``"nccl"``, ``"mpi"`` or ``"auto"`` (nccl on GPUs,
-    gloo on CPUs). ``log_setup`` (``"cpu"`` or ``"auto"``): metrics are always brought to
-    the CPU to be logged, so both work alike here.
+    Raises:
+        ConfigError: a field out of range or of the wrong kind, an unknown name
+            (backend, compute setup, tracking tool, dtype, policy), or
+            ``backend="nccl"`` with ``compute_setup="cpu"``.
     """
 
     max_iter: int = 10_000

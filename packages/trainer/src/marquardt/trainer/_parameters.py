@@ -12,7 +12,15 @@ from torch import nn
 
 
 def get_parameters(model: nn.Module) -> torch.Tensor:
-    """θ: the trainable parameters, flattened and concatenated (a tensor of P entries)."""
+    """θ: the trainable parameters, flattened and concatenated.
+
+    Arguments:
+        model: the model.
+
+    Returns:
+        A tensor of P entries, in ``parameters()`` order (an empty one without trainable
+        parameters).
+    """
     pieces = [p.reshape(-1) for p in model.parameters() if p.requires_grad]
     if not pieces:
         return torch.zeros(0)
@@ -20,7 +28,15 @@ def get_parameters(model: nn.Module) -> torch.Tensor:
 
 
 def set_parameters(model: nn.Module, theta: torch.Tensor) -> None:
-    """Write θ into the trainable parameters, in place (each keeps its device and dtype)."""
+    """Write θ into the trainable parameters, in place (each keeps its device and dtype).
+
+    Arguments:
+        model: the model.
+        theta: P values, in ``parameters()`` order (any shape; flattened).
+
+    Raises:
+        ValueError: ``theta`` does not have P values; nothing is written.
+    """
     trainable = [p for p in model.parameters() if p.requires_grad]
     expected = sum(p.numel() for p in trainable)
     theta = torch.as_tensor(theta).reshape(-1)
@@ -38,5 +54,12 @@ def set_parameters(model: nn.Module, theta: torch.Tensor) -> None:
 
 
 def num_parameters(model: nn.Module) -> int:
-    """P: the number of trainable parameters."""
+    """P: the number of trainable parameters.
+
+    Arguments:
+        model: the model.
+
+    Returns:
+        The number of entries of the parameters with ``requires_grad``.
+    """
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

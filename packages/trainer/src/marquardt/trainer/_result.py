@@ -21,7 +21,19 @@ LossMetrics = tuple[Any, dict[str, Any]]
 
 @dataclass
 class OptimizeResult:
-    """The run at ``iteration`` (the epoch): model, optimizer, loss, metrics, ``extra``."""
+    """The run at ``iteration`` (the epoch): model, optimizer, loss, metrics, ``extra``.
+
+    Arguments:
+        iteration: the epoch.
+        model: the model being trained.
+        optimizer: the optimizer.
+        loss: the batch's loss, or the epoch's mean loss (``None`` before any).
+        metrics: the batch's or the epoch's metrics, named with their phase
+            (``train_loss``, ``val_<metric>``, ...).
+        extra: anything a callback's ``modify_optimize_result`` adds.
+        rank: the global rank of this process.
+        device: the device this process trains on.
+    """
 
     iteration: int
     model: Any

@@ -17,7 +17,29 @@ import torch
 
 @dataclass
 class TrainerState:
-    """Where the run is; read by callbacks (``trainer.state``)."""
+    """Where the run is; read by callbacks (``trainer.state``).
+
+    Arguments:
+        step: optimizer steps taken.
+        epoch: the epoch of the next batch (a checkpoint's position).
+        batch_in_epoch: batches of ``epoch`` already taken.
+        current_epoch: the epoch the run is in (or ended last).
+        rank: the global rank of this process.
+        local_rank: the rank on its node.
+        world_size: the number of training processes.
+        device: the device this process trains on.
+        should_stop: a stop was asked for (by a callback or another rank).
+        stop_reason: why the run stopped, in words (``""``: it did not stop early).
+        interrupted: the run was stopped by a signal (SIGTERM).
+        checkpoint_requested: set (with ``should_stop``) by a callback whose stop must
+            leave a checkpoint.
+        metrics: the last step's loss and metrics.
+        val_metrics: the last validation's metrics.
+        best_val: the best validation loss so far (``None``: none yet).
+        log_folder: the run folder.
+        started_at: ``time.monotonic()`` when this invocation of ``fit`` started training.
+        last_checkpoint: the last checkpoint file written or loaded.
+    """
 
     step: int = 0
     epoch: int = 0

@@ -60,40 +60,43 @@ from .optimize_step import optimize_step
 class Trainer(TrainerHooks):
     """Train ``model`` with ``optimizer`` under ``config`` (perceptrain's ``Trainer``).
 
-    ``optimizer``: a ``torch.optim.Optimizer`` (gradient loop, DDP over processes), a
-    ``marquardt.solver.LMA`` or a factory ``make_lma(model, process_group)`` (the LM
-    loop), a nevergrad optimizer with ``Trainer.set_use_grad(False)`` (gradient-free), or
-    ``None`` (given later with ``enable_grad_opt`` / ``disable_grad_opt``).
+    A subclass overrides perceptrain's hooks (``on_train_start``, ``on_train_epoch_end
+    (results)``, ...), called in every training process around the stages' callbacks.
+    During and after ``fit``: ``opt_result``, ``current_epoch``, ``global_step``
+    (optimizer steps taken), ``training_stage``, ``callback_manager`` (the run's callbacks
+    and its ``writer``, perceptrain's writer API over our loggers: ``writer.run`` is the
+    MLflow run); ``stop_training()`` says whether a stop was asked
+    (``trainer._stop_training.fill_(1)`` asks, as perceptrain's callbacks do).
 
-    ``loss_fn``: ``"mse"``, ``"cross_entropy"``, a function ``loss_fn(batch, model) ->
-    (loss, metrics)`` (perceptrain's form: its second parameter is named ``model`` or
-    annotated ``nn.Module``; ``batch`` is ``None`` when there is no data), or a criterion
-    ``(outputs, targets) -> loss`` (any other function, or an ``nn.Module`` loss such as
-    ``nn.MSELoss()``), applied to ``model(x)`` and ``y``.
+    Arguments:
+        model: the model to train (an ``nn.Module`` with trainable parameters).
+        optimizer: a ``torch.optim.Optimizer`` (gradient loop, DDP over processes), a
+            ``marquardt.solver.LMA`` or a factory ``make_lma(model, process_group)`` (the
+            LM loop), a nevergrad optimizer with ``Trainer.set_use_grad(False)``
+            (gradient-free), or ``None`` (given later with ``enable_grad_opt`` /
+            ``disable_grad_opt``).
+        config: the run's configuration; ``None``: ``TrainConfig()``.
+        loss_fn: ``"mse"``, ``"cross_entropy"``, ``loss_fn(batch, model) -> (loss,
+            metrics)`` (perceptrain's form: the second parameter named ``model`` or
+            annotated ``nn.Module``; ``batch`` is ``None`` without data), or a criterion
+            ``(outputs, targets) -> loss`` (any other function, or an ``nn.Module`` loss).
+        train_dataloader: the default training data of ``fit`` (a tuple of tensors
+            becomes a loader of ``config.batch_size``).
+        val_dataloader: the default validation data, likewise.
+        test_dataloader: the default data of ``test``, likewise.
+        optimize_step: ``optimize_step(model, optimizer, loss_fn, xs, device, dtype)``,
+            one step; default [`optimize_step`][marquardt.trainer.optimize_step.optimize_step].
+        max_batches: at most this many batches per epoch; ``None``: every batch.
+        scheduler: ours: a ``torch.optim.lr_scheduler`` scheduler of ``optimizer``,
+            stepped as ``TrainConfig.scheduler_interval`` says.
+        environment: ours: the launch environment (default: detected from ``os.environ``).
 
-    ``train_dataloader`` / ``val_dataloader`` / ``test_dataloader``: the default data of
-    ``fit`` and ``test`` (a tuple of tensors becomes a loader of ``config.batch_size``).
-    ``optimize_step(model, optimizer, loss_fn, xs, device, dtype)``: one step, default
-    [`optimize_step`][marquardt.trainer.optimize_step.optimize_step]. ``max_batches``: at
-    most this many batches per epoch.
-
-    Ours: ``scheduler`` (a ``torch.optim.lr_scheduler`` scheduler of ``optimizer``,
-    stepped as ``TrainConfig.scheduler_interval`` says), ``environment`` (the launch
-    environment; detected from the process's environment variables when not given).
-
-    A subclass overrides perceptrain's hook methods (``on_train_start``,
-    ``on_train_epoch_end(results)``, ``on_val_batch_end(loss_metrics)``, ...); they are
-    called in every training process, around the stages' callbacks. During and after
-    ``fit``: ``opt_result`` (an ``OptimizeResult``), ``current_epoch``,
-    ``global_step`` (optimizer steps taken), ``training_stage``, ``callback_manager``
-    (the run's callbacks and its ``writer``, perceptrain's writer API over our loggers:
-    ``writer.run`` is the MLflow run); ``stop_training()``
-    says whether a stop was asked (``trainer._stop_training.fill_(1)`` asks, as
-    perceptrain's callbacks do).
-
-    Everything that can be checked is checked here, before any work: the configuration
-    against the machine (GPUs, launcher, tasks), the optimizer against the model, the loop
-    against the process count.
+    Raises:
+        ConfigError: before any work: a bad ``config``, ``model``, ``loss_fn``,
+            ``optimize_step`` or ``max_batches``, a function where a loader belongs, or an
+            optimizer that does not fit ``use_grad``, the model or the process count.
+        LaunchError: before any work: ``compute_setup='gpu'`` without a visible GPU, or a
+            configuration that does not fit the launch (``environment.validate``).
     """
 
     _use_grad: ClassVar[bool] = True

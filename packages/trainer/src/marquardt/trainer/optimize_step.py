@@ -70,10 +70,19 @@ def optimize_step(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Take one step of ``optimizer`` on the batch ``xs``; return the detached loss and metrics.
 
-    ``loss_fn(xs, model)`` returns ``(loss, metrics)``; tensors of ``xs`` go to ``device``,
-    floating ones to ``dtype`` (the trainer has moved them already). ``grad_clip`` bounds
-    the gradient norm before the step. The returned loss is the value at the parameters
-    the step started from.
+    Arguments:
+        model: the model (or its DDP wrapper).
+        optimizer: a torch optimizer; its ``step`` gets a closure, so LBFGS works too.
+        loss_fn: ``loss_fn(xs, model) -> (loss, metrics)``.
+        xs: the batch; its tensors go to ``device``, floating ones to ``dtype`` (the
+            trainer has moved them already).
+        device: where the batch's tensors go (``None``: where they are).
+        dtype: the dtype of the batch's floating tensors (``None``: their own).
+        grad_clip: bounds the gradient norm before the step (``None``: unclipped).
+
+    Returns:
+        ``(loss, metrics)``, detached; the loss is the value at the parameters the step
+        started from.
     """
     batch = _to(xs, device, dtype)
     distributed = _is_distributed(model)

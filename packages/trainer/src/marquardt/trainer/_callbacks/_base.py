@@ -63,12 +63,6 @@ def _unchanged(opt_result: Any) -> Any:
 class Callback:
     """Run ``callback(trainer, config, writer)`` (or ``run_callback``) at the stage ``on``.
 
-    ``on``: a ``TrainingStage`` or its name (``"train_epoch_end"``, ...).
-    ``called_every``: run every that many epochs (0: never, but at ``train_start`` and
-    ``train_end``, where a callback always runs). ``callback_condition(opt_result)``: run
-    only when it is true. ``modify_optimize_result``: a function ``opt_result ->
-    opt_result`` applied before the check, or a dict merged into ``opt_result.extra``.
-
     Either pass ``callback=fn`` or subclass and override ``run_callback``; what it returns
     is what the manager returns for it.
 
@@ -76,6 +70,19 @@ class Callback:
     that decides what it does later. The state must be made of ``None``, ``bool``,
     ``int``, ``float``, ``str``, tensors, and lists, tuples and ``str``-keyed dicts of
     those (what ``torch.load(weights_only=True)`` reads back).
+
+    Arguments:
+        on: a ``TrainingStage`` or its name (``"train_epoch_end"``, ...); ``"idle"`` (the
+            default) binds it to none.
+        called_every: run every that many epochs (0: never, but at ``train_start`` and
+            ``train_end``, where a callback always runs).
+        callback: ``fn(trainer, config, writer)``, what the callback does.
+        callback_condition: ``cond(opt_result) -> bool``: run only when it is true.
+        modify_optimize_result: a function ``opt_result -> opt_result`` applied before the
+            check, or a dict merged into ``opt_result.extra``.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
     """
 
     VALID_ON_VALUES = VALID_ON_VALUES
@@ -174,7 +181,13 @@ class Callback:
 
 
 class CallbacksManager:
-    """The run's callbacks (the configuration's built-ins, then the user's), run by stage."""
+    """The run's callbacks (the configuration's built-ins, then the user's), run by stage.
+
+    Arguments:
+        callbacks: the callbacks, in the order they run at a stage.
+        config: the run's ``TrainConfig``, passed to every callback.
+        writer: the run's writer (its logger), passed to every callback.
+    """
 
     def __init__(self, callbacks: Iterable[Callback], config: Any, writer: Any) -> None:
         self.callbacks = list(callbacks)

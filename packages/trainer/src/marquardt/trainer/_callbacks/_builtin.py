@@ -37,14 +37,36 @@ def _checkpoints(trainer: Any) -> Any:
 
 
 class PrintMetrics(Callback):
-    """Print ``opt_result``'s metrics in perceptrain's format (rank, device, epoch, loss)."""
+    """Print ``opt_result``'s metrics in perceptrain's format (rank, device, epoch, loss).
+
+    Arguments:
+        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+        called_every: run every that many epochs, as for `Callback`.
+        callback: not used: this class's own ``run_callback`` runs.
+        callback_condition: run only when ``callback_condition(opt_result)`` holds.
+        modify_optimize_result: as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         writer.print_metrics(trainer.opt_result)
 
 
 class WriteMetrics(Callback):
-    """Write ``opt_result``'s metrics to the tracking tools (and ``metrics.csv``)."""
+    """Write ``opt_result``'s metrics to the tracking tools (and ``metrics.csv``).
+
+    Arguments:
+        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+        called_every: run every that many epochs, as for `Callback`.
+        callback: not used: this class's own ``run_callback`` runs.
+        callback_condition: run only when ``callback_condition(opt_result)`` holds.
+        modify_optimize_result: as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         opt_result = trainer.opt_result
@@ -52,7 +74,18 @@ class WriteMetrics(Callback):
 
 
 class WritePlots(Callback):
-    """Write the figures of ``config.plotting_functions`` at this epoch."""
+    """Write the figures of ``config.plotting_functions`` at this epoch.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+        called_every: run every that many epochs, as for `Callback`.
+        callback: not used: this class's own ``run_callback`` runs.
+        callback_condition: run only when ``callback_condition(opt_result)`` holds.
+        modify_optimize_result: as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         if config.plotting_functions:
@@ -64,14 +97,36 @@ PlotMetrics = WritePlots
 
 
 class LogHyperparameters(Callback):
-    """Log ``config.hyperparams`` to the tracking tools."""
+    """Log ``config.hyperparams`` to the tracking tools.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+        called_every: run every that many epochs, as for `Callback`.
+        callback: not used: this class's own ``run_callback`` runs.
+        callback_condition: run only when ``callback_condition(opt_result)`` holds.
+        modify_optimize_result: as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         writer.log_hyperparams(config.hyperparams)
 
 
 class LogModelTracker(Callback):
-    """Log the model (its weights, ``model.pt``) to the tracking tools."""
+    """Log the model (its weights, ``model.pt``) to the tracking tools.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+        called_every: run every that many epochs, as for `Callback`.
+        callback: not used: this class's own ``run_callback`` runs.
+        callback_condition: run only when ``callback_condition(opt_result)`` holds.
+        modify_optimize_result: as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         writer.log_model(
@@ -83,10 +138,23 @@ class LogModelTracker(Callback):
 
 
 class SaveCheckpoint(Callback):
-    """Write a checkpoint of the run as it stands: perceptrain's
-    ``model_<Model>_ckpt_<epoch>_device_<device>.pt`` and ``opt_<Optimizer>_ckpt_...`` in
-    the run folder, and the resume file ``checkpoints/ckpt_<step>.pt``. Outside ``fit``,
-    perceptrain's pair in ``config.log_folder`` at ``opt_result.iteration``."""
+    """Write a checkpoint of the run as it stands.
+
+    During ``fit``: perceptrain's ``model_<Model>_ckpt_<epoch>_device_<device>.pt`` and
+    ``opt_<Optimizer>_ckpt_...`` in the run folder, and the resume file
+    ``checkpoints/ckpt_<step>.pt``. Outside ``fit``, perceptrain's pair in
+    ``config.log_folder`` at ``opt_result.iteration``.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+        called_every: run every that many epochs, as for `Callback`.
+        callback: not used: this class's own ``run_callback`` runs.
+        callback_condition: run only when ``callback_condition(opt_result)`` holds.
+        modify_optimize_result: as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         checkpoints = _checkpoints(trainer)
@@ -95,9 +163,19 @@ class SaveCheckpoint(Callback):
 
 
 class SaveBestCheckpoint(SaveCheckpoint):
-    """Write the best checkpoint (perceptrain's ``..._ckpt_best_...`` pair in the run
-    folder, and ``checkpoints/best.pt``) when ``config.validation_criterion(loss, best,
-    val_epsilon)`` says ``opt_result.loss`` beats the best so far."""
+    """Write the best checkpoint when ``opt_result.loss`` beats the best so far.
+
+    The best checkpoint is perceptrain's ``..._ckpt_best_...`` pair in the run folder, and
+    ``checkpoints/best.pt``; ``config.validation_criterion(loss, best, val_epsilon)``
+    decides what beats the best.
+
+    Arguments:
+        on: the stage it runs at (default ``"val_epoch_end"``).
+        called_every: run every that many epochs.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def __init__(self, on: str | TrainingStage = "val_epoch_end", called_every: int = 1) -> None:
         super().__init__(on=on, called_every=called_every)

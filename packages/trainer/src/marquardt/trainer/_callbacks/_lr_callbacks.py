@@ -71,7 +71,16 @@ def _check_mode(who: str, mode: str) -> None:
 
 
 class LRSchedulerStepDecay(Callback):
-    """Multiply every group's learning rate by ``gamma`` at each call."""
+    """Multiply every group's learning rate by ``gamma`` at each call.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback`.
+        called_every: run every that many epochs, as for `Callback`.
+        gamma: the factor.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def __init__(self, on: str | TrainingStage, called_every: int, gamma: float = 0.5) -> None:
         super().__init__(on=on, called_every=called_every)
@@ -83,7 +92,18 @@ class LRSchedulerStepDecay(Callback):
 
 
 class LRSchedulerCyclic(Callback):
-    """A triangular cycle between ``base_lr`` and ``max_lr``, ``step_size`` epochs each way."""
+    """A triangular cycle between ``base_lr`` and ``max_lr``, ``step_size`` epochs each way.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback`.
+        called_every: run every that many epochs, as for `Callback`.
+        base_lr: the rate at the bottom of the cycle (epoch 0).
+        max_lr: the rate at the top of the cycle (epoch ``step_size``).
+        step_size: the half-cycle, in epochs.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0, or ``step_size`` is not > 0.
+    """
 
     def __init__(
         self,
@@ -116,7 +136,17 @@ class LRSchedulerCyclic(Callback):
 
 
 class LRSchedulerCosineAnnealing(Callback):
-    """Anneal each group's rate from its first value to ``min_lr`` along a cosine of ``t_max``."""
+    """Anneal each group's rate from its first value to ``min_lr`` along a cosine of ``t_max``.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback`.
+        called_every: run every that many epochs, as for `Callback`.
+        t_max: the annealing length ``T``, in epochs.
+        min_lr: the rate at the end of the annealing.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0, or ``t_max`` is not > 0.
+    """
 
     def __init__(
         self, on: str | TrainingStage, called_every: int, t_max: int, min_lr: float = 0.0
@@ -149,7 +179,22 @@ class LRSchedulerCosineAnnealing(Callback):
 
 
 class LRSchedulerReduceOnPlateau(Callback):
-    """Multiply the rates by ``gamma`` after ``patience`` calls without improving ``monitor``."""
+    """Multiply the rates by ``gamma`` after ``patience`` calls without improving ``monitor``.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback`.
+        called_every: run every that many epochs, as for `Callback`.
+        monitor: the metric of ``trainer.opt_result.metrics`` watched.
+        patience: calls without an improvement before the rates fall.
+        mode: ``"min"`` (lower is better) or ``"max"``.
+        gamma: the factor on the rates.
+        threshold: the change by more than which a value improves on the best.
+        min_lr: the lowest rate; once a group reaches it the callback stops.
+        verbose: log each change of rate (``logging``, at INFO).
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0, or ``mode`` is neither ``"min"`` nor ``"max"``.
+    """
 
     def __init__(
         self,

@@ -33,7 +33,15 @@ def gradient_statistics(model: torch.nn.Module) -> dict[str, float]:
 
 
 class GradientMonitoring(Callback):
-    """Write the gradients' mean, std, max and min per parameter (see the module's docstring)."""
+    """Write the gradients' mean, std, max and min per parameter (see the module's docstring).
+
+    Arguments:
+        on: the stage it runs at, as for `Callback`.
+        called_every: run every that many epochs, as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+    """
 
     def __init__(self, on: str | TrainingStage, called_every: int = 1) -> None:
         super().__init__(on=on, called_every=called_every)

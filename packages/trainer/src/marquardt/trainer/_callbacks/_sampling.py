@@ -21,7 +21,19 @@ from ._base import Callback
 
 
 class R3Sampling(Callback):
-    """Update ``initial_dataset`` by R3 with ``fitness_function`` every ``called_every`` epochs."""
+    """Update ``initial_dataset`` by R3 with ``fitness_function`` every ``called_every`` epochs.
+
+    Bound to ``train_epoch_start``.
+
+    Arguments:
+        initial_dataset: the ``R3Dataset`` whose points are moved.
+        fitness_function: ``fitness_function(features, model)``, the fitness of every point.
+        verbose: print the numbers of points retained and released at each update.
+        called_every: the period, in epochs.
+
+    Raises:
+        ValueError: ``called_every`` is not a whole number >= 0.
+    """
 
     def __init__(
         self,

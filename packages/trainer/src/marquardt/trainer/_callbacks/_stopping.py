@@ -33,6 +33,19 @@ class EarlyStopping(Callback):
     far by more than ``min_delta`` (``mode="min"``), or above it (``mode="max"``);
     ``min_delta`` is ours, and 0 (the default) is perceptrain's rule. After ``patience``
     calls without an improvement the run stops at the end of the current epoch.
+
+    Arguments:
+        on: the stage it runs at (default ``"val_epoch_end"``).
+        called_every: run every that many epochs.
+        monitor: the metric of ``trainer.opt_result.metrics`` watched.
+        patience: calls without an improvement before the run stops (>= 1).
+        mode: ``"min"`` (lower is better) or ``"max"``.
+        min_delta: the change by more than which a value improves on the best (>= 0).
+
+    Raises:
+        ValueError: ``on`` is not a stage, ``called_every`` is not a whole number >= 0,
+            ``patience`` not one >= 1, ``mode`` neither ``"min"`` nor ``"max"``, or
+            ``min_delta`` not finite and >= 0.
     """
 
     def __init__(
@@ -165,6 +178,14 @@ class WallClockBudget(Callback):
     so leave the length of a batch (and of writing a checkpoint) as a margin below a
     scheduler's hard limit. One process asking is enough: every process stops at the same
     batch, and the checkpoint is written even with ``checkpoint_best_only``.
+
+    Arguments:
+        seconds: the budget, in seconds of training in this call of ``fit``.
+        on: the stage it is checked at (default ``"train_batch_end"``).
+
+    Raises:
+        ValueError: ``seconds`` is not a finite number > 0, or ``on`` is not a stage, or is
+            ``"idle"`` or ``"train_start"``.
     """
 
     def __init__(self, seconds: float, on: str | TrainingStage = "train_batch_end") -> None:

@@ -25,7 +25,14 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 
 class InfiniteTensorDataset(IterableDataset[tuple[torch.Tensor, ...]]):
-    """Rows of ``tensors``, one tuple per item, in a random order cycled without end."""
+    """Rows of ``tensors``, one tuple per item, in a random order cycled without end.
+
+    Arguments:
+        *tensors: tensors with one row per sample (the same first dimension).
+
+    Raises:
+        ValueError: no tensor is given, or their first dimensions differ.
+    """
 
     def __init__(self, *tensors: torch.Tensor) -> None:
         sizes = sorted({t.size(0) for t in tensors})
@@ -115,9 +122,19 @@ def to_dataloader(
 ) -> DataLoader[Any]:
     """A ``DataLoader`` of ``batch_size`` rows of ``tensors``: one pass in order, or endless.
 
-    ``infinite=False`` gives a ``TensorDataset`` read in order (one epoch is
-    ⌈N / batch_size⌉ batches); ``infinite=True`` an ``InfiniteTensorDataset``
-    (random order, no end; perceptrain's trainer takes one batch of it per epoch).
+    Arguments:
+        *tensors: tensors with one row per sample.
+        batch_size: rows per batch.
+        infinite: false: a ``TensorDataset`` read in order (one epoch is
+            ⌈N / batch_size⌉ batches); true: an ``InfiniteTensorDataset`` (random order,
+            no end; perceptrain's trainer takes one batch of it per epoch).
+        collate_fn: the loader's ``collate_fn`` (``None``: torch's default).
+
+    Returns:
+        The loader.
+
+    Raises:
+        ValueError: with ``infinite``, no tensor is given or their first dimensions differ.
     """
     dataset: Dataset[Any] = InfiniteTensorDataset(*tensors) if infinite else TensorDataset(*tensors)
     return DataLoader(dataset, batch_size=batch_size, collate_fn=collate_fn)

@@ -26,7 +26,11 @@ from torch.utils.data import DataLoader
 
 @dataclass
 class DictDataLoader:
-    """Holds named ``DataLoader``s; each ``next`` gives ``{name: next batch of that loader}``."""
+    """Holds named ``DataLoader``s; each ``next`` gives ``{name: next batch of that loader}``.
+
+    Arguments:
+        dataloaders: the loaders, by name.
+    """
 
     dataloaders: dict[str, DataLoader[Any]]
     _iterators: dict[str, Iterator[Any]] = field(default_factory=dict, init=False, repr=False)

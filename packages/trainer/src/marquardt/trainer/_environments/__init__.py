@@ -31,7 +31,20 @@ ENVIRONMENTS: tuple[type[LaunchEnvironment], ...] = (
 def detect_environment(
     env: Mapping[str, str], nprocs: int, gpu_count: int = 0, use_gpu: bool = False
 ) -> LaunchEnvironment:
-    """The environment that launched this process (not yet validated)."""
+    """The environment that launched this process (not yet validated).
+
+    The first of torchrun, Legate, srun (one task per node, then one per process), spawn
+    and plain whose ``detect`` answers yes; plain otherwise.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+
+    Returns:
+        The environment, built with these arguments.
+    """
     for cls in ENVIRONMENTS:
         if cls.detect(env, nprocs):
             return cls(env, nprocs, gpu_count, use_gpu)

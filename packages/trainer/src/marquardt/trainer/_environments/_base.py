@@ -22,8 +22,14 @@ from .._errors import LaunchError
 class ProcessLayout:
     """Where one training process sits: its ranks and the rendezvous address.
 
-    ``rank`` is the global rank (what ``DistributedSampler`` must get), ``local_rank`` the
-    rank on its node (what picks its GPU).
+    Arguments:
+        rank: the global rank (what ``DistributedSampler`` must get).
+        local_rank: the rank on its node (what picks its GPU).
+        world_size: the number of training processes of the run.
+        local_world_size: the number of training processes on its node.
+        node_rank: the index of its node.
+        master_addr: the host of the rendezvous.
+        master_port: the port of the rendezvous.
     """
 
     rank: int
@@ -38,9 +44,13 @@ class ProcessLayout:
 class LaunchEnvironment(ABC):
     """Base class of the launch environments.
 
-    ``env``: the environment variables; ``nprocs``: ``TrainConfig.nprocs``;
-    ``gpu_count``: GPUs visible to this process; ``use_gpu``: whether the run trains on
-    GPUs (the resolved ``compute_setup``).
+    Constructing one checks nothing; ``validate`` does, before any rendezvous.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
     """
 
     name: ClassVar[str] = "base"

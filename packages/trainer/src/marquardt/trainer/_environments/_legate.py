@@ -16,7 +16,14 @@ from ._base import SingleProcess
 
 
 class LegateEnvironment(SingleProcess):
-    """One training process under the Legate runtime."""
+    """One training process under the Legate runtime.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+    """
 
     name = "legate"
 

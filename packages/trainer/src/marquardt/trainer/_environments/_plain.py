@@ -9,7 +9,14 @@ from ._base import SingleProcess
 
 
 class PlainEnvironment(SingleProcess):
-    """A single process; no process group is created."""
+    """A single process; no process group is created.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+    """
 
     name = "plain"
 

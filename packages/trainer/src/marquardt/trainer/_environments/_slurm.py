@@ -159,7 +159,14 @@ class _SlurmBase(LaunchEnvironment):
 
 
 class SlurmTaskPerProcess(_SlurmBase):
-    """srun started every training process: one task per process."""
+    """srun started every training process: one task per process.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+    """
 
     name = "slurm (one task per process)"
     per_task_gpu_binding = True
@@ -188,7 +195,14 @@ class SlurmTaskPerProcess(_SlurmBase):
 
 
 class SlurmTaskPerNode(_SlurmBase):
-    """Each srun task spawns ``nprocs / ntasks`` training processes."""
+    """Each srun task spawns ``nprocs / ntasks`` training processes.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+    """
 
     name = "slurm (one task per node, spawning)"
     spawns = True

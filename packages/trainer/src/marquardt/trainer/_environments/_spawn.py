@@ -22,7 +22,14 @@ def free_port() -> int:
 
 
 class SpawnEnvironment(LaunchEnvironment):
-    """Spawn ``nprocs`` local processes, ranks 0 … nprocs-1."""
+    """Spawn ``nprocs`` local processes, ranks 0 … nprocs-1.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+    """
 
     name = "spawn"
     spawns = True

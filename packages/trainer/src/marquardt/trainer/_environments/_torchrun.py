@@ -17,7 +17,14 @@ _REQUIRED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 class TorchrunEnvironment(LaunchEnvironment):
-    """One process per worker of torchrun; ranks come from its variables."""
+    """One process per worker of torchrun; ranks come from its variables.
+
+    Arguments:
+        env: the environment variables (read, not changed; copied).
+        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+        gpu_count: GPUs visible to this process.
+        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+    """
 
     name = "torchrun"
 

@@ -19,7 +19,11 @@ _FIXED = ["step", "epoch", "phase"]
 
 
 class CSVLogger:
-    """Metrics as rows of ``<run folder>/metrics.csv`` (or of ``path`` when given)."""
+    """Metrics as rows of ``<run folder>/metrics.csv`` (or of ``path`` when given).
+
+    Arguments:
+        path: the CSV file; ``None``: ``metrics.csv`` in the run folder.
+    """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self._explicit = None if path is None else Path(path)

@@ -34,7 +34,15 @@ _PARAM_LIMIT = 6000
 
 
 class MLflowLogger:
-    """An MLflow run: ``log_params`` once, ``log_batch`` of metrics per step, the final model."""
+    """An MLflow run: ``log_params`` once, ``log_batch`` of metrics per step, the final model.
+
+    Arguments:
+        tracking_uri: the tracking store; ``None``: ``MLFLOW_TRACKING_URI``, else a file
+            store in ``<run folder>/mlruns``.
+        experiment: the experiment's name; ``None``: ``MLFLOW_EXPERIMENT_NAME``, else
+            ``"marquardt"``.
+        run_name: the MLflow run's name; ``None``: MLflow's choice.
+    """
 
     def __init__(
         self,

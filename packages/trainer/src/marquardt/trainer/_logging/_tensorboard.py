@@ -14,7 +14,15 @@ from ._base import notice
 
 
 class TensorBoardLogger:
-    """Scalars for TensorBoard, through ``torch.utils.tensorboard.SummaryWriter``."""
+    """Scalars for TensorBoard, through ``torch.utils.tensorboard.SummaryWriter``.
+
+    Without tensorboard installed, ``start`` says so on stderr and the logger writes
+    nothing.
+
+    Arguments:
+        log_dir: the folder of the event files; ``None``: ``tensorboard/`` in the run
+            folder.
+    """
 
     def __init__(self, log_dir: str | Path | None = None) -> None:
         self.log_dir = None if log_dir is None else Path(log_dir)

@@ -64,8 +64,12 @@ def write_checkpoint(
 ) -> None:
     """Write the model's and the optimizer's states at ``iteration`` (an epoch, or ``"best"``).
 
-    **Arguments:** ``folder`` (created if missing), ``model``, ``optimizer`` (a torch
-    optimizer, or any object with ``state_dict``; ``None``: the model alone), ``iteration``.
+    Arguments:
+        folder: where the files go (created if missing).
+        model: the model (inside DDP: the model it wraps names the file).
+        optimizer: a torch optimizer, or any object with ``state_dict``; ``None``: the model
+            alone.
+        iteration: the epoch, or ``"best"``.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -116,9 +120,21 @@ def load_model(
     model_ckpt_name: str | Path = "",
     device: str | torch.device = "cpu",
 ) -> tuple[nn.Module, int]:
-    """Load the newest (or the named) model state of ``folder``; ``(model, iteration)``.
+    """Load the newest (or the named) model state of ``folder``.
 
-    Nothing to load leaves the model as it is and returns iteration 0 (perceptrain's way).
+    Arguments:
+        folder: a folder of perceptrain's files, or a run folder of this trainer.
+        model: the model whose state is loaded, in place.
+        model_ckpt_name: the file to load, in ``folder``; ``""``: the newest.
+        device: where the model is moved after loading.
+
+    Returns:
+        ``(model, iteration)``. Nothing to load leaves the model as it is and returns
+        iteration 0 (perceptrain's way).
+
+    Raises:
+        CheckpointCorruptError: the newest checkpoint of a run folder of this trainer
+            cannot be read.
     """
     folder = Path(folder)
     path = folder / model_ckpt_name if model_ckpt_name else _latest(folder, "model")
@@ -143,8 +159,24 @@ def load_checkpoint(
 ) -> tuple[nn.Module, Any, int]:
     """Load the newest (or the named) model and optimizer states of ``folder``.
 
-    Returns ``(model, optimizer, iteration)``; a folder that does not exist is created and
-    nothing is loaded (iteration 0), as perceptrain does.
+    The optimizer's state is loaded only from a file that names the optimizer's own class;
+    otherwise the optimizer is left as it is, as perceptrain leaves it.
+
+    Arguments:
+        folder: a folder of perceptrain's files, or a run folder of this trainer.
+        model: the model whose state is loaded, in place.
+        optimizer: the optimizer whose state is loaded, in place.
+        model_ckpt_name: the model file to load, in ``folder``; ``""``: the newest.
+        opt_ckpt_name: the optimizer file to load, in ``folder``; ``""``: the newest.
+        device: where the model is moved after loading.
+
+    Returns:
+        ``(model, optimizer, iteration)``; a folder that does not exist is created and
+        nothing is loaded (iteration 0), as perceptrain does.
+
+    Raises:
+        CheckpointCorruptError: the optimizer file, or the newest checkpoint of a run
+            folder of this trainer, cannot be read.
     """
     folder = Path(folder)
     if not folder.exists():
@@ -189,8 +221,19 @@ class FolderCheckpoints:
 class LoadCheckpoint(Callback):
     """Load the newest checkpoint of ``config.log_folder`` into the model and optimizer.
 
-    Returns ``(model, optimizer, epoch)`` as perceptrain's does. The trainer itself resumes
-    through ``TrainConfig.resume_from``; this is for a user's own use.
+    Its ``run_callback`` returns ``(model, optimizer, epoch)`` as perceptrain's does. The
+    trainer itself resumes through ``TrainConfig.resume_from``; this is for a user's own
+    use.
+
+    Arguments:
+        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+        called_every: run every that many epochs, as for `Callback`.
+        callback: not used: this class's own ``run_callback`` runs.
+        callback_condition: run only when ``callback_condition(opt_result)`` holds.
+        modify_optimize_result: as for `Callback`.
+
+    Raises:
+        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
     """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
