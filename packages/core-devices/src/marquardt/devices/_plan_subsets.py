@@ -18,9 +18,20 @@ SUBSET_ROUNDING = 64
 
 
 def subset_size(usable: float, params: int, item: int) -> int:
-    """The largest ``k`` (a multiple of ``SUBSET_ROUNDING`` when possible, at most ``P``)
-    whose ``3·8·k²`` system bytes take at most half of ``usable`` after ``P·(2b + 8)``
-    (θ, its backup, the scattered δ); 0 when not even one parameter fits."""
+    """The largest parameter subset ``k`` whose ``k × k`` system fits the memory.
+
+    ``k`` is the largest count (a multiple of ``SUBSET_ROUNDING`` from
+    ``2·SUBSET_ROUNDING`` up, at most ``P``) whose ``3·8·k²`` system bytes take at most
+    half of ``usable`` after ``P·(2b + 8)`` (θ, its backup, the scattered δ).
+
+    Arguments:
+        usable: the bytes the device may use.
+        params: ``P``, the model's parameter count.
+        item: ``b``, bytes per element of the parameters' dtype.
+
+    Returns:
+        ``k``; 0 when not even one parameter fits.
+    """
     room = (usable - params * (2 * item + 8)) / 2
     if room < 24:
         return 0

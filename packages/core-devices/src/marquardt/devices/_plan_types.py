@@ -57,7 +57,30 @@ class Plan:
     """A recommendation: Legate's GPU count, the model devices, the slice size and strategy.
 
     All sizes are bytes. ``fits`` is false when even the best split leaves too little
-    memory; ``explain()`` then says what does not fit and what to change.
+    memory; ``explain()`` then says what does not fit and what to change. The planner
+    (`plan`) builds it; its fields are:
+
+    Arguments:
+        params: ``P``, the model's parameter count.
+        batch: ``N``, the samples in one step.
+        outputs: ``m``, the residuals per sample.
+        dtype: the Jacobian's dtype, by name (``"float32"``).
+        rows: ``R = N·m``, the Jacobian's rows.
+        strategy: ``"accumulate"`` (``JᵀJ`` summed slice by slice), ``"explicit"`` (``J``
+            held whole) or ``"subsets"`` (``params_per_step`` columns of ``J`` a step).
+        backend: the solver's array backend: ``"cupynumeric"``, ``"torch"`` or ``"numpy"``.
+        legate_gpus: ``K``, the GPUs Legate takes for the solver (0: none).
+        model_devices: the devices that compute the Jacobian (``("cpu",)`` without GPUs).
+        slice_size: the samples a model device takes per Jacobian slice.
+        jacobian_bytes: the whole ``J``, ``R·P·b``.
+        normal_bytes: ``JᵀJ`` in float64, ``P·P·8``.
+        solver_bytes: what the solver holds for the chosen strategy.
+        slice_bytes: what one slice takes on a model device.
+        fits: whether the split fits the usable memory.
+        fbmem_mib: Legate's ``--fbmem`` in MiB (``None`` without Legate GPUs).
+        sysmem_mib: Legate's ``--sysmem`` in MiB (``None`` without Legate GPUs).
+        lines: the arithmetic in words, one line per step (`explain` joins them).
+        params_per_step: ``k`` for the ``"subsets"`` strategy, else ``None``.
     """
 
     params: int
@@ -81,7 +104,14 @@ class Plan:
     params_per_step: int | None = None
 
     def command(self, script: str = "script.py") -> str:
-        """The command line that runs ``script`` with this split."""
+        """The command line that runs ``script`` with this split.
+
+        Arguments:
+            script: the training script the command runs.
+
+        Returns:
+            ``python script …`` without Legate GPUs, else a ``legate --gpus K …`` line.
+        """
         if self.params_per_step is not None:
             return (
                 f"python {script} --slice-size {self.slice_size} "
@@ -95,5 +125,9 @@ class Plan:
         )
 
     def explain(self) -> str:
-        """The arithmetic behind the recommendation, one plain line per step."""
+        """The arithmetic behind the recommendation, one plain line per step.
+
+        Returns:
+            ``lines`` joined by newlines.
+        """
         return "\n".join(self.lines)

@@ -104,9 +104,32 @@ def plan(
 ) -> Plan:
     """Plan one LM step of ``params`` parameters over ``batch`` samples of ``outputs`` residuals.
 
-    ``gpus`` defaults to the visible GPUs (NVML); pass ``[]`` to plan for the CPU. ``headroom``
-    is the fraction of each device's free memory left untouched. ``legate_gpus`` forces K.
-    Every argument is checked before any arithmetic.
+    The arithmetic (the strategy, Legate's ``K``, the slice size, ``--fbmem`` and
+    ``--sysmem``, the subsets fallback) is the module's docstring. Every argument is
+    checked before any arithmetic.
+
+    Arguments:
+        params: ``P``, the model's parameter count (≥ 1).
+        batch: ``N``, the samples in one step (≥ 1).
+        outputs: ``m``, the residuals per sample (≥ 1).
+        dtype: the Jacobian's dtype: a name (``"float32"``, ``"float64"``…) or a
+            ``torch.dtype``.
+        gpus: the GPUs to plan for; ``None``: the visible GPUs (NVML); ``[]``: the CPU.
+        legate_gpus: forces ``K``, the GPUs Legate takes (``None``: the fewest that hold
+            the solver).
+        strategy: ``"auto"`` (by the shape of ``J``), or ``"explicit"`` / ``"accumulate"``
+            forced; a forced strategy never falls back to parameter subsets.
+        headroom: the fraction of each device's free memory left untouched, in [0, 1).
+        host: the host's memory (``None``: read from the system).
+
+    Returns:
+        The `Plan`; where neither strategy fits and nothing was forced, a plan on
+        parameter subsets.
+
+    Raises:
+        ValueError: a count that is not a whole number ≥ 1, an unknown dtype or
+            strategy, ``headroom`` outside [0, 1), or ``legate_gpus`` that leaves the
+            model no GPU.
     """
     params, batch, outputs = (
         _positive("params", params),
