@@ -39,16 +39,30 @@ __all__ = ["JacobianEngine"]
 class JacobianEngine:
     """Computes ``r`` and ``J = ∂r/∂θ`` (or ``JᵀJ``, ``Jᵀr``) on every replica's device.
 
-    ``mode`` is ``"auto"``, ``"vmap"``, ``"jacfwd"``, ``"layers"`` or ``"broadcast"``;
-    ``memory_budget`` bounds the intermediate bytes of one chunk on one device (default from
-    ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else 256 MiB on CPU, half the free GPU memory).
-    Without a ``slice_size`` the budget also caps ``accumulate`` slices (one chunk each)
-    and forward-only slices (loss, residuals), so memory does not grow with the batch.
-    ``output_device`` is where explicit slices and residuals are handed out
-    (default ``devices[0]``). After each call, ``last_plan`` says what was chosen and
-    why; the seconds spent come back with the products (``NormalProducts.timings``,
-    ``SliceStream.timings``). A step prepares its batch once ([`prepare`][marquardt.jacobian.JacobianEngine.prepare]: checks,
-    one probe forward, one plan) and every call of that step reuses it.
+    A step prepares its batch once ([`prepare`][marquardt.jacobian.JacobianEngine.prepare]:
+    checks, one probe forward, one plan) and every call of that step reuses it. After each
+    call, ``last_plan`` says what was chosen and why; the seconds spent come back with the
+    products (``NormalProducts.timings``, ``SliceStream.timings``).
+
+    Arguments:
+        replicas: the model on its devices (`Replicas`); ``θ`` is its flat parameters.
+        residual_fn: ``(output, target) -> residuals`` per sample, or a `PointResidual`.
+        mode: how ``J`` is formed: ``"auto"``, ``"vmap"``, ``"jacfwd"``, ``"layers"`` or
+            ``"broadcast"`` (``MARQUARDT_JACOBIAN_MODE`` forces one over ``"auto"``).
+        memory_budget: the intermediate bytes of one chunk on one device (default from
+            ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``, else 256 MiB on CPU, half the free GPU
+            memory). Without a ``slice_size`` the budget also caps ``accumulate`` slices
+            (one chunk each) and forward-only slices (loss, residuals), so memory does not
+            grow with the batch.
+        output_device: where explicit slices and residuals are handed out (default
+            ``devices[0]``).
+
+    Raises:
+        TypeError: ``replicas`` is not a `Replicas`, or ``residual_fn`` is neither a
+            function nor a `PointResidual`.
+        UnknownModeError: a mode outside the list above.
+        ParameterDtypeError: a `PointResidual` whose dtype is not the model's.
+        ValueError: a ``memory_budget`` that is not positive.
     """
 
     def __init__(
