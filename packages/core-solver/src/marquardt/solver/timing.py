@@ -29,6 +29,15 @@ def time(units: str = "us") -> int:
     """The current time as an integer in ``units`` ("us" by default, like Legate's).
 
     Under Legate, blocks until queued Legate work is done (``legate.timing.time``).
+
+    Arguments:
+        units: ``"us"``, ``"ms"``, ``"s"`` or ``"ns"``.
+
+    Returns:
+        The time in ``units``, from an arbitrary start: only differences mean something.
+
+    Raises:
+        ValueError: other ``units``.
     """
     if units not in _UNITS:
         raise ValueError(

@@ -72,19 +72,28 @@ __all__ = [
 class LinearSystem:
     """The assembled, undamped system of one step, in backend-native arrays.
 
-    Over-determined (``underdetermined`` False): ``a`` = JᵀJ/N (P × P), ``g`` = Jᵀr/N (P,).
-    Under-determined (``underdetermined`` True): ``a`` = JJᵀ/N (N × N), ``g`` = r/N (N,), and
-    ``jacobian`` holds J (N × P) so that δ = Jᵀu.
-
-    ``diag`` is diag(JᵀJ)/N (P,) in both cases: the squared column norms of J over N, used
-    by Marquardt scaling and by the MINPACK gtol test. ``gradient`` is Jᵀr/N (P,) in both
-    cases; when it is not given for an over-determined system it is ``g`` itself (an
-    under-determined system must supply it). ``rss`` is the sum of squared residuals ‖r‖²
-    (so the mean squared residual at the current parameters is ``rss / rows``). ``rows`` is
-    N, the number of residual rows; ``params`` is P.
-
+    Over-determined: ``a`` = JᵀJ/N (P × P), ``g`` = Jᵀr/N (P,). Under-determined: ``a`` =
+    JJᵀ/N (N × N), ``g`` = r/N (N,), and ``jacobian`` holds J (N × P) so that δ = Jᵀu.
     Arrays may be in the assembly dtype (float32 for a float32 model); ``solve`` factorises
     in float64. Systems compare and hash by identity (a backend may cache per system).
+
+    Arguments:
+        a: JᵀJ/N, or JJᵀ/N when under-determined.
+        g: Jᵀr/N, or r/N when under-determined.
+        diag: diag(JᵀJ)/N (P,) in both cases: the squared column norms of J over N, used
+            by Marquardt scaling and by the MINPACK gtol test.
+        rows: N, the residual rows.
+        params: P, the parameters.
+        underdetermined: whether the system is the N × N one (N < P).
+        rss: the sum of squared residuals ‖r‖² (the mean squared residual at the current
+            parameters is ``rss / rows``).
+        jacobian: J (N × P); needed when under-determined, else ``None``.
+        gradient: Jᵀr/N (P,) in both cases; ``None`` for an over-determined system makes
+            it ``g`` itself (an under-determined system must supply it).
+        _scales: the scalings D built so far, by name (see `scale`); callers leave it empty.
+
+    Raises:
+        ValueError: an under-determined system without ``jacobian`` or ``gradient``.
     """
 
     a: Any
@@ -99,8 +108,16 @@ class LinearSystem:
     _scales: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def scale(self, scaling: str, build: Callable[[Any, str], Any]) -> Any:
-        """D for ``scaling``, built by ``build(diag, scaling)`` on the first attempt of the
-        step and reused by the others (the system does not change between attempts)."""
+        """D for ``scaling``, built on the first attempt of the step and then reused.
+
+        Arguments:
+            scaling: the scaling's name (``"identity"``, ``"marquardt"``).
+            build: ``build(diag, scaling)`` makes D; called once per system and scaling
+                (the system does not change between attempts).
+
+        Returns:
+            D, as ``build`` made it.
+        """
         held = self._scales.get(scaling)
         if held is None:
             held = self._scales[scaling] = build(self.diag, scaling)
@@ -126,18 +143,22 @@ FAILED_NON_FINITE = 2.0
 class Solution:
     """One damped solve: δ and the terms of the quadratic model's predicted reduction.
 
-    ``delta`` is δ as a float64 torch tensor of shape (P,) on the backend's device (the
-    CPU for NumPy and cuPyNumeric, the model's device for torch); the parameters move by
-    −learning_rate·δ. ``gradient_dot`` is δᵀg with g = Jᵀr/N, ``curvature`` is
-    δᵀ(JᵀJ/N)δ = ‖Jδ‖²/N. ``damping`` is the λ it was solved with. ``status`` is 0 for a
-    good solve, ``FAILED_CHOLESKY`` or ``FAILED_NON_FINITE``. An iterative solve (the
-    matrix-free strategy's conjugate gradients) says how many ``iterations`` it took and
-    why it stopped (``stop``); a factorisation leaves them None and "".
-
     A backend on a GPU may leave ``gradient_dot``, ``curvature`` and ``status`` as 0-dim
     tensors on its device, so that a solve never waits for the device: the caller reads
     them together with the trial loss, in one transfer (`read_values`), and a failed
     solve is then rejected like a worse trial point.
+
+    Arguments:
+        delta: δ as a float64 torch tensor of shape (P,) on the backend's device (the CPU
+            for NumPy and cuPyNumeric, the model's device for torch); the parameters move
+            by −learning_rate·δ.
+        gradient_dot: δᵀg with g = Jᵀr/N.
+        curvature: δᵀ(JᵀJ/N)δ = ‖Jδ‖²/N.
+        damping: the λ it was solved with.
+        status: 0 for a good solve, ``FAILED_CHOLESKY`` or ``FAILED_NON_FINITE``.
+        iterations: a matrix-free solve's conjugate-gradient iterations; ``None`` for a
+            factorisation.
+        stop: why an iterative solve stopped; ``""`` for a factorisation.
     """
 
     delta: torch.Tensor
@@ -149,8 +170,14 @@ class Solution:
     stop: str = ""
 
     def predicted_reduction(self, learning_rate: float = 1.0) -> float:
-        """The mean-squared-residual reduction the linear model predicts for a step lr·δ
-        (`predicted_reduction`)."""
+        """The mean-squared-residual reduction the linear model predicts for a step lr·δ.
+
+        Arguments:
+            learning_rate: lr.
+
+        Returns:
+            2·lr·δᵀg − lr²·δᵀAδ (`predicted_reduction`).
+        """
         return predicted_reduction(
             float(self.gradient_dot), float(self.curvature), float(learning_rate)
         )
@@ -188,36 +215,58 @@ def read_values(values: Iterable[float | torch.Tensor]) -> list[float]:
 class ArrayBackend(Protocol):
     """Where the LM linear algebra runs: assembly of the normal equations and damped solves.
 
-    Contract:
+    The Jacobian's products arrive as torch tensors on a model device; a slice's buffers
+    are never reused by their producer, so a backend may attach them without copying.
+    ``solve`` never raises for a numerically bad system: a ``None`` is a rejected attempt
+    and the caller raises λ. ``synchronize`` blocks until the backend's queued work is
+    done (for honest timing).
 
-    * ``system_from_products`` takes the accumulated JᵀJ, Jᵀr (torch tensors on a model
-      device) and returns the over-determined system A = JᵀJ/N, g = Jᵀr/N.
-    * ``system_from_slices`` takes the row slices of J and r (every row 0..rows exactly
-      once, any order) and returns the over-determined system when rows ≥ params, else the
-      under-determined one (JJᵀ/N, r/N, with J kept for δ = Jᵀu). The slices' buffers are
-      never reused by their producer, so a backend may attach them without copying.
-    * ``solve`` factorises (A + λD) — D per ``scaling`` ("identity": I; "marquardt":
-      diag clamped away from 0; the under-determined
-      system always uses I) — in float64 by Cholesky and returns the [`Solution`][marquardt.solver.Solution], or
-      ``None`` when the factorisation fails or δ is not finite. It never raises for a
-      numerically bad system: a ``None`` is a rejected attempt and the caller raises λ.
-    * ``synchronize`` blocks until the backend's queued work is done (for honest timing).
+    Attributes:
+        name: the backend's name in reports (``"numpy"``, ``"torch"``, ``"cupynumeric"``).
     """
 
     name: str
 
     def system_from_products(self, products: NormalProducts) -> LinearSystem:
-        """The over-determined system from accumulated normal products."""
+        """The over-determined system from accumulated normal products.
+
+        Arguments:
+            products: JᵀJ, Jᵀr and ‖r‖² summed on a model device.
+
+        Returns:
+            A = JᵀJ/N, g = Jᵀr/N in this backend's arrays.
+        """
         ...
 
     def system_from_slices(
         self, slices: Iterable[JacobianSlice], rows: int, params: int
     ) -> LinearSystem:
-        """The system (over- or under-determined by rows vs params) from Jacobian slices."""
+        """The system (over- or under-determined by rows vs params) from Jacobian slices.
+
+        Arguments:
+            slices: the row slices of J and r, every row 0..rows exactly once, any order.
+            rows: N, the rows of J.
+            params: P, the columns of J.
+
+        Returns:
+            The over-determined system when ``rows ≥ params``, else the under-determined
+            one (JJᵀ/N, r/N, with J kept for δ = Jᵀu).
+        """
         ...
 
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
-        """δ for damping λ, or ``None`` when the Cholesky factorisation fails or δ is not finite."""
+        """δ for damping λ, from the float64 Cholesky factorisation of (A + λD).
+
+        Arguments:
+            system: the step's assembled system.
+            damping: λ.
+            scaling: D: ``"identity"`` (I) or ``"marquardt"`` (diag clamped away from 0);
+                the under-determined system always uses I.
+
+        Returns:
+            The [`Solution`][marquardt.solver.Solution], or ``None`` when the
+            factorisation fails or δ is not finite.
+        """
         ...
 
     def synchronize(self) -> None:

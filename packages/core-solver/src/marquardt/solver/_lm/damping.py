@@ -38,7 +38,14 @@ def gain_ratio(actual: float, predicted: float) -> float:
 
 @runtime_checkable
 class DampingRule(Protocol):
-    """The interface ``LMA`` drives: current λ, the accept test and the two updates."""
+    """The interface ``LMA`` drives: current λ, the accept test and the two updates.
+
+    Attributes:
+        name: the rule's name in reports (``"fixed"``, ``"nielsen"``).
+        damping: the current λ.
+        minimum: λ's floor.
+        maximum: λ's ceiling; a rule at it ends the run (``"damping_max"``).
+    """
 
     name: str
     damping: float
@@ -46,11 +53,24 @@ class DampingRule(Protocol):
     maximum: float
 
     def accepts(self, actual: float, predicted: float) -> bool:
-        """Whether an attempt with these actual and predicted loss reductions is accepted."""
+        """Whether an attempt with these actual and predicted loss reductions is accepted.
+
+        Arguments:
+            actual: the loss before the attempt less the loss after it.
+            predicted: the reduction the linear model predicted.
+
+        Returns:
+            True to keep the attempt.
+        """
         ...
 
     def on_accept(self, actual: float, predicted: float) -> None:
-        """Update λ after an accepted attempt."""
+        """Update λ after an accepted attempt.
+
+        Arguments:
+            actual: the loss reduction the attempt achieved.
+            predicted: the reduction the linear model predicted.
+        """
         ...
 
     def on_reject(self) -> None:
@@ -63,11 +83,19 @@ class DampingRule(Protocol):
         ...
 
     def state_dict(self) -> dict[str, float]:
-        """The rule's mutable state (λ and any internal factor)."""
+        """The rule's mutable state.
+
+        Returns:
+            λ (``"damping"``) and any internal factor, by name.
+        """
         ...
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        """Restore what ``state_dict`` returned."""
+        """Restore what ``state_dict`` returned.
+
+        Arguments:
+            state: a ``state_dict`` of this rule.
+        """
         ...
 
 
@@ -104,6 +132,13 @@ class FixedDamping(_Clamped):
     """λ ← λ·down on acceptance, λ ← λ·up on rejection, clamped (Marquardt 1963).
 
     An attempt is accepted when the loss strictly decreases (actual reduction > 0).
+
+    Arguments:
+        start: the first λ.
+        up: the factor λ is multiplied by after a rejection (> 1).
+        down: the factor λ is multiplied by after an acceptance (< 1).
+        minimum: λ's floor.
+        maximum: λ's ceiling; a rule at it ends the run.
     """
 
     name = "fixed"
@@ -132,6 +167,11 @@ class NielsenDamping(_Clamped):
     ``Solution.predicted_reduction``): accept when ρ > 0 (which needs a positive
     prediction and a loss that decreases); then λ ← λ·max(1/3, 1 − (2ρ − 1)³), ν ← 2.
     On rejection λ ← λ·ν, ν ← 2ν. λ is clamped to [minimum, maximum].
+
+    Arguments:
+        start: the first λ.
+        minimum: λ's floor.
+        maximum: λ's ceiling; a rule at it ends the run.
     """
 
     name = "nielsen"

@@ -25,26 +25,45 @@ TERMINATION_REASONS: tuple[str, ...] = ("damping_max", "ftol", "xtol", "gtol", "
 class StepReport:
     """The record of one ``LMA.step``.
 
-    ``damping`` is λ after the step (the value the next step starts from);
-    ``damping_used`` is the λ of the last attempt. ``attempts`` counts damped solves;
-    ``accepted`` says whether the parameters moved. ``loss_before`` / ``loss_after`` are
-    the loss on this batch at the start and at the end of the step (equal when nothing was
-    accepted). ``termination`` is one of ``TERMINATION_REASONS`` or ``None``; ``reason``
-    is a sentence for people. ``rejections`` lists why each rejected attempt was rejected
-    ("cholesky failed", "non-finite step", "non-finite loss", "loss did not decrease").
-    ``gain_ratio`` is ρ = actual / predicted reduction of the last attempt (NaN when no
-    trial point was evaluated). Timings are seconds: ``seconds_jacobian`` (Jacobian or
-    its normal products on the model devices), ``seconds_transfer`` (moving them to the
-    solver), ``seconds_assembly`` (building the linear system), ``seconds_collective`` (the
-    process group's all-reduce or all-gather of the products; 0 in one process), ``seconds_solve`` (all
-    damped factorisations and solves), ``seconds_trial`` (trial forwards),
-    ``seconds_total``. ``strategy`` / ``backend`` say how the step ran; ``rows`` and
-    ``params`` are N and P; ``selected`` is k for a step on a parameter subset (0: all P).
-    ``strategy_reason`` says why the step ran with its strategy (the planner's words).
-    A matrix-free step lists per attempt its conjugate-gradient iterations
-    (``cg_iterations``) and why they stopped (``cg_stops``: "tolerance", "budget",
-    "curvature" or "non-finite"); ``products`` counts its products JᵀJv (the warm starts'
-    included). They stay empty, and 0, for the dense strategies.
+    Non-convergence is reported here, not raised. Timings are seconds.
+
+    Arguments:
+        damping: λ after the step (the value the next step starts from).
+        damping_used: the λ of the last attempt.
+        attempts: the damped solves tried.
+        accepted: whether the parameters moved.
+        loss_before: the loss on this batch at the start of the step.
+        loss_after: the loss at the end of the step (``loss_before`` when nothing was
+            accepted).
+        terminated: whether the run should stop here.
+        termination: one of ``TERMINATION_REASONS``, or ``None``.
+        reason: ``termination`` as a sentence for people.
+        rejections: why each rejected attempt was rejected ("cholesky failed",
+            "non-finite step", "non-finite loss", "loss did not decrease").
+        gain_ratio: ρ = actual / predicted reduction of the last attempt (NaN when no trial
+            point was evaluated).
+        predicted_reduction: the reduction the linear model predicted for the last attempt.
+        step_norm: ‖s‖ of the last attempt's step.
+        seconds_jacobian: the Jacobian or its normal products on the model devices.
+        seconds_transfer: moving them to the solver.
+        seconds_assembly: building the linear system.
+        seconds_collective: the process group's all-reduce or all-gather of the products
+            (0 in one process).
+        seconds_solve: all damped factorisations and solves.
+        seconds_trial: the trial forwards.
+        seconds_total: the whole step.
+        strategy: the strategy the step ran with.
+        backend: the array backend that solved.
+        rows: ``N``, the residual rows.
+        params: ``P``, the parameters.
+        selected: ``k`` for a step on a parameter subset (0: all ``P``).
+        strategy_reason: why the step ran with its strategy (the planner's words).
+        cg_iterations: a matrix-free step's conjugate-gradient iterations, per attempt
+            (empty for the dense strategies).
+        cg_stops: why each attempt's iterations stopped ("tolerance", "budget",
+            "curvature" or "non-finite").
+        products: a matrix-free step's products ``JᵀJv``, the warm starts' included (0 for
+            the dense strategies).
     """
 
     damping: float
@@ -78,5 +97,9 @@ class StepReport:
     products: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        """The report as plain Python values (for logging)."""
+        """The report as plain Python values (for logging).
+
+        Returns:
+            Each field by name.
+        """
         return asdict(self)

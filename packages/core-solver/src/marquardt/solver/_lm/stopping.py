@@ -26,14 +26,29 @@ __all__ = ["StoppingCriteria"]
 
 @dataclass(frozen=True)
 class StoppingCriteria:
-    """ftol / xtol / gtol tolerances; ``None`` switches a test off."""
+    """ftol / xtol / gtol tolerances; ``None`` switches a test off.
+
+    Arguments:
+        ftol: the bound on the relative actual and predicted reductions of the loss.
+        xtol: the bound on the step relative to the parameters, ‖s‖ ≤ xtol·‖x‖.
+        gtol: the bound on the cosine between the residual and each column of ``J``.
+    """
 
     ftol: float | None = None
     xtol: float | None = None
     gtol: float | None = None
 
     def ftol_met(self, loss_before: float, actual: float, predicted: float) -> bool:
-        """Relative actual and predicted reductions both ≤ ftol (and ρ ≤ 2)."""
+        """Relative actual and predicted reductions both ≤ ftol (and ρ ≤ 2).
+
+        Arguments:
+            loss_before: the loss ``L`` at the start of the step.
+            actual: the step's actual reduction of the loss.
+            predicted: the reduction the linear model predicted.
+
+        Returns:
+            Whether the test holds (False when ``ftol`` is off).
+        """
         if self.ftol is None or not (loss_before > 0.0):
             return False
         if not (math.isfinite(actual) and math.isfinite(predicted)):
@@ -46,7 +61,15 @@ class StoppingCriteria:
         )
 
     def xtol_met(self, step_norm: float, param_norm: float) -> bool:
-        """‖s‖ ≤ xtol·‖x‖."""
+        """‖s‖ ≤ xtol·‖x‖.
+
+        Arguments:
+            step_norm: ‖s‖.
+            param_norm: ‖x‖.
+
+        Returns:
+            Whether the test holds (False when ``xtol`` is off).
+        """
         if self.xtol is None:
             return False
         return step_norm <= self.xtol * param_norm
@@ -62,6 +85,15 @@ class StoppingCriteria:
 
         |g_j| / sqrt(diag_j · ‖r‖²/N) is exactly the cosine above. A zero residual
         satisfies the test (nothing is left to fit).
+
+        Arguments:
+            gradient: ``g = Jᵀr/N``.
+            diag: ``diag(JᵀJ)/N``.
+            rss: ``‖r‖²``.
+            rows: ``N``.
+
+        Returns:
+            Whether the test holds (False when ``gtol`` is off).
         """
         if self.gtol is None:
             return False
