@@ -66,15 +66,15 @@ CG_VECTORS = 11
 class TruncatedCG:
     """Options of the matrix-free step (``LMA(strategy="matrix_free", cg=TruncatedCG(...))``).
 
-    **Arguments:**
+    Arguments:
+        iterations: the CG budget per attempt (products ``JᵀJv``; a warm start adds one).
+        tolerance: stop when ‖g − (A + λD)x‖ ≤ tolerance·‖g‖ (relative residual).
+        warm_start: x₀ = warm_start × the last accepted δ (0: always from x₀ = 0).
+        probes: Hutchinson probes of diag(JᵀJ) per step (one reverse pass each); at least
+            1, since the preconditioner and Marquardt's scaling use the estimate.
 
-    - ``iterations``: the CG budget per attempt (products ``JᵀJv``; a warm start adds one).
-    - ``tolerance``: stop when ‖g − (A + λD)x‖ ≤ tolerance·‖g‖ (relative residual).
-    - ``warm_start``: x₀ = warm_start × the last accepted δ (0: always from x₀ = 0).
-    - ``probes``: Hutchinson probes of diag(JᵀJ) per step (one reverse pass each); at
-      least 1, since the preconditioner and Marquardt's scaling use the estimate.
-
-    **Raises:** ``SolverConfigError`` at construction for values out of range.
+    Raises:
+        SolverConfigError: at construction, for values out of range.
     """
 
     iterations: int = 50

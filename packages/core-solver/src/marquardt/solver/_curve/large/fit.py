@@ -47,15 +47,22 @@ HANDOFF = 1e-6
 
 @dataclass(frozen=True)
 class CurveFitResult:
-    """What ``curve_fit_result`` returns.
+    """What ``curve_fit_result`` returns. Tensors are float64 on the CPU.
 
-    ``popt`` (P,) and ``pcov`` (P × P); ``perr`` = √diag(pcov).
-    ``residuals`` are (f(x, p̂) − y)/σ (N,); ``cost`` is ½ Σ c²ρ(z) at p̂ (½ Σ r² for the
-    linear loss). ``jacobian_rank`` and ``singular_values`` describe J at p̂ (of the rows
-    the covariance uses). ``steps`` LM steps were taken; ``success`` says whether the
-    solver terminated (``termination`` is one of ``StepReport``'s reasons, ``reason`` the
-    sentence) rather than running out of steps; ``report`` is the last step's report.
-    Tensors are float64 on the CPU.
+    Arguments:
+        popt: p̂ (P,).
+        pcov: its covariance (P × P); all inf when it cannot be estimated.
+        perr: √diag(pcov).
+        residuals: (f(x, p̂) − y)/σ (N,).
+        cost: ½ Σ c²ρ(z) at p̂ (½ Σ r² for the linear loss).
+        jacobian_rank: the rank of J at p̂ (of the rows the covariance uses).
+        singular_values: J's singular values at p̂ (of the same rows).
+        steps: the LM steps taken.
+        success: whether the solver terminated rather than running out of steps.
+        termination: one of ``StepReport``'s reasons, ``"gauss-newton"`` when
+            Gauss-Newton steps finished the fit, or ``None``.
+        reason: ``termination`` as a sentence.
+        report: the last step's report (``None`` when no step ran).
     """
 
     popt: torch.Tensor
@@ -93,28 +100,42 @@ def curve_fit_result(
     slice_size: int | None = None,
     lma_options: Mapping[str, object] | None = None,
 ) -> CurveFitResult:
-    """Fit ``f(x, *p)`` to ``ydata``; returns a `CurveFitResult` (popt, pcov, rank,
-    singular values, steps, report). The sliced engine under `curve_fit` for large
-    torch fits and GPUs, with its own keywords; ``curve_fit`` is SciPy's interface.
+    """Fit ``f(x, *p)`` to ``ydata``, sliced over the data, on any device.
 
-    The arguments are SciPy's (``scipy.optimize.curve_fit``): ``xdata`` of shape (N,) or
-    (k, N), ``ydata`` (N,), ``p0`` (P,; None: ones, counted from f's signature), ``sigma``
-    (N,) standard deviations, ``absolute_sigma``, ``bounds=(lower, upper)`` (numbers or one
-    per parameter; ±inf for none), ``loss`` ("linear", "soft_l1", "huber", "cauchy",
-    "arctan") and ``f_scale`` (the residual size at which robust losses set in).
+    The sliced engine under `curve_fit` for large torch fits and GPUs, with its own
+    keywords and a richer result; ``curve_fit`` is SciPy's interface. Steps stop when LM
+    terminates (MINPACK's tests, or no further decrease beyond rounding) or after
+    ``max_steps`` (an `OptimizeWarning`; the result says so in ``success``). A covariance
+    that cannot be estimated (J of rank < P, or N ≤ P without ``absolute_sigma``) is all
+    inf, with a ``CovarianceWarning``.
 
-    ``f`` is written with torch operations and must treat each data point on its own (it
-    is evaluated on slices of ``slice_size`` points; None: as the planner sees fit).
-    ``device`` (None: where ``xdata`` is, else the CPU) and ``dtype`` are where and in what
-    precision the fit runs; the results are float64 tensors on the CPU. Steps stop when
-    LM terminates (``ftol`` / ``xtol`` / ``gtol`` as in MINPACK, or no further decrease
-    beyond rounding) or after ``max_steps`` (an `OptimizeWarning`; the result
-    says so in ``success``). A covariance that cannot be estimated (J of rank < P, or
-    N ≤ P without ``absolute_sigma``) is all inf, with a ``CovarianceWarning``.
-    ``lma_options`` are ``LMA`` keywords for its LM runs, over those chosen on the NIST
-    problems (``damping_min``, ``scaling_memory``, ``geodesic``, ``geodesic_after``).
+    Arguments:
+        f: the model ``f(x, *p)``, written with torch operations; it must treat each data
+            point on its own (it is evaluated on slices of the data).
+        xdata: the independent variable, (N,) or (k, N).
+        ydata: the data, (N,).
+        p0: the starting parameters (P,); ``None``: ones, counted from f's signature.
+        sigma: the data's standard deviations (N,); ``None``: all 1.
+        absolute_sigma: whether ``sigma`` is absolute (as SciPy's); False scales ``pcov``
+            by the reduced chi-square.
+        bounds: ``(lower, upper)``, numbers or one per parameter; ±inf for none.
+        loss: ``"linear"``, ``"soft_l1"``, ``"huber"``, ``"cauchy"`` or ``"arctan"``.
+        f_scale: the residual size at which robust losses set in.
+        device: where the fit runs; ``None``: where ``xdata`` is, else the CPU.
+        dtype: the precision it runs in.
+        max_steps: the most LM steps (≥ 1).
+        ftol: MINPACK's relative reduction test (``None``: off).
+        xtol: MINPACK's relative step test (``None``: off).
+        gtol: MINPACK's orthogonality test (``None``: off).
+        slice_size: the data points per slice; ``None``: as the planner sees fit.
+        lma_options: ``LMA`` keywords for its LM runs, over those chosen on the NIST
+            problems (``damping_min``, ``scaling_memory``, ``geodesic``, ``geodesic_after``).
 
-    Bad input raises `CurveFitInputError` before any work.
+    Returns:
+        The `CurveFitResult`: popt, pcov, rank, singular values, steps, report.
+
+    Raises:
+        CurveFitInputError: bad input, before any work.
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise CurveFitInputError(
