@@ -202,6 +202,36 @@ def curve_fit_batch(
     (its cores less the one-minute load average, rounded): never more threads than that,
     since on busy cores each short kernel waits for a descheduled thread and the fits run
     many times slower than on one (``_curve.threads``).
+
+    Arguments:
+        f: the model ``f(x, *p)`` for one fit, with torch operations.
+        xdata: shared ((N,), (k, N)) or per fit ((M, N), (M, k, N)).
+        ydata: the M data sets, (M, N).
+        p0: the starting parameters, shared (P,) or per fit (M, P).
+        sigma: standard deviations, shared or per fit.
+        absolute_sigma: whether ``sigma`` is absolute, as in ``curve_fit``.
+        bounds: ``(lower, upper)``, shared or per fit.
+        loss: SciPy's robust loss, shared or per fit.
+        f_scale: the robust loss's scale, shared or per fit.
+        nan_policy: ``curve_fit``'s.
+        ftol: MINPACK's relative reduction test.
+        xtol: MINPACK's relative step test.
+        gtol: MINPACK's orthogonality test.
+        max_nfev: the evaluation budget per fit.
+        maxfev: ``max_nfev``'s other name.
+        full_output: also return the dict of per-fit results.
+        chunk_size: the most fits solved at once.
+        device: where the fits run.
+        dtype: the precision they run in.
+        threads: the torch threads on the CPU (≥ 1).
+
+    Returns:
+        ``(popt, pcov)``, or ``(popt, pcov, info)`` with ``full_output=True``.
+
+    Raises:
+        ValueError: bad input (``threads`` or ``chunk_size`` not a positive integer,
+            among others), before any work.
+        TypeError: ``f`` not callable.
     """
     if threads is not None and (
         isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1

@@ -30,7 +30,6 @@ from marquardt.jacobian import keeps_grad_mode
 
 from ..._backends.blas_threads import one_blas_thread
 from ..._lm.robust import ROBUST_LOSSES
-from ..small.single import solve_small
 from ..threads import choose_threads, torch_threads
 from .args import (
     diff_step,
@@ -44,10 +43,9 @@ from .args import (
     scipy_bounds,
     whitening,
 )
-from .covariance import columns_dependent, pivoted_qr
-from .covariance import pcov as scipy_pcov
 from .engine import ENGINE_KEYWORDS, engine_fit
-from .providers import DifferenceProvider, TorchProvider, Whitening, model_kind
+from .providers import model_kind
+from .small_path import small_fit
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
 
@@ -114,17 +112,54 @@ def curve_fit(
     """Fit ``f(xdata, *p)`` to ``ydata`` as ``scipy.optimize.curve_fit`` does.
 
     Every argument means what it means in SciPy 1.17 (docs/curve-fitting.md#coming-from-scipy
-    lists what differs). ``f`` may be written with NumPy (J by SciPy's finite differences,
-    or ``jac``) or with torch (evaluated on tensors; J at p̂ by autodiff unless ``jac`` is
-    given). Returns ``(popt, pcov)``, or with ``full_output=True`` SciPy's ``(popt, pcov,
-    infodict, mesg, ier)``; NumPy float64 for NumPy input, torch tensors on the data's
-    device for torch input. The richer result (rank, singular values, steps, report) is
-    `curve_fit_result`'s.
+    lists what differs); all fits run one algorithm, LM with bounds. The richer result
+    (rank, singular values, steps, report) is `curve_fit_result`'s.
 
-    Besides SciPy's keywords (``maxfev`` / ``max_nfev``, ``ftol``, ``xtol``, ``gtol``,
-    ``x_scale``, ``diff_step``, ``loss``, ``f_scale``) a torch model takes the engine's
-    ``device``, ``dtype``, ``slice_size`` and ``max_steps``, which send it to the sliced
-    engine of `curve_fit_result`.
+    Arguments:
+        f: the model ``f(xdata, *p)``, one value per data point: written with NumPy (J by
+            SciPy's finite differences, or ``jac``) or with torch (evaluated on tensors;
+            J at p̂ by autodiff unless ``jac`` is given).
+        xdata: the independent variable, passed to ``f`` as it is (arrays and tensors as
+            float64).
+        ydata: the data, (N,).
+        p0: the starting parameters; ``None``: ones, or inside the bounds (mid-range,
+            ``lb + 1``, ``ub − 1``), counted from f's signature.
+        sigma: a number, (N,) standard deviations or an (N, N) covariance; ``None``: all 1.
+        absolute_sigma: whether ``sigma`` is absolute; False scales ``pcov`` by the
+            reduced chi-square.
+        check_finite: refuse NaN/inf in the data; ``None``: True unless ``nan_policy``
+            is given.
+        bounds: ``(lower, upper)``, numbers or one per parameter (±inf for none), or a
+            ``scipy.optimize.Bounds``.
+        method: ``"lm"`` (refuses bounds), ``"trf"`` or ``"dogbox"``: all run our LM,
+            and pick SciPy's default evaluation budget and pcov formula; ``None``:
+            ``"trf"`` with bounds, else ``"lm"``.
+        jac: J as a callable ``jac(xdata, *p)``, or a difference scheme ``"2-point"``,
+            ``"3-point"`` or ``"cs"``; ``None``: 2-point differences (and autodiff for a
+            torch model's J at p̂).
+        full_output: also return SciPy's ``infodict``, ``mesg`` and ``ier``.
+        nan_policy: with ``check_finite`` off, ``"raise"`` or ``"omit"`` (drops the NaN
+            points, and sigma's rows and columns); ``"propagate"`` is refused.
+        **kwargs: SciPy's ``maxfev`` / ``max_nfev`` (the evaluation budget), ``ftol``,
+            ``xtol``, ``gtol`` (1e-8 each), ``x_scale`` (``"jac"`` or positive numbers),
+            ``diff_step``, ``loss``, ``f_scale``, leastsq's ``epsfcn`` (step √epsfcn) and
+            ``col_deriv``; ``factor``, ``verbose``, ``tr_solver``, ``tr_options``,
+            ``jac_sparsity``, ``lsmr_tol`` and ``max_iter`` have no effect. A torch model
+            also takes the engine's ``device``, ``dtype``, ``slice_size`` and
+            ``max_steps``, which send it to the sliced engine of `curve_fit_result`.
+
+    Returns:
+        ``(popt, pcov)``, or with ``full_output=True`` ``(popt, pcov, infodict, mesg,
+        ier)``; NumPy float64 for NumPy input, torch tensors on the data's device for
+        torch input.
+
+    Raises:
+        ValueError: bad input, with SciPy's message (``args``, a start outside the
+            bounds, ``"lm"`` with bounds, NaN/inf data, a torch model that turns a
+            parameter into a Python number).
+        TypeError: ``f`` not callable, an unknown keyword, or more parameters than
+            points with ``"lm"``.
+        RuntimeError: ``"Optimal parameters not found: ..."``, out of evaluations.
 
     Bounds: both paths minimise the same cost over l ≤ p ≤ u and stop at the same
     constrained minimum (the same parameters on their bounds), by different paths. The small
@@ -292,7 +327,7 @@ def curve_fit(
             kind == "torch" and (y.size > SMALL_POINTS or on_device)
         )
         if not (engine and kind == "torch" and weights.factor is None and jac is None):
-            return _small_fit(
+            return small_fit(
                 f,
                 x,
                 y,
@@ -330,129 +365,4 @@ def curve_fit(
             full_output,
             torch_out,
             kwargs,
-        )
-
-
-def _small_fit(
-    f: Callable[..., Any],
-    x: Any,
-    y: np.ndarray,
-    start: np.ndarray,
-    lower: np.ndarray,
-    upper: np.ndarray,
-    whitening: Whitening,
-    jac: Any,
-    method: str,
-    loss: str,
-    f_scale: float,
-    scale: np.ndarray | None,
-    diff_step: np.ndarray | None,
-    maxfev: int,
-    tol: dict[str, float],
-    absolute_sigma: bool,
-    full_output: bool,
-    torch_out: bool,
-    out_device: Any,
-    kind: str,
-    untracked: list[int],
-    first: np.ndarray | None = None,
-) -> Any:
-    """The fit on the small path (``_curve.small.single``) with ``kind``'s provider of J."""
-    n = start.size
-    if kind == "torch":
-        provider: Any = TorchProvider(
-            f,
-            x,
-            y,
-            whitening,
-            differences=(lower, upper),
-            scheme=jac if isinstance(jac, str) else "2-point",
-            diff_step=diff_step,
-            jac=jac if callable(jac) else None,
-            first=None if first is None else (start, first),
-        )
-        if untracked and jac is None:  # a named scheme or jac never differentiates by autodiff
-            _refuse_untracked(x, y, whitening, provider, start, lower, upper, untracked)
-    else:
-        provider = DifferenceProvider(
-            f,
-            x,
-            y,
-            whitening,
-            scheme=jac if isinstance(jac, str) else "2-point",
-            diff_step=diff_step,
-            jac=jac if callable(jac) else None,
-            lower=lower,
-            upper=upper,
-        )
-    fit = solve_small(
-        provider,
-        start,
-        lower,
-        upper,
-        max_nfev=int(maxfev),
-        x_scale=scale,
-        loss=loss,
-        f_scale=f_scale,
-        **tol,
-    )
-    if fit.status == 0:
-        raise RuntimeError(
-            "Optimal parameters not found: "
-            + fit.message
-            + f" HINT: raise maxfev (it was {maxfev}) or start nearer the optimum"
-        )
-    final = fit.jacobian
-    if isinstance(provider, TorchProvider) and jac is None and loss == "linear":
-        # The steps used differences; pcov is autodiff's J at p̂, unless that J's columns are
-        # dependent beyond what a float64 covariance can hold: then SciPy's J, as SciPy has.
-        exact = provider.exact_jacobian(fit.params)
-        final = final if columns_dependent(exact) else exact
-    pcov = scipy_pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma, method)
-    popt = fit.params
-    if torch_out:
-        popt_t = torch.from_numpy(popt.copy()).to(out_device)
-        pcov_t = torch.from_numpy(pcov).to(out_device)
-        result: tuple[Any, ...] = (popt_t, pcov_t)
-    else:
-        result = (popt, pcov)
-    if not full_output:
-        return result
-    info: dict[str, Any] = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
-    if method == "lm":  # leastsq's factor of J at p̂: R (transposed), pivots, Qᵀr
-        q, r, piv = pivoted_qr(final)
-        info.update(fjac=r.T, ipvt=piv + 1, qtf=q.T @ fit.residuals)
-    return (*result, info, fit.message, fit.status)
-
-
-def _refuse_untracked(
-    x: Any,
-    y: np.ndarray,
-    whitening: Whitening,
-    provider: TorchProvider,
-    p: np.ndarray,
-    lower: np.ndarray,
-    upper: np.ndarray,
-    dead: list[int],
-) -> None:
-    """Refuse a torch model that turned a parameter into a Python number (``math.exp(b)``):
-    autodiff sees no dependence where finite differences do."""
-    r = provider.residuals(p)
-    numeric = DifferenceProvider(
-        lambda xx, *q: provider._call(torch.tensor(q, dtype=torch.float64)).detach().numpy(),
-        x,
-        y,
-        whitening,
-        lower=lower,
-        upper=upper,
-    )
-    fd = numeric.jacobian(p, r)
-    untracked = [k for k in dead if np.max(np.abs(fd[:, k])) > 0]
-    if untracked:
-        raise ValueError(
-            f"curve_fit differentiates f by autodiff, but f's output does not depend on "
-            f"parameter(s) {untracked} under autodiff while finite differences say it does: "
-            "f turns them into Python numbers (float(p), math.exp(p), p.item()). HINT: use "
-            "torch operations on the parameters (torch.exp(b)), or write f with NumPy "
-            "throughout so it is differentiated numerically"
         )
