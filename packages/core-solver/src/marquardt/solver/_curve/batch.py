@@ -26,6 +26,7 @@ from .._lm.memory_fit import usable_memory
 from .batch_args import BatchArgs, batch_args
 from .batch_core import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from .batch_model import BatchModel, check_model
+from .compiled import balanced_chunk, check_compile, iterations
 from .threads import BATCH_THREAD_WORK, choose_threads, torch_threads
 
 __all__ = [
@@ -183,6 +184,7 @@ def curve_fit_batch(
     device: Any = None,
     dtype: torch.dtype | None = None,
     threads: int | None = None,
+    compile: str | bool = "auto",
 ) -> Any:
     """Fit f(x, *p) to each of M data sets, each fit as ``curve_fit`` fits it.
 
@@ -202,8 +204,14 @@ def curve_fit_batch(
     pay, and then on as many as torch's setting allows and the machine has idle cores for
     (its cores less the one-minute load average, rounded): never more threads than that,
     since on busy cores each short kernel waits for a descheduled thread and the fits run
-    many times slower than on one (``_curve.threads``).
+    many times slower than on one (``_curve.threads``). ``compile`` (``"auto"``, True or
+    False) runs each LM iteration as one compiled graph of fused kernels
+    (``_curve.compiled``): ``"auto"`` compiles calls of at least ``COMPILE_WORK`` elements
+    of J (M·N·P) and reuses what this process compiled before; a model that cannot be
+    compiled runs eagerly with one ``CompileWarning``. ``full_output`` adds
+    ``compile_seconds`` (this call's compile time) and ``compiled``.
     """
+    compile_mode = check_compile(compile)
     if threads is not None and (
         isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
     ):
@@ -244,6 +252,9 @@ def curve_fit_batch(
         args.y.device,
     )
     size = min(size, int(chunk_size)) if chunk_size is not None else size
+    work = fits * points * params
+    iterate = iterations(f, compile_mode, args.y.device, work, balanced_chunk(size, fits))
+    size = size if iterate is None else iterate.chunk
     parts: list[tuple[BatchState, torch.Tensor]] = []
     if args.y.device.type != "cpu":
         threads = None
@@ -252,7 +263,9 @@ def curve_fit_batch(
     with torch_threads(None if threads is None else int(threads)):
         for begin in range(0, fits, size):
             start, data = _chunk(args, slice(begin, begin + size))
-            state = solve_batch(model, start, data, max_nfev=args.max_nfev, **args.tol)
+            state = solve_batch(
+                model, start, data, max_nfev=args.max_nfev, iterate=iterate, **args.tol
+            )
             parts.append((state, _pcov(state, data, absolute_sigma)))
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
@@ -276,5 +289,10 @@ def curve_fit_batch(
     return (
         out(popt),
         out(pcov),
-        {**{k: out(v) for k, v in info.items()}, "messages": STATUS_MESSAGES},
+        {
+            **{k: out(v) for k, v in info.items()},
+            "messages": STATUS_MESSAGES,
+            "compile_seconds": 0.0 if iterate is None else iterate.compile_seconds,
+            "compiled": iterate is not None and iterate.compiled,
+        },
     )

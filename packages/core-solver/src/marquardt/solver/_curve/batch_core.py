@@ -23,6 +23,7 @@ still run, gathers those into a smaller batch so that finished fits cost nothing
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -271,8 +272,10 @@ def solve_batch(
     xtol: float,
     gtol: float,
     max_nfev: int,
+    iterate: Callable[..., BatchState] | None = None,
 ) -> BatchState:
-    """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring)."""
+    """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
+    ``iterate`` replaces ``_iterate`` (same arguments, same result: ``_curve.compiled``)."""
     tol = {"ftol": ftol, "xtol": xtol, "gtol": gtol}
     whole = start_state(model, p0, data)
     index = torch.arange(p0.shape[0], device=p0.device)
@@ -282,7 +285,7 @@ def solve_batch(
     every = CHECK_EVERY.get(p0.device.type, 4)
     limit = max_nfev + 4 * every + 120
     for iteration in range(1, limit + 1):
-        state = _iterate(model, state, part, tol, max_nfev)
+        state = (iterate or _iterate)(model, state, part, tol, max_nfev)
         if iteration % every:
             continue
         running = state.status == RUNNING
