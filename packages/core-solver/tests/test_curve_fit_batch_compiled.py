@@ -14,7 +14,7 @@ import torch
 
 import marquardt.solver._curve.compiled as compiled
 from marquardt.solver import curve_fit_batch
-from marquardt.solver._curve.compiled import CompileWarning, balanced_chunk
+from marquardt.solver._curve.compiled import CompileWarning
 
 FITS = 40
 
@@ -103,6 +103,10 @@ def test_a_second_call_reuses_the_kernel_and_fewer_fits_are_padded(
     assert part[2]["compiled"] and part[2]["compile_seconds"] == 0
     want = curve_fit_batch(spot, **fewer, full_output=True, compile=False)
     _agree(part, want)
+    # Chunks of 35 and 5: the first padded to 40, the second (under PAD_SHARE) eager.
+    split = curve_fit_batch(spot, **problem, full_output=True, chunk_size=35)
+    assert split[2]["compiled"] and split[2]["compile_seconds"] == 0
+    _agree(split, spots["eager"])
 
 
 def test_a_model_that_cannot_be_compiled_runs_eagerly_with_one_warning() -> None:
@@ -156,12 +160,3 @@ def test_the_compile_keyword_is_checked_before_any_work() -> None:
     with pytest.raises(ValueError, match="compile must be 'auto', True or False"):
         curve_fit_batch(counted, **_decays(4), compile="yes")
     assert calls == []
-
-
-@pytest.mark.parametrize(("size", "fits"), [(16, 40), (16, 16), (16, 17), (7, 100), (5, 3)])
-def test_balanced_chunks_cover_the_fits_in_equal_parts(size: int, fits: int) -> None:
-    chunk = balanced_chunk(size, fits)
-    count = -(-fits // chunk)
-    assert chunk <= max(size, 1)
-    assert count == -(-fits // size)
-    assert fits - (count - 1) * chunk >= chunk - count + 1

@@ -26,7 +26,7 @@ from .._lm.memory_fit import usable_memory
 from .batch_args import BatchArgs, batch_args
 from .batch_core import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from .batch_model import BatchModel, check_model
-from .compiled import balanced_chunk, check_compile, iterations
+from .compiled import check_compile, iterations
 from .threads import BATCH_THREAD_WORK, choose_threads, torch_threads
 
 __all__ = [
@@ -252,9 +252,7 @@ def curve_fit_batch(
         args.y.device,
     )
     size = min(size, int(chunk_size)) if chunk_size is not None else size
-    work = fits * points * params
-    iterate = iterations(f, compile_mode, args.y.device, work, balanced_chunk(size, fits))
-    size = size if iterate is None else iterate.chunk
+    iterate = iterations(f, compile_mode, args.y.device, fits * points * params, size)
     parts: list[tuple[BatchState, torch.Tensor]] = []
     if args.y.device.type != "cpu":
         threads = None

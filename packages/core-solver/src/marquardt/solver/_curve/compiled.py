@@ -15,7 +15,8 @@ of fits with one model compiles once, and inductor's own on-disk cache (its defa
 ``TORCHINDUCTOR_CACHE_DIR``, outside any repository) shortens the compile of a later
 process. A chunk with fewer fits than the compiled one (the last chunk, or the running
 fits gathered by ``solve_batch``) is padded up to it while it holds at least
-``PAD_SHARE`` of it, and runs eagerly below that.
+``PAD_SHARE`` of it, and runs eagerly below that; a call with fewer fits than a cached
+kernel uses it the same way.
 
 The eager iteration runs instead, with one ``CompileWarning`` per model, where the model
 cannot be traced or compiled (Python control flow on tensor values, such as ``if x.sum()
@@ -50,7 +51,6 @@ __all__ = [
     "PAD_SHARE",
     "CompileWarning",
     "CompiledIterations",
-    "balanced_chunk",
     "check_compile",
     "compiler_available",
     "iterations",
@@ -122,13 +122,6 @@ def iterations(
     return CompiledIterations(f, chunk, mode is True or work >= COMPILE_WORK)
 
 
-def balanced_chunk(size: int, fits: int) -> int:
-    """Chunks of equal size (the last short by fewer fits than there are chunks) instead of ``size``-sized ones
-    and a small remainder: the fewest chunks of at most ``size`` fits."""
-    count = -(-fits // size)
-    return -(-fits // count)
-
-
 @dataclass
 class _Kernel:
     """One compiled iteration and the fits it was compiled for."""
@@ -190,7 +183,7 @@ class CompiledIterations:
 
     One instance serves one ``curve_fit_batch`` call, whose chunks hold ``chunk`` fits (the
     last may hold fewer); the compiled kernels live in the process-wide cache. It compiles
-    (for ``chunk`` fits) when ``may_compile`` and no cached kernel serves the chunk.
+    (for ``chunk`` fits) when ``may_compile`` and no cached kernel serves the fits.
     ``compile_seconds`` is the time this call spent tracing and compiling (0 when the
     cache held the kernel); ``compiled`` says whether any iteration ran compiled.
     """
@@ -212,17 +205,22 @@ class CompiledIterations:
         fits = state.p.shape[0]
         shapes = _key(self.f, state, data, tol, max_nfev, model.x_per_fit)
         kernel = _serving(shapes, fits)
-        if kernel is None and fits == self.chunk and self.may_compile and shapes not in _FAILED:
-            kernel = self._build(shapes, model, state, data, tol, max_nfev)
+        if (
+            kernel is None
+            and self.may_compile
+            and PAD_SHARE * self.chunk <= fits <= self.chunk
+            and shapes not in _FAILED
+        ):
+            kernel = self._build(
+                shapes, model, *_padded(state, data, self.chunk, model), tol, max_nfev
+            )
         if kernel is None:
             return _iterate(model, state, data, tol, max_nfev)
         _, listed = _flat(model, data, tol, max_nfev)
         self.compiled = True
         if fits == kernel.fits:
             return BatchState(*kernel.run(*listed(state, data)))
-        index = torch.arange(kernel.fits, device=state.p.device)
-        index = torch.where(index < fits, index, 0)
-        out = kernel.run(*listed(state.take(index), data.take(index, model.x_per_fit)))
+        out = kernel.run(*listed(*_padded(state, data, kernel.fits, model)))
         return BatchState(*(t[:fits] for t in out))
 
     def _build(
@@ -256,6 +254,18 @@ class CompiledIterations:
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
         return kernel
+
+
+def _padded(
+    state: BatchState, data: BatchData, fits: int, model: BatchModel
+) -> tuple[BatchState, BatchData]:
+    """State and data of ``fits`` fits: these, then copies of the first (whose results are
+    dropped)."""
+    if state.p.shape[0] == fits:
+        return state, data
+    index = torch.arange(fits, device=state.p.device)
+    index = torch.where(index < state.p.shape[0], index, 0)
+    return state.take(index), data.take(index, model.x_per_fit)
 
 
 def _key(
