@@ -6,7 +6,9 @@ accept/reject with Nielsen's λ rule) is dozens of small eager kernels, each a p
 memory and a dispatch. Here the whole iteration is traced to one graph of ATen operations
 (``make_fx``, which also unrolls ``vmap``/``jacfwd``) and that graph is compiled by
 ``torch.compile`` (inductor: C++/OpenMP through the system compiler on CPUs, Triton on
-GPUs), so that the pointwise work and the reductions over the N points run fused. The
+GPUs), so that the pointwise work and the reductions over the N points run fused; the
+P × P Cholesky factorisations and solves are traced written out (``_curve.unrolled``) so
+that they fuse too, instead of one LAPACK call per fit. The
 arithmetic is that of ``batch_core._iterate`` itself, traced, not a second copy.
 
 A compiled iteration is specialised to its shapes, dtype, device, thread count, the
@@ -43,6 +45,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from .batch_core import BatchData, BatchState, _iterate
 from .batch_model import BatchModel
+from .unrolled import decompositions
 
 __all__ = [
     "CACHE_SIZE",
@@ -240,7 +243,8 @@ class CompiledIterations:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                graph = make_fx(run, tracing_mode="real")(*inputs)
+                table = decompositions(state.p.shape[1])
+                graph = make_fx(run, table, tracing_mode="real")(*inputs)
                 compiled = torch.compile(graph, fullgraph=True, dynamic=False)
                 compiled(*inputs)  # inductor compiles at the first call
         except Exception as err:  # any failure means: run eagerly
