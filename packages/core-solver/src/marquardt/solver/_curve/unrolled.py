@@ -54,7 +54,9 @@ def cholesky_ex(
         [torch.stack(rows[i] + [zero] * (size - i - 1), dim=-1) for i in range(size)], dim=-2
     )
     if check_errors and bool((info > 0).any()):
-        raise torch.linalg.LinAlgError("the matrix is not positive definite")
+        raise torch.linalg.LinAlgError(  # type: ignore[attr-defined]
+            "the matrix is not positive definite"
+        )
     return (factor.transpose(-2, -1) if upper else factor), info
 
 
