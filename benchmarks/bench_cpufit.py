@@ -57,6 +57,11 @@ SCIPY_TARGET = 50.0
 CPUFIT_ONE_TARGET = 1.0
 CPUFIT_TWO_TARGET = 1.8
 ENV = "CPUFIT_LIB"
+HEAD = (
+    "spot | dtype | M | ours default fits/s (first call s, compile s) | one thread | "
+    "Cpufit stop: default / 1 thr / 2 thr | Cpufit 1 thr | SciPy loop | ×SciPy | "
+    "1 thr/Cpufit | 2 thr/Cpufit | default/1 thr | load"
+)
 
 
 def gauss2d(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
@@ -204,27 +209,26 @@ def _times(value: float | None) -> str:
 def _print(summary: dict[str, Any]) -> None:
     print(f"# cpu: {summary['machine']['cpu']}, cores: {summary['machine']['cores']}")
     print(f"# Cpufit: {summary['cpufit'] or 'none given: ' + summary['cpufit_note']}")
-    head = (
-        "spot | dtype | M | ours default fits/s (first call s, compile s) | one thread | "
-        "Cpufit stop: default / 1 thr / 2 thr | Cpufit 1 thr | SciPy loop | ×SciPy | "
-        "1 thr/Cpufit | 2 thr/Cpufit | default/1 thr | load"
-    )
-    print(head)
+    print(HEAD)
     for r in summary["rows"]:
-        d, s = r["ours_default"], r["ours_cpufit_stopping"]
-        peer = r["cpufit"]
-        print(
-            f"{r['spot']} | {r['dtype']} | {r['fits']:,} | {_rate(d['fits_per_s'])} "
-            f"({d['first_s']:.1f}, {d['compile_s']:.1f}) | "
-            f"{_rate(r['ours_default_one_thread']['fits_per_s'])} | "
-            f"{_rate(s['fits_per_s'])} / "
-            f"{_rate(r['ours_cpufit_stopping_one_thread']['fits_per_s'])} / "
-            f"{_rate(r['ours_cpufit_stopping_two_threads']['fits_per_s'])} | "
-            f"{_rate(peer and peer['fits_per_s'])} | {_rate(r['scipy_loop']['fits_per_s'])} | "
-            f"{_times(r['vs_scipy'])} | {_times(r['one_thread_vs_cpufit'])} | "
-            f"{_times(r['two_threads_vs_cpufit'])} | {_times(r['default_vs_one_thread'])} | "
-            f"{r['load_before']:.1f}→{r['load_after']:.1f}"
-        )
+        print(_line(r))
+
+
+def _line(r: dict[str, Any]) -> str:
+    d, s = r["ours_default"], r["ours_cpufit_stopping"]
+    peer = r["cpufit"]
+    return (
+        f"{r['spot']} | {r['dtype']} | {r['fits']:,} | {_rate(d['fits_per_s'])} "
+        f"({d['first_s']:.1f}, {d['compile_s']:.1f}) | "
+        f"{_rate(r['ours_default_one_thread']['fits_per_s'])} | "
+        f"{_rate(s['fits_per_s'])} / "
+        f"{_rate(r['ours_cpufit_stopping_one_thread']['fits_per_s'])} / "
+        f"{_rate(r['ours_cpufit_stopping_two_threads']['fits_per_s'])} | "
+        f"{_rate(peer and peer['fits_per_s'])} | {_rate(r['scipy_loop']['fits_per_s'])} | "
+        f"{_times(r['vs_scipy'])} | {_times(r['one_thread_vs_cpufit'])} | "
+        f"{_times(r['two_threads_vs_cpufit'])} | {_times(r['default_vs_one_thread'])} | "
+        f"{r['load_before']:.1f}→{r['load_after']:.1f}"
+    )
 
 
 def main(quick: bool = False, cpufit: str | None = None) -> dict[str, Any]:
@@ -243,6 +247,7 @@ def main(quick: bool = False, cpufit: str | None = None) -> dict[str, Any]:
             "empty. Build one with benchmarks/cpufit/build_cpufit.sh GPUFIT_CHECKOUT"
         )
         print(f"# {note}")
+    print(HEAD, flush=True)
     rows = []
     for size in QUICK_SPOTS if quick else SPOTS:
         for dtype in DTYPES:
@@ -250,7 +255,7 @@ def main(quick: bool = False, cpufit: str | None = None) -> dict[str, Any]:
                 rows.append(
                     measure(size, fits, dtype, libraries, QUICK_SCIPY_FITS if quick else SCIPY_FITS)
                 )
-                print(f"# done {size}x{size} {dtype} M={fits:,}", flush=True)
+                print(_line(rows[-1]), flush=True)
     summary = {
         "benchmark": "cpufit",
         "quick": quick,
