@@ -8,8 +8,8 @@ memory and a dispatch. Here the whole iteration is traced to one graph of ATen o
 ``torch.compile`` (inductor: C++/OpenMP through the system compiler on CPUs, Triton on
 GPUs), so that the pointwise work and the reductions over the N points run fused; the
 P × P Cholesky factorisations and solves are traced written out (``_curve.unrolled``) so
-that they fuse too, instead of one LAPACK call per fit. The
-arithmetic is that of ``batch_core._iterate`` itself, traced, not a second copy.
+that they fuse too, instead of one LAPACK call per fit. The arithmetic is that of
+``batch_core._iterate`` itself, traced, not a second copy.
 
 A compiled iteration is specialised to its shapes, dtype, device, thread count, the
 tolerances and the model f; it is kept in a process-wide cache under that key, so a loop
@@ -82,8 +82,8 @@ class CompileWarning(UserWarning):
 
 def check_compile(value: Any) -> str | bool:
     """``compile`` as given, refused (before any work) unless one of ``COMPILE_MODES``."""
-    if isinstance(value, bool) or value == "auto":
-        return value  # type: ignore[no-any-return]
+    if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
+        return value
     raise ValueError(
         f"compile must be 'auto', True or False, got {value!r}. HINT: leave it out to "
         "compile only calls large enough to repay the compile"
