@@ -231,8 +231,11 @@ def _line(r: dict[str, Any]) -> str:
     )
 
 
-def main(quick: bool = False, cpufit: str | None = None) -> dict[str, Any]:
-    """Every row (module docstring); prints them and returns the summary."""
+def main(
+    quick: bool = False, cpufit: str | None = None, sizes: tuple[int, ...] | None = None
+) -> dict[str, Any]:
+    """Every row (module docstring), or those of ``sizes`` M; prints them and returns the
+    summary."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from cpufit.library import load
 
@@ -251,7 +254,7 @@ def main(quick: bool = False, cpufit: str | None = None) -> dict[str, Any]:
     rows = []
     for size in QUICK_SPOTS if quick else SPOTS:
         for dtype in DTYPES:
-            for fits in QUICK_SIZES if quick else SIZES:
+            for fits in sizes or (QUICK_SIZES if quick else SIZES):
                 rows.append(
                     measure(size, fits, dtype, libraries, QUICK_SCIPY_FITS if quick else SCIPY_FITS)
                 )
@@ -259,6 +262,7 @@ def main(quick: bool = False, cpufit: str | None = None) -> dict[str, Any]:
     summary = {
         "benchmark": "cpufit",
         "quick": quick,
+        "sizes": list(sizes or (QUICK_SIZES if quick else SIZES)),
         "machine": c.machine(),
         "cpufit": str(path) if path else None,
         "cpufit_note": note,
@@ -284,5 +288,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="5 × 5 spots, M = 10⁴ only")
     parser.add_argument("--cpufit", default=None, help=f"Cpufit's float library (or {ENV})")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="these M only (default 10⁴ to 10⁶)"
+    )
     args = parser.parse_args()
-    main(quick=args.quick, cpufit=args.cpufit)
+    main(quick=args.quick, cpufit=args.cpufit, sizes=tuple(args.sizes) if args.sizes else None)
