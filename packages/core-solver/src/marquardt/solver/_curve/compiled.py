@@ -17,8 +17,9 @@ of fits with one model compiles once, and inductor's own on-disk cache (its defa
 ``TORCHINDUCTOR_CACHE_DIR``, outside any repository) shortens the compile of a later
 process. A chunk with fewer fits than the compiled one (the last chunk, or the running
 fits gathered by ``solve_batch``) is padded up to it while it holds at least
-``PAD_SHARE`` of it, and runs eagerly below that; a call with fewer fits than a cached
-kernel uses it the same way.
+``PAD_SHARE`` of it; below that the fits still running go to a second kernel for
+``PAD_SHARE``² of the chunk (when that is at least ``TAIL_FITS``), and run eagerly when
+fewer still. A call with fewer fits than a cached kernel uses it the same way.
 
 The eager iteration runs instead, with one ``CompileWarning`` per model, where the model
 cannot be traced or compiled (Python control flow on tensor values, such as ``if x.sum()
@@ -52,6 +53,7 @@ __all__ = [
     "COMPILE_MODES",
     "COMPILE_WORK",
     "PAD_SHARE",
+    "TAIL_FITS",
     "CompileWarning",
     "CompiledIterations",
     "check_compile",
@@ -70,6 +72,11 @@ COMPILE_WORK = 30_000_000
 #: A chunk holding at least this share of the compiled fits is padded up to them and runs
 #: compiled; a smaller one runs eagerly.
 PAD_SHARE = 0.4
+#: The fewest fits a second, smaller kernel is compiled for: the fits still running late
+#: in a chunk, once fewer than ``PAD_SHARE`` of it, run in a kernel for ``PAD_SHARE``² of
+#: the chunk rather than eagerly (where each iteration costs some milliseconds of dispatch
+#: however few the fits) when that kernel holds at least this many fits.
+TAIL_FITS = 1024
 #: Compiled iterations kept per process (least recently used dropped first).
 CACHE_SIZE = 16
 
@@ -208,15 +215,9 @@ class CompiledIterations:
         fits = state.p.shape[0]
         shapes = _key(self.f, state, data, tol, max_nfev, model.x_per_fit)
         kernel = _serving(shapes, fits)
-        if (
-            kernel is None
-            and self.may_compile
-            and PAD_SHARE * self.chunk <= fits <= self.chunk
-            and shapes not in _FAILED
-        ):
-            kernel = self._build(
-                shapes, model, *_padded(state, data, self.chunk, model), tol, max_nfev
-            )
+        size = _size(self.chunk, fits)
+        if kernel is None and self.may_compile and size and shapes not in _FAILED:
+            kernel = self._build(shapes, model, *_padded(state, data, size, model), tol, max_nfev)
         if kernel is None:
             return _iterate(model, state, data, tol, max_nfev)
         _, listed = _flat(model, data, tol, max_nfev)
@@ -258,6 +259,17 @@ class CompiledIterations:
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
         return kernel
+
+
+def _size(chunk: int, fits: int) -> int:
+    """The fits to compile for ``fits`` running fits of a call with ``chunk``-fit chunks:
+    ``chunk``, or for the fits still running late in a chunk ``chunk``·``PAD_SHARE``² when
+    that is at least ``TAIL_FITS``; 0 where ``fits`` fits neither (they run eagerly)."""
+    tail = round(chunk * PAD_SHARE**2)
+    for size in (chunk, tail if tail >= TAIL_FITS else 0):
+        if size and PAD_SHARE * size <= fits <= size:
+            return size
+    return 0
 
 
 def _padded(
