@@ -160,3 +160,13 @@ def test_the_compile_keyword_is_checked_before_any_work() -> None:
     with pytest.raises(ValueError, match="compile must be 'auto', True or False"):
         curve_fit_batch(counted, **_decays(4), compile="yes")
     assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("fits", "size"),
+    [(16_384, 16_384), (7_000, 16_384), (6_000, 6_554), (2_700, 6_554), (2_500, 0), (20_000, 0)],
+)
+def test_the_kernel_sizes_are_the_chunk_and_its_tail(fits: int, size: int) -> None:
+    assert compiled._size(16_384, fits) == size
+    # A small chunk has no tail kernel: its late fits run eagerly.
+    assert compiled._size(40, 10) == 0 and compiled._size(40, 16) == 40

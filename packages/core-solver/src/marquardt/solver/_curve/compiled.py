@@ -18,8 +18,8 @@ of fits with one model compiles once, and inductor's own on-disk cache (its defa
 process. A chunk with fewer fits than the compiled one (the last chunk, or the running
 fits gathered by ``solve_batch``) is padded up to it while it holds at least
 ``PAD_SHARE`` of it; below that the fits still running go to a second kernel for
-``PAD_SHARE``² of the chunk (when that is at least ``TAIL_FITS``), and run eagerly when
-fewer still. A call with fewer fits than a cached kernel uses it the same way.
+``PAD_SHARE`` of the chunk (when that is at least ``TAIL_FITS``), padded the same way,
+and run eagerly when fewer still. A call with fewer fits than a cached kernel uses it the same way.
 
 The eager iteration runs instead, with one ``CompileWarning`` per model, where the model
 cannot be traced or compiled (Python control flow on tensor values, such as ``if x.sum()
@@ -73,7 +73,7 @@ COMPILE_WORK = 30_000_000
 #: compiled; a smaller one runs eagerly.
 PAD_SHARE = 0.4
 #: The fewest fits a second, smaller kernel is compiled for: the fits still running late
-#: in a chunk, once fewer than ``PAD_SHARE`` of it, run in a kernel for ``PAD_SHARE``² of
+#: in a chunk, once fewer than ``PAD_SHARE`` of it, run in a kernel for ``PAD_SHARE`` of
 #: the chunk rather than eagerly (where each iteration costs some milliseconds of dispatch
 #: however few the fits) when that kernel holds at least this many fits.
 TAIL_FITS = 1024
@@ -263,9 +263,9 @@ class CompiledIterations:
 
 def _size(chunk: int, fits: int) -> int:
     """The fits to compile for ``fits`` running fits of a call with ``chunk``-fit chunks:
-    ``chunk``, or for the fits still running late in a chunk ``chunk``·``PAD_SHARE``² when
+    ``chunk``, or for the fits still running late in a chunk ``chunk``·``PAD_SHARE`` when
     that is at least ``TAIL_FITS``; 0 where ``fits`` fits neither (they run eagerly)."""
-    tail = round(chunk * PAD_SHARE**2)
+    tail = round(chunk * PAD_SHARE)
     for size in (chunk, tail if tail >= TAIL_FITS else 0):
         if size and PAD_SHARE * size <= fits <= size:
             return size
