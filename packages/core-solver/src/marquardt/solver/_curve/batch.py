@@ -262,7 +262,13 @@ def curve_fit_batch(
         for begin in range(0, fits, size):
             start, data = _chunk(args, slice(begin, begin + size))
             state = solve_batch(
-                model, start, data, max_nfev=args.max_nfev, iterate=iterate, **args.tol
+                model,
+                start,
+                data,
+                max_nfev=args.max_nfev,
+                iterate=iterate,
+                initial=None if iterate is None else iterate.start,
+                **args.tol,
             )
             parts.append((state, _pcov(state, data, absolute_sigma)))
     popt = torch.cat([s.p for s, _ in parts])

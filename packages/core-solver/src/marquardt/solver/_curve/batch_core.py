@@ -273,11 +273,13 @@ def solve_batch(
     gtol: float,
     max_nfev: int,
     iterate: Callable[..., BatchState] | None = None,
+    initial: Callable[..., BatchState] | None = None,
 ) -> BatchState:
     """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
-    ``iterate`` replaces ``_iterate`` (same arguments, same result: ``_curve.compiled``)."""
+    ``iterate`` and ``initial`` replace ``_iterate`` and ``start_state`` (same arguments, same
+    results: ``_curve.compiled``)."""
     tol = {"ftol": ftol, "xtol": xtol, "gtol": gtol}
-    whole = start_state(model, p0, data)
+    whole = (initial or start_state)(model, p0, data)
     index = torch.arange(p0.shape[0], device=p0.device)
     state, part = whole, data
     # Each iteration either spends an evaluation of every running fit or raises the λ of

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .batch_core import BatchData, BatchState, _iterate
+from .batch_core import BatchData, BatchState, _iterate, start_state
 from .batch_model import BatchModel
 from .unrolled import decompositions
 
@@ -81,6 +81,10 @@ TAIL_FITS = 1024
 CACHE_SIZE = 16
 
 _STATE = tuple(f.name for f in fields(BatchState))
+
+
+def _state_listed(state: BatchState) -> list[torch.Tensor]:
+    return [getattr(state, name) for name in _STATE]
 
 
 class CompileWarning(UserWarning):
@@ -142,49 +146,59 @@ class _Kernel:
     model: Any
 
 
-def _flat(
-    model: BatchModel,
-    data: BatchData,
-    tol: dict[str, float],
-    max_nfev: int,
-) -> tuple[Callable[..., tuple[torch.Tensor, ...]], Callable[[BatchState, BatchData], list[Any]]]:
-    """``_iterate`` as a function of tensors only (what ``make_fx`` traces), and the
-    function that lists a state's and data's tensors in its order."""
-    has_w, has_mask = data.w is not None, data.mask is not None
-    losses = data.losses
+def _data_listed(part: BatchData) -> list[torch.Tensor]:
+    """``part``'s tensors in a fixed order (an empty one for a w or mask that is None)."""
+    empty = part.y[:, :0]
+    return [
+        part.x,
+        part.y,
+        part.w if part.w is not None else empty,
+        part.mask if part.mask is not None else empty,
+        part.lower,
+        part.upper,
+        part.loss_index,
+        part.f_scale,
+    ]
+
+
+def _data_built(tensors: tuple[torch.Tensor, ...], like: BatchData) -> BatchData:
+    """The ``BatchData`` of ``_data_listed``'s tensors, with ``like``'s losses and Nones."""
+    x, y, w, mask, lower, upper, loss_index, f_scale = tensors
+    return BatchData(
+        x,
+        y,
+        w if like.w is not None else None,
+        mask if like.mask is not None else None,
+        lower,
+        upper,
+        like.losses,
+        loss_index,
+        f_scale,
+    )
+
+
+def _iteration(
+    model: BatchModel, like: BatchData, tol: dict[str, float], max_nfev: int
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``_iterate`` as a function of the state's and data's tensors (what ``make_fx``
+    traces)."""
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         state = BatchState(*tensors[: len(_STATE)])
-        x, y, w, mask, lower, upper, loss_index, f_scale = tensors[len(_STATE) :]
-        part = BatchData(
-            x,
-            y,
-            w if has_w else None,
-            mask if has_mask else None,
-            lower,
-            upper,
-            losses,
-            loss_index,
-            f_scale,
-        )
-        new = _iterate(model, state, part, tol, max_nfev)
+        new = _iterate(model, state, _data_built(tensors[len(_STATE) :], like), tol, max_nfev)
         return tuple(getattr(new, name) for name in _STATE)
 
-    def listed(state: BatchState, part: BatchData) -> list[Any]:
-        empty = part.y[:, :0]
-        return [
-            *(getattr(state, name) for name in _STATE),
-            part.x,
-            part.y,
-            part.w if has_w else empty,
-            part.mask if has_mask else empty,
-            part.lower,
-            part.upper,
-            part.loss_index,
-            part.f_scale,
-        ]
+    return run
 
-    return run, listed
+
+def _start(model: BatchModel, like: BatchData) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``start_state`` as a function of p0's and the data's tensors."""
+
+    def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        new = start_state(model, tensors[0], _data_built(tensors[1:], like))
+        return tuple(getattr(new, name) for name in _STATE)
+
+    return run
 
 
 @dataclass
@@ -213,38 +227,51 @@ class CompiledIterations:
         max_nfev: int,
     ) -> BatchState:
         fits = state.p.shape[0]
-        shapes = _key(self.f, state, data, tol, max_nfev, model.x_per_fit)
+        shapes = _key(self.f, state.p, data, tol, max_nfev, model.x_per_fit)
         kernel = _serving(shapes, fits)
         size = _size(self.chunk, fits)
         if kernel is None and self.may_compile and size and shapes not in _FAILED:
-            kernel = self._build(shapes, model, *_padded(state, data, size, model), tol, max_nfev)
+            padded, part = _padded(state, data, size, model)
+            run = _iteration(model, data, tol, max_nfev)
+            kernel = self._build(shapes, size, run, _state_listed(padded) + _data_listed(part))
         if kernel is None:
             return _iterate(model, state, data, tol, max_nfev)
-        _, listed = _flat(model, data, tol, max_nfev)
         self.compiled = True
-        if fits == kernel.fits:
-            return BatchState(*kernel.run(*listed(state, data)))
-        out = kernel.run(*listed(*_padded(state, data, kernel.fits, model)))
+        if fits != kernel.fits:
+            state, data = _padded(state, data, kernel.fits, model)
+        out = kernel.run(*_state_listed(state), *_data_listed(data))
+        return BatchState(*(t[:fits] for t in out))
+
+    def start(self, model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
+        """``start_state``, compiled as the iteration is (same key, chunk and padding)."""
+        fits = p0.shape[0]
+        shapes = ("start", *_key(self.f, p0, data, {}, 0, model.x_per_fit))
+        kernel = _serving(shapes, fits)
+        if kernel is None and self.may_compile and fits == self.chunk and shapes not in _FAILED:
+            kernel = self._build(shapes, fits, _start(model, data), [p0, *_data_listed(data)])
+        if kernel is None:
+            return start_state(model, p0, data)
+        if fits != kernel.fits:
+            index = torch.arange(kernel.fits, device=p0.device)
+            index = torch.where(index < fits, index, 0)
+            p0, data = p0[index], data.take(index, model.x_per_fit)
+        out = kernel.run(p0, *_data_listed(data))
         return BatchState(*(t[:fits] for t in out))
 
     def _build(
         self,
         shapes: tuple[Any, ...],
-        model: BatchModel,
-        state: BatchState,
-        data: BatchData,
-        tol: dict[str, float],
-        max_nfev: int,
+        fits: int,
+        run: Callable[..., tuple[torch.Tensor, ...]],
+        inputs: list[torch.Tensor],
     ) -> _Kernel | None:
-        """Trace and compile the iteration for these shapes and fits; None (and one warning
+        """Trace ``run`` on ``inputs`` (``fits`` fits) and compile it; None (and one warning
         per model) where that fails."""
-        run, listed = _flat(model, data, tol, max_nfev)
-        inputs = listed(state, data)
         started = time.perf_counter()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                table = decompositions(state.p.shape[1])
+                table = decompositions(inputs[0].shape[-1])
                 graph = make_fx(run, table, tracing_mode="real")(*inputs)
                 compiled = torch.compile(graph, fullgraph=True, dynamic=False)
                 compiled(*inputs)  # inductor compiles at the first call
@@ -254,8 +281,8 @@ class CompiledIterations:
             return None
         finally:
             self.compile_seconds += time.perf_counter() - started
-        kernel = _Kernel(state.p.shape[0], compiled, self.f)
-        _CACHE[(shapes, kernel.fits)] = kernel
+        kernel = _Kernel(fits, compiled, self.f)
+        _CACHE[(shapes, fits)] = kernel
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
         return kernel
@@ -286,7 +313,7 @@ def _padded(
 
 def _key(
     f: Callable[..., Any],
-    state: BatchState,
+    p: torch.Tensor,
     data: BatchData,
     tol: dict[str, float],
     max_nfev: int,
@@ -297,10 +324,10 @@ def _key(
         _identity(f),
         tuple(data.y.shape[1:]),
         tuple(data.x.shape[1:] if x_per_fit else data.x.shape),
-        state.p.shape[1],
+        p.shape[1],
         x_per_fit,
-        state.p.dtype,
-        state.p.device,
+        p.dtype,
+        p.device,
         torch.get_num_threads(),
         data.losses,
         data.w is not None,
