@@ -8,8 +8,9 @@ memory and a dispatch. Here the whole iteration is traced to one graph of ATen o
 ``torch.compile`` (inductor: C++/OpenMP through the system compiler on CPUs, Triton on
 GPUs), so that the pointwise work and the reductions over the N points run fused; the
 P × P Cholesky factorisations and solves are traced written out (``_curve.unrolled``) so
-that they fuse too, instead of one LAPACK call per fit. The arithmetic is that of
-``batch_core._iterate`` itself, traced, not a second copy.
+that they fuse too, instead of one LAPACK call per fit. The start state (f and J at p0,
+``batch_core.start_state``) is compiled the same way. The arithmetic is that of
+``batch_core`` itself, traced, not a second copy.
 
 A compiled iteration is specialised to its shapes, dtype, device, thread count, the
 tolerances and the model f; it is kept in a process-wide cache under that key, so a loop
