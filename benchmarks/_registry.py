@@ -29,6 +29,7 @@ MODULES: dict[str, str] = {
     "curve_fit": "bench_curve_fit",
     "small_fit": "bench_small_fit",
     "batch_fit": "bench_batch_fit",
+    "cpufit": "bench_cpufit",
     "nist": "bench_nist",
     "pinn": "bench_pinn",
     "matrix_free": "bench_matrix_free",

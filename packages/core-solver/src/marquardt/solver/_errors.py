@@ -12,6 +12,7 @@ from marquardt.devices.messages import message
 __all__ = [
     "BackendUnavailableError",
     "BatchNotFiniteError",
+    "CompileWarning",
     "CovarianceWarning",
     "CurveFitInputError",
     "OptimizeWarning",
@@ -70,3 +71,7 @@ class OptimizeWarning(_Base):  # type: ignore[misc,valid-type,unused-ignore]
 
 class CovarianceWarning(OptimizeWarning):
     """The covariance of the parameters could not be estimated (all entries are inf)."""
+
+
+class CompileWarning(UserWarning):
+    """``curve_fit_batch`` could not compile its iteration and ran it eagerly instead."""

@@ -24,6 +24,7 @@ from ..._errors import CovarianceWarning, OptimizeWarning
 from ..._lm.memory_fit import usable_memory
 from ..._rules import covariance_scale, singular_cut
 from ..small.batched import STATUS_MESSAGES, BatchData, BatchState, solve_batch
+from ..small.compiled import check_compile, iterations
 from ..threads import BATCH_THREAD_WORK, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
@@ -182,6 +183,7 @@ def curve_fit_batch(
     device: Any = None,
     dtype: torch.dtype | None = None,
     threads: int | None = None,
+    compile: str | bool = "auto",
 ) -> Any:
     """Fit f(x, *p) to each of M data sets, each fit as ``curve_fit`` fits it.
 
@@ -201,7 +203,12 @@ def curve_fit_batch(
     pay, and then on as many as torch's setting allows and the machine has idle cores for
     (its cores less the one-minute load average, rounded): never more threads than that,
     since on busy cores each short kernel waits for a descheduled thread and the fits run
-    many times slower than on one (``_curve.threads``).
+    many times slower than on one (``_curve.threads``). ``compile`` (``"auto"``, True or
+    False) runs each LM iteration as one compiled graph of fused kernels
+    (``_curve.small.compiled``): ``"auto"`` compiles calls of at least ``COMPILE_WORK`` elements
+    of J (M·N·P) and reuses what this process compiled before; a model that cannot be
+    compiled runs eagerly with one ``CompileWarning``. ``full_output`` adds
+    ``compile_seconds`` (this call's compile time) and ``compiled``.
 
     Arguments:
         f: the model ``f(x, *p)`` for one fit, with torch operations.
@@ -224,6 +231,7 @@ def curve_fit_batch(
         device: where the fits run.
         dtype: the precision they run in.
         threads: the torch threads on the CPU (≥ 1).
+        compile: ``"auto"``, True or False: each LM iteration as one compiled graph.
 
     Returns:
         ``(popt, pcov)``, or ``(popt, pcov, info)`` with ``full_output=True``.
@@ -233,6 +241,7 @@ def curve_fit_batch(
             among others), before any work.
         TypeError: ``f`` not callable.
     """
+    compile_mode = check_compile(compile)
     if threads is not None and (
         isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
     ):
@@ -273,6 +282,7 @@ def curve_fit_batch(
         args.y.device,
     )
     size = min(size, int(chunk_size)) if chunk_size is not None else size
+    iterate = iterations(f, compile_mode, args.y.device, fits * points * params, size)
     parts: list[tuple[BatchState, torch.Tensor]] = []
     if args.y.device.type != "cpu":
         threads = None
@@ -281,7 +291,15 @@ def curve_fit_batch(
     with torch_threads(None if threads is None else int(threads)):
         for begin in range(0, fits, size):
             start, data = _chunk(args, slice(begin, begin + size))
-            state = solve_batch(model, start, data, max_nfev=args.max_nfev, **args.tol)
+            state = solve_batch(
+                model,
+                start,
+                data,
+                max_nfev=args.max_nfev,
+                iterate=iterate,
+                initial=None if iterate is None else iterate.start,
+                **args.tol,
+            )
             parts.append((state, _pcov(state, data, absolute_sigma)))
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
@@ -305,5 +323,10 @@ def curve_fit_batch(
     return (
         out(popt),
         out(pcov),
-        {**{k: out(v) for k, v in info.items()}, "messages": STATUS_MESSAGES},
+        {
+            **{k: out(v) for k, v in info.items()},
+            "messages": STATUS_MESSAGES,
+            "compile_seconds": 0.0 if iterate is None else iterate.compile_seconds,
+            "compiled": iterate is not None and iterate.compiled,
+        },
     )

@@ -25,6 +25,7 @@ single fit and `NielsenDamping` use too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Protocol
 
@@ -296,10 +297,14 @@ def solve_batch(
     xtol: float,
     gtol: float,
     max_nfev: int,
+    iterate: Callable[..., BatchState] | None = None,
+    initial: Callable[..., BatchState] | None = None,
 ) -> BatchState:
-    """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring)."""
+    """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
+    ``iterate`` and ``initial`` replace ``_iterate`` and ``start_state`` (same arguments, same
+    results: ``_curve.small.compiled``)."""
     tol = {"ftol": ftol, "xtol": xtol, "gtol": gtol}
-    whole = start_state(model, p0, data)
+    whole = (initial or start_state)(model, p0, data)
     index = torch.arange(p0.shape[0], device=p0.device)
     state, part = whole, data
     # Each iteration either spends an evaluation of every running fit or raises the λ of
@@ -307,7 +312,7 @@ def solve_batch(
     every = CHECK_EVERY.get(p0.device.type, 4)
     limit = max_nfev + 4 * every + 120
     for iteration in range(1, limit + 1):
-        state = _iterate(model, state, part, tol, max_nfev)
+        state = (iterate or _iterate)(model, state, part, tol, max_nfev)
         if iteration % every:
             continue
         running = state.status == RUNNING

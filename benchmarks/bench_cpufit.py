@@ -1,0 +1,389 @@
+"""2-D Gaussian spots: ``curve_fit_batch`` against Cpufit and a SciPy loop, in one run.
+
+The spots are Gpufit's GAUSS_2D model, a·exp(−((x − x₀)² + (y − y₀)²)/(2w²)) + b on
+S × S pixels (x the fast index, as Cpufit lays them out), S = 5 and 7: amplitude 500,
+centre (S − 1)/2 ± 0.5, width 1 ± 10 %, offset 10, Poisson noise; starts: amplitude,
+width and offset × U(0.8, 1.2), centre ± U(−0.3, 0.3). The same spots go to every side,
+in float32 and float64, M = 10⁴, 10⁵, 10⁶ (quick: 5 × 5, M = 10⁴).
+
+Sides:
+
+* ours, ``marquardt.solver.curve_fit_batch``, with its default arguments (threads and
+  ``compile="auto"`` included) and with Cpufit's stopping (``ftol=1e-4``, ``max_nfev=11``:
+  ten iterations after the start's evaluation), on the default thread count, one thread
+  and two; each side's first call (with its compile, ``compile_seconds``) and the faster
+  of two more, steady calls;
+* Cpufit, built from Gpufit's sources (``benchmarks/cpufit/build_cpufit.sh``; its path
+  as ``--cpufit`` or ``CPUFIT_LIB``), least squares (LSE), tolerance 1e-4, at most 10
+  iterations: one thread, as Cpufit has no threading;
+* ``scipy.optimize.curve_fit`` (defaults, NumPy model) in a loop over ``SCIPY_FITS`` fits,
+  fits/s extrapolated.
+
+Ratios, from the steady calls: ours (default arguments) / SciPy (target ≥ 50); ours
+(Cpufit's stopping, one thread) / Cpufit (≥ 1) and two threads / Cpufit (≥ 1.8); default
+threads / one thread (never below 1). Recorded with each size: the 1-minute load average
+before and after, and the CPU model. Without a Cpufit build the Cpufit columns are
+empty and the run says so.
+
+``python benchmarks/bench_cpufit.py [--quick] [--cpufit PATH]``; ``main()`` writes
+``results/cpufit.json`` and returns its summary; ``run(quick)`` is ``main`` for the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import _registry as registry
+import numpy as np
+import torch
+
+SPOTS = (5, 7)
+QUICK_SPOTS = (5,)
+SIZES = (10_000, 100_000, 1_000_000)
+QUICK_SIZES = (10_000,)
+DTYPES = ("float32", "float64")
+SCIPY_FITS = 300
+QUICK_SCIPY_FITS = 100
+#: Cpufit's stopping: |Δχ²| < max(tol, tol·χ²), at most 10 iterations.
+CPUFIT_TOLERANCE = 1e-4
+CPUFIT_ITERATIONS = 10
+SCIPY_TARGET = 50.0
+CPUFIT_ONE_TARGET = 1.0
+CPUFIT_TWO_TARGET = 1.8
+ENV = "CPUFIT_LIB"
+#: Calls after the first, the fastest of which is the steady figure (the first of them can
+#: still pay for fresh pages of its sizes).
+STEADY_CALLS = 2
+HEAD = (
+    "spot | dtype | M | ours default fits/s (first call s, compile s) | one thread | "
+    "Cpufit stop: default / 1 thr / 2 thr | Cpufit 1 thr | SciPy loop | ×SciPy | "
+    "1 thr/Cpufit | 2 thr/Cpufit | default/1 thr | load"
+)
+
+
+def gauss2d(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
+    return a * torch.exp(-((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / (2 * w**2)) + b
+
+
+def gauss2d_numpy(xy: np.ndarray, a: float, x0: float, y0: float, w: float, b: float) -> np.ndarray:
+    return a * np.exp(-((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / (2 * w**2)) + b
+
+
+def spots(size: int, fits: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Module docstring's spots: x (2, S²) with x the fast index, y (M, S²), p0 (M, 5)."""
+    rng = np.random.default_rng(seed)
+    index = np.arange(size * size)
+    grid = np.stack([index % size, index // size]).astype(np.float64)
+    centre = (size - 1) / 2
+    true = np.c_[
+        np.full(fits, 500.0),
+        centre + rng.uniform(-0.5, 0.5, (fits, 2)),
+        rng.uniform(0.9, 1.1, fits),
+        np.full(fits, 10.0),
+    ]
+    y = rng.poisson(gauss2d_numpy(grid[:, None, :], *(true.T[..., None]))).astype(np.float64)
+    p0 = (
+        true
+        * np.c_[rng.uniform(0.8, 1.2, fits), np.ones((fits, 2)), rng.uniform(0.8, 1.2, (fits, 2))]
+    )
+    p0[:, 1:3] += rng.uniform(-0.3, 0.3, (fits, 2))
+    return {"x": grid, "y": y, "p0": p0, "true": true}
+
+
+def _ours(problem: dict[str, np.ndarray], dtype: str, **options: Any) -> dict[str, Any]:
+    """A first call and a steady one of ``curve_fit_batch`` with ``options``."""
+    from marquardt.solver import curve_fit_batch
+
+    kind = getattr(torch, dtype)
+    x, y, p0 = (torch.from_numpy(problem[k]).to(kind) for k in ("x", "y", "p0"))
+    fits = y.shape[0]
+    timings = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(1 + STEADY_CALLS):
+            start = time.perf_counter()
+            popt, _, info = curve_fit_batch(gauss2d, x, y, p0, full_output=True, **options)
+            timings.append((time.perf_counter() - start, info))
+    first, info_first = timings[0]
+    steady = min(seconds for seconds, _ in timings[1:])
+    return {
+        "first_s": first,
+        "compile_s": info_first["compile_seconds"],
+        "compiled": bool(info["compiled"]),
+        "fits_per_s": fits / steady,
+        "mean_steps": float(info["steps"].double().mean()),
+        "converged": float((info["status"] > 0).double().mean()),
+        "popt": popt.double().numpy(),
+    }
+
+
+def _cpufit(library: Any, problem: dict[str, np.ndarray]) -> dict[str, Any]:
+    start = time.perf_counter()
+    out = library.fit(
+        problem["y"],
+        problem["p0"],
+        tolerance=CPUFIT_TOLERANCE,
+        max_iterations=CPUFIT_ITERATIONS,
+    )
+    seconds = time.perf_counter() - start
+    return {
+        "fits_per_s": problem["y"].shape[0] / seconds,
+        "mean_iterations": float(out.iterations.mean()),
+        "converged": float((out.states == 0).mean()),
+        "popt": out.parameters.astype(np.float64),
+    }
+
+
+def _scipy(problem: dict[str, np.ndarray], count: int) -> dict[str, Any]:
+    from scipy.optimize import curve_fit
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        for m in range(count):
+            curve_fit(gauss2d_numpy, problem["x"], problem["y"][m], problem["p0"][m])
+    return {"fits_timed": count, "fits_per_s": count / (time.perf_counter() - start)}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b <= 0 else a / b
+
+
+def _median_gap(a: np.ndarray, b: np.ndarray, true: np.ndarray) -> float:
+    """Median over the fits of max |a − b| / |true| over the parameters."""
+    return float(np.median(np.max(np.abs(a - b) / np.abs(true), axis=1)))
+
+
+def measure(
+    size: int, fits: int, dtype: str, libraries: dict[str, Any], scipy_fits: int
+) -> dict[str, Any]:
+    """One row: every side on the same spots (module docstring)."""
+    load_before = c.load_average()
+    problem = spots(size, fits)
+    stop = {"ftol": CPUFIT_TOLERANCE, "max_nfev": CPUFIT_ITERATIONS + 1, "compile": True}
+    default = _ours(problem, dtype)
+    default_one = _ours(problem, dtype, threads=1)
+    stopped = _ours(problem, dtype, **stop)
+    one = _ours(problem, dtype, threads=1, **stop)
+    two = _ours(problem, dtype, threads=2, **stop)
+    library = libraries.get(dtype)
+    peer = None if library is None else _cpufit(library, problem)
+    scipy = _scipy(problem, min(fits, scipy_fits))
+    row: dict[str, Any] = {
+        "spot": f"{size}x{size}",
+        "fits": fits,
+        "dtype": dtype,
+        "load_before": load_before,
+        "load_after": c.load_average(),
+        "ours_default": default,
+        "ours_default_one_thread": default_one,
+        "ours_cpufit_stopping": stopped,
+        "ours_cpufit_stopping_one_thread": one,
+        "ours_cpufit_stopping_two_threads": two,
+        "cpufit": peer,
+        "scipy_loop": scipy,
+        "vs_scipy": _ratio(default["fits_per_s"], scipy["fits_per_s"]),
+        "one_thread_vs_cpufit": _ratio(one["fits_per_s"], peer and peer["fits_per_s"]),
+        "two_threads_vs_cpufit": _ratio(two["fits_per_s"], peer and peer["fits_per_s"]),
+        "default_vs_one_thread": _ratio(default["fits_per_s"], default_one["fits_per_s"]),
+        "stopping_default_vs_one_thread": _ratio(stopped["fits_per_s"], one["fits_per_s"]),
+    }
+    if peer is not None:
+        row["popt_gap_vs_cpufit"] = _median_gap(one["popt"], peer["popt"], problem["true"])
+    for side in (default, default_one, stopped, one, two, peer):
+        if side is not None:
+            side.pop("popt", None)
+    return row
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def _times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _print(summary: dict[str, Any]) -> None:
+    print(f"# cpu: {summary['machine']['cpu']}, cores: {summary['machine']['cores']}")
+    print(f"# Cpufit: {summary['cpufit'] or 'none given: ' + summary['cpufit_note']}")
+    print(HEAD)
+    for r in summary["rows"]:
+        print(_line(r))
+
+
+def _line(r: dict[str, Any]) -> str:
+    d, s = r["ours_default"], r["ours_cpufit_stopping"]
+    peer = r["cpufit"]
+    return (
+        f"{r['spot']} | {r['dtype']} | {r['fits']:,} | {_rate(d['fits_per_s'])} "
+        f"({d['first_s']:.1f}, {d['compile_s']:.1f}) | "
+        f"{_rate(r['ours_default_one_thread']['fits_per_s'])} | "
+        f"{_rate(s['fits_per_s'])} / "
+        f"{_rate(r['ours_cpufit_stopping_one_thread']['fits_per_s'])} / "
+        f"{_rate(r['ours_cpufit_stopping_two_threads']['fits_per_s'])} | "
+        f"{_rate(peer and peer['fits_per_s'])} | {_rate(r['scipy_loop']['fits_per_s'])} | "
+        f"{_times(r['vs_scipy'])} | {_times(r['one_thread_vs_cpufit'])} | "
+        f"{_times(r['two_threads_vs_cpufit'])} | {_times(r['default_vs_one_thread'])} | "
+        f"{r['load_before']:.1f}→{r['load_after']:.1f}"
+    )
+
+
+def main(
+    quick: bool = False, cpufit: str | None = None, sizes: tuple[int, ...] | None = None
+) -> dict[str, Any]:
+    """Every row (module docstring), or those of ``sizes`` M; prints them and returns the
+    summary."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cpufit.library import load
+
+    path = cpufit or os.environ.get(ENV)
+    libraries: dict[str, Any] = {}
+    note = ""
+    if path:
+        libraries = load(path)
+    else:
+        note = (
+            f"no Cpufit build given (--cpufit PATH or {ENV}=PATH): the Cpufit columns are "
+            "empty. Build one with benchmarks/cpufit/build_cpufit.sh GPUFIT_CHECKOUT"
+        )
+        print(f"# {note}")
+    print(HEAD, flush=True)
+    rows = []
+    for size in QUICK_SPOTS if quick else SPOTS:
+        for dtype in DTYPES:
+            for fits in sizes or (QUICK_SIZES if quick else SIZES):
+                rows.append(
+                    measure(size, fits, dtype, libraries, QUICK_SCIPY_FITS if quick else SCIPY_FITS)
+                )
+                print(_line(rows[-1]), flush=True)
+    summary = {
+        "benchmark": "cpufit",
+        "quick": quick,
+        "sizes": list(sizes or (QUICK_SIZES if quick else SIZES)),
+        "machine": c.machine(),
+        "cpufit": str(path) if path else None,
+        "cpufit_note": note,
+        "targets": {
+            "vs_scipy": SCIPY_TARGET,
+            "one_thread_vs_cpufit": CPUFIT_ONE_TARGET,
+            "two_threads_vs_cpufit": CPUFIT_TWO_TARGET,
+            "default_vs_one_thread": 1.0,
+        },
+        "rows": rows,
+    }
+    c.write_json("cpufit-quick" if quick else "cpufit", summary)
+    _print(summary)
+    return summary
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """``main`` for the benchmark suite (the Cpufit build from ``CPUFIT_LIB``)."""
+    return main(quick=quick)
+
+
+def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each measured size's ratios against their targets (module docstring)."""
+    out = []
+    for r in summary["rows"]:
+        label = f"cpufit {r['spot']} {r['dtype']} M={r['fits']:,}"
+        d, one = r["ours_default"], r["ours_cpufit_stopping_one_thread"]
+        load = f"load {r['load_before']:.1f} → {r['load_after']:.1f}"
+        first = f"first call {d['first_s']:.1f} s (compile {d['compile_s']:.1f} s)"
+        out.append(
+            c.row(
+                f"{label}: ours default / SciPy loop",
+                r["vs_scipy"],
+                SCIPY_TARGET,
+                op="≥",
+                detail=f"ours {_rate(d['fits_per_s'])} fits/s ({first}), SciPy "
+                f"{_rate(r['scipy_loop']['fits_per_s'])}; {load}",
+            )
+        )
+        peer = r["cpufit"]
+        compiled = r["ours_cpufit_stopping"]
+        out.append(
+            c.row(
+                f"{label}: ours 1 thread / Cpufit (its stopping)",
+                r["one_thread_vs_cpufit"],
+                CPUFIT_ONE_TARGET,
+                op="≥",
+                detail=f"ours {_rate(one['fits_per_s'])} fits/s (compile "
+                f"{compiled['compile_s']:.1f} s on the first call), Cpufit "
+                f"{_rate(peer and peer['fits_per_s'])}; {load}",
+            )
+        )
+        two = r["ours_cpufit_stopping_two_threads"]
+        out.append(
+            c.row(
+                f"{label}: ours 2 threads / Cpufit (its stopping)",
+                r["two_threads_vs_cpufit"],
+                CPUFIT_TWO_TARGET,
+                op="≥",
+                detail=f"ours {_rate(two['fits_per_s'])} fits/s; {load}",
+            )
+        )
+        out.append(
+            c.row(
+                f"{label}: default threads / one thread (fits/s)",
+                r["default_vs_one_thread"],
+                1.0,
+                op="≥",
+                detail=f"{_rate(d['fits_per_s'])} against "
+                f"{_rate(r['ours_default_one_thread']['fits_per_s'])} fits/s; {load}",
+            )
+        )
+    return out
+
+
+def section(summary: dict[str, Any]) -> str:
+    """The rows as a Markdown table, with the machine and the Cpufit build."""
+    machine = summary["machine"]
+    given = summary["cpufit"] or "none given: " + summary["cpufit_note"]
+    head = HEAD.split(" | ")
+    lines = [
+        f"CPU {machine['cpu']}, {machine['cores']} cores; Cpufit: {given}. Fits/s from the "
+        "faster of two steady calls after the first; SciPy's loop extrapolated from "
+        f"{SCIPY_FITS} fits.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    lines += ["| " + _line(r) + " |" for r in summary["rows"]]
+    return "\n".join(lines)
+
+
+def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+    return main(quick=quick)
+
+
+BENCHMARK = registry.Benchmark(
+    name="cpufit",
+    title="Many 2-D Gaussian spots against Cpufit",
+    question="How fast are many small fits, against a compiled one-thread C loop?",
+    peer="Cpufit (Gpufit's CPU half, built from source); SciPy `curve_fit` loop",
+    target="≥ 50× the SciPy loop; ≥ 1× Cpufit on one thread, ≥ 1.8× on two; default "
+    "threads never slower than one",
+    run=_run,
+    rows=rows,
+    section=section,
+    echo=_print,
+)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="5 × 5 spots, M = 10⁴ only")
+    parser.add_argument("--cpufit", default=None, help=f"Cpufit's float library (or {ENV})")
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=None, help="these M only (default 10⁴ to 10⁶)"
+    )
+    args = parser.parse_args()
+    main(quick=args.quick, cpufit=args.cpufit, sizes=tuple(args.sizes) if args.sizes else None)

@@ -1,0 +1,172 @@
+"""``curve_fit_batch(..., compile=...)``: the compiled iteration against the eager one, its
+cache, and the eager fallbacks (a model that cannot be compiled, no compiler, a call too
+small to repay a compile). Compiles are tens of seconds on a small CPU, so one tiny
+problem is compiled once for the module and every compiled check reuses it."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import marquardt.solver._curve.small.compiled as compiled
+from marquardt.solver import curve_fit_batch
+from marquardt.solver._errors import CompileWarning
+
+FITS = 40
+
+
+def spot(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
+    return a * torch.exp(-0.5 * ((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / w**2) + b
+
+
+def branchy(t: torch.Tensor, a: Any, k: Any) -> torch.Tensor:
+    # Python control flow on a tensor's value: traceable by vmap (t is shared), not by
+    # the compiler's tracer.
+    if t.sum() > 0:
+        return a * torch.exp(-k * t)
+    return a * torch.exp(k * t)
+
+
+def decay(t: torch.Tensor, a: Any, k: Any) -> torch.Tensor:
+    return a * torch.exp(-k * t)
+
+
+def _spots(fits: int) -> dict[str, Any]:
+    rng = np.random.default_rng(3)
+    grid = np.stack(np.meshgrid(np.arange(4.0), np.arange(4.0), indexing="ij")).reshape(2, 16)
+    true = np.c_[
+        rng.uniform(80, 120, fits),
+        1.5 + rng.uniform(-0.4, 0.4, (fits, 2)),
+        rng.uniform(0.8, 1.2, fits),
+        rng.uniform(5, 15, fits),
+    ]
+    x0, y0 = true[:, 1:2], true[:, 2:3]
+    clean = true[:, :1] * np.exp(
+        -0.5 * ((grid[0] - x0) ** 2 + (grid[1] - y0) ** 2) / true[:, 3:4] ** 2
+    )
+    y = clean + true[:, 4:] + rng.normal(0, 1.0, (fits, 16))
+    p0 = true * rng.uniform(0.9, 1.1, true.shape)
+    # Bounds hold some fits' parameters on the way, so the active set is exercised too.
+    lower = np.array([0.0, 0.0, 0.0, 0.5, 0.0])
+    upper = np.array([np.inf, 3.0, 3.0, 2.0, np.inf])
+    return {"xdata": grid, "ydata": y, "p0": np.clip(p0, lower, upper), "bounds": (lower, upper)}
+
+
+def _decays(fits: int) -> dict[str, Any]:
+    rng = np.random.default_rng(4)
+    t = np.linspace(0.0, 3.0, 12)
+    a, k = rng.uniform(1, 2, (fits, 1)), rng.uniform(0.5, 1.5, (fits, 1))
+    y = a * np.exp(-k * t) + rng.normal(0, 0.01, (fits, 12))
+    return {"xdata": t, "ydata": y, "p0": np.c_[a, k] * 1.2}
+
+
+@pytest.fixture(scope="module")
+def spots() -> dict[str, Any]:
+    problem = _spots(FITS)
+    eager = curve_fit_batch(spot, **problem, full_output=True, compile=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        first = curve_fit_batch(spot, **problem, full_output=True, compile=True)
+    return {"problem": problem, "eager": eager, "first": first}
+
+
+def _agree(got: tuple[Any, ...], want: tuple[Any, ...]) -> None:
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-7, atol=1e-12)
+    for name in ("status", "nfev", "njev"):
+        np.testing.assert_array_equal(got[2][name], want[2][name])
+
+
+def test_the_compiled_iteration_gives_the_eager_results(spots: dict[str, Any]) -> None:
+    first = spots["first"]
+    assert first[2]["compiled"] and first[2]["compile_seconds"] > 0
+    assert not spots["eager"][2]["compiled"] and spots["eager"][2]["compile_seconds"] == 0
+    assert np.all(first[2]["status"] > 0)
+    _agree(first, spots["eager"])
+
+
+def test_a_second_call_reuses_the_kernel_and_fewer_fits_are_padded(
+    spots: dict[str, Any],
+) -> None:
+    problem = spots["problem"]
+    again = curve_fit_batch(spot, **problem, full_output=True, compile=True)
+    assert again[2]["compiled"] and again[2]["compile_seconds"] == 0
+    _agree(again, spots["eager"])
+    # 30 of the 40 fits: padded up to the compiled 40 (at least PAD_SHARE of them); a
+    # small call under "auto" uses the kernel this process already holds.
+    fewer = {**problem, "ydata": problem["ydata"][:30], "p0": problem["p0"][:30]}
+    part = curve_fit_batch(spot, **fewer, full_output=True)
+    assert part[2]["compiled"] and part[2]["compile_seconds"] == 0
+    want = curve_fit_batch(spot, **fewer, full_output=True, compile=False)
+    _agree(part, want)
+    # Chunks of 35 and 5: the first padded to 40, the second (under PAD_SHARE) eager.
+    split = curve_fit_batch(spot, **problem, full_output=True, chunk_size=35)
+    assert split[2]["compiled"] and split[2]["compile_seconds"] == 0
+    _agree(split, spots["eager"])
+
+
+def test_a_model_that_cannot_be_compiled_runs_eagerly_with_one_warning() -> None:
+    problem = _decays(8)
+    eager = curve_fit_batch(branchy, **problem, full_output=True, compile=False)
+    with pytest.warns(CompileWarning, match="branchy") as caught:
+        got = curve_fit_batch(branchy, **problem, full_output=True, compile=True)
+    assert len([w for w in caught if w.category is CompileWarning]) == 1
+    assert not got[2]["compiled"]
+    _agree(got, eager)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileWarning)
+        again = curve_fit_batch(branchy, **problem, full_output=True, compile=True)
+    _agree(again, eager)
+
+
+def test_a_small_call_runs_eagerly_and_silently() -> None:
+    problem = _decays(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = curve_fit_batch(decay, **problem, full_output=True)
+    assert not got[2]["compiled"] and got[2]["compile_seconds"] == 0
+    assert compiled.COMPILE_WORK > 6 * 12 * 2
+
+
+def test_without_a_compiler_the_eager_path_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compiled, "compiler_available", lambda device: False)
+    problem = _decays(6)
+    eager = curve_fit_batch(decay, **problem, full_output=True, compile=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = curve_fit_batch(decay, **problem, full_output=True, compile="auto")
+    _agree(quiet, eager)
+
+    def other(t: torch.Tensor, a: Any, k: Any) -> torch.Tensor:
+        return a * torch.exp(-k * t)
+
+    with pytest.warns(CompileWarning, match="no compiler"):
+        forced = curve_fit_batch(other, **problem, full_output=True, compile=True)
+    assert not forced[2]["compiled"]
+    _agree(forced, eager)
+
+
+def test_the_compile_keyword_is_checked_before_any_work() -> None:
+    calls = []
+
+    def counted(t: torch.Tensor, a: Any, k: Any) -> torch.Tensor:
+        calls.append(1)
+        return a * torch.exp(-k * t)
+
+    with pytest.raises(ValueError, match="compile must be 'auto', True or False"):
+        curve_fit_batch(counted, **_decays(4), compile="yes")
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("fits", "size"),
+    [(16_384, 16_384), (7_000, 16_384), (6_000, 6_554), (2_700, 6_554), (2_500, 0), (20_000, 0)],
+)
+def test_the_kernel_sizes_are_the_chunk_and_its_tail(fits: int, size: int) -> None:
+    assert compiled._size(16_384, fits) == size
+    # A small chunk has no tail kernel: its late fits run eagerly.
+    assert compiled._size(40, 10) == 0 and compiled._size(40, 16) == 40
