@@ -4,6 +4,7 @@ the machine's cores and load, and that curve_fit_batch and the sliced engine use
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -147,3 +148,30 @@ def test_the_sliced_engine_runs_on_the_rules_count_for_its_points(
         curve_fit(_recording_gaussian(seen), x, y[0], [1.0, 0.0, 1.0], device="cpu")
     assert asked == [(20, ENGINE_ONE_THREAD_POINTS)]
     assert seen[-1] == 2
+
+
+def test_own_load_weights_this_process_cpu_time_as_the_load_average_does() -> None:
+    samples: deque[tuple[float, float]] = deque()
+    # No earlier read: nothing is known of this process's past, which counts as idle.
+    assert threads_module.own_load(samples, 100.0, 5.0) == 0.0
+    # One busy thread over the last minute and more: about one runnable thread.
+    samples = deque((t, t - 1000.0) for t in range(1000, 1600, 5))
+    assert threads_module.own_load(samples, 1600.0, 600.0) == pytest.approx(1.0, abs=0.02)
+    # Two threads busy for the last 6 s only, idle before: a tenth of a minute, weighted.
+    samples = deque([(0.0, 0.0), (594.0, 0.0)])
+    assert threads_module.own_load(samples, 600.0, 12.0) == pytest.approx(
+        12.0 / 60.0 * math.exp(-3.0 / 60.0)
+    )
+    # Idle since the last read: an old busy stretch counts less as it ages.
+    assert threads_module.own_load(samples, 700.0, 12.0) < 0.2 * math.exp(-1.0)
+
+
+def test_the_machine_seen_by_a_busy_process_leaves_out_its_own_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (1.1, 1.0, 1.0))
+    monkeypatch.setattr(threads_module, "own_load", lambda *args: 1.0)
+    load = threads_module._machine()[1]
+    assert load == pytest.approx(0.1)
+    monkeypatch.setattr(threads_module, "own_load", lambda *args: 3.0)
+    assert threads_module._machine()[1] == 0.0

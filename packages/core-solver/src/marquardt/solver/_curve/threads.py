@@ -6,18 +6,25 @@ only when each kernel has enough work, and only when a core is free to run it at
 a busy machine each kernel waits for the thread the scheduler let go, and a fit runs many
 times slower than on one thread. The default is therefore one thread, and more only when
 both the work per kernel and the idle cores allow (``choose_threads``).
+
+The load average counts this process's own threads too: a script that has been fitting
+for a minute adds about one to it. ``own_load`` estimates that share from this process's
+CPU time, with the kernel's one-minute weighting, so that an otherwise idle machine is
+seen as idle by the process that keeps it busy.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
 
-__all__ = ["BATCH_THREAD_WORK", "choose_threads", "idle_cores", "torch_threads"]
+__all__ = ["BATCH_THREAD_WORK", "choose_threads", "idle_cores", "own_load", "torch_threads"]
 
 #: Elements of J per chunk (fits × N × P) from which ``curve_fit_batch`` tries more than
 #: one thread: below it a second thread has never paid (benchmarks/RESULTS.md: 5 × 5
@@ -30,14 +37,51 @@ def idle_cores(cores: int, load: float | None) -> int:
     """The cores free for this process: ``cores`` less the runnable threads the last
     minute's load average counts (rounded), at least 1; 1 when the load is unknown.
 
-    This process's own earlier work counts as load, which errs toward fewer threads."""
+    ``load`` is meant without this process's own share (``_machine`` subtracts it)."""
     if load is None or not math.isfinite(load):
         return 1
     return max(1, min(cores, cores - round(load)))
 
 
+#: The time constant of the one-minute load average, in seconds.
+LOAD_MINUTE = 60.0
+#: (monotonic time, this process's CPU seconds) at earlier reads, oldest first.
+_SAMPLES: deque[tuple[float, float]] = deque(maxlen=64)
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def own_load(samples: deque[tuple[float, float]], now: float, cpu: float) -> float:
+    """This process's share of the one-minute load average: the CPU time it used between
+    successive ``samples`` (and up to ``now``, ``cpu``), each interval weighted as the
+    kernel decays it, exp(−age/60 s)/60 s. Time before the first sample counts as idle,
+    which errs toward fewer threads. ``(now, cpu)`` is appended to ``samples``.
+
+    Arguments:
+        samples: earlier (monotonic time, CPU seconds) reads of this process, oldest first.
+        now: the monotonic time now.
+        cpu: this process's CPU seconds now (user and system, all threads).
+
+    Returns:
+        The estimated runnable threads of this process in the load average (≥ 0).
+    """
+    share = 0.0
+    later_t, later_cpu = now, cpu
+    for t, used in reversed(samples):
+        if later_t > t:
+            age = now - 0.5 * (t + later_t)
+            share += max(0.0, later_cpu - used) / LOAD_MINUTE * math.exp(-age / LOAD_MINUTE)
+        later_t, later_cpu = t, used
+    samples.append((now, cpu))
+    return share
+
+
 def _machine() -> tuple[int, float | None]:
-    """(cores this process may run on, the one-minute load average or None)."""
+    """(cores this process may run on, the one-minute load average less this process's own
+    share of it, or None)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -46,7 +90,8 @@ def _machine() -> tuple[int, float | None]:
         load: float | None = os.getloadavg()[0]
     except (AttributeError, OSError):  # pragma: no cover - Windows has no load average
         load = None
-    return cores, load
+    own = own_load(_SAMPLES, time.monotonic(), _cpu_seconds())
+    return cores, None if load is None else max(0.0, load - own)
 
 
 def choose_threads(
