@@ -27,10 +27,10 @@ import torch
 __all__ = ["BATCH_THREAD_WORK", "choose_threads", "idle_cores", "own_load", "torch_threads"]
 
 #: Elements of J per chunk (fits × N × P) from which ``curve_fit_batch`` tries more than
-#: one thread: below it a second thread has never paid (benchmarks/RESULTS.md: 5 × 5
-#: Gaussians, 1.25·10⁵ elements a chunk, 34,600 fits/s on one thread against 1,520 on
-#: two; from 1.25·10⁶ on float32 two idle-ish threads gave 1.4×).
-BATCH_THREAD_WORK = 1_000_000
+#: one thread: below it a second thread has not paid even on idle cores
+#: (benchmarks/NOTES.md, the cpufit rows: 1.25·10⁶ elements a chunk gave 0.93–0.98× one
+#: thread, 2.05·10⁶ gave 0.98–1.11× and 2.45·10⁶ and more 1.66–1.73×).
+BATCH_THREAD_WORK = 2_000_000
 
 
 def idle_cores(cores: int, load: float | None) -> int:
