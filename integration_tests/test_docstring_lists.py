@@ -1,29 +1,14 @@
-"""``tools/docstring_lists.py``, which each package's ``tests/test_docstrings.py`` runs: what
-it reports on small examples, so a package test that passes means the lists are there."""
+"""``marquardt.testing.docstrings``, which each package's ``tests/test_docstrings.py`` runs:
+what it reports on small examples, so a package test that passes means the lists are there."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib.util
 import types
-from pathlib import Path
 from typing import Protocol
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "docstring_lists", ROOT / "tools" / "docstring_lists.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-lists = _load()
+import marquardt.testing.docstrings as lists
 
 
 def complete(a: int, *rest: int, b: str = "") -> int:
