@@ -6,11 +6,11 @@ expose): on CPU the torch kernel multiplies column blocks ``J_{:,i}ᵀ J_{:,i:}`
 into the upper block rows of ``G`` (``B`` blocks cost ``(B+1)/2B`` of the flops of a full
 ``mm``: 9/16 for eight), in the dtype of ``J``; the lower triangle is mirrored once, in
 one pass, when the sum is complete. Blocks are about 96 columns wide, at most eight:
-narrower ones make GEMMs too thin to run at full speed. Measured once on 2 threads
-(N×P = 10000×769: 4 blocks 26–33 ms, 8 blocks 25–26 ms, full ``mm`` 43 ms; 6000×1251:
-8 blocks 40 ms, 16 blocks 43 ms; 10000×200: 2 blocks 2.4 ms, 8 blocks 3.4 ms) and not
-timed again at run time: a choice made by timing a shared machine's first chunks is
-noise, and NumPy's kernel runs OpenBLAS threads that fight torch's.
+narrower ones make GEMMs too thin to run at full speed. The widths were measured once on
+two threads (eight blocks beat four, and sixteen, and the full ``mm``, at P from 200 to
+1251; ``bench_jacobian``) and are not timed again at run time: a choice made by timing a
+shared machine's first chunks is noise, and NumPy's kernel runs OpenBLAS threads that
+fight torch's.
 From ``NUMPY_FROM_PARAMS`` columns on, NumPy's ``A.T @ A`` (its BLAS ``syrk``, on a
 zero-copy view) is used instead: there the product is large enough that the start-up of
 OpenBLAS's threads next to torch's is paid back, and ``syrk`` does half of ``mm``'s flops

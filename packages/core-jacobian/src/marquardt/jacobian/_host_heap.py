@@ -4,9 +4,9 @@ Every step allocates and frees the same few tens of MiB on the host: activations
 forward and backward passes, the trial forward, residuals. glibc's ``malloc`` serves
 blocks above ``M_MMAP_THRESHOLD`` with fresh ``mmap`` pages and returns the top of the heap
 to the system once more than ``M_TRIM_THRESHOLD`` is free there, so each step faults in
-and zeroes those pages again. On sinc 1-256-1 (N = 10000, 2 threads) that was 7 ms of a
-53 ms step (jacobian 13.4 → 9.1 ms, trial 3.7 → 2.8 ms) with no change in peak RSS
-(354 vs 348 MiB). Raising both thresholds once keeps the pages for reuse, as a caching
+and zeroes those pages again: on the tutorial's network that was a tenth of a step, with
+no change in peak RSS (benchmarks/RESULTS.md, the step benchmark). Raising both
+thresholds once keeps the pages for reuse, as a caching
 allocator would: blocks up to 32 MiB (glibc's largest allowed threshold) come from the
 heap, and up to 1 GiB of free heap top is kept rather than trimmed.
 

@@ -2,10 +2,9 @@
 
 NumPy and SciPy ship their own OpenBLAS, with its own thread pool next to torch's OpenMP
 pool. In an LM step the two alternate (torch forms the Jacobian, NumPy factorises), so
-each pool's threads are still spinning while the other's work: on 2 cores a 769 × 769
-float64 Cholesky took a median 1.5 s with two OpenBLAS threads right after torch work and
-22 ms with one (measured here, sinc problem, ``torch.set_num_threads(2)``). The P × P
-solves gain little from a second thread anyway. ``threadpoolctl`` (when installed) limits
+each pool's threads are still spinning while the other's work: on 2 cores a P × P
+Cholesky right after torch work ran many times slower with two OpenBLAS threads than with
+one (``bench_backends``). The P × P solves gain little from a second thread anyway. ``threadpoolctl`` (when installed) limits
 the BLAS pools for the duration of a ``with one_blas_thread():`` block; without it the
 block does nothing.
 """

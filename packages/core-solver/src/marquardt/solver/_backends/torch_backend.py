@@ -157,8 +157,8 @@ class TorchBackend:
         # S × S matrices (the system and this one), not three.
         info = torch.empty((), dtype=torch.int32, device=m.device)
         lower, info = torch.linalg.cholesky_ex(m, out=(m, info))
-        # Two triangular solves: on the CPU torch.cholesky_solve copies the factor first
-        # (P = 4353: 110-130 ms against 17-21 ms).
+        # Two triangular solves: on the CPU torch.cholesky_solve copies the factor first,
+        # several times slower at large P.
         half = torch.linalg.solve_triangular(lower, g.reshape(-1, 1), upper=False)
         solved = torch.linalg.solve_triangular(lower.mT, half, upper=True).reshape(-1)
         if system.underdetermined:

@@ -27,9 +27,8 @@ import torch
 __all__ = ["BATCH_THREAD_WORK", "choose_threads", "idle_cores", "own_load", "torch_threads"]
 
 #: Elements of J per chunk (fits × N × P) from which ``curve_fit_batch`` tries more than
-#: one thread: below it a second thread has not paid even on idle cores
-#: (benchmarks/NOTES.md, the cpufit rows: 1.25·10⁶ elements a chunk gave 0.93–0.98× one
-#: thread, 2.05·10⁶ gave 0.98–1.11× and 2.45·10⁶ and more 1.66–1.73×).
+#: one thread: below it a second thread has not paid even on idle cores (benchmarks/
+#: NOTES.md, the cpufit rows' default threads against one thread).
 BATCH_THREAD_WORK = 2_000_000
 
 

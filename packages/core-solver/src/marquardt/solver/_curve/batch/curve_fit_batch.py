@@ -47,8 +47,7 @@ BYTES_PER_FIT_POINT = 24
 #: The fraction of the usable memory one chunk may take.
 CHUNK_SHARE = 0.5
 #: At most this many fits per chunk on the CPU: larger chunks leave the caches and pay for
-#: fresh pages every iteration (2-D Gaussian, 5 × 5 points, float64, two threads, 10⁵
-#: fits: 35 000 fits/s in chunks of 16 384 against 15 000 in chunks of 65 536).
+#: fresh pages every iteration (measured on 2-D Gaussian spots, ``bench_batch_fit``).
 CPU_CHUNK_FITS = 16_384
 
 

@@ -51,21 +51,20 @@ __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit
 
 #: Torch models with at most this many points (data on the CPU) take the small-fit path;
 #: larger ones the sliced engine, which bounds memory, runs on GPUs and is faster there
-#: (Gaussian, P = 4, one thread, load 0.4-1.0: small path 8 ms against the engine's 18 ms
-#: at N = 10⁴; 56 ms against 38 ms at 10⁵).
+#: (the crossover between 10⁴ and 10⁵ points: ``bench_curve_fit``, ``bench_small_fit``).
 SMALL_POINTS = 50_000
 #: Below this many points the sliced engine runs with one torch thread: its kernels are
-#: short, and two threads on busy cores made a fit of 10⁵ points take 1.43 s against
-#: 38 ms (from 10⁶ on a second thread helps an idle machine: 241 against 303 ms). From it
-#: on, as many as ``threads.choose_threads`` finds idle cores for.
+#: short, and two threads on busy cores made a fit many times slower (benchmarks/NOTES.md,
+#: single small fits). From it on, as many as ``threads.choose_threads`` finds idle cores
+#: for.
 ENGINE_ONE_THREAD_POINTS = 1_000_000
-#: From this many points a small fit also limits NumPy's BLAS to one thread (the limit
-#: costs ~0.1 ms, a fit of fewer points less than that).
+#: From this many points a small fit also limits NumPy's BLAS to one thread (setting the
+#: limit costs more than a fit of fewer points).
 BLAS_POINTS = 10_000
 #: On the small path a torch model's steps take SciPy's finite differences (``jac``'s
 #: scheme, 2-point by default) and J at p̂, for pcov, is autodiff's: P + 1 plain
-#: evaluations of f cost 3-7× less than one autodiff Jacobian on the CPU (Gaussian, P = 4,
-#: one thread: 0.09 against 0.62 ms at N = 10³, 1.8 against 6.0 ms at 10⁵).
+#: evaluations of f cost several times less than one autodiff Jacobian on the CPU
+#: (benchmarks/NOTES.md, single small fits).
 _METHODS = ("trf", "dogbox", "lm")
 _SCHEMES = ("2-point", "3-point", "cs")
 _SCIPY_KEYWORDS = frozenset(
@@ -318,7 +317,7 @@ def curve_fit(
 
     # One torch thread (and one BLAS thread from BLAS_POINTS points on) for a small fit:
     # its kernels are too short to share, and two pools alternating on busy cores made a
-    # fit of 10⁴ points 38× slower with torch's default two threads than with one.
+    # fit of 10⁴ points many times slower with torch's default two threads than with one.
     blas = one_blas_thread() if y.size >= BLAS_POINTS else nullcontext()
     with torch_threads(1), blas:
         kind, _, untracked, first = model_kind(f, x, start)

@@ -73,9 +73,9 @@ class BatchModel(Protocol):
 #: Iterations between the reads of how many fits still run, on a GPU (a host transfer)
 #: and on the CPU (a plain read, every iteration).
 CHECK_EVERY = {"cuda": 4, "cpu": 1}
-#: The batch is gathered down to its running fits when at most this share of it runs
-#: (2-D Gaussian, 5 × 5 points, 32 768 fits, one thread: 13 000 fits/s gathering at half
-#: every 4 iterations, 33 000 at 0.8 every iteration).
+#: The batch is gathered down to its running fits when at most this share of it runs:
+#: gathering early and often costs less than iterating on finished fits (measured on 2-D
+#: Gaussian spots, ``bench_batch_fit``).
 GATHER_SHARE = 0.8
 #: The status of a fit that has not stopped.
 RUNNING = -9
