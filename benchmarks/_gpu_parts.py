@@ -17,10 +17,10 @@ from typing import Any
 import _common as c
 import _versus as v
 import torch
+from bench_quality import QualityTrace
 
 QUALITY_HIDDEN = 64
 QUALITY_SLICE = 5_000
-THRESHOLDS = (1e-3, 1e-4, 1e-5, 1e-6)
 
 
 # -- the device and the machine ----------------------------------------------------------
@@ -183,8 +183,7 @@ def time_to_quality(kind: str, device: torch.device, cap: float) -> dict[str, An
     x_dev, y_dev = x_all.to(device), y_all.to(device)
     step, evaluated = _quality_side(kind, device)
     batches = c.shuffled_batches(x_all, y_all, c.BATCH)
-    trace: list[tuple[float, int, float]] = [(0.0, 0, c.full_mse(evaluated, x_dev, y_dev))]
-    reached: dict[str, float | None] = {f"{t:g}": None for t in THRESHOLDS}
+    quality = QualityTrace(c.full_mse(evaluated, x_dev, y_dev))
     train, steps, stopped = 0.0, 0, "time cap"
     while train < cap:
         c.synchronize(device)
@@ -195,28 +194,18 @@ def time_to_quality(kind: str, device: torch.device, cap: float) -> dict[str, An
         train += time.perf_counter() - start
         steps += 1
         mse = c.full_mse(evaluated, x_dev, y_dev)
-        trace.append((train, steps, mse))
-        for t in THRESHOLDS:
-            if reached[f"{t:g}"] is None and mse <= t:
-                reached[f"{t:g}"] = train
-        if mse <= THRESHOLDS[-1]:
-            stopped = "reached every threshold"
-            break
-        if terminated:
-            stopped = "the optimizer terminated"
-            break
-        if mse != mse:
-            stopped = "MSE is NaN"
+        stopped = quality.stop(train, steps, mse, terminated, "the optimizer terminated") or stopped
+        if stopped != "time cap":
             break
     return {
         "kind": kind,
         "cap_seconds": cap,
         "train_seconds": train,
         "steps": steps,
-        "final_mse": trace[-1][2],
+        "final_mse": quality.trace[-1][2],
         "stopped": stopped,
-        "reached": reached,
-        "trace": trace,
+        "reached": quality.reached,
+        "trace": quality.trace,
     }
 
 
