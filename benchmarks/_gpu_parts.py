@@ -194,8 +194,9 @@ def time_to_quality(kind: str, device: torch.device, cap: float) -> dict[str, An
         train += time.perf_counter() - start
         steps += 1
         mse = c.full_mse(evaluated, x_dev, y_dev)
-        stopped = quality.stop(train, steps, mse, terminated, "the optimizer terminated") or stopped
-        if stopped != "time cap":
+        why = quality.stop(train, steps, mse, terminated, "the optimizer terminated")
+        if why:
+            stopped = why
             break
     return {
         "kind": kind,

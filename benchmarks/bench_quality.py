@@ -140,9 +140,11 @@ def run(kind: str, hidden: int, cap: float, lr: float | None = None) -> dict[str
         t_eval = time.perf_counter()
         mse = c.full_mse(evaluated, x_all, y_all)
         eval_seconds += time.perf_counter() - t_eval
-        why = "the optimizer terminated (damping at its ceiling)"
-        stopped = quality.stop(train, steps, mse, terminated, why) or stopped
-        if stopped != "time cap":
+        why = quality.stop(
+            train, steps, mse, terminated, "the optimizer terminated (damping at its ceiling)"
+        )
+        if why:
+            stopped = why
             break
     return {
         "kind": kind,

@@ -198,8 +198,9 @@ def _ms(value: float) -> str:
     return f"{value * 1e3:.3g} ms"
 
 
-def _first(first: dict[str, float], key: str) -> str:
-    return f" ({_ms(first[key])})" if key in first else ""
+def _first(first: dict[str, float], key: str, label: str = "") -> str:
+    """`` (first call …)`` of a side, or "" for a record without first calls."""
+    return f" ({label}{_ms(first[key])})" if key in first else ""
 
 
 def _target(n: int) -> float:
@@ -210,7 +211,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for e in results["cases"]:
         med, r = e["median"], e["ratios"]
-        first = e.get("first_call", med)
+        first = e.get("first_call", {})
         label = f"small fit {e['case']} N={e['n']:,}"
         load = f"load {e['load_before']:.1f} → {e['load_after']:.1f}"
         rows.append(
@@ -218,8 +219,9 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{label}: ours (NumPy model, tenth call) / SciPy",
                 r["numpy_model_vs_scipy"],
                 _target(e["n"]),
-                detail=f"ours {_ms(med['ours_numpy_model'])} (first call "
-                f"{_ms(first['ours_numpy_model'])}), SciPy {_ms(med['scipy'])}; {load}",
+                detail=f"ours {_ms(med['ours_numpy_model'])}"
+                f"{_first(first, 'ours_numpy_model', 'first call ')}, SciPy "
+                f"{_ms(med['scipy'])}; {load}",
             )
         )
         rows.append(
@@ -227,8 +229,9 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{label}: ours (torch model, tenth call) / SciPy",
                 r["torch_model_vs_scipy"],
                 _target(e["n"]),
-                detail=f"ours {_ms(med['ours_torch_model'])} (first call "
-                f"{_ms(first['ours_torch_model'])}), SciPy {_ms(med['scipy'])}; {load}",
+                detail=f"ours {_ms(med['ours_torch_model'])}"
+                f"{_first(first, 'ours_torch_model', 'first call ')}, SciPy "
+                f"{_ms(med['scipy'])}; {load}",
             )
         )
         rows.append(

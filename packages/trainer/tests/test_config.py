@@ -15,9 +15,9 @@ from marquardt.trainer import (
     ExperimentTrackingTool,
     LaunchError,
     TrainConfig,
+    _config_rules,
     _settings,
 )
-from marquardt.trainer import _config as _config_module
 from marquardt.trainer._compute import resolve_compute
 
 
@@ -41,13 +41,13 @@ def test_defaults_are_perceptrains_and_serialisable() -> None:
 def test_a_plain_perceptrain_config_warns_nothing() -> None:
     """max_iter and the periods count epochs, as in perceptrain; setting them is no cause
     for a warning (none of ours is given for perceptrain's own fields)."""
-    _config_module._warned.clear()
+    _config_rules._warned.clear()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         TrainConfig(max_iter=50, print_every=5, write_every=5, checkpoint_every=10, val_every=5)
 
 
-@pytest.mark.parametrize("rule", _config_module.FIELD_RULES, ids=lambda r: r.field)
+@pytest.mark.parametrize("rule", _config_rules.FIELD_RULES, ids=lambda r: r.field)
 def test_every_field_rule_refuses_a_foreign_value_with_its_message(rule: Any) -> None:
     """The checks of single fields are data: each rule refuses what fits no field, saying
     what was asked, what it needs and a HINT."""

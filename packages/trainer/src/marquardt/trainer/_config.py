@@ -26,7 +26,6 @@ from ._config_rules import (
     _name,
     _warn,
 )
-from ._config_rules import _warned as _warned
 from ._errors import ConfigError
 from ._logging._base import is_logger
 

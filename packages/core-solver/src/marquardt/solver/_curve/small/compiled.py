@@ -55,7 +55,6 @@ __all__ = [
     "COMPILE_WORK",
     "PAD_SHARE",
     "TAIL_FITS",
-    "CompileWarning",
     "CompiledIterations",
     "check_compile",
     "compiler_available",
