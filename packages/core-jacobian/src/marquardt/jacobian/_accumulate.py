@@ -16,6 +16,7 @@ from ._columns import ColumnSubset
 from ._errors import ResidualNotFiniteError, message
 from ._forward import forward_slices
 from ._gram import GramAccumulator
+from ._modes import MODE_TABLE
 from ._planner import JacobianPlan
 from ._points import AnyResidual
 from ._products import NormalProducts
@@ -62,7 +63,7 @@ def accumulate_products(
             rows = min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample
             chunk_buffers[dev] = (
                 workspaces.get(dev, rows, params, replicas.dtype, replica.device)
-                if plan.mode == "layers"
+                if MODE_TABLE[plan.mode].writes_out
                 else None
             )
         acc = accumulators[dev]
