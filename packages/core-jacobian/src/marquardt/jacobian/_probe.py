@@ -17,9 +17,9 @@ from torch import nn
 
 from . import _settings
 from ._errors import ResidualNotDifferentiableError, message
-from ._modes import ResidualFn
+from ._modes import ModeCall, ResidualFn
 from ._modes._common import require_graph, rows_of
-from ._modes._points import points_jacobian
+from ._modes._points import points_reverse
 from ._modes._verify import PROBE_SAMPLES, first_samples
 from ._points import PointResidual, piecewise_linear_layers
 from ._replicas import Replica
@@ -103,15 +103,7 @@ def probe_points(
     with _counting_activations(replica.module) as activations, torch.no_grad():
         replica.module(x)
     k = int(x.shape[0])
-    jac, res = points_jacobian(
-        replica,
-        residual,
-        x,
-        y,
-        forward=False,
-        samples_per_call=k,
-        param_chunk=replica.flat.numel(),
-    )
+    jac, res = points_reverse(replica, residual, ModeCall.whole(replica, x, y))
     m = int(res.numel()) // k
     check_finite_residuals(res.reshape(k, m), m)
     rows = jac.reshape(k, m, -1)

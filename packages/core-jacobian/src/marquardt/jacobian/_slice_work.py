@@ -72,12 +72,14 @@ def jacobian_chunks(
         first = lo * m if fill else 0
         out = None if workspace is None else workspace[first : first + int(xs.shape[0]) * m]
         call = ModeCall(
+            xs,
+            ys,
             samples_per_call=step,
             param_chunk=plan.param_chunk,
             out=out if mode.writes_out else None,
             columns=columns,
         )
-        jac, res = mode.jacobian(replica, residual_fn, xs, ys, call)
+        jac, res = mode.jacobian(replica, residual_fn, call)
         if fill and out is not None and not mode.writes_out:
             jac = out.copy_(jac)
         if check:

@@ -18,8 +18,10 @@ from .._points import ResidualFn
 from .._replicas import Replica
 
 __all__ = [
+    "ModeCall",
     "Primals",
     "ResidualFn",
+    "Rows",
     "forward_columns",
     "per_sample_jacrev",
     "recorded_forward",
@@ -29,6 +31,40 @@ __all__ = [
 ]
 
 Record = tuple[nn.Module, torch.Tensor, torch.Tensor]
+#: What a mode returns: ``(J, r)``, ``J`` of shape ``(b·m) × P`` (or ``× k``), ``r`` of ``b·m``.
+Rows = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ModeCall:
+    """The samples one call of a mode differentiates, how they are chunked, and where
+    ``J`` goes: every mode takes ``(replica, residual, call)``.
+
+    Arguments:
+        x: the inputs of the ``b`` samples, on the replica's device.
+        y: their targets.
+        samples_per_call: samples differentiated at once.
+        param_chunk: columns per forward-mode call.
+        out: a contiguous ``(b·m) × P`` buffer for ``J`` (modes that write into one).
+        columns: the parameter subset whose columns alone are formed, or None.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    samples_per_call: int
+    param_chunk: int
+    out: torch.Tensor | None = None
+    columns: ColumnSubset | None = None
+
+    @classmethod
+    def whole(cls, replica: Replica, x: torch.Tensor, y: torch.Tensor) -> ModeCall:
+        """Every sample and every column at once, into a fresh ``J``."""
+        return cls(x, y, int(x.shape[0]), int(replica.flat.numel()))
+
+    @property
+    def batch(self) -> int:
+        """``b``, the samples of the call."""
+        return int(self.x.shape[0])
 
 
 def rows_of(residuals: torch.Tensor, batch: int) -> torch.Tensor:

@@ -13,26 +13,26 @@ import torch
 from torch.func import functional_call
 
 from .._replicas import Replica
-from ._common import Primals, ResidualFn, forward_columns, rows_of, zero_padding_columns
+from ._common import (
+    ModeCall,
+    Primals,
+    ResidualFn,
+    Rows,
+    forward_columns,
+    rows_of,
+    zero_padding_columns,
+)
 
 __all__ = ["jacfwd_jacobian"]
 
 
-def jacfwd_jacobian(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    samples_per_call: int,
-    param_chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J, r)`` for the ``b`` samples of ``x``: ``J`` is ``(b·m) × P``."""
+def jacfwd_jacobian(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J, r)`` for the ``b`` samples of ``call.x``: ``J`` is ``(b·m) × P``."""
     module = replica.module
     primals = Primals.of(replica, None)
     flat = primals.tensors[0]
-    batch = x.shape[0]
-    step = max(1, min(samples_per_call, batch))
+    x, y, batch = call.x, call.y, call.batch
+    step = max(1, min(call.samples_per_call, batch))
     jac_parts: list[torch.Tensor] = []
     res_parts: list[torch.Tensor] = []
     for lo in range(0, batch, step):
@@ -48,7 +48,7 @@ def jacfwd_jacobian(
         with torch.no_grad():
             r = residuals(flat)
             block = torch.empty(r.numel(), primals.width, dtype=flat.dtype, device=flat.device)
-            forward_columns(residuals, primals, block, param_chunk)
+            forward_columns(residuals, primals, block, call.param_chunk)
         jac_parts.append(block)
         res_parts.append(r)
     jac = jac_parts[0] if len(jac_parts) == 1 else torch.cat(jac_parts)

@@ -17,17 +17,18 @@ only the tensors it touches are differentiated and its columns kept.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch.func import jacrev, vmap
 
-from .._columns import ColumnSubset
 from .._points import PointResidual
 from .._replicas import Replica
-from ._common import Primals, forward_columns
+from ._common import ModeCall, Primals, Rows, forward_columns
 
-__all__ = ["points_jacobian", "points_residuals"]
+__all__ = ["points_forward", "points_residuals", "points_reverse"]
 
 
 def points_residuals(
@@ -38,54 +39,42 @@ def points_residuals(
     return residual.rows(replica.module, params, x, y).detach()
 
 
-def points_jacobian(
-    replica: Replica,
-    residual: PointResidual,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    forward: bool,
-    samples_per_call: int,
-    param_chunk: int,
-    columns: ColumnSubset | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J, r)`` for the ``b`` points of ``x``: ``J`` is ``(b·m) × P`` (or ``× k``), by
-    forward mode over θ (``forward``) or per-point reverse mode."""
-    sorting = residual.grouped(y)
-    if sorting is not None:
-        # Points of the groups interleaved: evaluate them sorted, hand the rows back in order.
-        order, restore = (i.to(x.device) for i in sorting)
-        jac, res = points_jacobian(
-            replica,
-            residual,
-            x[order],
-            y[order],
-            forward=forward,
-            samples_per_call=samples_per_call,
-            param_chunk=param_chunk,
-            columns=columns,
-        )
-        b = int(x.shape[0])
-        m = int(res.numel()) // b
-        return (
-            jac.reshape(b, m, -1)[restore].reshape(b * m, -1),
-            res.reshape(b, m)[restore].reshape(-1),
-        )
-    primals = Primals.of(replica, columns)
-    if forward:
-        return _forward(replica, residual, x, y, primals, param_chunk)
-    return _reverse(replica, residual, x, y, primals, samples_per_call)
+def points_reverse(replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
+    """``(J, r)`` for the ``b`` points of ``call.x`` by per-point reverse mode over θ:
+    ``J`` is ``(b·m) × P`` (or ``× k``)."""
+    return _in_point_order(_reverse, replica, residual, call)
 
 
-def _reverse(
-    replica: Replica,
-    residual: PointResidual,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    primals: Primals,
-    samples_per_call: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def points_forward(replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
+    """``(J, r)`` for the ``b`` points of ``call.x`` by forward mode over θ, ``c`` unit
+    tangents at once: ``J`` is ``(b·m) × P`` (or ``× k``)."""
+    return _in_point_order(_forward, replica, residual, call)
+
+
+Rule = Callable[[Replica, PointResidual, ModeCall, Primals], Rows]
+
+
+def _in_point_order(rule: Rule, replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
+    """``rule`` on the points sorted by group where the groups are interleaved, the rows
+    handed back in the points' order."""
+    sorting = residual.grouped(call.y)
+    if sorting is None:
+        return rule(replica, residual, call, Primals.of(replica, call.columns))
+    order, restore = (i.to(call.x.device) for i in sorting)
+    jac, res = _in_point_order(
+        rule, replica, residual, replace(call, x=call.x[order], y=call.y[order])
+    )
+    b = call.batch
+    m = int(res.numel()) // b
+    return (
+        jac.reshape(b, m, -1)[restore].reshape(b * m, -1),
+        res.reshape(b, m)[restore].reshape(-1),
+    )
+
+
+def _reverse(replica: Replica, residual: PointResidual, call: ModeCall, primals: Primals) -> Rows:
     module = replica.module
+    x, y = call.x, call.y
     grads: list[tuple[torch.Tensor, ...]] = []
     blocks: list[torch.Tensor] = []
     for group, code, lo, hi in residual.runs(y):
@@ -101,7 +90,7 @@ def _reverse(
             jacrev(with_aux, has_aux=True),
             in_dims=(None, 0, 0),
             randomness="different",
-            chunk_size=max(1, min(samples_per_call, hi - lo)),
+            chunk_size=max(1, min(call.samples_per_call, hi - lo)),
         )
         g, r = per_point(primals.tensors, x[lo:hi], y[lo:hi])
         grads.append(tuple(g))
@@ -125,22 +114,15 @@ def _reverse(
     return jac, res.reshape(-1).detach()
 
 
-def _forward(
-    replica: Replica,
-    residual: PointResidual,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    primals: Primals,
-    param_chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _forward(replica: Replica, residual: PointResidual, call: ModeCall, primals: Primals) -> Rows:
     module = replica.module
 
     def rows(*ps: torch.Tensor) -> torch.Tensor:
-        return residual.rows(module, primals.params(ps), x, y).reshape(-1)
+        return residual.rows(module, primals.params(ps), call.x, call.y).reshape(-1)
 
     res = rows(*primals.tensors).detach()
     jac = torch.empty(
         res.numel(), primals.width, dtype=replica.flat.dtype, device=replica.flat.device
     )
-    forward_columns(rows, primals, jac, param_chunk)
+    forward_columns(rows, primals, jac, call.param_chunk)
     return jac, res

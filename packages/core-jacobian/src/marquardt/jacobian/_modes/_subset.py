@@ -28,8 +28,10 @@ from torch.func import functional_call
 from .._columns import ColumnSubset
 from .._replicas import Replica
 from ._common import (
+    ModeCall,
     Primals,
     ResidualFn,
+    Rows,
     forward_columns,
     per_sample_jacrev,
     recorded_forward,
@@ -57,16 +59,16 @@ def _linear_columns(
     return picked.sum(1) if picked.shape[1] > 1 else picked[:, 0]
 
 
-def subset_layers(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    columns: ColumnSubset,
-    out: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J_S, r)`` by the layer rules: ``J_S`` is ``(b·m) × k``, written into ``out`` (a
-    contiguous ``(b·m) × k`` tensor) when given."""
+def _columns_of(call: ModeCall) -> ColumnSubset:
+    if call.columns is None:  # pragma: no cover - the mode table calls these with columns
+        raise ValueError("a parameter subset's Jacobian was asked for without its columns")
+    return call.columns
+
+
+def subset_layers(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J_S, r)`` by the layer rules: ``J_S`` is ``(b·m) × k``, written into
+    ``call.out`` (a contiguous ``(b·m) × k`` tensor) when given."""
+    columns, out = _columns_of(call), call.out
     model = replica.module
     device = replica.flat.device
     wanted = {
@@ -76,7 +78,7 @@ def subset_layers(
     owners = [
         m for m in model.modules() if any(id(p) in wanted for p in m.parameters(recurse=False))
     ]
-    records, res = recorded_forward(model, owners, residual_fn, x, y)
+    records, res = recorded_forward(model, owners, residual_fn, call.x, call.y)
     batch, m = res.shape
     k = columns.size
     jac = (
@@ -120,18 +122,12 @@ def subset_layers(
     return jac.reshape(batch * m, k), res.detach().reshape(-1)
 
 
-def subset_vmap(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    columns: ColumnSubset,
-    samples_per_call: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def subset_vmap(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
     """``(J_S, r)`` by per-sample ``jacrev`` with respect to the touched tensors."""
     module = replica.module
+    columns = _columns_of(call)
     primals = Primals.of(replica, columns)
-    batch = x.shape[0]
+    batch = call.batch
 
     def residual_of(
         tensors: tuple[torch.Tensor, ...], xi: torch.Tensor, yi: torch.Tensor
@@ -139,9 +135,9 @@ def subset_vmap(
         out = functional_call(module, primals.params(tensors), (xi.unsqueeze(0),))
         return rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
 
-    per_sample = per_sample_jacrev(residual_of, samples_per_call, batch)
+    per_sample = per_sample_jacrev(residual_of, call.samples_per_call, batch)
     with torch.enable_grad():
-        grads, res = per_sample(primals.tensors, x, y)
+        grads, res = per_sample(primals.tensors, call.x, call.y)
     m = res.shape[1] if res.dim() > 1 else 1
     device = replica.flat.device
     jac = torch.zeros(batch * m, columns.size, dtype=replica.flat.dtype, device=device)
@@ -151,28 +147,21 @@ def subset_vmap(
     return jac, res.reshape(-1).detach()
 
 
-def subset_jacfwd(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    columns: ColumnSubset,
-    param_chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J_S, r)`` by forward mode, ``param_chunk`` selected columns per call."""
+def subset_jacfwd(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J_S, r)`` by forward mode, ``call.param_chunk`` selected columns per call."""
     module = replica.module
+    columns = _columns_of(call)
     primals = Primals.of(replica, columns)
-    batch = x.shape[0]
 
     def residuals(*tensors: torch.Tensor) -> torch.Tensor:
-        out = functional_call(module, primals.params(tensors), (x,))
-        return rows_of(residual_fn(out, y), batch).reshape(-1)
+        out = functional_call(module, primals.params(tensors), (call.x,))
+        return rows_of(residual_fn(out, call.y), call.batch).reshape(-1)
 
     with torch.no_grad():
         res = residuals(*primals.tensors)
         jac = torch.empty(
             res.numel(), columns.size, dtype=replica.flat.dtype, device=replica.flat.device
         )
-        forward_columns(residuals, primals, jac, param_chunk)
+        forward_columns(residuals, primals, jac, call.param_chunk)
     zero_padding_columns(replica, columns, jac)
     return jac, res

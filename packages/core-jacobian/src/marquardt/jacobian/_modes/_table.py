@@ -28,15 +28,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._columns import ColumnSubset
 from .._errors import UnknownModeError, message
 from .._points import AnyResidual, PointResidual
 from .._replicas import Replica
 from ._broadcast import BROADCAST_CHUNK, broadcast_jacobian, broadcast_support
-from ._common import ResidualFn
+from ._common import ModeCall, ResidualFn, Rows
 from ._jacfwd import jacfwd_jacobian
 from ._layers import layers_jacobian, layers_support
-from ._points import points_jacobian
+from ._points import points_forward, points_reverse
 from ._subset import subset_jacfwd, subset_layers, subset_vmap
 from ._verify import verify_broadcast, verify_layers
 from ._vmap import vmap_jacobian
@@ -84,27 +83,8 @@ class Sizes:
     item: int
 
 
-@dataclass(frozen=True)
-class ModeCall:
-    """How one chunk is differentiated: the planner's chunking, and where ``J`` goes.
-
-    Arguments:
-        samples_per_call: samples differentiated at once.
-        param_chunk: columns per forward-mode call.
-        out: a contiguous ``(b·m) × P`` buffer for ``J`` (modes that write into one).
-        columns: the parameter subset whose columns alone are formed, or None.
-    """
-
-    samples_per_call: int
-    param_chunk: int
-    out: torch.Tensor | None = None
-    columns: ColumnSubset | None = None
-
-
-#: ``(replica, residual, x, y, call) -> (J, r)``, ``J`` of shape ``(b·m) × P`` (or ``× k``).
-ModeFn = Callable[
-    [Replica, Any, torch.Tensor, torch.Tensor, ModeCall], tuple[torch.Tensor, torch.Tensor]
-]
+#: ``(replica, residual, call) -> (J, r)``, ``J`` of shape ``(b·m) × P`` (or ``× k``).
+ModeFn = Callable[[Replica, Any, ModeCall], Rows]
 #: A model check: ``model -> (whether the mode applies, why or why not)``.
 SupportFn = Callable[[nn.Module], tuple[bool, str]]
 #: A rule check on the first samples: ``None``, or why the mode cannot be used.
@@ -154,17 +134,10 @@ class JacobianMode:
         """Whether the mode forms ``J`` of residuals of ``form``."""
         return form in self.forms
 
-    def jacobian(
-        self,
-        replica: Replica,
-        residual: AnyResidual,
-        x: torch.Tensor,
-        y: torch.Tensor,
-        call: ModeCall,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(J, r)`` of the ``b`` samples of ``x`` by this mode's function for the form of
+    def jacobian(self, replica: Replica, residual: AnyResidual, call: ModeCall) -> Rows:
+        """``(J, r)`` of the samples of ``call`` by this mode's function for the form of
         ``residual``."""
-        return self.forms[form_of(residual)](replica, residual, x, y, call)
+        return self.forms[form_of(residual)](replica, residual, call)
 
 
 def form_of(residual: AnyResidual) -> str:
@@ -175,48 +148,17 @@ def form_of(residual: AnyResidual) -> str:
 def _outputs(whole: ModeFn, subset: ModeFn) -> ModeFn:
     """The outputs form's function: ``subset`` when the call names columns, else ``whole``."""
 
-    def run(
-        replica: Replica, residual: Any, x: torch.Tensor, y: torch.Tensor, call: ModeCall
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        chosen = whole if call.columns is None else subset
-        return chosen(replica, residual, x, y, call)
+    def run(replica: Replica, residual: Any, call: ModeCall) -> Rows:
+        return (whole if call.columns is None else subset)(replica, residual, call)
 
     return run
-
-
-def _points(forward: bool) -> ModeFn:
-    """The points form's function, by forward or per-point reverse mode over θ."""
-
-    def run(
-        replica: Replica, residual: Any, x: torch.Tensor, y: torch.Tensor, call: ModeCall
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return points_jacobian(
-            replica,
-            residual,
-            x,
-            y,
-            forward=forward,
-            samples_per_call=call.samples_per_call,
-            param_chunk=call.param_chunk,
-            columns=call.columns,
-        )
-
-    return run
-
-
-def _subset_vmap(r: Replica, fn: Any, x: torch.Tensor, y: torch.Tensor, c: ModeCall) -> Any:
-    assert c.columns is not None
-    return subset_vmap(r, fn, x, y, c.columns, c.samples_per_call)
 
 
 _BROADCAST = JacobianMode(
     name="broadcast",
-    forms={
-        OUTPUTS: _outputs(
-            lambda r, fn, x, y, c: broadcast_jacobian(r, fn, x, y),
-            _subset_vmap,  # per-sample copies of a subset's tensors: vmap's columns
-        )
-    },
+    # A subset's columns by vmap's rule: per-sample copies of a subset's tensors alone are
+    # not what the model declares.
+    forms={OUTPUTS: _outputs(broadcast_jacobian, subset_vmap)},
     memory=lambda s: s.item * ((s.outputs + 1) * s.params + 3 * s.activations),
     max_chunk=BROADCAST_CHUNK,
     support=broadcast_support,
@@ -226,12 +168,7 @@ _BROADCAST = JacobianMode(
 )
 _LAYERS = JacobianMode(
     name="layers",
-    forms={
-        OUTPUTS: _outputs(
-            lambda r, fn, x, y, c: layers_jacobian(r, fn, x, y, out=c.out),
-            lambda r, fn, x, y, c: subset_layers(r, fn, x, y, c.columns, c.out),  # type: ignore[arg-type]
-        )
-    },
+    forms={OUTPUTS: _outputs(layers_jacobian, subset_layers)},
     memory=lambda s: s.item * (s.outputs * s.params + 2 * s.activations * s.outputs),
     writes_out=True,
     support=layers_support,
@@ -241,15 +178,7 @@ _LAYERS = JacobianMode(
 )
 _JACFWD = JacobianMode(
     name="jacfwd",
-    forms={
-        OUTPUTS: _outputs(
-            lambda r, fn, x, y, c: jacfwd_jacobian(
-                r, fn, x, y, samples_per_call=c.samples_per_call, param_chunk=c.param_chunk
-            ),
-            lambda r, fn, x, y, c: subset_jacfwd(r, fn, x, y, c.columns, c.param_chunk),  # type: ignore[arg-type]
-        ),
-        POINTS: _points(forward=True),
-    },
+    forms={OUTPUTS: _outputs(jacfwd_jacobian, subset_jacfwd), POINTS: points_forward},
     memory=lambda s: s.item * s.outputs * s.params,
     column_memory=lambda s: s.item * (2 * s.activations + s.outputs),
     # Forward mode wins when there are fewer inputs (parameters) than outputs.
@@ -258,13 +187,7 @@ _JACFWD = JacobianMode(
 )
 _VMAP = JacobianMode(
     name="vmap",
-    forms={
-        OUTPUTS: _outputs(
-            lambda r, fn, x, y, c: vmap_jacobian(r, fn, x, y, samples_per_call=c.samples_per_call),
-            _subset_vmap,
-        ),
-        POINTS: _points(forward=False),
-    },
+    forms={OUTPUTS: _outputs(vmap_jacobian, subset_vmap), POINTS: points_reverse},
     memory=lambda s: s.item * (3 * s.outputs * s.params + (s.outputs + 1) * s.activations),
     why=lambda _s: "no per-sample rule applies",
 )

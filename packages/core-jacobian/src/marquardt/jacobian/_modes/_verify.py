@@ -13,7 +13,7 @@ import torch
 from .._replicas import Replica
 from .._slicing import to_device
 from ._broadcast import broadcast_jacobian
-from ._common import ResidualFn
+from ._common import ModeCall, ResidualFn
 from ._layers import layers_jacobian
 from ._reference import reference_jacobian
 
@@ -60,7 +60,7 @@ def verify_layers(
         ``None``, or the reason the rules cannot be used, in words.
     """
     x, y, _k = first_samples(replica, inputs, targets)
-    j_rules, _ = layers_jacobian(replica, residual_fn, x, y)
+    j_rules, _ = layers_jacobian(replica, residual_fn, ModeCall.whole(replica, x, y))
     off = _disagreement(j_rules, reference_jacobian(replica, residual_fn, x, y)[0])
     if off is None:
         return None
@@ -92,7 +92,7 @@ def verify_broadcast(
     """
     x, y, _k = first_samples(replica, inputs, targets)
     try:
-        j_rule, _ = broadcast_jacobian(replica, residual_fn, x, y)
+        j_rule, _ = broadcast_jacobian(replica, residual_fn, ModeCall.whole(replica, x, y))
     except (RuntimeError, ValueError, TypeError, IndexError) as err:
         return f"the model failed with per-sample parameters ({type(err).__name__}: {err})"
     j_ref, _ = reference_jacobian(replica, residual_fn, x, y)
