@@ -49,15 +49,6 @@ def verify_layers(
     The rules assume each trainable parameter acts only through its own layer's forward
     (no weight used outside it, no in-place change of a layer output); where that fails
     the comparison does, and the engine uses vmap instead.
-
-    Arguments:
-        replica: the replica to differentiate.
-        residual_fn: the residuals of the model's outputs.
-        inputs: the batch's inputs (the first samples are used).
-        targets: the batch's targets.
-
-    Returns:
-        ``None``, or the reason the rules cannot be used, in words.
     """
     x, y, _k = first_samples(replica, inputs, targets)
     j_rules, _ = layers_jacobian(replica, residual_fn, ModeCall.whole(replica, x, y))
@@ -80,15 +71,6 @@ def verify_broadcast(
     A model that declares ``per_sample_parameters`` but mixes the samples' parameters (a
     reduction over the sample axis, a parameter used as a shape or a Python number) fails
     here, by an error or by the comparison, and the engine uses another mode.
-
-    Arguments:
-        replica: the replica to differentiate.
-        residual_fn: the residuals of the model's outputs.
-        inputs: the batch's inputs (the first samples are used).
-        targets: the batch's targets.
-
-    Returns:
-        ``None``, or the reason per-sample parameters cannot be used, in words.
     """
     x, y, _k = first_samples(replica, inputs, targets)
     try:
