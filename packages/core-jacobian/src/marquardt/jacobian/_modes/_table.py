@@ -22,7 +22,7 @@ input-derivative graph of a `PointResidual`):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -95,6 +95,10 @@ def _always(_sizes: Sizes) -> bool:
     return True
 
 
+def _unstated(_sizes: Sizes) -> str:
+    return ""
+
+
 @dataclass(frozen=True)
 class JacobianMode:
     """One way of forming ``J``, and what the planner needs to know of it.
@@ -127,7 +131,7 @@ class JacobianMode:
     verify: VerifyFn | None = None
     assumed: bool = True
     chosen_when: Callable[[Sizes], bool] = _always
-    why: Callable[[Sizes], str] = field(default=lambda _sizes: "")
+    why: Callable[[Sizes], str] = _unstated
     fallback: str | None = None
 
     def serves(self, form: str) -> bool:
