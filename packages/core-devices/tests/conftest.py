@@ -208,6 +208,23 @@ def fake_nvml() -> Iterator[Callable[..., FakeNvml]]:
 
 
 @pytest.fixture
+def four_gpus_nvml(fake_nvml: Callable[..., FakeNvml]) -> FakeNvml:
+    """A fake NVML of four idle 40 GiB GPUs (``four_gpus``), installed for the test."""
+    return fake_nvml(four_gpus())
+
+
+@pytest.fixture
+def on_gpu(fake_nvml: Callable[..., FakeNvml]) -> Callable[..., FakeNvml]:
+    """``on_gpu(*pids)`` installs a fake NVML that lists ``pids`` as compute processes of
+    GPU 0."""
+
+    def install(*pids: int) -> FakeNvml:
+        return fake_nvml([FakeGpu(uuid(0), procs=[(pid, GiB) for pid in pids])])
+
+    return install
+
+
+@pytest.fixture
 def fake_legate(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, int], None]:
     """``fake_legate(gpus, nodes)`` makes ``legate.core`` look imported and started."""
 

@@ -40,8 +40,7 @@ def test_table_and_split(
     assert "busy: cuda:3 (1 proc)" in out
 
 
-def test_plan_on_four_gpus(fake_nvml: Any, kit: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    fake_nvml(kit.four_gpus())  # 40 GiB each, idle
+def test_plan_on_four_gpus(four_gpus_nvml: Any, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["--params", "769", "--batch", "100000", "--script", "train.py"], capsys)
     assert code == 0
     assert "strategy=accumulate, backend=cupynumeric, Legate GPUs=1" in out
@@ -51,9 +50,9 @@ def test_plan_on_four_gpus(fake_nvml: Any, kit: Any, capsys: pytest.CaptureFixtu
 
 
 def test_plan_recommends_subsets_when_p_squared_does_not_fit(
-    fake_nvml: Any, kit: Any, capsys: pytest.CaptureFixture[str]
+    four_gpus_nvml: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake_nvml(kit.four_gpus())  # 40 GiB each: JtJ of P = 2e6 is 32 TB, J of N = 1e6 is 8 TB
+    # JtJ of P = 2e6 is 32 TB, J of N = 1e6 is 8 TB: neither fits in 40 GiB GPUs.
     code, out, _ = run(["--params", "2000000", "--batch", "1000000", "--script", "t.py"], capsys)
     assert code == 0
     assert "neither strategy fits" in out
@@ -89,9 +88,8 @@ def test_failing_nvml_exits_1_with_a_hint(
 
 
 def test_bad_legate_config_exits_1(
-    fake_nvml: Any, kit: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    four_gpus_nvml: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_nvml(kit.four_gpus())
     monkeypatch.setenv("LEGATE_CONFIG", "--gpus many")
     code, _, err = run([], capsys)
     assert code == 1 and "--gpus 'many'" in err

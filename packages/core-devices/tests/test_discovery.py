@@ -11,8 +11,8 @@ from marquardt.devices import NvmlError, discover_gpus
 from marquardt.devices._discovery import survey
 
 
-def test_four_gpus_in_order(fake_nvml: Any, kit: Any) -> None:
-    fake = fake_nvml(kit.four_gpus())
+def test_four_gpus_in_order(four_gpus_nvml: Any, kit: Any) -> None:
+    fake = four_gpus_nvml
     gpus = discover_gpus()
     assert [g.ordinal for g in gpus] == [0, 1, 2, 3]
     assert [g.uuid for g in gpus] == [kit.uuid(i) for i in range(4)]
@@ -27,9 +27,8 @@ def test_four_gpus_in_order(fake_nvml: Any, kit: Any) -> None:
 
 
 def test_visible_devices_reorder_and_renumber(
-    fake_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch
+    four_gpus_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_nvml(kit.four_gpus())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
     gpus = discover_gpus()
     assert [(g.ordinal, g.index, g.uuid) for g in gpus] == [
@@ -91,8 +90,7 @@ def test_no_gpu_present(fake_nvml: Any) -> None:
     assert survey().notes == ("NVML reports no GPU on this machine",)
 
 
-def test_all_hidden_is_explained(fake_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_nvml(kit.four_gpus())
+def test_all_hidden_is_explained(four_gpus_nvml: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     result = survey()
     assert result.gpus == ()

@@ -174,10 +174,9 @@ def test_host_memory_reads_meminfo(tmp_path: Any) -> None:
     assert fallback.available > 0 and "sysconf" in fallback.source
 
 
-def test_sysmem_for_accumulate_is_the_reduced_jtj_only(fake_nvml: Any, kit: Any) -> None:
+def test_sysmem_for_accumulate_is_the_reduced_jtj_only(four_gpus_nvml: Any) -> None:
     # Four idle 40 GiB GPUs from the fake NVML; P = 20000, N = 100000: accumulate, and the
     # solver holds 2 x 20000^2 x 8 + 3 x 20000 x 8 = 6400480000 B (5.96 GiB): K = 1.
-    fake_nvml(kit.four_gpus())
     result = plan(20_000, 100_000)
     assert (result.strategy, result.legate_gpus, result.slice_size) == ("accumulate", 1, 33_333)
     assert result.solver_bytes == 6_400_480_000
@@ -192,10 +191,9 @@ def test_sysmem_for_accumulate_is_the_reduced_jtj_only(fake_nvml: Any, kit: Any)
     assert "--sysmem 3816 " in result.command()
 
 
-def test_sysmem_for_explicit_counts_slices_in_flight(fake_nvml: Any, kit: Any) -> None:
+def test_sysmem_for_explicit_counts_slices_in_flight(four_gpus_nvml: Any) -> None:
     # P = 2e6, N = 2000: explicit; J is 16e9 B, within one 40 GiB GPU's 32 GiB usable: K = 1,
     # three model GPUs. A sample's slice costs 3 x 2e6 x 4 = 24e6 B: 1431 fit, N // 3 = 666.
-    fake_nvml(kit.four_gpus())
     result = plan(2_000_000, 2000)
     assert (result.strategy, result.legate_gpus, result.slice_size) == ("explicit", 1, 666)
     # 2 slices in flight x 3 model GPUs, each J_s and r_s: 6 x 666 x (2e6 + 1) x 4, and delta

@@ -34,15 +34,11 @@ def test_no_gpu_without_fallback_raises(fake_nvml: Any) -> None:
         get_available_gpus(cpu_fallback=False)
 
 
-def test_all_gpus_to_the_model_without_legate(fake_nvml: Any, kit: Any) -> None:
-    fake_nvml(kit.four_gpus())
+def test_all_gpus_to_the_model_without_legate(four_gpus_nvml: Any) -> None:
     assert get_available_gpus() == cuda(0, 1, 2, 3)
 
 
-def test_legate_takes_the_first_k(
-    fake_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    fake_nvml(kit.four_gpus())
+def test_legate_takes_the_first_k(four_gpus_nvml: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEGATE_CONFIG", "--gpus 3")
     assert get_available_gpus() == cuda(3)
     split = current_split()
@@ -50,25 +46,22 @@ def test_legate_takes_the_first_k(
 
 
 def test_ordinals_follow_visible_devices(
-    fake_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch
+    four_gpus_nvml: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_nvml(kit.four_gpus())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,1")
     monkeypatch.setenv("LEGATE_CONFIG", "--gpus 1")
     # Ordinals are CUDA's after CUDA_VISIBLE_DEVICES, not NVML's indices.
     assert get_available_gpus() == cuda(1, 2)
 
 
-def test_running_legate_share(fake_nvml: Any, kit: Any, fake_legate: Any) -> None:
-    fake_nvml(kit.four_gpus())
+def test_running_legate_share(four_gpus_nvml: Any, fake_legate: Any) -> None:
     fake_legate(2, 1)
     assert get_available_gpus() == cuda(2, 3)
 
 
 def test_requesting_more_than_left_names_the_fix(
-    fake_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch
+    four_gpus_nvml: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_nvml(kit.four_gpus())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     monkeypatch.setenv("LEGATE_CONFIG", "--gpus 3")
     with pytest.raises(DeviceError) as info:
@@ -83,8 +76,7 @@ def test_requesting_more_than_left_names_the_fix(
         get_available_gpus(count=6)
 
 
-def test_count_takes_the_first_left(fake_nvml: Any, kit: Any) -> None:
-    fake_nvml(kit.four_gpus())
+def test_count_takes_the_first_left(four_gpus_nvml: Any) -> None:
     assert get_available_gpus(count=2) == cuda(0, 1)
 
 
@@ -108,9 +100,8 @@ def test_legate_holding_everything_warns_and_falls_back(
 
 
 def test_config_asking_more_than_visible(
-    fake_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch
+    four_gpus_nvml: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_nvml(kit.four_gpus())
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("LEGATE_CONFIG", "--gpus 3")
     with pytest.raises(
@@ -120,9 +111,8 @@ def test_config_asking_more_than_visible(
 
 
 def test_device_held_by_legate_is_refused(
-    fake_nvml: Any, kit: Any, monkeypatch: pytest.MonkeyPatch
+    four_gpus_nvml: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_nvml(kit.four_gpus())
     monkeypatch.setenv("LEGATE_CONFIG", "--gpus 3")
     check_model_devices([torch.device("cuda:3"), "cpu", torch.device("cpu")])
     with pytest.raises(DeviceError, match=r"cuda:1 is held by Legate.*HINT: .*cuda:3"):

@@ -20,16 +20,9 @@ from marquardt.devices._stop import _Handle, stop_orphans, stop_processes
 from marquardt.testing.processes import unused_pid
 
 
-def on_gpu(fake_nvml: Any, kit: Any, *pids: int) -> None:
-    """A fake NVML that lists ``pids`` as compute processes of GPU 0."""
-    fake_nvml([kit.FakeGpu(kit.uuid(0), procs=[(pid, kit.GiB) for pid in pids])])
-
-
-def test_sigterm_ends_a_process_that_honours_it(
-    fake_nvml: Any, kit: Any, real_processes: Any
-) -> None:
+def test_sigterm_ends_a_process_that_honours_it(on_gpu: Any, real_processes: Any) -> None:
     child = real_processes.sleeper("exit")
-    on_gpu(fake_nvml, kit, child.pid)
+    on_gpu(child.pid)
     report = stop_processes([child.pid], grace=30, device_files=real_processes.device_files)
     (outcome,) = report.outcomes
     assert outcome.status == "stopped" and outcome.detail.startswith("stopped by SIGTERM")
@@ -38,10 +31,10 @@ def test_sigterm_ends_a_process_that_honours_it(
 
 
 def test_sigkill_after_the_grace_for_a_process_that_ignores_sigterm(
-    fake_nvml: Any, kit: Any, real_processes: Any
+    on_gpu: Any, real_processes: Any
 ) -> None:
     child = real_processes.sleeper("ignore")
-    on_gpu(fake_nvml, kit, child.pid)
+    on_gpu(child.pid)
     report = stop_processes([child.pid], grace=0.3, device_files=real_processes.device_files)
     (outcome,) = report.outcomes
     assert outcome.status == "killed", outcome.detail
@@ -50,33 +43,29 @@ def test_sigkill_after_the_grace_for_a_process_that_ignores_sigterm(
     assert child.wait(timeout=60) == -signal.SIGKILL
 
 
-def test_an_orphan_adopted_by_init_is_stopped(
-    fake_nvml: Any, kit: Any, real_processes: Any
-) -> None:
+def test_an_orphan_adopted_by_init_is_stopped(on_gpu: Any, kit: Any, real_processes: Any) -> None:
     orphan, _ = real_processes.orphan()
     child = real_processes.sleeper()  # on the GPU too, but its parent (this test) is alive
-    on_gpu(fake_nvml, kit, orphan, child.pid)
+    on_gpu(orphan, child.pid)
     report = stop_orphans(grace=30, device_files=real_processes.device_files)
     assert [(o.pid, o.status) for o in report.outcomes] == [(orphan, "stopped")]
     assert kit.gone(orphan)
     assert child.poll() is None  # not an orphan: left alone
 
 
-def test_an_orphan_adopted_by_a_subreaper_is_stopped(
-    fake_nvml: Any, kit: Any, real_processes: Any
-) -> None:
+def test_an_orphan_adopted_by_a_subreaper_is_stopped(on_gpu: Any, real_processes: Any) -> None:
     orphan, reaper = real_processes.orphan("reaper")
-    on_gpu(fake_nvml, kit, orphan)
+    on_gpu(orphan)
     report = stop_orphans(grace=30, device_files=real_processes.device_files)
     assert [(o.pid, o.status) for o in report.outcomes] == [(orphan, "stopped")]
     assert reaper.stdout.readline() == f"{int(signal.SIGTERM)}\n"  # how the reaper saw it end
 
 
 def test_a_detached_session_leader_is_not_an_orphan_to_stop(
-    fake_nvml: Any, kit: Any, real_processes: Any
+    on_gpu: Any, kit: Any, real_processes: Any
 ) -> None:
     leader, _ = real_processes.orphan("leader")
-    on_gpu(fake_nvml, kit, leader)
+    on_gpu(leader)
     report = stop_orphans(grace=30, device_files=real_processes.device_files)
     assert report.outcomes == () and not report.signalled
     assert not kit.gone(leader)
@@ -84,11 +73,11 @@ def test_a_detached_session_leader_is_not_an_orphan_to_stop(
 
 @pytest.mark.skipif(os.getuid() != 0, reason="starting another user's process needs root")
 def test_another_users_process_is_refused_and_nothing_is_signalled(
-    fake_nvml: Any, kit: Any, real_processes: Any
+    on_gpu: Any, kit: Any, real_processes: Any
 ) -> None:
     theirs = real_processes.other_users()
     mine = real_processes.sleeper()
-    on_gpu(fake_nvml, kit, theirs.pid, mine.pid)
+    on_gpu(theirs.pid, mine.pid)
     report = stop_processes(
         [mine.pid, theirs.pid], grace=0.3, device_files=real_processes.device_files
     )
@@ -116,11 +105,11 @@ def _orphaned(pid: int, kit: Any) -> ProcessSurvey:
 
 
 def test_a_process_of_a_user_other_than_the_caller_is_refused(
-    fake_nvml: Any, kit: Any, real_processes: Any
+    on_gpu: Any, real_processes: Any
 ) -> None:
     # The process's owner is real; the caller acts for another uid.
     child = real_processes.sleeper()
-    on_gpu(fake_nvml, kit, child.pid)
+    on_gpu(child.pid)
     someone = os.getuid() + 4321
     report = stop_processes([child.pid], uid=someone, device_files=real_processes.device_files)
     (outcome,) = report.outcomes
@@ -128,11 +117,9 @@ def test_a_process_of_a_user_other_than_the_caller_is_refused(
     assert child.poll() is None
 
 
-def test_this_process_and_its_ancestors_are_refused(
-    fake_nvml: Any, kit: Any, real_processes: Any
-) -> None:
+def test_this_process_and_its_ancestors_are_refused(on_gpu: Any, real_processes: Any) -> None:
     child = real_processes.sleeper()
-    on_gpu(fake_nvml, kit, os.getpid(), os.getppid(), child.pid)
+    on_gpu(os.getpid(), os.getppid(), child.pid)
     # A dry run: even if the checks were wrong, nothing would be sent to this test's shell.
     report = stop_processes(
         [os.getpid(), os.getppid(), child.pid], dry_run=True,
@@ -170,11 +157,9 @@ def test_the_shell_that_runs_the_command_survives_it(tmp_path: Path) -> None:
     assert survived == "shell lives"
 
 
-def test_a_pid_nvml_does_not_list_needs_force(
-    fake_nvml: Any, kit: Any, real_processes: Any
-) -> None:
+def test_a_pid_nvml_does_not_list_needs_force(on_gpu: Any, real_processes: Any) -> None:
     child = real_processes.sleeper()
-    on_gpu(fake_nvml, kit)  # a GPU without processes
+    on_gpu()  # a GPU without processes
     refused = stop_processes([child.pid], device_files=real_processes.device_files)
     assert refused.outcomes[0].status == "refused"
     assert "NVML lists no compute process" in refused.outcomes[0].detail
@@ -185,26 +170,24 @@ def test_a_pid_nvml_does_not_list_needs_force(
 
 
 def test_a_listed_pid_holding_no_gpu_device_here_is_refused(
-    fake_nvml: Any, kit: Any, real_processes: Any
+    on_gpu: Any, real_processes: Any
 ) -> None:
     # NVML lists the PID, but the process with that PID here has no /dev/nvidia* open: NVML
     # may be reporting another PID namespace's process.
     child = real_processes.sleeper()
-    on_gpu(fake_nvml, kit, child.pid)
+    on_gpu(child.pid)
     report = stop_processes([child.pid])  # the real prefix, /dev/nvidia, which it lacks
     (outcome,) = report.outcomes
     assert outcome.status == "refused" and "holds no /dev/nvidia* device open" in outcome.detail
     assert child.poll() is None
 
 
-def test_gone_pids_are_reported_and_do_not_block(
-    fake_nvml: Any, kit: Any, real_processes: Any
-) -> None:
+def test_gone_pids_are_reported_and_do_not_block(on_gpu: Any, real_processes: Any) -> None:
     child = real_processes.sleeper()
     exited = subprocess.Popen([sys.executable, "-c", "pass"])
     os.waitid(os.P_PID, exited.pid, os.WEXITED | os.WNOWAIT)  # a zombie, not yet collected
     missing = unused_pid()
-    on_gpu(fake_nvml, kit, child.pid)
+    on_gpu(child.pid)
     try:
         report = stop_processes(
             [missing, exited.pid, child.pid], grace=30, device_files=real_processes.device_files
@@ -219,17 +202,17 @@ def test_gone_pids_are_reported_and_do_not_block(
     assert report.ok and child.wait(timeout=60) == -signal.SIGTERM
 
 
-def test_a_pid_nvml_lists_but_this_namespace_lacks_is_refused(fake_nvml: Any, kit: Any) -> None:
+def test_a_pid_nvml_lists_but_this_namespace_lacks_is_refused(on_gpu: Any) -> None:
     elsewhere = unused_pid()
-    on_gpu(fake_nvml, kit, elsewhere)
+    on_gpu(elsewhere)
     (outcome,) = stop_processes([elsewhere]).outcomes
     assert outcome.status == "refused" and "another PID namespace" in outcome.detail
 
 
-def test_dry_run_sends_nothing(fake_nvml: Any, kit: Any, real_processes: Any) -> None:
+def test_dry_run_sends_nothing(on_gpu: Any, kit: Any, real_processes: Any) -> None:
     child = real_processes.sleeper()
     orphan, _ = real_processes.orphan()
-    on_gpu(fake_nvml, kit, child.pid, orphan)
+    on_gpu(child.pid, orphan)
     files = real_processes.device_files
     report = stop_processes([child.pid], grace=7, dry_run=True, device_files=files)
     assert [(o.status, o.detail) for o in report.outcomes] == [
@@ -285,10 +268,10 @@ def test_bad_requests_fail_before_any_work(
 
 
 def test_without_pidfds_start_times_name_the_process(
-    fake_nvml: Any, kit: Any, real_processes: Any, monkeypatch: pytest.MonkeyPatch
+    on_gpu: Any, real_processes: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     polite, stubborn = real_processes.sleeper("exit"), real_processes.sleeper("ignore")
-    on_gpu(fake_nvml, kit, polite.pid, stubborn.pid)
+    on_gpu(polite.pid, stubborn.pid)
     monkeypatch.delattr(os, "pidfd_open")  # as on a kernel older than 5.3
     report = stop_processes(
         [polite.pid, stubborn.pid], grace=3, device_files=real_processes.device_files

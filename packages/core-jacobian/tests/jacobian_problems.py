@@ -125,10 +125,9 @@ PROBLEMS = ["mlp", "multi_output", "cnn", "batchnorm_eval", "frozen", "cross_ent
 MODES = ["vmap", "jacfwd", "layers"]
 
 
-def reference_jacobian(
-    p: Problem, names: list[str], flat: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """J and r from torch.autograd.functional.jacobian over the whole batch."""
+def residuals_of(p: Problem, names: list[str]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The problem's residuals over the whole batch as a function of the flat parameters
+    (in the order of ``names``)."""
     shapes = {n: t.shape for n, t in p.model.named_parameters()}
 
     def residuals(theta: torch.Tensor) -> torch.Tensor:
@@ -141,6 +140,14 @@ def reference_jacobian(
         out = torch.func.functional_call(p.model, params, (p.x,))
         return p.residual_fn(out, p.y).reshape(-1)
 
+    return residuals
+
+
+def reference_jacobian(
+    p: Problem, names: list[str], flat: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """J and r from torch.autograd.functional.jacobian over the whole batch."""
+    residuals = residuals_of(p, names)
     jac = torch.autograd.functional.jacobian(residuals, flat)
     return jac, residuals(flat).detach()
 
@@ -148,22 +155,12 @@ def reference_jacobian(
 def finite_difference_jacobian(
     p: Problem, names: list[str], flat: torch.Tensor, h: float = 1e-6
 ) -> torch.Tensor:
-    shapes = {n: t.shape for n, t in p.model.named_parameters()}
-
-    def residuals(theta: torch.Tensor) -> torch.Tensor:
-        params = {}
-        offset = 0
-        for n in names:
-            size = int(torch.Size(shapes[n]).numel())
-            params[n] = theta[offset : offset + size].view(shapes[n])
-            offset += size
-        with torch.no_grad():
-            out = torch.func.functional_call(p.model, params, (p.x,))
-            return p.residual_fn(out, p.y).reshape(-1)
-
+    """J by central differences of step ``h``."""
+    residuals = residuals_of(p, names)
     cols = []
-    for j in range(flat.numel()):
-        e = torch.zeros_like(flat)
-        e[j] = h
-        cols.append((residuals(flat + e) - residuals(flat - e)) / (2 * h))
+    with torch.no_grad():
+        for j in range(flat.numel()):
+            e = torch.zeros_like(flat)
+            e[j] = h
+            cols.append((residuals(flat + e) - residuals(flat - e)) / (2 * h))
     return torch.stack(cols, dim=1)

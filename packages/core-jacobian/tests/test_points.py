@@ -6,6 +6,7 @@ not built by ``batch``); the planner's accounting of the input-derivative graph.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -79,31 +80,44 @@ def _reference(
     return torch.autograd.functional.jacobian(rows, theta), rows(theta).detach()
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_explicit_j_equals_autograd_jacobian(mode: str) -> None:
+@dataclass(frozen=True)
+class Pinn:
+    """The shared problem: the residual, its replicas, its batch and their reference J, r."""
+
+    residual: PointResidual
+    replicas: Replicas
+    x: torch.Tensor
+    y: torch.Tensor
+    j_ref: torch.Tensor
+    r_ref: torch.Tensor
+
+
+@pytest.fixture
+def pinn() -> Pinn:
     residual = _residual()
     replicas = Replicas(_net(), ["cpu"])
     x, y = _batch(residual)
-    j_ref, r_ref = _reference(replicas, residual, x, y)
+    return Pinn(residual, replicas, x, y, *_reference(replicas, residual, x, y))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_explicit_j_equals_autograd_jacobian(mode: str, pinn: Pinn) -> None:
     # A small budget: several slices and several chunks per slice, groups cut across them.
-    engine = JacobianEngine(replicas, residual, mode=mode, memory_budget=40_000)
-    jac, res = engine.jacobian(x, y, slice_size=10)
+    engine = JacobianEngine(pinn.replicas, pinn.residual, mode=mode, memory_budget=40_000)
+    jac, res = engine.jacobian(pinn.x, pinn.y, slice_size=10)
     assert engine.last_plan is not None
     assert engine.last_plan.mode in ("vmap", "jacfwd")
     assert engine.last_plan.samples_per_chunk < 10
-    assert jac.shape == j_ref.shape == (38, replicas.num_params)
-    assert float((jac - j_ref).abs().max()) <= 1e-10
-    assert float((res - r_ref).abs().max()) <= 1e-10
-    assert float(j_ref.abs().max()) > 1.0  # the rows through Δu are not trivially zero
+    assert jac.shape == pinn.j_ref.shape == (38, pinn.replicas.num_params)
+    assert float((jac - pinn.j_ref).abs().max()) <= 1e-10
+    assert float((res - pinn.r_ref).abs().max()) <= 1e-10
+    assert float(pinn.j_ref.abs().max()) > 1.0  # the rows through Δu are not trivially zero
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_accumulated_products_equal_autograd_jacobian(mode: str) -> None:
-    residual = _residual()
-    replicas = Replicas(_net(), ["cpu"])
-    x, y = _batch(residual)
-    j_ref, r_ref = _reference(replicas, residual, x, y)
-    engine = JacobianEngine(replicas, residual, mode=mode, memory_budget=40_000)
+def test_accumulated_products_equal_autograd_jacobian(mode: str, pinn: Pinn) -> None:
+    j_ref, r_ref, x, y = pinn.j_ref, pinn.r_ref, pinn.x, pinn.y
+    engine = JacobianEngine(pinn.replicas, pinn.residual, mode=mode, memory_budget=40_000)
     products = engine.accumulate(x, y, slice_size=7)
     scale = float((j_ref.T @ j_ref).abs().max())
     assert float((products.jtj - j_ref.T @ j_ref).abs().max()) <= 1e-10 * scale
@@ -113,11 +127,8 @@ def test_accumulated_products_equal_autograd_jacobian(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["vmap", "jacfwd"])
-def test_subset_columns_equal_autograd_jacobian(mode: str) -> None:
-    residual = _residual()
-    replicas = Replicas(_net(), ["cpu"])
-    x, y = _batch(residual)
-    j_ref, _ = _reference(replicas, residual, x, y)
+def test_subset_columns_equal_autograd_jacobian(mode: str, pinn: Pinn) -> None:
+    replicas, residual, x, y, j_ref = pinn.replicas, pinn.residual, pinn.x, pinn.y, pinn.j_ref
     engine = JacobianEngine(replicas, residual, mode=mode)
     index = [0, 5, 17, 30, 40, 71, replicas.num_params - 1]
     cols = engine.columns(index)

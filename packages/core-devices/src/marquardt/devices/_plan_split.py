@@ -5,6 +5,7 @@ model devices, with the slice size each model device takes and Legate's ``--fbme
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from ._discovery import GpuInfo
@@ -19,7 +20,38 @@ from ._plan_types import (
     fmt_bytes,
 )
 
-__all__ = ["kept_besides", "plan_cpu", "plan_gpus", "slice_lines", "verdict"]
+__all__ = ["Split", "kept_besides", "plan_cpu", "plan_gpus", "slice_lines", "verdict"]
+
+
+@dataclass(frozen=True)
+class Split:
+    """What both placements (CPU alone, GPUs) start from.
+
+    Arguments:
+        keep: the share of free memory a plan may use (1 − headroom).
+        per_sample: bytes of one sample of a Jacobian slice.
+        partial: bytes a model device keeps for its local ``JᵀJ`` sum (accumulate).
+        lines: the plan's explanation so far; each placement adds its own.
+        common: the fields of `Plan` that do not depend on the placement.
+    """
+
+    keep: float
+    per_sample: int
+    partial: int
+    lines: list[str]
+    common: dict[str, Any]
+
+    @property
+    def solver(self) -> int:
+        """Bytes of the solver's arrays."""
+        return int(self.common["solver_bytes"])
+
+    def plan(self, size: int, fits: bool, **placement: Any) -> Plan:
+        """The `Plan` of slices of ``size`` samples placed as ``placement`` says."""
+        return Plan(
+            **self.common, **placement, slice_size=size, slice_bytes=size * self.per_sample,
+            fits=fits, lines=tuple(self.lines),
+        )  # fmt: skip
 
 
 def _slice(budget: float, per_sample: int, batch: int, devices: int) -> tuple[int, int]:
@@ -57,30 +89,24 @@ def kept_besides(solver: int, partial: int) -> str:
     return " and ".join(parts)
 
 
-def plan_cpu(
-    host: HostMemory,
-    keep: float,
-    per_sample: int,
-    partial: int,
-    lines: list[str],
-    common: dict[str, Any],
-) -> Plan:
+def plan_cpu(host: HostMemory, split: Split) -> Plan:
+    """The plan without a GPU: the model on the CPU, the solver in NumPy, in RAM."""
+    keep, per_sample, partial, lines = split.keep, split.per_sample, split.partial, split.lines
     usable = host.available * keep
-    solver = int(common["solver_bytes"])
+    solver = split.solver
     lines.append(
         f"no GPU: the model runs on the CPU and the solver in NumPy, in RAM: "
         f"{fmt_bytes(host.available)} available ({host.source}), {fmt_bytes(usable)} usable."
     )
     reserved = kept_besides(solver, partial)
     size, slice_fits = slice_lines(
-        usable - solver - partial, per_sample, common["batch"], 1, reserved, lines
+        usable - solver - partial, per_sample, split.common["batch"], 1, reserved, lines
     )
     fits = slice_fits and solver <= usable
     lines.append(verdict(fits, "RAM", solver + partial + size * per_sample, usable))
-    return Plan(
-        **common, backend="numpy", legate_gpus=0, model_devices=("cpu",), slice_size=size,
-        slice_bytes=size * per_sample, fits=fits, fbmem_mib=None, sysmem_mib=None,
-        lines=tuple(lines),
+    return split.plan(
+        size, fits, backend="numpy", legate_gpus=0, model_devices=("cpu",), fbmem_mib=None,
+        sysmem_mib=None,
     )  # fmt: skip
 
 
@@ -94,16 +120,12 @@ def verdict(fits: bool, where: str, need: float, have: float) -> str:
     )
 
 
-def plan_gpus(
-    visible: list[GpuInfo],
-    forced: int | None,
-    keep: float,
-    per_sample: int,
-    partial: int,
-    lines: list[str],
-    common: dict[str, Any],
-) -> Plan:
-    solver = int(common["solver_bytes"])
+def plan_gpus(visible: list[GpuInfo], forced: int | None, split: Split) -> Plan:
+    """The plan on the visible GPUs: Legate's ``K`` (``forced``, or the fewest that hold
+    the solver) and the model devices after them."""
+    keep, per_sample, partial, lines = split.keep, split.per_sample, split.partial, split.lines
+    common = split.common
+    solver = split.solver
     usable = [gpu.memory_free * keep for gpu in visible]
     lines.append(
         f"{len(visible)} GPU(s) visible; usable memory (free x {keep:.2f}): "
@@ -158,11 +180,10 @@ def plan_gpus(
             "temporaries have room."
         )
         lines.append(f"--sysmem {sysmem}: {staging}")
-    return Plan(
-        **common, backend="torch" if k == 0 else "cupynumeric", legate_gpus=k,
-        model_devices=tuple(f"cuda:{g.ordinal}" for g in model), slice_size=size,
-        slice_bytes=size * per_sample, fits=fits, fbmem_mib=fbmem, sysmem_mib=sysmem,
-        lines=tuple(lines),
+    return split.plan(
+        size, fits, backend="torch" if k == 0 else "cupynumeric", legate_gpus=k,
+        model_devices=tuple(f"cuda:{g.ordinal}" for g in model), fbmem_mib=fbmem,
+        sysmem_mib=sysmem,
     )  # fmt: skip
 
 

@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 from ._discovery import GpuInfo, survey
 from ._memory import HostMemory, host_memory
-from ._plan_split import plan_cpu, plan_gpus
+from ._plan_split import Split, plan_cpu, plan_gpus
 from ._plan_subsets import plan_subsets
 from ._plan_types import ITEMSIZE, SLICE_FACTOR, Plan, Strategy, fmt_bytes
 
@@ -183,10 +183,8 @@ def plan(
     per_sample = SLICE_FACTOR * outputs * params * item
     partial = normal if chosen == "accumulate" else 0
     host = host or host_memory()
-    if not visible:
-        full = plan_cpu(host, keep, per_sample, partial, lines, common)
-    else:
-        full = plan_gpus(visible, legate_gpus, keep, per_sample, partial, lines, common)
+    split = Split(keep, per_sample, partial, lines, common)
+    full = plan_gpus(visible, legate_gpus, split) if visible else plan_cpu(host, split)
     if full.fits or strategy != "auto" or legate_gpus is not None:
         return full
     return plan_subsets(full, visible, host, keep, item)

@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 from ._errors import CleanupError
 from ._proc import PROC, ProcessStat, available, holds_file, lineage, read_process, same_process
@@ -298,29 +298,81 @@ def _signal(handles: list[_Handle], grace: float, kill_wait: float) -> dict[int,
     return result
 
 
+class StopOptions(TypedDict, total=False):
+    """The keywords of `stop_processes` and `stop_orphans`, their defaults in `_Stopping`.
+
+    Arguments:
+        grace: seconds between SIGTERM and SIGKILL (10).
+        kill_wait: seconds to wait after SIGKILL before reporting a survivor (5).
+        dry_run: check and report, send nothing (False).
+        uid: the user the caller acts for (``os.getuid()``).
+        survey: the GPU processes (asked of NVML by default).
+        proc: the ``/proc`` to read (``PROC``).
+        device_files: the prefix of the device files a GPU process holds (``DEVICE_FILES``).
+    """
+
+    grace: float
+    kill_wait: float
+    dry_run: bool
+    uid: int | None
+    survey: ProcessSurvey | None
+    proc: Path
+    device_files: str | None
+
+
+@dataclass(frozen=True)
+class _Stopping:
+    """One request to stop processes, its options resolved and checked, and what it found:
+    the GPU processes, the caller's user and ancestry."""
+
+    grace: float
+    kill_wait: float
+    dry_run: bool
+    proc: Path
+    found: ProcessSurvey
+    uid: int
+    ancestry: tuple[ProcessStat, ...]
+    devices: str
+
+    @classmethod
+    def of(cls, options: StopOptions, *, force: bool, hint: str) -> _Stopping:
+        """The options with their defaults; raises ``ValueError`` for a negative time and
+        ``CleanupError`` without ``/proc`` (or NVML unless ``force``; ``hint`` says what
+        to do then)."""
+        grace, kill_wait = options.get("grace", 10.0), options.get("kill_wait", 5.0)
+        _check_times(grace, kill_wait)
+        proc = options.get("proc", PROC)
+        survey, uid, files = options.get("survey"), options.get("uid"), options.get("device_files")
+        return cls(
+            grace=grace,
+            kill_wait=kill_wait,
+            dry_run=options.get("dry_run", False),
+            proc=proc,
+            found=_survey(force, proc, hint) if survey is None else survey,
+            uid=os.getuid() if uid is None else uid,
+            ancestry=lineage(os.getpid(), proc),
+            devices=DEVICE_FILES if files is None else files,
+        )
+
+    def check(self, pid: int, force: bool) -> ProcessStat | Outcome:
+        """The checks of this module's docstring for ``pid``."""
+        return _check(pid, self.found, self.uid, self.ancestry, force, self.proc, self.devices)
+
+    def carry_out(self, checked: Sequence[ProcessStat | Outcome]) -> StopReport:
+        """Signal the checked processes (unless one was refused, or a dry run)."""
+        return _carry_out(checked, self.grace, self.kill_wait, self.dry_run, self.proc)
+
+
 def stop_processes(
-    pids: Sequence[int],
-    *,
-    grace: float = 10.0,
-    kill_wait: float = 5.0,
-    force: bool = False,
-    dry_run: bool = False,
-    uid: int | None = None,
-    survey: ProcessSurvey | None = None,
-    proc: Path = PROC,
-    device_files: str | None = None,
+    pids: Sequence[int], *, force: bool = False, **options: Unpack[StopOptions]
 ) -> StopReport:
     """Stop the processes ``pids``: SIGTERM, then SIGKILL to those alive ``grace`` s later.
 
     The checks of this module's docstring run first for every PID; if one refuses, no
-    signal is sent. ``uid`` is the user the caller acts for (``os.getuid()``); ``survey``
-    the GPU processes (asked of NVML by default); ``device_files`` the prefix of the
-    device files a GPU process holds (``DEVICE_FILES``); ``kill_wait`` how long to wait
-    after SIGKILL before reporting a survivor; ``dry_run`` checks and reports, sends nothing.
-    Raises ``CleanupError`` without ``/proc``, or without NVML unless ``force``, and
-    ``ValueError`` for a PID below 1 or a negative time.
+    signal is sent. ``options`` are those of `StopOptions`. Raises ``CleanupError``
+    without ``/proc``, or without NVML unless ``force``, and ``ValueError`` for a PID below
+    1 or a negative time.
     """
-    _check_times(grace, kill_wait)
     bad = [pid for pid in pids if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1]
     if bad:
         raise ValueError(
@@ -328,38 +380,21 @@ def stop_processes(
             "would signal process groups). HINT: `marquardt-devices --processes` lists the PIDs"
         )
     hint = "--force stops processes of yours without asking NVML"
-    found = _survey(force, proc, hint) if survey is None else survey
-    uid = os.getuid() if uid is None else uid
-    ancestry = lineage(os.getpid(), proc)
-    devices = DEVICE_FILES if device_files is None else device_files
-    checked = [
-        _check(pid, found, uid, ancestry, force, proc, devices) for pid in dict.fromkeys(pids)
-    ]
-    return _carry_out(checked, grace, kill_wait, dry_run, proc)
+    stopping = _Stopping.of(options, force=force, hint=hint)
+    return stopping.carry_out([stopping.check(pid, force) for pid in dict.fromkeys(pids)])
 
 
-def stop_orphans(
-    *,
-    grace: float = 10.0,
-    kill_wait: float = 5.0,
-    dry_run: bool = False,
-    uid: int | None = None,
-    survey: ProcessSurvey | None = None,
-    proc: Path = PROC,
-    device_files: str | None = None,
-) -> StopReport:
+def stop_orphans(**options: Unpack[StopOptions]) -> StopReport:
     """Stop the caller's orphaned GPU processes, as ``stop_processes`` stops a PID.
 
     The orphans are the compute processes NVML lists whose parent is gone (see
     ``_proc.is_orphan``). Those of other users, and this command's own ancestors, are
     reported as ``left`` and not touched; the caller's own go through every check.
     """
-    _check_times(grace, kill_wait)
     hint = "find the PIDs with `ps` and stop them with --stop PID --force"
-    found = _survey(False, proc, hint) if survey is None else survey
-    uid = os.getuid() if uid is None else uid
-    ancestry = lineage(os.getpid(), proc)
-    devices = DEVICE_FILES if device_files is None else device_files
+    stopping = _Stopping.of(options, force=False, hint=hint)
+    found, uid = stopping.found, stopping.uid
+    ancestry = stopping.ancestry
     mine = {a.pid for a in ancestry}
     checked: list[ProcessStat | Outcome] = []
     for pid in dict.fromkeys(p.pid for p in found.processes if p.orphan):
@@ -374,5 +409,5 @@ def stop_orphans(
                 Outcome(pid, entry.command, "left", "left running: an ancestor of this command")
             )
         else:
-            checked.append(_check(pid, found, uid, ancestry, False, proc, devices))
-    return _carry_out(checked, grace, kill_wait, dry_run, proc)
+            checked.append(stopping.check(pid, False))
+    return stopping.carry_out(checked)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -16,6 +17,7 @@ from ._columns import ColumnSubset
 from ._errors import ResidualNotFiniteError, message
 from ._forward import forward_slices
 from ._gram import GramAccumulator
+from ._modes import MODE_TABLE
 from ._planner import JacobianPlan
 from ._points import AnyResidual
 from ._products import NormalProducts
@@ -62,7 +64,7 @@ def accumulate_products(
             rows = min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample
             chunk_buffers[dev] = (
                 workspaces.get(dev, rows, params, replicas.dtype, replica.device)
-                if plan.mode == "layers"
+                if MODE_TABLE[plan.mode].writes_out
                 else None
             )
         acc = accumulators[dev]
@@ -91,7 +93,20 @@ def accumulate_products(
     rows = sum(a.rows for a in accs)
     rss_value = float(rss)
     if not math.isfinite(rss_value):
-        _raise_first_non_finite(replicas, residual_fn, workers, inputs, targets, batch, size)
+        _raise_first_non_finite(
+            lambda: forward_slices(
+                replicas,
+                residual_fn,
+                workers,
+                inputs,
+                targets,
+                batch=batch,
+                size=size,
+                loss_fn=None,
+                keep_residuals=False,
+                output_device=replicas.devices[0],
+            )
+        )
     end = time.perf_counter()
     timings = {
         "jacobian": end - start,
@@ -102,32 +117,14 @@ def accumulate_products(
     return NormalProducts(jtj=jtj, jtr=jtr, rss=rss_value, rows=rows, timings=timings)
 
 
-def _raise_first_non_finite(
-    replicas: Replicas,
-    residual_fn: AnyResidual,
-    workers: DeviceWorkers,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
-    batch: int,
-    size: int,
-) -> None:
+def _raise_first_non_finite(checked_forward: Callable[[], object]) -> None:
     """Raise the residual check's error for the first non-finite residual of the batch.
 
-    Called when ``rᵀr`` is not finite: a checked forward pass names the sample. When the
-    residuals are finite but their squares overflowed, the sum's error is raised.
+    Called when ``rᵀr`` is not finite: ``checked_forward``, a forward pass that checks the
+    residuals, names the sample. When the residuals are finite but their squares
+    overflowed, the sum's error is raised.
     """
-    forward_slices(
-        replicas,
-        residual_fn,
-        workers,
-        inputs,
-        targets,
-        batch=batch,
-        size=size,
-        loss_fn=None,
-        keep_residuals=False,
-        output_device=replicas.devices[0],
-    )
+    checked_forward()
     raise ResidualNotFiniteError(
         message(
             "a finite sum of squared residuals was expected",

@@ -1,8 +1,9 @@
 """How the engine plans a batch: one probe forward, the mode checks, one plan: `BatchPlanner`.
 
 A step's batch is probed once (residual rows per sample ``m``, activations per sample),
-the per-layer and broadcast rules are checked once per engine against ``vmap`` (where they
-disagree, ``vmap`` is used instead), and ``plan_jacobian`` chooses the strategy, mode and
+the modes of the table with a model check (the per-layer and broadcast rules) are checked
+once per engine against plain reverse mode (where they disagree, the planner passes them
+by), and ``plan_jacobian`` chooses the strategy, mode and
 chunking from N, P, m, the dtype and the memory budget. The same batch, unchanged, is
 probed and planned once (`PlanMemo`); forward-only slices are sized from the last probe.
 """
@@ -12,12 +13,12 @@ from __future__ import annotations
 import torch
 
 from ._forward import forward_samples
-from ._modes import broadcast_support, layers_support
-from ._modes._broadcast import BROADCAST_CHUNK
+from ._modes import MODE_TABLE, form_of
+from ._modes._table import AUTO, FORMS
 from ._plan_memo import PlanMemo
 from ._planner import JacobianPlan, plan_jacobian
 from ._points import AnyResidual, PointResidual
-from ._probe import default_budget, probe, probe_points, verify_broadcast, verify_layers
+from ._probe import default_budget, probe, probe_points
 from ._replicas import Replicas
 
 __all__ = ["BatchPlanner"]
@@ -48,16 +49,18 @@ class BatchPlanner:
         # Activations per sample from the last probe: sizes forward-only slices.
         self.activations: int | None = None
         self._graph = 1  # the input-derivative graph, in activations (PointResidual)
-        supported, why = layers_support(replicas.model)
-        declared, why_not = broadcast_support(replicas.model)
-        if isinstance(residual_fn, PointResidual):
-            # Both read the outputs' graph alone; the residual differentiates by the inputs.
-            supported = declared = False
-            why = why_not = "the residual differentiates the model by its inputs (PointResidual)"
-        self._layers_ok: bool | None = None if supported else False
-        self._layers_reason = why
-        self._broadcast_ok: bool | None = None if declared else False
-        self._broadcast_reason = why_not
+        # By mode with a model check: passed (None: not yet verified on samples), and why.
+        self._checks: dict[str, tuple[bool | None, str]] = {}
+        form = form_of(residual_fn)
+        for entry in MODE_TABLE.values():
+            if entry.support is None:
+                continue
+            if not entry.serves(form):
+                self._checks[entry.name] = (False, FORMS[form])
+                continue
+            ok, why = entry.support(replicas.model)
+            # A rule that passes the model check is still verified on samples, if it has one.
+            self._checks[entry.name] = (None if ok and entry.verify else ok, why)
 
     def probe(
         self, residual_fn: AnyResidual, inputs: torch.Tensor, targets: torch.Tensor
@@ -81,8 +84,9 @@ class BatchPlanner:
             return size
         activations = (self.activations or 1) * self._graph
         fits = forward_samples(self.budget(), activations, self.replicas.dtype)
-        if self.last_plan is not None and self.last_plan.mode == "broadcast":
-            fits = min(fits, BROADCAST_CHUNK)  # element-wise work: chunks that stay in cache
+        entry = MODE_TABLE.get(self.last_plan.mode) if self.last_plan is not None else None
+        if entry is not None and entry.max_chunk is not None:
+            fits = min(fits, entry.max_chunk)  # element-wise work: chunks that stay in cache
         return min(size, fits)
 
     def plan(
@@ -105,18 +109,7 @@ class BatchPlanner:
             self.last_plan = known
             return known
         m, activations = self.probe(residual_fn, inputs, targets)
-        outputs_fn = None if isinstance(residual_fn, PointResidual) else residual_fn
-        if outputs_fn and self.mode in ("auto", "layers") and self._layers_ok is None:
-            # Checked once per engine: where the rules disagree, vmap is used instead.
-            why = verify_layers(self.replicas[0], outputs_fn, inputs, targets)
-            self._layers_ok = why is None
-            if why is not None:
-                self._layers_reason = why
-        if outputs_fn and self.mode in ("auto", "broadcast") and self._broadcast_ok is None:
-            why = verify_broadcast(self.replicas[0], outputs_fn, inputs, targets)
-            self._broadcast_ok = why is None
-            if why is not None:
-                self._broadcast_reason = why
+        self._verify(residual_fn, inputs, targets)
         plan = plan_jacobian(
             batch * m,
             self.replicas.num_params if params is None else params,
@@ -125,18 +118,27 @@ class BatchPlanner:
             self.budget(),
             strategy=strategy,
             mode=self.mode,
-            layers_supported=bool(self._layers_ok),
-            layers_reason=self._layers_reason,
-            broadcast_supported=bool(self._broadcast_ok),
-            broadcast_reason=self._broadcast_reason,
+            support={name: (bool(ok), why) for name, (ok, why) in self._checks.items()},
             activations_per_sample=activations,
             slice_samples=size,
             cap_slices=cap,
             input_graph=input_graph(residual_fn, inputs),
+            form=form_of(residual_fn),
         )
         self.last_plan = plan
         self._memo.keep(inputs, targets, settings, plan)
         return plan
+
+    def _verify(
+        self, residual_fn: AnyResidual, inputs: torch.Tensor, targets: torch.Tensor
+    ) -> None:
+        """Run, once per engine, the rule check of each mode the engine may use whose model
+        check passed (where the rule disagrees, the planner passes the mode by)."""
+        for name, (ok, _why) in self._checks.items():
+            verify = MODE_TABLE[name].verify
+            if ok is None and verify is not None and self.mode in (AUTO, name):
+                why = verify(self.replicas[0], residual_fn, inputs, targets)  # type: ignore[arg-type]
+                self._checks[name] = (why is None, _why if why is None else why)
 
 
 def input_graph(residual_fn: AnyResidual, inputs: torch.Tensor) -> int:

@@ -51,9 +51,12 @@ def probe_signs(rows: torch.Tensor, seed: int, probe: int) -> torch.Tensor:
 
 
 def _residual_of(
-    replica: Replica, residual_fn: AnyResidual, x: torch.Tensor, y: torch.Tensor
+    replica: Replica, residual_fn: AnyResidual, batch: PreparedBatch, lo: int, hi: int
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``θ ↦ r`` (the chunk's residual rows, sample-major) as a function of the flat θ."""
+    """``θ ↦ r`` (the residual rows of samples ``[lo, hi)`` of the batch, sample-major, on
+    the replica's device) as a function of the flat θ."""
+    x = to_device(batch.inputs[lo:hi], replica.device)
+    y = to_device(batch.targets[lo:hi], replica.device)
     b = int(x.shape[0])
     if isinstance(residual_fn, PointResidual):
         return lambda flat: residual_fn.rows(
@@ -168,9 +171,7 @@ def gauss_newton_products(
     def gradient_job(lo: int, hi: int) -> Callable[[int], torch.Tensor]:
         def job(dev: int) -> torch.Tensor:
             replica = replicas[dev]
-            x = to_device(batch.inputs[lo:hi], replica.device)
-            y = to_device(batch.targets[lo:hi], replica.device)
-            fn = _residual_of(replica, residual_fn, x, y)
+            fn = _residual_of(replica, residual_fn, batch, lo, hi)
             with torch.enable_grad():
                 r, pullback = _pullback(fn, replica.flat.detach())
             r = r.detach()
@@ -196,9 +197,7 @@ def gauss_newton_products(
         def job_of(lo: int, hi: int) -> Callable[[int], torch.Tensor]:
             def job(dev: int) -> torch.Tensor:
                 replica = replicas[dev]
-                x = to_device(batch.inputs[lo:hi], replica.device)
-                y = to_device(batch.targets[lo:hi], replica.device)
-                fn = _residual_of(replica, residual_fn, x, y)
+                fn = _residual_of(replica, residual_fn, batch, lo, hi)
                 flat = replica.flat.detach()
                 tangent = v.to(replica.device, flat.dtype)
                 with torch.enable_grad():

@@ -6,21 +6,17 @@ Strategy. With ``R = N·m`` residual rows and ``P`` parameters, the LM step solv
 independent of ``N``); when ``R < P`` the ``R×R`` system ``(JJᵀ + λI)u = r``,
 ``δ = Jᵀu`` needs ``J`` itself (``explicit``).
 
-Mode. The costs, for ``b`` samples, ``a`` activations per sample:
-
-* ``layers``: one forward and ``m`` backward passes over the whole chunk, then outer
-  products; extra memory ``≈ b·(m·P + 2a)`` numbers. The fastest when it applies.
-* ``vmap``: per-sample ``jacrev``; memory ``≈ b·(3·m·P + (m+1)·a)`` per call.
-* ``broadcast``: per-sample copies of the parameters (models that declare it), one
-  forward and ``m`` backward passes; memory ``≈ b·((m+1)·P + 3a)``, chunks of at most
-  ``BROADCAST_CHUNK`` samples so the element-wise work stays in cache. Chosen first.
-* Residuals that differentiate the model by its inputs (``PointResidual``) keep, per
-  sample, the graph of those derivatives: ``input_graph`` times the activations (for a
-  Hessian by forward-over-reverse in ``d`` dimensions, ``2(d + 1)``), used in ``a`` above.
-* ``jacfwd``: ``P`` forward-mode passes; memory ``≈ b·c·(2a + m)`` for ``c`` columns
-  per call. Chosen automatically only when ``P < m`` (forward mode wins when there
-  are fewer inputs than outputs); always chunked over columns and samples, because
-  forward mode over a whole large slice is what exhausts time and memory.
+Mode. The modes, what they serve and cost, and the order in which ``auto`` prefers them
+are the entries of ``_modes._table`` (`MODE_TABLE`): the planner takes the first mode
+that serves the residual form, applies to the model (its check, where it has one) and
+suits the sizes (``jacfwd`` only when ``P < m``: forward mode wins when there are fewer
+inputs than outputs); a mode that is asked for but does not apply gives way to its
+fallback, with the reason. Residuals that differentiate the model by its inputs
+(``PointResidual``) keep, per sample, the graph of those derivatives: ``input_graph``
+times the activations (for a Hessian by forward-over-reverse in ``d`` dimensions,
+``2(d + 1)``), counted in every mode's memory. Chunks hold as many samples as the
+budget allows by the mode's memory per sample; ``jacfwd`` is chunked over columns as well,
+because forward mode over a whole large slice is what exhausts time and memory.
 
 Slices. An explicit ``slice_size`` is kept. Without one (``slice_size=None``) the engine
 gives each device ``⌈N/D⌉`` samples; for ``accumulate`` the planner then caps a slice at
@@ -38,16 +34,16 @@ the solver's question (it knows the memory of the device it solves on).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
 from ._errors import UnknownModeError, message
-from ._modes._broadcast import BROADCAST_CHUNK
+from ._modes._table import AUTO, FORMS, MODE_TABLE, OUTPUTS, JacobianMode, Sizes, check_mode
 
-__all__ = ["MODES", "STRATEGIES", "JacobianPlan", "plan_jacobian"]
+__all__ = ["STRATEGIES", "JacobianPlan", "plan_jacobian"]
 
-MODES = ("auto", "vmap", "jacfwd", "layers", "broadcast")
 STRATEGIES = ("auto", "explicit", "accumulate", "matrix_free")
 #: Per sample, a Gauss-Newton product keeps the forward's activations for the reverse pass
 #: and the forward-mode tangents alongside them: about this many times the activations.
@@ -101,16 +97,16 @@ class JacobianPlan:
         return self.params if self.strategy != "explicit" or self.rows >= self.params else self.rows
 
 
-def _check(value: str, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
+def _check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
         raise UnknownModeError(
             message(
-                f"the Jacobian {what} {value!r} was requested",
-                f"the known ones are {', '.join(allowed)}",
-                f"pass one of {', '.join(allowed)}",
+                f"the Jacobian strategy {strategy!r} was requested",
+                f"the known ones are {', '.join(STRATEGIES)}",
+                f"pass one of {', '.join(STRATEGIES)}",
             )
         )
-    return value
+    return strategy
 
 
 def plan_jacobian(
@@ -130,11 +126,13 @@ def plan_jacobian(
     slice_samples: int | None = None,
     cap_slices: bool = False,
     input_graph: int = 1,
+    form: str = OUTPUTS,
+    support: Mapping[str, tuple[bool, str]] | None = None,
 ) -> JacobianPlan:
     """Choose ``strategy`` and ``mode`` for ``rows`` residual rows and ``params`` parameters.
 
     Chunks never exceed ``slice_samples``, and never exceed ``memory_budget`` bytes by the
-    estimates in this module's docstring (at least one sample and one column always run).
+    modes' memory per sample (at least one sample and one column always run).
 
     Arguments:
         rows: ``R = N·m``, the residual rows.
@@ -144,10 +142,11 @@ def plan_jacobian(
         memory_budget: the bytes a chunk's intermediates may take.
         strategy: ``auto`` (``explicit`` when ``R < P``, else ``accumulate``),
             ``explicit``, ``accumulate`` or ``matrix_free`` (never chosen by ``auto``).
-        mode: ``auto``, ``vmap``, ``jacfwd``, ``layers`` or ``broadcast``.
+        mode: ``auto`` or a mode of the table (``vmap``, ``jacfwd``, ``layers``,
+            ``broadcast``).
         layers_supported: whether every layer has a per-sample rule (``layers``).
         layers_reason: why (or why not), for the plan's reason.
-        broadcast_supported: whether the model declares per-sample parameter copies
+        broadcast_supported: whether the model declares per-sample parameters
             (``broadcast``, chosen first where supported).
         broadcast_reason: why (or why not), for the plan's reason.
         activations_per_sample: ``a``, the activations of one sample; default ``P``.
@@ -157,6 +156,10 @@ def plan_jacobian(
             budget and independent of ``rows``.
         input_graph: for residuals that differentiate the model by its inputs, the size
             of the input-derivative graph, which multiplies the activations per sample.
+        form: the residual form (``outputs`` or ``points``): only the modes that serve
+            it may be chosen.
+        support: for modes with a model check, by name, whether the model passed it and
+            why (or why not); it completes the ``layers_*`` and ``broadcast_*`` keywords.
 
     Returns:
         The plan, with its reasons in words.
@@ -164,8 +167,8 @@ def plan_jacobian(
     Raises:
         UnknownModeError: ``strategy`` or ``mode`` is not one of the known ones.
     """
-    _check(strategy, STRATEGIES, "strategy")
-    _check(mode, MODES, "mode")
+    _check_strategy(strategy)
+    check_mode(mode)
     m = max(1, outputs_per_sample)
     samples = max(1, rows // m)
     slice_n = max(1, min(slice_samples or samples, samples))
@@ -186,73 +189,165 @@ def plan_jacobian(
         reasons.append(f"{strategy}: forced")
 
     if strategy == "matrix_free":
-        return _matrix_free_plan(
-            rows, params, m, samples, slice_n, item, act, budget, reasons, cap_slices
+        # One jvp and one vjp per chunk and CG iteration: the forward's activations, the
+        # tangents alongside them, and the residual rows; J is never formed.
+        per_sample = item * (PRODUCT_ACTIVATIONS * act + 2 * m)
+        chunk = max(1, min(slice_n, budget // per_sample))
+        reasons.append(
+            f"products: one jvp and one vjp per chunk of {chunk} samples per CG iteration "
+            f"(≈{chunk * per_sample / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget), "
+            "J never formed"
         )
-    if mode == "broadcast" and not broadcast_supported:
-        mode = "jacfwd"
-        reasons.append("jacfwd: broadcast was requested but " + broadcast_reason)
-    elif mode in ("auto", "broadcast") and broadcast_supported:
-        mode = "broadcast"
-        reasons.append("broadcast: " + broadcast_reason)
-    elif mode == "auto":
-        if layers_supported:
-            mode = "layers"
-            reasons.append("layers: " + (layers_reason or "every layer has a per-sample rule"))
-        elif params < m:
-            mode = "jacfwd"
-            reasons.append(
-                f"jacfwd: {params} parameters < {m} outputs per sample; " + layers_reason
-            )
-        else:
-            mode = "vmap"
-            reasons.append("vmap: " + (layers_reason or "no per-sample rule applies"))
-    elif mode == "layers" and not layers_supported:
-        mode = "vmap"
-        reasons.append("vmap: layers was requested but " + layers_reason)
-    else:
-        reasons.append(f"{mode}: forced")
-
+        return _plan(
+            "matrix_free",
+            "products",
+            reasons,
+            rows=rows,
+            params=params,
+            m=m,
+            chunking=(chunk, params, chunk * per_sample),
+            budget=budget,
+            slice_n=slice_n,
+            cap_slices=cap_slices,
+            # One Gauss-Newton product: ≈ 3 forwards and 2 backwards' worth of 2·R·P flops.
+            flops=(2 * rows * params * 5, 0),
+        )
+    checks = {
+        "layers": (layers_supported, layers_reason),
+        "broadcast": (broadcast_supported, broadcast_reason),
+        **(support or {}),
+    }
+    sizes = Sizes(params=params, outputs=m, activations=act, item=item)
+    chosen, why = choose_mode(mode, form, sizes, checks)
+    reasons.append(why)
     if input_graph > 1:
         reasons.append(f"input-derivative graph: {input_graph}× the activations per sample")
-    param_chunk = params
-    if mode == "broadcast":
-        per_sample = item * ((m + 1) * params + 3 * act)
-        chunk = max(1, min(slice_n, budget // per_sample, BROADCAST_CHUNK))
-        chunk_bytes = chunk * per_sample
-    elif mode == "layers":
-        per_sample = item * (m * params + 2 * act * m)
-        chunk = max(1, min(slice_n, budget // per_sample))
-        chunk_bytes = chunk * per_sample
-    elif mode == "vmap":
-        per_sample = item * (3 * m * params + (m + 1) * act)
-        chunk = max(1, min(slice_n, budget // per_sample))
-        chunk_bytes = chunk * per_sample
-    else:
-        # Forward mode: the J block of the chunk plus c tangents through the network.
-        per_column_sample = item * (2 * act + m)
-        chunk = max(1, min(slice_n, budget // max(1, item * m * params + per_column_sample)))
-        param_chunk = max(
-            1,
-            min(params, (budget - chunk * item * m * params) // max(1, chunk * per_column_sample)),
-        )
-        chunk_bytes = chunk * (item * m * params + param_chunk * per_column_sample)
+    chunk, param_chunk, chunk_bytes = chunk_sizes(chosen, sizes, slice_n, budget)
     reasons.append(
         f"chunks of {chunk} samples"
-        + (f" × {param_chunk} columns" if mode == "jacfwd" else "")
+        + (f" × {param_chunk} columns" if chosen.column_memory is not None else "")
         + f" (≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget)"
     )
-    slice_cap = slice_n
-    if cap_slices and strategy == "accumulate" and chunk < slice_n:
-        slice_cap = chunk
-        reasons.append(f"slices of {chunk} samples (no slice_size: one chunk per slice)")
     n = params if strategy == "accumulate" or rows >= params else rows
     product_flops = rows * params * n
     factor_flops = n**3 // 3
-    reasons.append(
-        f"{n}×{n} system: Gram product ≈{product_flops / 1e9:.3g} GFLOP per step, "
-        f"Cholesky ≈{factor_flops / 1e9:.3g} GFLOP per attempt"
+    return _plan(
+        strategy,
+        chosen.name,
+        reasons,
+        rows=rows,
+        params=params,
+        m=m,
+        chunking=(chunk, param_chunk, chunk_bytes),
+        budget=budget,
+        slice_n=slice_n,
+        cap_slices=cap_slices and strategy == "accumulate",
+        flops=(product_flops, factor_flops),
+        system=(
+            f"{n}×{n} system: Gram product ≈{product_flops / 1e9:.3g} GFLOP per step, "
+            f"Cholesky ≈{factor_flops / 1e9:.3g} GFLOP per attempt"
+        ),
     )
+
+
+def choose_mode(
+    mode: str, form: str, sizes: Sizes, checks: Mapping[str, tuple[bool, str]]
+) -> tuple[JacobianMode, str]:
+    """The mode of the table that forms ``J``, and the reason, in words.
+
+    A mode applies when it serves ``form`` and, where it has a model check, the model
+    passed it (``checks``; a mode the caller says nothing of applies when it is
+    ``assumed``). ``auto`` takes the first mode of the table that applies and suits the
+    sizes; a mode asked for that does not apply gives way to its fallback.
+
+    Arguments:
+        mode: ``auto`` or a mode of the table.
+        form: the residual form.
+        sizes: the problem's sizes.
+        checks: by mode name, whether the model passed its check, and why (or why not).
+
+    Returns:
+        The mode and the reason for it.
+    """
+
+    def applies(entry: JacobianMode) -> tuple[bool, str]:
+        if not entry.serves(form):
+            return False, FORMS[form]
+        if entry.support is None:
+            return True, ""
+        return checks.get(entry.name, (entry.assumed, ""))
+
+    if mode != AUTO:
+        entry = MODE_TABLE[mode]
+        ok, why = applies(entry)
+        if ok:
+            return entry, f"{entry.name}: forced" + (f" ({why})" if why else "")
+        asked, why_not = entry, why
+        while not ok and entry.fallback is not None:
+            entry = MODE_TABLE[entry.fallback]
+            ok, _ = applies(entry)
+        if ok:
+            return entry, f"{entry.name}: {asked.name} was requested but {why_not}"
+    passed = ""
+    for entry in MODE_TABLE.values():
+        ok, why = applies(entry)
+        if not ok:
+            passed = why
+        elif entry.chosen_when(sizes):
+            own = why or entry.why(sizes)
+            return entry, f"{entry.name}: " + "; ".join(t for t in (own, passed) if t)
+    raise UnknownModeError(  # pragma: no cover - the table's last mode serves every form
+        message(
+            f"a Jacobian mode for residuals of form {form!r} was requested",
+            f"no mode of the table ({', '.join(MODE_TABLE)}) serves it",
+            "register a mode that serves this form",
+        )
+    )
+
+
+def chunk_sizes(
+    mode: JacobianMode, sizes: Sizes, slice_n: int, budget: int
+) -> tuple[int, int, int]:
+    """``(samples per chunk, columns per call, bytes per chunk)`` of ``mode`` within
+    ``budget``, never more samples than ``slice_n`` (nor than the mode's ``max_chunk``)."""
+    per_sample = mode.memory(sizes)
+    if mode.column_memory is None:
+        cap = mode.max_chunk or slice_n
+        chunk = max(1, min(slice_n, budget // max(1, per_sample), cap))
+        return chunk, sizes.params, chunk * per_sample
+    # The J block of the chunk, plus c tangents through the network.
+    per_column = mode.column_memory(sizes)
+    chunk = max(1, min(slice_n, budget // max(1, per_sample + per_column)))
+    param_chunk = max(
+        1, min(sizes.params, (budget - chunk * per_sample) // max(1, chunk * per_column))
+    )
+    return chunk, param_chunk, chunk * (per_sample + param_chunk * per_column)
+
+
+def _plan(
+    strategy: str,
+    mode: str,
+    reasons: list[str],
+    *,
+    rows: int,
+    params: int,
+    m: int,
+    chunking: tuple[int, int, int],
+    budget: int,
+    slice_n: int,
+    cap_slices: bool,
+    flops: tuple[int, int],
+    system: str = "",
+) -> JacobianPlan:
+    """The plan of ``strategy`` and ``mode`` with its chunking, a slice capped at one chunk
+    (``cap_slices``) where the slice holds more."""
+    chunk, param_chunk, chunk_bytes = chunking
+    slice_cap = slice_n
+    if cap_slices and chunk < slice_n:
+        slice_cap = chunk
+        reasons.append(f"slices of {chunk} samples (no slice_size: one chunk per slice)")
+    if system:
+        reasons.append(system)
     return JacobianPlan(
         strategy=strategy,
         mode=mode,
@@ -265,49 +360,6 @@ def plan_jacobian(
         chunk_bytes=int(chunk_bytes),
         memory_budget=budget,
         slice_samples=slice_cap,
-        product_flops=int(product_flops),
-        factor_flops=int(factor_flops),
-    )
-
-
-def _matrix_free_plan(
-    rows: int,
-    params: int,
-    m: int,
-    samples: int,
-    slice_n: int,
-    item: int,
-    act: int,
-    budget: int,
-    reasons: list[str],
-    cap_slices: bool,
-) -> JacobianPlan:
-    """The plan of a ``matrix_free`` step (see the module docstring): chunks of samples
-    whose product workspace fits the budget; no mode (``J`` is never formed)."""
-    per_sample = item * (PRODUCT_ACTIVATIONS * act + 2 * m)
-    chunk = max(1, min(slice_n, budget // per_sample))
-    chunk_bytes = chunk * per_sample
-    reasons.append(
-        f"products: one jvp and one vjp per chunk of {chunk} samples per CG iteration "
-        f"(≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget), J never formed"
-    )
-    slice_cap = slice_n
-    if cap_slices and chunk < slice_n:
-        slice_cap = chunk
-        reasons.append(f"slices of {chunk} samples (no slice_size: one chunk per slice)")
-    return JacobianPlan(
-        strategy="matrix_free",
-        mode="products",
-        reason="; ".join(reasons),
-        rows=rows,
-        params=params,
-        outputs_per_sample=m,
-        samples_per_chunk=chunk,
-        param_chunk=params,
-        chunk_bytes=int(chunk_bytes),
-        memory_budget=budget,
-        slice_samples=slice_cap,
-        # One Gauss-Newton product: ≈ 3 forwards and 2 backwards' worth of 2·R·P flops.
-        product_flops=int(2 * rows * params * 5),
-        factor_flops=0,
+        product_flops=int(flops[0]),
+        factor_flops=int(flops[1]),
     )

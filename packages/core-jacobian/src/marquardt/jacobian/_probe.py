@@ -1,40 +1,32 @@
 """What the engine learns from the first samples before planning: `probe`,
-`verify_layers`, `verify_broadcast`, and the default memory budget.
+`probe_points`, and the default memory budget.
 
 One forward pass on a few samples gives ``m``, the residual rows per sample (the Jacobian
 has ``R = N·m`` rows), the activations per sample (which size forward-only slices), and
 fails early when the residuals do not depend on the parameters or are not finite. The
-layer rules (per-sample rows of ``J`` from one forward and one backward pass) are checked
-once against plain per-row reverse mode on the same samples.
+fast rules of the mode table are checked on the same samples (``_modes._verify``).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from . import _settings
 from ._errors import ResidualNotDifferentiableError, message
-from ._modes import ResidualFn, broadcast_jacobian, layers_jacobian
+from ._modes import ModeCall, ResidualFn
 from ._modes._common import require_graph, rows_of
-from ._modes._points import points_jacobian
-from ._modes._reference import reference_jacobian
+from ._modes._points import points_reverse
+from ._modes._verify import PROBE_SAMPLES, first_samples
 from ._points import PointResidual, piecewise_linear_layers
 from ._replicas import Replica
 from ._slicing import to_device
 from ._validate import check_finite_residuals
 
-__all__ = [
-    "PROBE_SAMPLES",
-    "default_budget",
-    "probe",
-    "probe_points",
-    "verify_broadcast",
-    "verify_layers",
-]
-
-#: Samples the probe and the layer-rule check run on.
-PROBE_SAMPLES = 4
+__all__ = ["PROBE_SAMPLES", "default_budget", "probe", "probe_points"]
 
 
 def default_budget(device: torch.device) -> int:
@@ -53,36 +45,36 @@ def default_budget(device: torch.device) -> int:
     return _settings.DEFAULT_CPU_BUDGET
 
 
-def _first_samples(
-    replica: Replica, inputs: torch.Tensor, targets: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, int]:
-    k = min(PROBE_SAMPLES, int(inputs.shape[0]))
-    return to_device(inputs[:k], replica.device), to_device(targets[:k], replica.device), k
+@contextmanager
+def _counting_activations(model: nn.Module) -> Iterator[Callable[[], int]]:
+    """Count the numbers the model's leaf modules output while the block runs; yields a
+    function that reads the count."""
+    total = 0
+
+    def count(_m: nn.Module, _a: tuple[torch.Tensor, ...], out: object) -> None:
+        nonlocal total
+        if isinstance(out, torch.Tensor):
+            total += out.numel()
+
+    leaves = [m for m in model.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(count) for m in leaves]
+    try:
+        yield lambda: total
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def probe(
     replica: Replica, residual_fn: ResidualFn, inputs: torch.Tensor, targets: torch.Tensor
 ) -> tuple[int, int]:
     """``(m, activations per sample)`` from a forward pass on the first samples."""
-    x, y, k = _first_samples(replica, inputs, targets)
-    activations = 0
-
-    def count(_m: nn.Module, _a: tuple[torch.Tensor, ...], out: object) -> None:
-        nonlocal activations
-        if isinstance(out, torch.Tensor):
-            activations += out.numel()
-
-    leaves = [m for m in replica.module.modules() if not list(m.children())]
-    handles = [m.register_forward_hook(count) for m in leaves]
-    try:
-        with torch.enable_grad():
-            res = rows_of(residual_fn(replica.module(x), y), k)
-    finally:
-        for h in handles:
-            h.remove()
+    x, y, k = first_samples(replica, inputs, targets)
+    with _counting_activations(replica.module) as activations, torch.enable_grad():
+        res = rows_of(residual_fn(replica.module(x), y), k)
     require_graph(res)
     check_finite_residuals(res.detach(), res.shape[1])
-    return int(res.shape[1]), max(1, activations // k)
+    return int(res.shape[1]), max(1, activations() // k)
 
 
 def probe_points(
@@ -108,25 +100,10 @@ def probe_points(
     index = torch.cat([i for _g, i in firsts])
     x = to_device(inputs[index], replica.device)
     y = to_device(targets[index], replica.device)
-    activations = 0
-
-    def count(_m: nn.Module, _a: tuple[torch.Tensor, ...], out: object) -> None:
-        nonlocal activations
-        if isinstance(out, torch.Tensor):
-            activations += out.numel()
-
-    leaves = [m for m in replica.module.modules() if not list(m.children())]
-    handles = [m.register_forward_hook(count) for m in leaves]
-    try:
-        with torch.no_grad():
-            replica.module(x)
-    finally:
-        for h in handles:
-            h.remove()
+    with _counting_activations(replica.module) as activations, torch.no_grad():
+        replica.module(x)
     k = int(x.shape[0])
-    jac, res = points_jacobian(
-        replica, residual, x, y, "vmap", samples_per_call=k, param_chunk=replica.flat.numel()
-    )
+    jac, res = points_reverse(replica, residual, ModeCall.whole(replica, x, y))
     m = int(res.numel()) // k
     check_finite_residuals(res.reshape(k, m), m)
     rows = jac.reshape(k, m, -1)
@@ -136,7 +113,7 @@ def probe_points(
         if not bool(rows[start : start + count_here].any()):
             _refuse_constant_group(replica, residual, group)
         start += count_here
-    return m, max(1, activations // k)
+    return m, max(1, activations() // k)
 
 
 def _refuse_constant_group(replica: Replica, residual: PointResidual, group: int) -> None:
@@ -158,60 +135,4 @@ def _refuse_constant_group(replica: Replica, residual: PointResidual, group: int
             "use a smooth activation (nn.Tanh, nn.SiLU, nn.Softplus, nn.GELU) for residuals "
             "that differentiate the model twice",
         )
-    )
-
-
-def verify_layers(
-    replica: Replica, residual_fn: ResidualFn, inputs: torch.Tensor, targets: torch.Tensor
-) -> str | None:
-    """``None`` when the layer rules agree with plain per-sample reverse mode on the first
-    samples, else why not.
-
-    The rules assume each trainable parameter acts only through its own layer's forward
-    (no weight used outside it, no in-place change of a layer output); where that fails
-    the comparison does, and the engine uses vmap instead.
-    """
-    x, y, _k = _first_samples(replica, inputs, targets)
-    j_rules, _ = layers_jacobian(replica, residual_fn, x, y)
-    j_ref, _ = reference_jacobian(replica, residual_fn, x, y)
-    scale = max(1.0, float(j_ref.abs().max()))
-    tol = 1e3 * torch.finfo(j_ref.dtype).eps * scale
-    diff = float((j_rules - j_ref).abs().max())
-    if diff <= tol:
-        return None
-    return (
-        f"the layer rules disagree with per-sample reverse mode by {diff:.3g} (> {tol:.3g}) on "
-        "this model (a weight used outside its layer, or an in-place op on a layer output)"
-    )
-
-
-def verify_broadcast(
-    replica: Replica, residual_fn: ResidualFn, inputs: torch.Tensor, targets: torch.Tensor
-) -> str | None:
-    """``None`` when per-sample parameters (``broadcast`` mode) give the Jacobian of plain
-    per-sample reverse mode on the first samples, else why not.
-
-    A model that declares ``per_sample_parameters`` but mixes the samples' parameters (a
-    reduction over the sample axis, a parameter used as a shape or a Python number) fails
-    here, by an error or by the comparison, and the engine uses another mode.
-    """
-    x, y, _k = _first_samples(replica, inputs, targets)
-    try:
-        j_rule, _ = broadcast_jacobian(replica, residual_fn, x, y)
-    except (RuntimeError, ValueError, TypeError, IndexError) as err:
-        return f"the model failed with per-sample parameters ({type(err).__name__}: {err})"
-    j_ref, _ = reference_jacobian(replica, residual_fn, x, y)
-    if j_rule.shape != j_ref.shape:
-        return (
-            f"per-sample parameters gave a Jacobian of shape {tuple(j_rule.shape)}, "
-            f"plain reverse mode {tuple(j_ref.shape)}"
-        )
-    scale = max(1.0, float(j_ref.abs().max()))
-    tol = 1e3 * torch.finfo(j_ref.dtype).eps * scale
-    diff = float((j_rule - j_ref).abs().max())
-    if diff <= tol:
-        return None
-    return (
-        f"per-sample parameters disagree with per-sample reverse mode by {diff:.3g} "
-        f"(> {tol:.3g}) on this model (its forward mixes the samples' parameters)"
     )

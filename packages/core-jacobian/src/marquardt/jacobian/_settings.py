@@ -1,8 +1,9 @@
 """Every environment variable marquardt.jacobian reads, with its meaning.
 
 ``MARQUARDT_JACOBIAN_MODE``
-    Forces the Jacobian mode of every engine built with ``mode="auto"``: one of
-    ``vmap``, ``jacfwd``, ``layers``. Unset: the planner chooses.
+    Forces the Jacobian mode of every engine built with ``mode="auto"``: a mode of the
+    mode table (``vmap``, ``jacfwd``, ``layers``, ``broadcast``). Unset: the planner
+    chooses.
 ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``
     Bytes of intermediate memory one device may use for one Jacobian chunk (the
     default ``memory_budget`` of an engine): the chunk's ``J_s`` plus its activations.
@@ -25,6 +26,8 @@ Nothing here is read at import time; each function reads the environment when ca
 from __future__ import annotations
 
 import os
+
+from marquardt.devices.messages import message
 
 __all__ = [
     "ENV_GRAM_KERNEL",
@@ -59,35 +62,41 @@ def memory_budget() -> int | None:
     try:
         budget = int(float(value))
     except ValueError as exc:
-        raise ValueError(
-            f"{ENV_MEMORY_BUDGET}={value!r} was read as a memory budget, but it is not a "
-            "number. HINT: give bytes, e.g. 2e9, or unset it"
-        ) from exc
+        raise ValueError(_budget_refused(value, "it is not a number")) from exc
     if budget <= 0:
-        raise ValueError(
-            f"{ENV_MEMORY_BUDGET}={value!r} was read as a memory budget, but it is not "
-            "positive. HINT: give a positive number of bytes, or unset it"
-        )
+        raise ValueError(_budget_refused(value, "it is not positive"))
     return budget
+
+
+def _budget_refused(value: str, found: str) -> str:
+    return message(
+        f"{ENV_MEMORY_BUDGET}={value!r} was read as a memory budget in bytes",
+        found,
+        "give a positive number of bytes, e.g. 2e9, or unset it",
+    )
+
+
+def _one_of(name: str, default: str, allowed: tuple[str, ...], meaning: str) -> str:
+    """The value of the environment variable ``name`` (``default`` when unset), refused
+    unless one of ``allowed``; ``meaning`` says what it sets, for the message."""
+    value = os.environ.get(name, default).strip().lower() or default
+    if value not in allowed:
+        known = ", ".join(allowed[:-1]) + f" and {allowed[-1]}"
+        raise ValueError(
+            message(
+                f"{name}={value!r} was read as {meaning}",
+                f"only {known} are understood",
+                "set it to one of those, or unset it",
+            )
+        )
+    return value
 
 
 def gram_kernel() -> str:
     """``torch``, ``numpy`` or ``auto`` (the default)."""
-    value = os.environ.get(ENV_GRAM_KERNEL, "auto").strip().lower() or "auto"
-    if value not in ("auto", "torch", "numpy"):
-        raise ValueError(
-            f"{ENV_GRAM_KERNEL}={value!r} names a JᵀJ kernel, but only auto, torch and "
-            "numpy exist. HINT: set it to one of those, or unset it"
-        )
-    return value
+    return _one_of(ENV_GRAM_KERNEL, "auto", ("auto", "torch", "numpy"), "the JᵀJ kernel")
 
 
 def host_heap() -> str:
     """``keep`` (the default) or ``system``."""
-    value = os.environ.get(ENV_HOST_HEAP, "keep").strip().lower() or "keep"
-    if value not in ("keep", "system"):
-        raise ValueError(
-            f"{ENV_HOST_HEAP}={value!r} says what to do with freed host memory, but only "
-            "keep and system are understood. HINT: set it to one of those, or unset it"
-        )
-    return value
+    return _one_of(ENV_HOST_HEAP, "keep", ("keep", "system"), "what to do with freed host memory")

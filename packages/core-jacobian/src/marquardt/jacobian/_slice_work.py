@@ -3,11 +3,8 @@
 A slice of ``s`` samples gives ``s·m`` residual rows and their Jacobian rows
 ``J_s = ∂r_s/∂θ`` (``s·m × P``). It is computed in chunks of at most
 ``plan.samples_per_chunk`` samples, so that one chunk's intermediates fit the memory budget,
-by the mode the planner chose: per-sample ``vmap(jacrev)``, ``jacfwd`` over parameter
-chunks, the layer rules (one forward and one backward pass per chunk) or per-sample
-parameters (``broadcast``: one forward and one backward pass, for models that declare it).
-Residuals that differentiate the model by its inputs (``PointResidual``) take the
-``vmap`` or ``jacfwd`` order of ``_modes._points``.
+by the mode the planner chose, through its entry of the mode table (``_modes._table``),
+which holds the mode's function for each residual form it serves.
 """
 
 from __future__ import annotations
@@ -18,16 +15,9 @@ from collections.abc import Iterator
 import torch
 
 from ._columns import ColumnSubset
-from ._modes import (
-    broadcast_jacobian,
-    jacfwd_jacobian,
-    layers_jacobian,
-    subset_jacobian,
-    vmap_jacobian,
-)
-from ._modes._points import points_jacobian
+from ._modes import MODE_TABLE, ModeCall
 from ._planner import JacobianPlan
-from ._points import AnyResidual, PointResidual
+from ._points import AnyResidual
 from ._replicas import Replica
 from ._slicing import to_device, to_host_fresh
 from ._validate import check_finite_residuals
@@ -58,47 +48,39 @@ def jacobian_chunks(
     ``check`` scans each chunk's residuals for NaN/inf (a host synchronisation per chunk
     on a GPU); a caller that checks a sum of the residuals instead passes False.
     With ``columns``, only those columns of ``J`` are formed (``_modes._subset``).
+
+    Arguments:
+        replica: the replica that differentiates.
+        residual_fn: the residuals (of the outputs, or a ``PointResidual``).
+        x: the slice's inputs, on the replica's device.
+        y: the slice's targets, on the replica's device.
+        plan: the planner's plan (mode, chunking).
+        workspace: a buffer for ``J`` (see above), or None.
+        first_sample: the batch index of ``x[0]``, for error messages.
+        fill: the workspace holds the whole slice's ``J``.
+        check: scan each chunk's residuals for NaN/inf.
+        columns: the parameter subset whose columns alone are formed, or None.
+
+    Returns:
+        An iterator of ``(J, r)`` per chunk.
     """
     step = plan.samples_per_chunk
     m = plan.outputs_per_sample
+    mode = MODE_TABLE[plan.mode]
     for lo in range(0, int(x.shape[0]), step):
         xs, ys = x[lo : lo + step], y[lo : lo + step]
         first = lo * m if fill else 0
         out = None if workspace is None else workspace[first : first + int(xs.shape[0]) * m]
-        if isinstance(residual_fn, PointResidual):
-            jac, res = points_jacobian(
-                replica,
-                residual_fn,
-                xs,
-                ys,
-                plan.mode,
-                samples_per_call=step,
-                param_chunk=plan.param_chunk,
-                columns=columns,
-            )
-        elif columns is not None:
-            jac, res = subset_jacobian(
-                replica,
-                residual_fn,
-                xs,
-                ys,
-                columns,
-                plan.mode,
-                samples_per_call=step,
-                param_chunk=plan.param_chunk,
-                out=out if plan.mode == "layers" else None,
-            )
-        elif plan.mode == "layers":
-            jac, res = layers_jacobian(replica, residual_fn, xs, ys, out=out)
-        elif plan.mode == "broadcast":
-            jac, res = broadcast_jacobian(replica, residual_fn, xs, ys)
-        elif plan.mode == "jacfwd":
-            jac, res = jacfwd_jacobian(
-                replica, residual_fn, xs, ys, samples_per_call=step, param_chunk=plan.param_chunk
-            )
-        else:
-            jac, res = vmap_jacobian(replica, residual_fn, xs, ys, samples_per_call=step)
-        if fill and out is not None and plan.mode != "layers":
+        call = ModeCall(
+            xs,
+            ys,
+            samples_per_call=step,
+            param_chunk=plan.param_chunk,
+            out=out if mode.writes_out else None,
+            columns=columns,
+        )
+        jac, res = mode.jacobian(replica, residual_fn, call)
+        if fill and out is not None and not mode.writes_out:
             jac = out.copy_(jac)
         if check:
             check_finite_residuals(res, plan.outputs_per_sample, first_sample + lo)

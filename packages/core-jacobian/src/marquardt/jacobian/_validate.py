@@ -13,10 +13,9 @@ from ._errors import (
     NonFiniteInputError,
     ResidualNotFiniteError,
     SliceSizeError,
-    UnknownModeError,
     message,
 )
-from ._planner import MODES
+from ._modes._table import check_mode
 from ._points import AnyResidual, PointResidual
 from ._replicas import Replicas
 
@@ -181,16 +180,8 @@ def check_engine(
     if isinstance(residual_fn, PointResidual):
         residual_fn.check_model(replicas.dtype)
     forced = _settings.mode() if mode == "auto" else None
-    chosen = forced or mode
-    if chosen not in MODES:
-        source = f"{_settings.ENV_MODE}={forced}" if forced else f"mode={mode!r}"
-        raise UnknownModeError(
-            message(
-                f"the Jacobian mode {source} was requested",
-                f"the known modes are {', '.join(MODES)}",
-                f"pass one of {', '.join(MODES)}",
-            )
-        )
+    source = f"{_settings.ENV_MODE}={forced}" if forced else None
+    chosen = check_mode(forced or mode, source)
     if memory_budget is not None and memory_budget <= 0:
         raise ValueError(
             message(

@@ -2,25 +2,21 @@
 
 Each mode maps ``(replica, residual_fn, x, y, chunking)`` to ``(J, r)`` with ``J`` of
 shape ``(b·m) × P`` and ``r`` of shape ``(b·m,)``, rows ordered sample-major (sample
-``i``'s ``m`` residuals are rows ``i·m … i·m+m−1``).
+``i``'s ``m`` residuals are rows ``i·m … i·m+m−1``). The modes, what they serve and
+what they cost, are the entries of one table, `MODE_TABLE` (``_table``).
 """
 
 from __future__ import annotations
 
-from ._broadcast import broadcast_jacobian, broadcast_support
 from ._common import ResidualFn
-from ._jacfwd import jacfwd_jacobian
-from ._layers import layers_jacobian, layers_support
-from ._subset import subset_jacobian
-from ._vmap import vmap_jacobian
+from ._table import MODE_TABLE, JacobianMode, ModeCall, check_mode, form_of, mode_names
 
 __all__ = [
+    "MODE_TABLE",
+    "JacobianMode",
+    "ModeCall",
     "ResidualFn",
-    "broadcast_jacobian",
-    "broadcast_support",
-    "jacfwd_jacobian",
-    "layers_jacobian",
-    "layers_support",
-    "subset_jacobian",
-    "vmap_jacobian",
+    "check_mode",
+    "form_of",
+    "mode_names",
 ]

@@ -23,7 +23,7 @@ from torch import nn
 from torch.func import functional_call
 
 from .._replicas import Replica
-from ._common import ResidualFn, require_graph, rows_of
+from ._common import ModeCall, ResidualFn, Rows, require_graph, rows_of
 
 __all__ = ["BROADCAST_CHUNK", "SUPPORT_FLAG", "broadcast_jacobian", "broadcast_support"]
 
@@ -42,11 +42,10 @@ def broadcast_support(model: nn.Module) -> tuple[bool, str]:
     return False, f"the model does not declare {SUPPORT_FLAG}=True"
 
 
-def broadcast_jacobian(
-    replica: Replica, residual_fn: ResidualFn, x: torch.Tensor, y: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J, r)`` for the ``b`` samples of ``x``: ``J`` is ``(b·m) × P``, a transposed view
-    of the ``P × (b·m)`` gradient (no copy)."""
+def broadcast_jacobian(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J, r)`` for the ``b`` samples of ``call.x``: ``J`` is ``(b·m) × P``, a transposed
+    view of the ``P × (b·m)`` gradient (no copy)."""
+    x, y = call.x, call.y
     flat = replica.flat.detach()
     params = flat.numel()
     b = int(x.shape[0])

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._replicas import Replica
-from ._common import ResidualFn, recorded_forward
+from ._common import ModeCall, ResidualFn, Rows, recorded_forward
 
 __all__ = ["layers_jacobian", "layers_support"]
 
@@ -162,17 +162,10 @@ def _apply_rule(module: nn.Module, a: torch.Tensor, g: torch.Tensor, put: Put) -
         raise TypeError(f"no per-sample rule for {type(module).__name__}")
 
 
-def layers_jacobian(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J, r)`` for the ``b`` samples of ``x``: ``J`` is ``(b·m) × P``.
-
-    ``out``, when given, is a contiguous ``(b·m) × P`` tensor that receives ``J``.
-    """
+def layers_jacobian(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J, r)`` for the ``b`` samples of ``call.x``: ``J`` is ``(b·m) × P``, written into
+    ``call.out`` (a contiguous ``(b·m) × P`` tensor) when given."""
+    out = call.out
     model = replica.module
     flat = replica.flat
     params = flat.numel()
@@ -185,7 +178,7 @@ def layers_jacobian(
     owners = [
         m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))
     ]
-    records, res = recorded_forward(model, owners, residual_fn, x, y)
+    records, res = recorded_forward(model, owners, residual_fn, call.x, call.y)
     batch, m = res.shape
     if out is None:
         jac = torch.empty(batch, m, params, dtype=flat.dtype, device=flat.device)

@@ -13,7 +13,8 @@ other tensors are constants of the forward pass.
 * ``jacfwd``: one forward-mode pass per selected column, whose tangent is non-zero in one
   entry of one touched tensor.
 
-Columns come out in the order of ``S.index`` (sorted flat indices).
+Columns come out in the order of ``S.index`` (sorted flat indices). The mode table
+(``_table``) says which of these serves which mode.
 """
 
 from __future__ import annotations
@@ -22,38 +23,24 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.func import functional_call, jvp, vmap
+from torch.func import functional_call
 
 from .._columns import ColumnSubset
 from .._replicas import Replica
-from ._common import ResidualFn, per_sample_jacrev, recorded_forward, rows_of
+from ._common import (
+    ModeCall,
+    Primals,
+    ResidualFn,
+    Rows,
+    forward_columns,
+    per_sample_jacrev,
+    recorded_forward,
+    rows_of,
+    zero_padding_columns,
+)
 from ._layers import _apply_rule
 
-__all__ = ["subset_jacobian"]
-
-
-def subset_jacobian(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    columns: ColumnSubset,
-    mode: str,
-    *,
-    samples_per_call: int,
-    param_chunk: int,
-    out: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(J_S, r)`` for the ``b`` samples of ``x``: ``J_S`` is ``(b·m) × k``.
-
-    ``out``, when given (layers mode), is a contiguous ``(b·m) × k`` tensor that receives
-    ``J_S``.
-    """
-    if mode == "layers":
-        return _layers(replica, residual_fn, x, y, columns, out)
-    if mode == "jacfwd":
-        return _jacfwd(replica, residual_fn, x, y, columns, param_chunk)
-    return _vmap(replica, residual_fn, x, y, columns, samples_per_call)
+__all__ = ["subset_jacfwd", "subset_layers", "subset_vmap"]
 
 
 def _linear_columns(
@@ -72,14 +59,16 @@ def _linear_columns(
     return picked.sum(1) if picked.shape[1] > 1 else picked[:, 0]
 
 
-def _layers(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    columns: ColumnSubset,
-    out: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _columns_of(call: ModeCall) -> ColumnSubset:
+    if call.columns is None:  # pragma: no cover - the mode table calls these with columns
+        raise ValueError("a parameter subset's Jacobian was asked for without its columns")
+    return call.columns
+
+
+def subset_layers(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J_S, r)`` by the layer rules: ``J_S`` is ``(b·m) × k``, written into
+    ``call.out`` (a contiguous ``(b·m) × k`` tensor) when given."""
+    columns, out = _columns_of(call), call.out
     model = replica.module
     device = replica.flat.device
     wanted = {
@@ -89,7 +78,7 @@ def _layers(
     owners = [
         m for m in model.modules() if any(id(p) in wanted for p in m.parameters(recurse=False))
     ]
-    records, res = recorded_forward(model, owners, residual_fn, x, y)
+    records, res = recorded_forward(model, owners, residual_fn, call.x, call.y)
     batch, m = res.shape
     k = columns.size
     jac = (
@@ -133,39 +122,22 @@ def _layers(
     return jac.reshape(batch * m, k), res.detach().reshape(-1)
 
 
-def _touched(
-    replica: Replica, columns: ColumnSubset
-) -> tuple[list[str], list[torch.Tensor], dict[str, torch.Tensor]]:
-    """Names and values of the touched tensors, and the dict of the others (constants)."""
-    values = replica.param_dict(replica.flat.detach())
-    names = [replica.names[t] for t in columns.tensors]
-    primals = [values.pop(n) for n in names]
-    return names, primals, values
-
-
-def _vmap(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    columns: ColumnSubset,
-    samples_per_call: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def subset_vmap(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J_S, r)`` by per-sample ``jacrev`` with respect to the touched tensors."""
     module = replica.module
-    names, primals, constants = _touched(replica, columns)
-    batch = x.shape[0]
+    columns = _columns_of(call)
+    primals = Primals.of(replica, columns)
+    batch = call.batch
 
     def residual_of(
         tensors: tuple[torch.Tensor, ...], xi: torch.Tensor, yi: torch.Tensor
     ) -> torch.Tensor:
-        params = dict(constants)
-        params.update(zip(names, tensors, strict=True))
-        out = functional_call(module, params, (xi.unsqueeze(0),))
+        out = functional_call(module, primals.params(tensors), (xi.unsqueeze(0),))
         return rows_of(residual_fn(out, yi.unsqueeze(0)), 1).reshape(-1)
 
-    per_sample = per_sample_jacrev(residual_of, samples_per_call, batch)
+    per_sample = per_sample_jacrev(residual_of, call.samples_per_call, batch)
     with torch.enable_grad():
-        grads, res = per_sample(tuple(primals), x, y)
+        grads, res = per_sample(primals.tensors, call.x, call.y)
     m = res.shape[1] if res.dim() > 1 else 1
     device = replica.flat.device
     jac = torch.zeros(batch * m, columns.size, dtype=replica.flat.dtype, device=device)
@@ -175,64 +147,21 @@ def _vmap(
     return jac, res.reshape(-1).detach()
 
 
-def _jacfwd(
-    replica: Replica,
-    residual_fn: ResidualFn,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    columns: ColumnSubset,
-    param_chunk: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def subset_jacfwd(replica: Replica, residual_fn: ResidualFn, call: ModeCall) -> Rows:
+    """``(J_S, r)`` by forward mode, ``call.param_chunk`` selected columns per call."""
     module = replica.module
-    names, primals, constants = _touched(replica, columns)
-    batch = x.shape[0]
-    device = replica.flat.device
+    columns = _columns_of(call)
+    primals = Primals.of(replica, columns)
 
     def residuals(*tensors: torch.Tensor) -> torch.Tensor:
-        params = dict(constants)
-        params.update(zip(names, tensors, strict=True))
-        out = functional_call(module, params, (x,))
-        return rows_of(residual_fn(out, y), batch).reshape(-1)
+        out = functional_call(module, primals.params(tensors), (call.x,))
+        return rows_of(residual_fn(out, call.y), call.batch).reshape(-1)
 
     with torch.no_grad():
-        res = residuals(*primals)
-    jac = torch.empty(res.numel(), columns.size, dtype=replica.flat.dtype, device=device)
-    # Column c of J_S: the tangent is the unit vector of its entry in its tensor.
-    owner = torch.empty(columns.size, dtype=torch.int64)
-    local = torch.empty(columns.size, dtype=torch.int64)
-    for i, part in enumerate(columns.parts):
-        owner[part.positions] = i
-        local[part.positions] = part.local
-    chunk = max(1, min(param_chunk, columns.size))
-    for c0 in range(0, columns.size, chunk):
-        c1 = min(c0 + chunk, columns.size)
-        tangents = []
-        for i, p in enumerate(primals):
-            basis = torch.zeros(c1 - c0, p.numel(), dtype=p.dtype, device=device)
-            rows = torch.nonzero(owner[c0:c1] == i).reshape(-1)
-            if rows.numel():
-                basis[rows.to(device), local[c0:c1][rows].to(device)] = 1
-            tangents.append(basis.view(c1 - c0, *p.shape))
-
-        def tangent(*ts: torch.Tensor) -> torch.Tensor:
-            pushed: torch.Tensor = jvp(residuals, tuple(primals), ts)[1]
-            return pushed
-
-        with torch.no_grad():
-            jac[:, c0:c1] = vmap(tangent, randomness="different")(*tangents).t()
-    _zero_padding_columns(replica, columns, jac)
+        res = residuals(*primals.tensors)
+        jac = torch.empty(
+            res.numel(), columns.size, dtype=replica.flat.dtype, device=replica.flat.device
+        )
+        forward_columns(residuals, primals, jac, call.param_chunk)
+    zero_padding_columns(replica, columns, jac)
     return jac, res
-
-
-def _zero_padding_columns(replica: Replica, columns: ColumnSubset, jac: torch.Tensor) -> None:
-    """Zero the columns of embedding padding rows, as reverse mode defines them (see
-    ``_jacfwd._zero_padding_columns``)."""
-    parts = {id(replica.params[p.tensor]): p for p in columns.parts}
-    for module in replica.module.modules():
-        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
-            part = parts.get(id(module.weight))
-            if part is not None:
-                dim = int(module.weight.shape[1])
-                row = int(module.padding_idx) % int(module.weight.shape[0])
-                hit = (part.local // dim) == row
-                jac[:, part.positions[hit].to(jac.device)] = 0

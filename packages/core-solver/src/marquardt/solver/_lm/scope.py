@@ -9,15 +9,16 @@ once by `step_scope`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from functools import partial
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from marquardt.jacobian import ColumnSubset, JacobianEngine, PreparedBatch, Replicas
 
-from .._backends.base import ArrayBackend
 from .._errors import SolverConfigError, message
 from .._settings import check_ranks
 from .assembly import Assembly, assemble
@@ -37,14 +38,15 @@ __all__ = ["DEFAULT_GROUP", "GroupScope", "LocalScope", "StepScope", "step_scope
 DEFAULT_GROUP = "default"
 
 
-class StepScope(Protocol):
-    """Where the products of one step come from: this process alone, or a process group."""
+class StepScope:
+    """Where the products of one step come from: this process alone (`LocalScope`, whose
+    behaviour these defaults are) or a process group (`GroupScope`, which overrides how
+    its ranks combine). The calls of a step are written once, here."""
 
-    world_size: int
+    world_size: int = 1
 
     def sync_parameters(self, replicas: Replicas) -> None:
-        """Make every rank start from the same θ."""
-        ...
+        """Make every rank start from the same θ (one process: nothing to do)."""
 
     def prepare(
         self,
@@ -56,99 +58,57 @@ class StepScope(Protocol):
         *,
         columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
-        """The local batch, planned with the strategy the *global* batch needs."""
-        ...
+        """The local batch, planned with the strategy the *global* batch needs: with
+        ``strategy="auto"``, accumulate when the rows of all ranks reach P, else explicit."""
+        batch = engine.prepare(
+            inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
+        )
+        if strategy != "auto":
+            return batch
+        wanted = "accumulate" if self.global_rows(batch) >= batch.params else "explicit"
+        if wanted == batch.strategy:
+            return batch
+        return engine.prepare(
+            inputs, targets, slice_size, strategy=wanted, checked=True, columns=columns
+        )
 
-    def assemble(
-        self,
-        engine: JacobianEngine,
-        backend: ArrayBackend,
-        batch: PreparedBatch,
-        *,
-        dtype: torch.dtype | None,
-        params: int,
-        probes: int = 1,
-        seed: int = 0,
-    ) -> Assembly:
-        """The global system of the step (``probes``, ``seed``: the matrix-free step's)."""
-        ...
+    def global_rows(self, batch: PreparedBatch) -> int:
+        """The residual rows of the global batch of which ``batch`` is this rank's share."""
+        return batch.rows
+
+    @property
+    def assemble(self) -> Callable[..., Assembly]:
+        """The function that assembles the step's global system, called as `assemble`
+        (``engine, backend, batch, *, dtype, params, probes, seed``): `assemble` itself,
+        the batch being the whole batch."""
+        return assemble
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         """The global loss from this rank's loss on its batch."""
-        ...
-
-    def common_seed(self, seed: int | None) -> int | None:
-        """The seed every rank draws parameter subsets from (rank 0's)."""
-        ...
-
-    def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
-        """The smallest of each value over the ranks (a memory plan all ranks can take)."""
-        ...
-
-    def refuse(self, strategy: str) -> None:
-        """Take part in the step this rank refused before planning (``group/refusal.py``)."""
-        ...
-
-    def finish(self, report: StepReport, replicas: Replicas) -> None:
-        """Called once per step, after the attempts."""
-        ...
-
-
-class LocalScope:
-    """The one-process step: the batch is the whole batch, nothing crosses a network."""
-
-    world_size = 1
-
-    def sync_parameters(self, replicas: Replicas) -> None:
-        """Nothing to synchronise."""
-
-    def prepare(
-        self,
-        engine: JacobianEngine,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        slice_size: int | None,
-        strategy: str,
-        *,
-        columns: ColumnSubset | None = None,
-    ) -> PreparedBatch:
-        return engine.prepare(
-            inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
-        )
-
-    def assemble(
-        self,
-        engine: JacobianEngine,
-        backend: ArrayBackend,
-        batch: PreparedBatch,
-        *,
-        dtype: torch.dtype | None,
-        params: int,
-        probes: int = 1,
-        seed: int = 0,
-    ) -> Assembly:
-        return assemble(
-            engine, backend, batch, dtype=dtype, params=params, probes=probes, seed=seed
-        )
-
-    def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         return loss
 
     def common_seed(self, seed: int | None) -> int | None:
+        """The seed every rank draws parameter subsets from (rank 0's)."""
         return seed
 
     def least(self, values: tuple[int, ...]) -> tuple[int, ...]:
+        """The smallest of each value over the ranks (a memory plan all ranks can take)."""
         return values
 
     def refuse(self, strategy: str) -> None:
-        """Nothing to tell."""
+        """Take part in the step this rank refused before planning (``group/refusal.py``);
+        one process: nothing to tell."""
 
     def finish(self, report: StepReport, replicas: Replicas) -> None:
-        """Nothing to check."""
+        """Called once per step, after the attempts (one process: nothing to check)."""
+
+
+class LocalScope(StepScope):
+    """The one-process step: the batch is the whole batch, nothing crosses a network."""
 
 
 @dataclass
-class GroupScope:
+class GroupScope(StepScope):
     """The step of one rank of a process group: local products, combined by collectives.
 
     Arguments:
@@ -180,54 +140,17 @@ class GroupScope:
         """This rank's part in a step whose batch it refused before planning it."""
         refuse(self.collectives, strategy)
 
-    def prepare(
-        self,
-        engine: JacobianEngine,
-        inputs: torch.Tensor,
-        targets: torch.Tensor,
-        slice_size: int | None,
-        strategy: str,
-        *,
-        columns: ColumnSubset | None = None,
-    ) -> PreparedBatch:
-        """The local batch; with ``strategy="auto"`` the global N decides (N ≥ P: accumulate)."""
-        batch = engine.prepare(
-            inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
-        )
-        if strategy != "auto":
-            return batch
+    def global_rows(self, batch: PreparedBatch) -> int:
+        """The rows of every rank's share, summed over the group."""
         rows = self.collectives.summed(
             torch.tensor([float(batch.rows)], dtype=torch.float64), "sum of the row counts"
         )
-        wanted = "accumulate" if int(rows[0]) >= batch.params else "explicit"
-        if wanted == batch.strategy:
-            return batch
-        return engine.prepare(
-            inputs, targets, slice_size, strategy=wanted, checked=True, columns=columns
-        )
+        return int(rows[0])
 
-    def assemble(
-        self,
-        engine: JacobianEngine,
-        backend: ArrayBackend,
-        batch: PreparedBatch,
-        *,
-        dtype: torch.dtype | None,
-        params: int,
-        probes: int = 1,
-        seed: int = 0,
-    ) -> Assembly:
-        """The global system (`assemble_across_ranks`)."""
-        return assemble_across_ranks(
-            self.collectives,
-            engine,
-            backend,
-            batch,
-            dtype=dtype,
-            params=params,
-            probes=probes,
-            seed=seed,
-        )
+    @property
+    def assemble(self) -> Callable[..., Assembly]:
+        """`assemble_across_ranks` on this rank's collectives."""
+        return partial(assemble_across_ranks, self.collectives)
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         """Σₖ Lₖwₖ / Σₖ wₖ with wₖ this rank's rows (mean of squares) or samples (custom)."""
