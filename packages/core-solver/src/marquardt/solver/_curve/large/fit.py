@@ -30,7 +30,7 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from ..._errors import CurveFitInputError, OptimizeWarning
+from ..._errors import CurveFitInputError, OptimizeWarning, user_stacklevel
 from ..._lm.covariance import covariance_from_factor
 from ..._lm.report import StepReport
 from .active_set import Tolerances, solve
@@ -186,7 +186,7 @@ def curve_fit_result(
             "stopping test; the parameters may not be optimal. HINT: raise max_steps or "
             "start nearer the optimum",
             OptimizeWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     termination: str | None
     if solved.handed_off:

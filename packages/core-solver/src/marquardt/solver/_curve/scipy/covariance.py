@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from ..._errors import CovarianceWarning
+from ..._errors import CovarianceWarning, user_stacklevel
 from ..._rules import covariance_scale, singular_cut
 
 __all__ = ["columns_dependent", "pcov", "pivoted_qr"]
@@ -83,6 +83,6 @@ def pcov(
         warnings.warn(
             "Covariance of the parameters could not be estimated",
             CovarianceWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     return pcov

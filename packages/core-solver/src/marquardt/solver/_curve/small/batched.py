@@ -50,7 +50,15 @@ from ..._rules import (
 )
 from ..._rules import STATUS_MESSAGES as SCIPY_MESSAGES
 
-__all__ = ["CHECK_EVERY", "RUNNING", "STATUS_MESSAGES", "BatchData", "BatchState", "solve_batch"]
+__all__ = [
+    "CHECK_EVERY",
+    "RUNNING",
+    "STATUS_MESSAGES",
+    "TOO_FEW_POINTS",
+    "BatchData",
+    "BatchState",
+    "solve_batch",
+]
 
 
 class BatchModel(Protocol):
@@ -87,7 +95,10 @@ STATUS_MESSAGES = {
     **SCIPY_MESSAGES,
     -1: "Singular: the damped normal equations could not be factorised at any damping.",
     -2: "Non-finite: f or its Jacobian is NaN or infinite at the start or at the current point.",
+    -3: "Too few points: the NaN points omitted left fewer points than parameters.",
 }
+#: The status of a fit that ``nan_policy="omit"`` left with fewer points than parameters.
+TOO_FEW_POINTS = -3
 
 
 @dataclass(frozen=True)
