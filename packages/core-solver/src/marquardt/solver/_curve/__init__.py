@@ -1,7 +1,8 @@
 """Curve fitting, laid out by entry point over one small-problem LM.
 
-* ``scipy/``: ``curve_fit``, SciPy's face: its arguments translated once (a new SciPy
-  keyword is a line in ``scipy/args.py`` or ``scipy/curve_fit.py``), the providers of J,
+* ``scipy/``: ``curve_fit``, SciPy's face: its arguments translated once into the
+  ``FitOptions`` every path reads (a new SciPy keyword is a line in ``scipy/options.py``,
+  its check in ``scipy/args.py``), the providers of J,
   SciPy's covariance, and the hand-over of large fits to the sliced engine.
 * ``batch/``: ``curve_fit_batch``, M independent fits: its arguments, the vectorised model,
   the chunks of fits and the per-fit covariance.

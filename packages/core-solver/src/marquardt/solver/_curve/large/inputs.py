@@ -277,20 +277,32 @@ def check_curve_inputs(
 
 
 def _probe(f: Callable[..., Any], inputs: CurveInputs) -> None:
-    """Call f on the first samples at p0 and check it returns one finite value each."""
+    """Call f on the first samples at p0 (parameters that carry gradients, as LM's do) and
+    check it returns one finite value each; a NumPy model is refused here, before any work."""
     b = min(inputs.samples, PROBE_SAMPLES)
     xs = inputs.x[:b]
     xs = xs.movedim(0, -1) if inputs.samples_last else xs
-    params = inputs.p0.to(inputs.device, inputs.dtype).unbind()
+    start = inputs.p0.to(inputs.device, inputs.dtype)
+    params = [start[i].detach().clone().requires_grad_() for i in range(start.numel())]
     try:
-        with torch.no_grad():
+        with torch.enable_grad():
             out = f(xs, *params)
     except Exception as err:
+        if _runs_without_gradients(f, xs, params):
+            raise _fail(
+                "differentiates f by autodiff (f is evaluated on torch tensors, in slices)",
+                f"f ran on plain tensors and failed once its parameters carried gradients "
+                f"({type(err).__name__}: {err}): it is written with NumPy",
+                "fit a NumPy model with curve_fit(f, x, y, p0, full_output=True), which "
+                "differentiates it numerically; or write f with torch operations "
+                "(torch.exp, not np.exp) for curve_fit_result",
+            ) from err
         raise _fail(
             f"called f(x, *p0) with {len(params)} parameters on the first {b} points",
             f"it raised {type(err).__name__}: {err}",
             "check that p0 has one value per parameter of f and that f uses torch operations",
         ) from err
+    out = out.detach() if isinstance(out, torch.Tensor) else out
     if not isinstance(out, torch.Tensor):
         raise _fail(
             "expects f to return a torch.Tensor",
@@ -310,3 +322,13 @@ def _probe(f: Callable[..., Any], inputs: CurveInputs) -> None:
             f"f returned NaN/inf at p0 on the first {b} points",
             "start from a p0 where the model is defined",
         )
+
+
+def _runs_without_gradients(f: Callable[..., Any], xs: torch.Tensor, params: list[Any]) -> bool:
+    """Whether f(xs, *params) runs once the parameters carry no gradients."""
+    try:
+        with torch.no_grad():
+            f(xs, *(p.detach() for p in params))
+    except Exception:
+        return False
+    return True

@@ -121,11 +121,13 @@ def feasible_start(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
 
 
 def non_negative(name: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a float: TypeError when it is no number, ValueError when negative or NaN
+    (or not positive, with ``positive``)."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.floating, np.integer))
     v = float(value) if ok else math.nan
     if not ok or math.isnan(v) or v < 0 or (positive and v <= 0):
         raise hinted(
-            ValueError,
+            ValueError if ok else TypeError,  # SciPy's classes: a bad number, not a number
             f"`{name}` must be a {'positive' if positive else 'non-negative'} number, got {value!r}.",
             f"pass e.g. {name}=1e-8",
         )

@@ -52,7 +52,9 @@ ENGINE_ONE_THREAD_POINTS = 1_000_000
 BLAS_POINTS = 10_000
 
 
-def takes_engine(kind: str, points: int, on_device: bool, options: FitOptions, covariance: bool) -> bool:
+def takes_engine(
+    kind: str, points: int, on_device: bool, options: FitOptions, covariance: bool
+) -> bool:
     """Whether a fit runs on the sliced engine: a torch model with more than
     ``SMALL_POINTS`` points, data on a GPU or the engine's keywords, unless it asks for
     what only the small path has (a J other than autodiff's, fixed scales, a covariance
@@ -115,7 +117,10 @@ def curve_fit(
             ``col_deriv``; ``factor``, ``verbose``, ``tr_solver``, ``tr_options``,
             ``jac_sparsity``, ``lsmr_tol`` and ``max_iter`` have no effect. A torch model
             also takes the engine's ``device``, ``dtype``, ``slice_size`` and
-            ``max_steps``, which send it to the sliced engine of `curve_fit_result`.
+            ``max_steps``, which send it to the sliced engine of `curve_fit_result`. Every
+            keyword means the same on both paths; a torch fit that asks for what only the
+            small path has (``jac``, ``diff_step``, numeric ``x_scale``, a covariance
+            matrix as ``sigma``) runs there at any size.
 
     Returns:
         ``(popt, pcov)``, or with ``full_output=True`` ``(popt, pcov, infodict, mesg,

@@ -13,6 +13,7 @@ themselves, so that no keyword means one thing on one path and is dropped on ano
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,10 +219,8 @@ def _x_scale(x_scale: Any, n: int) -> np.ndarray | None:
     if x_scale is None or (isinstance(x_scale, str) and x_scale == "jac"):
         return None
     scale = None
-    try:
+    with suppress(TypeError, ValueError):
         scale = np.broadcast_to(np.asarray(x_scale, dtype=np.float64), (n,)).copy()
-    except (TypeError, ValueError):
-        pass
     if scale is None or not np.all(np.isfinite(scale)) or np.any(scale <= 0):
         raise hinted(
             ValueError,
