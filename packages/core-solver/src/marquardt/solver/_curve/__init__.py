@@ -8,7 +8,7 @@
   the chunks of fits and the per-fit covariance.
 * ``small/``: the two drivers of the small-problem LM, one fit on the host
   (``small/single.py``) and M fits at once in torch (``small/batched.py``); a new driver
-  goes here. Their rules (λ, the scaling, the stopping tests, the robust rows, the
+  goes here. Their rules (λ, the scaling, the fit tests, the robust rows, the
   covariance's cut and scale) are ``marquardt.solver._rules``, where a new rule goes.
 * ``large/``: ``curve_fit_result``, the sliced engine for fits of many points or on a GPU:
   `LMA` on the model with bounds by a change of variables and an active set.

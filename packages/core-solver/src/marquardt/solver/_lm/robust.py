@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from .._errors import SolverConfigError, message
-from .._rules import robust_rows as scaled_rows
+from .._rules import robust_scaling
 
 __all__ = [
     "ROBUST_LOSSES",
@@ -124,7 +124,7 @@ def scipy_row_scale(r: torch.Tensor, loss: str, f_scale: float) -> torch.Tensor:
     """SciPy's per-row Jacobian factor √max(ρ'(z) + 2ρ''(z)·z, ε) at residuals ``r``."""
     z = (r / f_scale) ** 2
     _, first, second = rho(loss, z)
-    scale: torch.Tensor = scaled_rows(r, z, first, second)[0]
+    scale: torch.Tensor = robust_scaling(r, z, first, second)[0]
     return scale
 
 

@@ -29,7 +29,7 @@ def engine_fit(
     """A large torch fit through the sliced engine; results back in SciPy's form.
 
     The engine reads the same `FitOptions` as the small path: the start and the bounds, the
-    loss, SciPy's stopping tests, and the evaluation budget as its step budget (each LM step
+    loss, the fit tests, and the evaluation budget as its step budget (each LM step
     evaluates f at least once; the engine's own ``max_steps``, when given, wins). A budget
     spent raises SciPy's ``RuntimeError``, as on the small path.
     """

@@ -3,7 +3,8 @@
 `fit_options` checks each keyword with SciPy's exception type and message (and a HINT)
 and turns it into our own terms: the start and the bounds, the method, the provider of J
 (a callable, a difference scheme, its relative step), the parameter scaling, the robust
-loss, the `FitTests` (SciPy's stopping tests of a fit and its evaluation budget), the
+loss, the `FitTests` (the fit tests, SciPy's stopping tests of one fit, and its evaluation
+budget), the
 covariance's convention and what the caller gets back. The small path
 (``small_path.py``), the sliced engine (``engine.py``) and ``curve_fit_batch``
 (`fit_tests`, `checked_loss`, `checked_bounds`) read these values and never the keywords
@@ -74,9 +75,9 @@ SCIPY_KEYWORDS = frozenset(
 
 @dataclass(frozen=True)
 class FitTests:
-    """SciPy's stopping tests of one fit (``least_squares``' ftol, xtol and gtol; Moré
-    1978) and its evaluation budget ``max_nfev``. Not `StoppingCriteria`, the mean-loss
-    tests an `LMA` step applies."""
+    """The fit tests: SciPy's stopping tests of one fit (``least_squares``' ftol, xtol and
+    gtol; Moré 1978, ``_rules``) and its evaluation budget ``max_nfev``. Not
+    `StoppingCriteria`, the mean-loss tests an `LMA` step applies."""
 
     ftol: float
     xtol: float
@@ -141,7 +142,7 @@ class FitOptions:
         x_scale: fixed parameter scales (P,), or ``None`` (MINPACK's from J's columns).
         loss: the robust loss's name.
         f_scale: the residual size at which it sets in.
-        tests: the stopping tests and the evaluation budget.
+        tests: the fit tests and the evaluation budget.
         absolute_sigma: whether sigma is absolute (pcov not scaled by χ²ᵣ).
         full_output: whether ``infodict``, ``mesg`` and ``ier`` are returned too.
         check_finite: whether NaN/inf in the data are refused.
