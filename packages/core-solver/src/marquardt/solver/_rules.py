@@ -43,6 +43,7 @@ __all__ = [
     "held_at_bounds",
     "nielsen_accept",
     "nielsen_reject",
+    "pseudo_inverse_gram",
     "robust_scaling",
     "singular_cut",
     "start_damping",
@@ -213,3 +214,18 @@ def covariance_scale(cost2: A, rows: Any, params: int) -> A:
         dof = rows - params
         return torch.where(dof > 0, cost2 / torch.clamp(dof, min=1.0), torch.inf)
     return cost2 / (rows - params) if rows > params else float("inf")
+
+
+def pseudo_inverse_gram(s: A, vt: A, rows: Any, eps: float) -> A:
+    """(JᵀJ)⁺ = V·diag(1/s²)·Vᵀ over J's singular values above `singular_cut` (SciPy's
+    ``curve_fit``), from J's (or R's) SVD: ``s`` (..., k) descending and ``vt`` (..., k, P),
+    one fit or M fits; ``rows`` is N (a number, or one per fit)."""
+    params = vt.shape[-1]
+    if isinstance(s, torch.Tensor):
+        n = rows[..., None] if isinstance(rows, torch.Tensor) else rows
+        keep = s > singular_cut(s[..., :1], n, params, eps)
+        inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
+        return torch.einsum("...kp,...k,...kq->...pq", vt, inverse, vt)
+    keep = s > singular_cut(s[..., :1], rows, params, eps)
+    inverse = np.where(keep, 1.0 / np.where(keep, s, 1.0) ** 2, 0.0)
+    return np.einsum("...kp,...k,...kq->...pq", vt, inverse, vt)

@@ -23,7 +23,7 @@ from marquardt.jacobian import keeps_grad_mode
 
 from ..._errors import CovarianceWarning, OptimizeWarning, user_stacklevel
 from ..._lm.memory_fit import usable_memory
-from ..._rules import covariance_scale, singular_cut
+from ..._rules import covariance_scale, pseudo_inverse_gram
 from ..small.batched import (
     STATUS_MESSAGES,
     TOO_FEW_POINTS,
@@ -76,14 +76,10 @@ def chunk_fits(
     return int(max(1, min(cap, CHUNK_SHARE * usable // per_fit)))
 
 
-def _unscaled_svd(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """(JᵀJ)⁺ from J's SVD without the singular values below ε·max(N, P)·s₀ (SciPy's)."""
-    params = js.shape[2]
+def _unscaled_pseudo_inverse(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """(JᵀJ)⁺ per fit from J's SVD (`pseudo_inverse_gram`); inf for a J of zeros."""
     _, s, vh = torch.linalg.svd(js, full_matrices=False)
-    eps = torch.finfo(s.dtype).eps
-    keep = s > singular_cut(s[:, :1], kept[:, None], params, eps)
-    inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
-    out = torch.einsum("mkp,mk,mkq->mpq", vh, inverse, vh)
+    out = pseudo_inverse_gram(s, vh, kept, torch.finfo(s.dtype).eps)
     return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
 
 
@@ -108,7 +104,7 @@ def _unscaled(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     out = inverse / (scale[:, :, None] * scale[:, None, :])
     rest = torch.nonzero(~good).reshape(-1)
     if rest.numel():
-        out[rest] = _unscaled_svd(js[rest], kept[rest])
+        out[rest] = _unscaled_pseudo_inverse(js[rest], kept[rest])
     return out
 
 

@@ -11,7 +11,6 @@ nothing has been fitted.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 import torch
 
 from ..._errors import CurveFitInputError, message
-from ..._lm.robust import ROBUST_LOSSES
+from ..._lm.robust import ROBUST_LOSSES, loss_refusal
 
 __all__ = ["PROBE_SAMPLES", "CurveInputs", "check_curve_inputs"]
 
@@ -183,22 +182,20 @@ def _layout(x: torch.Tensor, samples: int) -> tuple[torch.Tensor, bool]:
 
 
 def _check_loss(loss: object, f_scale: object) -> float:
-    if loss not in ROBUST_LOSSES:
+    refused = loss_refusal(loss, f_scale)
+    if refused == "loss":
         raise _fail(
             f"was given loss={loss!r}",
             f"the known losses are {ROBUST_LOSSES}",
             "use 'linear' (least squares) or a robust loss such as 'soft_l1'",
         )
-    if isinstance(f_scale, bool) or not isinstance(f_scale, (int, float)):
-        raise _fail("expects f_scale as a number", f"got {f_scale!r}", "pass e.g. f_scale=0.1")
-    scale = float(f_scale)
-    if not (math.isfinite(scale) and scale > 0.0):
+    if refused == "f_scale" or not isinstance(f_scale, (int, float)):
         raise _fail(
-            "expects f_scale > 0 and finite",
+            "expects f_scale as a finite number > 0",
             f"got {f_scale!r}",
-            "pass the residual size beyond which a point counts as an outlier",
+            "pass the residual size beyond which a point counts as an outlier, e.g. 0.1",
         )
-    return scale
+    return float(f_scale)
 
 
 def check_curve_inputs(
