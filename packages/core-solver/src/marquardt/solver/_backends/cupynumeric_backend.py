@@ -43,17 +43,9 @@ import torch
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
 from .._errors import BackendUnavailableError
-from .base import (
-    ArrayBackend,
-    ArrayOps,
-    LinearSystem,
-    Solution,
-    gather_slices,
-    normal_system,
-    solution,
-    system_from_matrix,
-)
+from .base import ArrayBackend, LinearSystem, Solution
 from .scaling import check_scaling, scaling_diagonal
+from .systems import ArrayOps, gather_slices, normal_system, solution, system_from_matrix
 
 __all__ = ["MATMUL_CACHE_SIZE", "CupynumericBackend", "create_backend"]
 

@@ -21,18 +21,9 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .base import (
-    FAILED_CHOLESKY,
-    FAILED_NON_FINITE,
-    ArrayBackend,
-    ArrayOps,
-    LinearSystem,
-    Solution,
-    gather_slices,
-    normal_system,
-    system_from_matrix,
-)
+from .base import FAILED_CHOLESKY, FAILED_NON_FINITE, ArrayBackend, LinearSystem, Solution
 from .scaling import scaling_diagonal_torch
+from .systems import ArrayOps, gather_slices, normal_system, system_from_matrix
 
 __all__ = ["TorchBackend", "create_backend"]
 

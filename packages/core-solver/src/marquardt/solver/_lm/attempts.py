@@ -30,8 +30,8 @@ from .._backends.base import (
     LinearSystem,
     Solution,
     predicted_reduction,
-    read_values,
 )
+from .._backends.systems import read_values
 from .damping import DampingRule, reported_gain_ratio
 from .matrix_free import FAILED_CURVATURE
 from .report import StepReport
