@@ -20,7 +20,7 @@ from marquardt.jacobian import ColumnSubset, JacobianEngine, PreparedBatch, Repl
 from .._backends.base import ArrayBackend
 from .._errors import SolverConfigError, message
 from .._settings import check_ranks
-from .assembly import Assembly, assemble
+from .assembly import Assembly, SystemRequest, assemble
 from .assembly_ranks import assemble_across_ranks
 from .group import (
     Collectives,
@@ -64,13 +64,9 @@ class StepScope(Protocol):
         engine: JacobianEngine,
         backend: ArrayBackend,
         batch: PreparedBatch,
-        *,
-        dtype: torch.dtype | None,
-        params: int,
-        probes: int = 1,
-        seed: int = 0,
+        request: SystemRequest,
     ) -> Assembly:
-        """The global system of the step (``probes``, ``seed``: the matrix-free step's)."""
+        """The global system of the step, as ``request`` asks."""
         ...
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
@@ -121,15 +117,9 @@ class LocalScope:
         engine: JacobianEngine,
         backend: ArrayBackend,
         batch: PreparedBatch,
-        *,
-        dtype: torch.dtype | None,
-        params: int,
-        probes: int = 1,
-        seed: int = 0,
+        request: SystemRequest,
     ) -> Assembly:
-        return assemble(
-            engine, backend, batch, dtype=dtype, params=params, probes=probes, seed=seed
-        )
+        return assemble(engine, backend, batch, request)
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         return loss
@@ -211,23 +201,10 @@ class GroupScope:
         engine: JacobianEngine,
         backend: ArrayBackend,
         batch: PreparedBatch,
-        *,
-        dtype: torch.dtype | None,
-        params: int,
-        probes: int = 1,
-        seed: int = 0,
+        request: SystemRequest,
     ) -> Assembly:
         """The global system (`assemble_across_ranks`)."""
-        return assemble_across_ranks(
-            self.collectives,
-            engine,
-            backend,
-            batch,
-            dtype=dtype,
-            params=params,
-            probes=probes,
-            seed=seed,
-        )
+        return assemble_across_ranks(self.collectives, engine, backend, batch, request)
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:
         """Σₖ Lₖwₖ / Σₖ wₖ with wₖ this rank's rows (mean of squares) or samples (custom)."""
