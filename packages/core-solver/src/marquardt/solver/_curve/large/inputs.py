@@ -191,7 +191,7 @@ def _check_loss(loss: object, f_scale: object) -> float:
         )
     if refused == "f_scale" or not isinstance(f_scale, (int, float)):
         raise _fail(
-            "expects f_scale as a finite number > 0",
+            "expects f_scale > 0 and finite, a number",
             f"got {f_scale!r}",
             "pass the residual size beyond which a point counts as an outlier, e.g. 0.1",
         )
