@@ -20,6 +20,7 @@ import torch
 
 from ..._errors import CurveFitInputError, message
 from ..._lm.robust import ROBUST_LOSSES, loss_refusal
+from ..bounds_rule import misordered
 
 __all__ = ["PROBE_SAMPLES", "CurveInputs", "check_curve_inputs"]
 
@@ -134,21 +135,16 @@ def _bounds(bounds: object, p0: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
                 f"got {t.numel()} values",
                 "pass -np.inf / np.inf for parameters without a bound",
             )
-        if bool(torch.isnan(t).any()):
-            raise _fail(
-                f"expects a {name} bound without NaN",
-                f"it is {t.tolist()}",
-                "use -np.inf / np.inf for no bound",
-            )
         sides.append(t)
     lower, upper = sides
-    bad = (lower >= upper).nonzero().flatten().tolist()
+    bad = misordered(lower, upper)
     if bad:
         raise _fail(
-            "expects every lower bound strictly below its upper bound",
+            "expects every lower bound strictly below its upper bound, neither NaN",
             f"lower ≥ upper for parameter(s) {bad} "
-            f"(lower {lower[bad].tolist()}, upper {upper[bad].tolist()})",
-            "swap the bounds, or fix a parameter by leaving it out of f",
+            f"(or NaN: lower {lower[bad].tolist()}, upper {upper[bad].tolist()})",
+            "swap the bounds, use -np.inf / np.inf for no bound, or fix a parameter by "
+            "leaving it out of f",
         )
     outside = ((p0 < lower) | (p0 > upper)).nonzero().flatten().tolist()
     if outside:

@@ -16,6 +16,7 @@ import torch
 from marquardt.devices.messages import with_hint
 
 from ..._lm.robust import ROBUST_LOSSES, loss_refusal
+from ..bounds_rule import misordered
 from .providers import Whitening
 
 __all__ = [
@@ -81,12 +82,12 @@ def bound_sides(bounds: Any) -> tuple[Any, Any]:
 
 def check_bound_order(lower: np.ndarray, upper: np.ndarray) -> None:
     """SciPy's refusal of bounds with NaN or a lower bound not strictly below its upper one."""
-    if np.any(np.isnan(lower)) or np.any(np.isnan(upper)) or np.any(lower >= upper):
-        bad = np.argwhere(np.isnan(lower) | np.isnan(upper) | (lower >= upper))[0].tolist()
+    bad = misordered(lower, upper)
+    if bad:
         raise hinted(
             ValueError,
             "Each lower bound must be strictly less than each upper bound.",
-            f"at {bad}: lower {lower[tuple(bad)]!r}, upper {upper[tuple(bad)]!r}; "
+            f"at {bad[0]}: lower {lower[bad[0]]!r}, upper {upper[bad[0]]!r}; "
             "use ±np.inf for no bound",
         )
 
