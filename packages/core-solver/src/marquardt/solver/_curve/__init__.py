@@ -13,4 +13,5 @@
 * ``large/``: ``curve_fit_result``, the sliced engine for fits of many points or on a GPU:
   `LMA` on the model with bounds by a change of variables and an active set.
 * ``threads.py``: the torch thread count that the CPU paths share.
+* ``bounds_rule.py``: when bounds can be used, for the three entry points alike.
 """
