@@ -224,8 +224,8 @@ def pseudo_inverse_gram(s: A, vt: A, rows: Any, eps: float) -> A:
     if isinstance(s, torch.Tensor):
         n = rows[..., None] if isinstance(rows, torch.Tensor) else rows
         keep = s > singular_cut(s[..., :1], n, params, eps)
-        inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
-        return torch.einsum("...kp,...k,...kq->...pq", vt, inverse, vt)
-    keep = s > singular_cut(s[..., :1], rows, params, eps)
-    inverse = np.where(keep, 1.0 / np.where(keep, s, 1.0) ** 2, 0.0)
+        weights = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
+        return torch.einsum("...kp,...k,...kq->...pq", vt, weights, vt)
+    kept = s > singular_cut(s[..., :1], rows, params, eps)
+    inverse = np.where(kept, 1.0 / np.where(kept, s, 1.0) ** 2, 0.0)
     return np.einsum("...kp,...k,...kq->...pq", vt, inverse, vt)

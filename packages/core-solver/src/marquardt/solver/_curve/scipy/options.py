@@ -245,7 +245,9 @@ def _jac(jac: Any, column_major: bool) -> Callable[..., Any] | str | None:
             return np.asarray(by_columns(x, *p)).T
 
         return rows
-    return jac
+    if callable(jac) or jac is None:
+        return jac  # type: ignore[no-any-return]
+    return str(jac)
 
 
 def fit_options(
