@@ -94,6 +94,18 @@ def test_residual_not_per_sample() -> None:
         list(engine.slices(problem.x, problem.y))
 
 
+def test_residuals_broadcast_against_the_batch_are_refused_before_any_slice() -> None:
+    """Outputs (N, 1) less targets (N,) broadcast to N × N: their count per sample grows with
+    the batch, which the probe tells from N × m before any Jacobian is formed."""
+    problem = make_problem("mlp")
+    outputs = problem.model(problem.x)
+    targets = torch.zeros(outputs.shape[0], dtype=outputs.dtype)
+    engine = _engine(lambda a, b: a[:, :1] - b)
+    with pytest.raises(ResidualShapeError, match=r"grows with the batch.*HINT") as info:
+        engine.accumulate(problem.x, targets)
+    assert "residuals of shape (4, 4)" in str(info.value)
+
+
 def test_residual_nan_and_detached() -> None:
     problem = make_problem("mlp")
     engine = _engine(lambda a, b: torch.log(a - b - 100.0))

@@ -112,48 +112,22 @@ def _nist(name: str, f: Model, xs: list[float], ys: list[float], p0: list[float]
 @functools.cache
 def curve_problems() -> tuple[CurveProblem, ...]:
     grid = np.random.default_rng(7).uniform(-2.0, 2.0, (2, 150))
+    # name, model, x, true parameters, start, noise, seed: one row per problem
+    # fmt: off
+    rows: list[tuple[str, Model, np.ndarray, list[float], list[float], float, int]] = [
+        ("exp_decay", decay, np.linspace(0, 4, 50), [2.5, 1.3, 0.5], [1, 0.5, 0], 0.02, 1),
+        ("two_exp", _two_exp, np.linspace(0, 6, 80), [3, 2.5, 1, 0.3], [2, 1.5, 0.5, 0.1], 0.005, 2),
+        ("gaussian", _gaussian, np.linspace(-5, 5, 101), [3, 0.5, 1.2, 0.2], [2, 0, 1, 0.1], 0.05, 3),
+        ("rational", _rational, np.linspace(0, 3, 30), [1, 2, 0.5], [0.5, 1, 0.1], 0.01, 4),
+        ("surface_2d", _surface, grid, [2, 0.7, 1.3, 0.4], [1, 1, 1, 0.1], 0.01, 5),
+        ("logistic", _logistic, np.linspace(-4, 6, 60), [4, 1.5, 1], [1, 1, 0.5], 0.05, 6),
+        ("power_law", _power, np.linspace(0.5, 10, 40), [1.7, 0.6], [1, 1], 0.02, 7),
+        ("damped_sine", _damped_sine, np.linspace(0, 10, 200), [2, 0.3, 2.1, 0.4], [1.5, 0.2, 2.0, 0.2], 0.02, 8),
+        ("lorentzian", _lorentzian, np.linspace(-3, 3, 90), [5, 0.3, 0.6, 0.5], [3, 0, 1, 0.1], 0.05, 9),
+    ]
+    # fmt: on
     return (
-        _make("exp_decay", decay, np.linspace(0, 4, 50), [2.5, 1.3, 0.5], [1, 0.5, 0], 0.02, 1),
-        _make(
-            "two_exp",
-            _two_exp,
-            np.linspace(0, 6, 80),
-            [3, 2.5, 1, 0.3],
-            [2, 1.5, 0.5, 0.1],
-            0.005,
-            2,
-        ),
-        _make(
-            "gaussian",
-            _gaussian,
-            np.linspace(-5, 5, 101),
-            [3, 0.5, 1.2, 0.2],
-            [2, 0, 1, 0.1],
-            0.05,
-            3,
-        ),
-        _make("rational", _rational, np.linspace(0, 3, 30), [1, 2, 0.5], [0.5, 1, 0.1], 0.01, 4),
-        _make("surface_2d", _surface, grid, [2, 0.7, 1.3, 0.4], [1, 1, 1, 0.1], 0.01, 5),
-        _make("logistic", _logistic, np.linspace(-4, 6, 60), [4, 1.5, 1], [1, 1, 0.5], 0.05, 6),
-        _make("power_law", _power, np.linspace(0.5, 10, 40), [1.7, 0.6], [1, 1], 0.02, 7),
-        _make(
-            "damped_sine",
-            _damped_sine,
-            np.linspace(0, 10, 200),
-            [2, 0.3, 2.1, 0.4],
-            [1.5, 0.2, 2.0, 0.2],
-            0.02,
-            8,
-        ),
-        _make(
-            "lorentzian",
-            _lorentzian,
-            np.linspace(-3, 3, 90),
-            [5, 0.3, 0.6, 0.5],
-            [3, 0, 1, 0.1],
-            0.05,
-            9,
-        ),
+        *(_make(*row) for row in rows),
         _nist("misra1a", nist_problem("Misra1a").f, MISRA1A_X, MISRA1A_Y, [250.0, 5e-4]),
         _nist("mgh09", nist_problem("MGH09").f, MGH09_X, MGH09_Y, [0.25, 0.39, 0.415, 0.39]),
     )

@@ -145,6 +145,26 @@ MGH10_X: list[float] = _MGH10.x.tolist()
 MGH10_Y: list[float] = _MGH10.y.tolist()
 
 
+def _noisy_curve(
+    name: str, f: Curve, start: list[float], x: torch.Tensor, truth: list[float], seed: int
+) -> Problem:
+    """A curve fitted from ``start`` to its values at ``truth`` with noise (``_noisy``)."""
+    return _curve(name, f, start, x, _noisy(f, truth, x, seed))
+
+
+def _nist(name: str, nist: Any, start: int) -> Problem:
+    """A NIST StRD problem from its ``start``-th starting point, with its certified values."""
+    return _curve(
+        name,
+        unknowns_first(nist.f),
+        list(nist.starts[start]),
+        _column(nist.x.tolist()),
+        _column(nist.y.tolist()),
+        certified_params=list(nist.certified),
+        certified_rss=nist.certified_rss,
+    )
+
+
 @functools.cache
 def all_problems() -> tuple[Problem, ...]:
     x_exp = torch.linspace(0.0, 4.0, 40, dtype=torch.float64).unsqueeze(1)
@@ -160,47 +180,11 @@ def all_problems() -> tuple[Problem, ...]:
             certified_params=[1.0, 1.0],
             certified_rss=0.0,
         ),
-        _curve(
-            "exponential",
-            _exponential,
-            [1.0, 0.5, 0.0],
-            x_exp,
-            _noisy(_exponential, [2.5, 1.3, 0.5], x_exp, 1),
-        ),
-        _curve(
-            "rational",
-            _rational,
-            [0.5, 1.0, 0.1],
-            x_rat,
-            _noisy(_rational, [1.0, 2.0, 0.5], x_rat, 2),
-        ),
-        _curve(
-            "misra1a",
-            unknowns_first(_MISRA1A.f),
-            list(_MISRA1A.starts[0]),
-            _column(MISRA1A_X),
-            _column(MISRA1A_Y),
-            certified_params=list(_MISRA1A.certified),
-            certified_rss=_MISRA1A.certified_rss,
-        ),
-        _curve(
-            "mgh09",
-            unknowns_first(_MGH09.f),
-            list(_MGH09.starts[0]),
-            _column(MGH09_X),
-            _column(MGH09_Y),
-            certified_params=list(_MGH09.certified),
-            certified_rss=_MGH09.certified_rss,
-        ),
-        _curve(
-            "mgh10",
-            unknowns_first(_MGH10.f),
-            list(_MGH10.starts[1]),
-            _column(MGH10_X),
-            _column(MGH10_Y),
-            certified_params=list(_MGH10.certified),
-            certified_rss=_MGH10.certified_rss,
-        ),
+        _noisy_curve("exponential", _exponential, [1.0, 0.5, 0.0], x_exp, [2.5, 1.3, 0.5], 1),
+        _noisy_curve("rational", _rational, [0.5, 1.0, 0.1], x_rat, [1.0, 2.0, 0.5], 2),
+        _nist("misra1a", _MISRA1A, 0),
+        _nist("mgh09", _MGH09, 0),
+        _nist("mgh10", _MGH10, 1),
     )
 
 

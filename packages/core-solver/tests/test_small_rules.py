@@ -96,12 +96,12 @@ def test_rules_agree_across_array_kinds() -> None:
             assert rules.stop_status(*both) == on_numpy["status"][m]  # type: ignore[index]
 
 
-def test_robust_rows_and_covariance_rules_agree_across_kinds() -> None:
+def test_robust_scaling_and_covariance_rules_agree_across_kinds() -> None:
     r = np.array([0.1, -2.0, 5.0])
     z = r**2
     first, second = 1.0 / np.sqrt(1.0 + z), -0.5 / (1.0 + z) ** 1.5
-    scale_np, rs_np = rules.robust_rows(r, z, first, second)
-    scale_t, rs_t = rules.robust_rows(*(torch.from_numpy(v) for v in (r, z, first, second)))
+    scale_np, rs_np = rules.robust_scaling(r, z, first, second)
+    scale_t, rs_t = rules.robust_scaling(*(torch.from_numpy(v) for v in (r, z, first, second)))
     np.testing.assert_allclose(scale_t.numpy(), scale_np, rtol=1e-15)
     np.testing.assert_allclose(rs_t.numpy(), rs_np, rtol=1e-15)
     assert np.all(scale_np >= np.sqrt(np.finfo(float).eps))  # clamped where ρ' + 2ρ''z < 0

@@ -11,8 +11,9 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 from marquardt.solver import ArrayBackend, LinearSystem
-from marquardt.solver._backends.base import Solution, host_vector, read_values
+from marquardt.solver._backends.base import Solution
 from marquardt.solver._backends.numpy_backend import NumpyBackend, cholesky_solve_numpy
+from marquardt.solver._backends.systems import host_vector, read_values
 from marquardt.solver._backends.torch_backend import TorchBackend
 
 BACKENDS = [NumpyBackend(), TorchBackend("cpu")]

@@ -12,16 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from scipy_cases import (
-    KINDS,
-    RNG,
-    SIGMA,
-    X,
-    Y,
-    decay,
-    exact_pcov,
-    reference,
-)
+from scipy_cases import KINDS, RNG, SIGMA, X, Y, decay, exact_pcov, reference
 
 from marquardt.solver import CovarianceWarning, OptimizeWarning, curve_fit
 

@@ -10,16 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from scipy_cases import (
-    KINDS,
-    RNG,
-    SIGMA,
-    X,
-    Y,
-    decay,
-    numpy_decay,
-    two_parameter_decay,
-)
+from scipy_cases import KINDS, RNG, SIGMA, X, Y, decay, numpy_decay, two_parameter_decay
 
 from marquardt.solver import OptimizeWarning, curve_fit
 

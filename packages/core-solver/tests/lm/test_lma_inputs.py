@@ -190,3 +190,21 @@ def test_sync_replicas_copies_a_loaded_state_to_every_replica() -> None:
     lma.sync_replicas()
     assert torch.equal(lma._replicas[1].flat, lma._replicas[0].flat)
     assert torch.equal(lma._replicas[0].flat, flat(model))
+
+
+def test_residuals_that_grow_with_the_batch_are_refused_naming_the_shapes() -> None:
+    """Targets (N,) against outputs (N, 1): ``out - y`` broadcasts to N × N; refused before
+    any work, with the shapes of the outputs, the targets and the residuals."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1)).double()
+    x = torch.linspace(-1, 1, 200, dtype=torch.float64)[:, None]
+    y = torch.sin(3 * x[:, 0])
+    lma = LMA(model, ["cpu"], lambda out, t: out - t)
+    params = flat(model).clone()
+    with pytest.raises(ResidualShapeError, match="HINT") as info:
+        lma.step(x, y)
+    text = str(info.value)
+    assert "outputs of shape (4, 1)" in text and "targets of shape (4,)" in text
+    assert "residuals of shape (4, 4)" in text and "grows with the batch" in text
+    assert torch.equal(flat(model), params) and lma.steps == 0
+    assert lma.step(x, y[:, None])[0] >= 0  # the targets in the outputs' shape are taken

@@ -55,7 +55,7 @@ def _damped(system: Any, jac: torch.Tensor, lam: float, scaling: str) -> torch.T
 
 
 def _scaling(diag: torch.Tensor, scaling: str) -> torch.Tensor:
-    from marquardt.solver._backends.torch_backend import scaling_diagonal_torch
+    from marquardt.solver._backends.scaling import scaling_diagonal_torch
 
     return scaling_diagonal_torch(diag, scaling)
 

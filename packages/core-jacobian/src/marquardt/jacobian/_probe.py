@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from . import _settings
-from ._errors import ResidualNotDifferentiableError, message
+from ._errors import ResidualNotDifferentiableError, ResidualShapeError, message
 from ._modes import ModeCall, ResidualFn
 from ._modes._common import require_graph, rows_of
 from ._modes._points import points_reverse
@@ -74,7 +74,37 @@ def probe(
         res = rows_of(residual_fn(replica.module(x), y), k)
     require_graph(res)
     check_finite_residuals(res.detach(), res.shape[1])
+    _refuse_growing_rows(replica, residual_fn, x, y, int(res.shape[1]))
     return int(res.shape[1]), max(1, activations() // k)
+
+
+def _refuse_growing_rows(
+    replica: Replica, residual_fn: ResidualFn, x: torch.Tensor, y: torch.Tensor, m: int
+) -> None:
+    """Refuse residuals whose count per sample grows with the batch: ``out - y`` with
+    outputs (N, 1) and targets (N,) broadcasts to N × N, which the first samples alone
+    cannot tell from N × m. One forward on one sample fewer tells them apart."""
+    k = int(x.shape[0])
+    if k < 2:
+        return
+    with torch.no_grad():
+        out = replica.module(x)
+        whole = residual_fn(out, y)
+        fewer = residual_fn(replica.module(x[: k - 1]), y[: k - 1])
+    if fewer.numel() == (k - 1) * m:
+        return
+    raise ResidualShapeError(
+        message(
+            "residual_fn(outputs, targets) was expected to return the same number of "
+            "residuals per sample for any batch",
+            f"on {k} samples, outputs of shape {tuple(out.shape)} and targets of shape "
+            f"{tuple(y.shape)} gave residuals of shape {tuple(whole.shape)} ({m} per "
+            f"sample), on {k - 1} samples {tuple(fewer.shape)}: their count per sample grows "
+            "with the batch (the two broadcast against each other)",
+            "give the targets the outputs' shape (y.reshape(outputs.shape), e.g. y[:, None] "
+            "for outputs (N, 1)), or write residual_fn as lambda out, y: out.reshape(y.shape) - y",
+        )
+    )
 
 
 def probe_points(

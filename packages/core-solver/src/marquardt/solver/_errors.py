@@ -7,6 +7,11 @@ Non-convergence is never an error: it is reported in ``LMA.report``.
 
 from __future__ import annotations
 
+import os
+import sys
+
+import marquardt.devices
+import marquardt.jacobian
 from marquardt.devices.messages import message
 
 __all__ = [
@@ -22,6 +27,7 @@ __all__ = [
     "SolverInputError",
     "SolverStateError",
     "message",
+    "user_stacklevel",
 ]
 
 
@@ -75,3 +81,27 @@ class CovarianceWarning(OptimizeWarning):
 
 class CompileWarning(UserWarning):
     """``curve_fit_batch`` could not compile its iteration and ran it eagerly instead."""
+
+
+#: The folders of the marquardt packages a solver call passes through (this one, the
+#: Jacobian's, the devices'): frames there are the library's, not the caller's.
+_LIBRARY = tuple(
+    os.path.dirname(path) + os.sep
+    for path in (__file__, marquardt.jacobian.__file__, marquardt.devices.__file__)
+)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes ``warnings.warn``, called in the same frame as this,
+    name the first frame outside the marquardt packages: the line of the user's call.
+
+    Returns:
+        1 for the calling frame, plus one per library frame above it (entry-point wrappers
+        such as ``keeps_grad_mode`` included).
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARY):
+        frame = frame.f_back
+        level += 1
+    return level

@@ -15,7 +15,8 @@ C = ½Σc²ρ((r/c)²) and MINPACK's scaling D, one LM iteration solves
   λ ← λ·ν, ν ← 2ν, where ρ is the gain ratio (actual over predicted decrease of C);
 * scaling (Moré 1978, MINPACK's lmder): D_j = ‖J_j‖ at the start (1 for a zero column),
   then the running maximum D_j ← max(D_j, ‖J_j‖) after each accepted step;
-* stopping (``scipy.optimize.least_squares``): gtol when ‖g‖∞ < gtol over the parameters
+* the fit tests (``scipy.optimize.least_squares``' stopping tests; not `StoppingCriteria`,
+  the mean-loss tests of an `LMA` step): gtol when ‖g‖∞ < gtol over the parameters
   not held at a bound (or C = 0); ftol when an accepted step lowered C by less than ftol·C
   with ρ > ¼; xtol when ‖DΔp‖ < xtol·(xtol + ‖Dp‖); SciPy's status codes 0-4;
 * robust rows (SciPy; Triggs et al. 2000): J's rows scaled by √max(ρ' + 2ρ''z, ε) and
@@ -42,7 +43,8 @@ __all__ = [
     "held_at_bounds",
     "nielsen_accept",
     "nielsen_reject",
-    "robust_rows",
+    "pseudo_inverse_gram",
+    "robust_scaling",
     "singular_cut",
     "start_damping",
     "start_scaling",
@@ -63,7 +65,7 @@ SHRINK_MIN = 1.0 / 3.0
 #: ρ above which an accepted step with a small decrease meets ftol (the linear model held).
 FTOL_RATIO = 0.25
 
-#: SciPy's ``least_squares`` status codes and messages, by stopping test.
+#: SciPy's ``least_squares`` status codes and messages, by fit test.
 STATUS_MESSAGES = {
     0: "The maximum number of function evaluations is exceeded.",
     1: "`gtol` termination condition is satisfied.",
@@ -108,7 +110,7 @@ def nielsen_reject(lam: A, nu: A) -> tuple[A, A]:
 def gain_ratio(actual: A, predicted: A) -> A:
     """ρ = actual / predicted decrease; ±1 by the sign of the actual one when the
     prediction is not positive (SciPy's ``least_squares`` reads it so). `LMA`'s report
-    keeps NaN there instead (``_lm.damping.gain_ratio``); its rule accepts only ρ > 0."""
+    keeps NaN there instead (``_lm.damping.reported_gain_ratio``); its rule accepts only ρ > 0."""
     if isinstance(actual, (float, int)) and isinstance(predicted, (float, int)):
         if predicted > 0:
             return actual / predicted
@@ -188,7 +190,7 @@ def stop_status(ftol_ok: A, xtol_ok: A) -> A:
     return np.where(ftol_ok & xtol_ok, 4, np.where(ftol_ok, 2, 3))
 
 
-def robust_rows(r: A, z: A, first: A, second: A) -> tuple[A, A]:
+def robust_scaling(r: A, z: A, first: A, second: A) -> tuple[A, A]:
     """(row scale of J, scaled r) from ρ'(z) and ρ''(z) at residuals r, z = (r/c)²:
     √max(ρ' + 2ρ''z, ε) and ρ'r / that scale (SciPy's ``scale_for_robust_loss_function``)."""
     curvature = first + 2.0 * second * z
@@ -212,3 +214,18 @@ def covariance_scale(cost2: A, rows: Any, params: int) -> A:
         dof = rows - params
         return torch.where(dof > 0, cost2 / torch.clamp(dof, min=1.0), torch.inf)
     return cost2 / (rows - params) if rows > params else float("inf")
+
+
+def pseudo_inverse_gram(s: A, vt: A, rows: Any, eps: float) -> A:
+    """(JᵀJ)⁺ = V·diag(1/s²)·Vᵀ over J's singular values above `singular_cut` (SciPy's
+    ``curve_fit``), from J's (or R's) SVD: ``s`` (..., k) descending and ``vt`` (..., k, P),
+    one fit or M fits; ``rows`` is N (a number, or one per fit)."""
+    params = vt.shape[-1]
+    if isinstance(s, torch.Tensor):
+        n = rows[..., None] if isinstance(rows, torch.Tensor) else rows
+        keep = s > singular_cut(s[..., :1], n, params, eps)
+        weights = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
+        return torch.einsum("...kp,...k,...kq->...pq", vt, weights, vt)
+    kept = s > singular_cut(s[..., :1], rows, params, eps)
+    inverse = np.where(kept, 1.0 / np.where(kept, s, 1.0) ** 2, 0.0)
+    return np.einsum("...kp,...k,...kq->...pq", vt, inverse, vt)

@@ -43,17 +43,9 @@ import torch
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
 from .._errors import BackendUnavailableError
-from .base import (
-    ArrayBackend,
-    ArrayOps,
-    LinearSystem,
-    Solution,
-    gather_slices,
-    normal_system,
-    solution,
-    system_from_matrix,
-)
-from .scaling import SCALINGS, marquardt_floor
+from .base import ArrayBackend, LinearSystem, Solution
+from .scaling import check_scaling, scaling_diagonal
+from .systems import ArrayOps, gather_slices, normal_system, solution, system_from_matrix
 
 __all__ = ["MATMUL_CACHE_SIZE", "CupynumericBackend", "create_backend"]
 
@@ -158,21 +150,6 @@ class CupynumericBackend:
 
     # -- damped solves --------------------------------------------------------------------
 
-    def _scaling(self, diag: Any, scaling: str) -> Any:
-        """D of (A + λD): ones, or diag clamped from below (``marquardt_floor``)."""
-        cn = self._cn
-        if scaling == "identity":
-            return cn.ones_like(diag)
-        if scaling == "marquardt":
-            finite = cn.isfinite(diag)
-            top = float(cn.max(cn.where(finite, diag, -np.inf))) if bool(finite.any()) else 0.0
-            floor = marquardt_floor(top)
-            return cn.maximum(cn.where(finite, diag, floor), floor)
-        raise ValueError(
-            f"scaling must be one of {SCALINGS}, got {scaling!r}. "
-            "HINT: pass 'identity' or 'marquardt' to LMA(scaling=...)."
-        )
-
     def _damping(self, system: LinearSystem, scaling: str) -> Any:
         """The matrix multiplying λ: diag(D) over-determined, I under-determined (cached)."""
         key = self._damping_key
@@ -180,7 +157,7 @@ class CupynumericBackend:
             if system.underdetermined:
                 matrix = self._cn.eye(system.rows, dtype=self._cn.float64)
             else:
-                matrix = self._cn.diag(self._scaling(system.diag, scaling))
+                matrix = self._cn.diag(scaling_diagonal(system.diag, scaling, self._cn))
             self._damping_key, self._damping_matrix = (weakref.ref(system), scaling), matrix
         return self._damping_matrix
 
@@ -198,8 +175,7 @@ class CupynumericBackend:
         a: Any = system.a
         g: Any = system.g
         if system.underdetermined:
-            if scaling not in SCALINGS:
-                self._scaling(system.diag, scaling)  # raises the house error
+            check_scaling(scaling)
             u = self._cholesky_solve(a + float(damping) * self._damping(system, scaling), g)
             if u is None:
                 return None

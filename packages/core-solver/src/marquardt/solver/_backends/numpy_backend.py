@@ -19,18 +19,10 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .base import (
-    ArrayBackend,
-    ArrayOps,
-    LinearSystem,
-    Solution,
-    gather_slices,
-    normal_system,
-    solution,
-    system_from_matrix,
-)
+from .base import ArrayBackend, LinearSystem, Solution
 from .blas_threads import one_blas_thread
 from .scaling import scaling_diagonal_numpy
+from .systems import ArrayOps, gather_slices, normal_system, solution, system_from_matrix
 
 __all__ = ["NumpyBackend", "cholesky_solve_numpy", "create_backend"]
 

@@ -1,20 +1,31 @@
-"""Marquardt's diagonal scaling D in each backend's arrays: the clamp and the NumPy form.
+"""Marquardt's diagonal scaling D, written once for every backend's arrays.
 
 D = diag(JᵀJ)/N (Marquardt 1963), clamped from below so that a parameter whose Jacobian
 column is (nearly) zero still gets damped and A + λD stays non-singular:
-D_j = max(diag_j, floor), floor = RELATIVE_FLOOR · max_j diag_j, or 1 when the diagonal
-is zero or not finite (MINPACK's lmder uses 1 for zero column norms too; Moré 1978, §6).
-The torch and cuPyNumeric backends apply the same clamp with their own array calls. When
-D is used, and its memory over steps, is the solver's rule (``_lm/scaling.py``).
+D_j = max(diag_j, floor), floor = RELATIVE_FLOOR · max_j diag_j over the finite entries, or
+1 when there is no positive one (MINPACK's lmder uses 1 for zero column norms too; Moré
+1978, §6); a non-finite entry is the floor. `scaling_diagonal` computes it with the array
+calls NumPy, cuPyNumeric and torch share, on the arrays' own device and without reading
+them back. When D is used, and its memory over steps, is the solver's rule
+(``_lm/scaling.py``).
 """
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+import torch
 
-__all__ = ["RELATIVE_FLOOR", "SCALINGS", "marquardt_floor", "scaling_diagonal_numpy"]
+__all__ = [
+    "RELATIVE_FLOOR",
+    "SCALINGS",
+    "check_scaling",
+    "scaling_diagonal",
+    "scaling_diagonal_numpy",
+    "scaling_diagonal_torch",
+]
 
 #: Names accepted by ``LMA(scaling=...)`` and ``ArrayBackend.solve``.
 SCALINGS: tuple[str, ...] = ("identity", "marquardt")
@@ -23,32 +34,51 @@ SCALINGS: tuple[str, ...] = ("identity", "marquardt")
 RELATIVE_FLOOR = 1e-9
 
 
-def marquardt_floor(diag_max: float) -> float:
-    """The lower clamp of D for a diagonal whose largest entry is ``diag_max``.
+def check_scaling(scaling: str) -> None:
+    """Refuse a scaling that is not one of ``SCALINGS``.
 
-    RELATIVE_FLOOR·diag_max, or 1.0 when the diagonal is zero or not finite (no scale to
-    be relative to; MINPACK's lmder uses 1 for zero column norms too).
+    Raises:
+        ValueError: an unknown name, with a HINT.
     """
-    if not np.isfinite(diag_max) or diag_max <= 0.0:
-        return 1.0
-    return RELATIVE_FLOOR * float(diag_max)
+    if scaling not in SCALINGS:
+        raise ValueError(
+            f"scaling must be one of {SCALINGS}, got {scaling!r}. "
+            "HINT: pass 'identity' or 'marquardt' to LMA(scaling=...)."
+        )
+
+
+def scaling_diagonal(diag: Any, scaling: str, xp: ModuleType) -> Any:
+    """D for ``scaling`` in ``diag``'s arrays: ones for ``identity``, clamped ``diag`` for
+    ``marquardt`` (module docstring).
+
+    Arguments:
+        diag: diag(JᵀJ)/N, a vector of the array library ``xp``.
+        scaling: ``"identity"`` or ``"marquardt"``.
+        xp: the array library: ``numpy``, ``cupynumeric`` or ``torch``.
+
+    Returns:
+        D, a vector like ``diag``.
+    """
+    check_scaling(scaling)
+    if scaling == "identity":
+        return xp.ones_like(diag)
+    finite = xp.isfinite(diag)
+    top = xp.where(finite, diag, xp.zeros_like(diag)).max()
+    floor = xp.where(top > 0, top * RELATIVE_FLOOR, xp.ones_like(top))
+    return xp.maximum(xp.where(finite, diag, floor), floor)
 
 
 def scaling_diagonal_numpy(
     diag: np.ndarray[Any, np.dtype[Any]], scaling: str
 ) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """D as a float64 vector: ones for ``identity``, clamped ``diag`` for ``marquardt``.
-
-    Works for NumPy arrays; the torch and cuPyNumeric backends apply the same rule with
-    their own array calls (``marquardt_floor`` gives the clamp).
-    """
-    d = np.asarray(diag, dtype=np.float64)
-    if scaling == "identity":
-        return np.ones_like(d)
-    if scaling == "marquardt":
-        finite = d[np.isfinite(d)]
-        floor = marquardt_floor(float(finite.max()) if finite.size else 0.0)
-        return np.maximum(np.where(np.isfinite(d), d, floor), floor)
-    raise ValueError(
-        f"scaling must be one of {SCALINGS}, got {scaling!r}. HINT: use 'identity' or 'marquardt'."
+    """`scaling_diagonal` as a float64 NumPy vector."""
+    d: np.ndarray[Any, np.dtype[np.float64]] = np.asarray(
+        scaling_diagonal(np.asarray(diag, dtype=np.float64), scaling, np), dtype=np.float64
     )
+    return d
+
+
+def scaling_diagonal_torch(diag: torch.Tensor, scaling: str) -> torch.Tensor:
+    """`scaling_diagonal` of a torch vector, on its device."""
+    d: torch.Tensor = scaling_diagonal(diag, scaling, torch)
+    return d

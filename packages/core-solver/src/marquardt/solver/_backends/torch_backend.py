@@ -21,20 +21,11 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
-from .base import (
-    FAILED_CHOLESKY,
-    FAILED_NON_FINITE,
-    ArrayBackend,
-    ArrayOps,
-    LinearSystem,
-    Solution,
-    gather_slices,
-    normal_system,
-    system_from_matrix,
-)
-from .scaling import RELATIVE_FLOOR
+from .base import FAILED_CHOLESKY, FAILED_NON_FINITE, ArrayBackend, LinearSystem, Solution
+from .scaling import scaling_diagonal_torch
+from .systems import ArrayOps, gather_slices, normal_system, system_from_matrix
 
-__all__ = ["TorchBackend", "create_backend", "scaling_diagonal_torch"]
+__all__ = ["TorchBackend", "create_backend"]
 
 #: Rows of J per block of the one-pass column terms: a block (≤ 4 MiB at P = 16k in
 #: float32) is read once for its squares and its share of Jᵀr while it is in cache.
@@ -71,23 +62,6 @@ _TORCH_OPS = ArrayOps(
     gram=_gram,
     column_terms=_column_terms,
 )
-
-
-def scaling_diagonal_torch(diag: torch.Tensor, scaling: str) -> torch.Tensor:
-    """D: ones, or diag clamped from below at ``RELATIVE_FLOOR`` times its largest finite
-    entry (1 when there is none), computed on the device without reading it back."""
-    if scaling == "identity":
-        return torch.ones_like(diag)
-    if scaling == "marquardt":
-        finite = torch.isfinite(diag)
-        top = torch.where(finite, diag, torch.full_like(diag, -torch.inf)).max()
-        usable = torch.isfinite(top) & (top > 0)
-        floor = torch.where(usable, top * RELATIVE_FLOOR, torch.ones_like(top))
-        return torch.where(finite, diag, floor).clamp_min(floor)
-    raise ValueError(
-        f"scaling must be 'identity' or 'marquardt', got {scaling!r}. "
-        "HINT: pass one of those to LMA(scaling=...)."
-    )
 
 
 class TorchBackend:

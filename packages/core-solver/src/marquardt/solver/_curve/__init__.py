@@ -1,15 +1,17 @@
 """Curve fitting, laid out by entry point over one small-problem LM.
 
-* ``scipy/``: ``curve_fit``, SciPy's face: its arguments translated once (a new SciPy
-  keyword is a line in ``scipy/args.py`` or ``scipy/curve_fit.py``), the providers of J,
+* ``scipy/``: ``curve_fit``, SciPy's face: its arguments translated once into the
+  ``FitOptions`` every path reads (a new SciPy keyword is a line in ``scipy/options.py``,
+  its check in ``scipy/args.py``), the providers of J,
   SciPy's covariance, and the hand-over of large fits to the sliced engine.
 * ``batch/``: ``curve_fit_batch``, M independent fits: its arguments, the vectorised model,
   the chunks of fits and the per-fit covariance.
 * ``small/``: the two drivers of the small-problem LM, one fit on the host
   (``small/single.py``) and M fits at once in torch (``small/batched.py``); a new driver
-  goes here. Their rules (λ, the scaling, the stopping tests, the robust rows, the
+  goes here. Their rules (λ, the scaling, the fit tests, the robust rows, the
   covariance's cut and scale) are ``marquardt.solver._rules``, where a new rule goes.
 * ``large/``: ``curve_fit_result``, the sliced engine for fits of many points or on a GPU:
   `LMA` on the model with bounds by a change of variables and an active set.
 * ``threads.py``: the torch thread count that the CPU paths share.
+* ``bounds_rule.py``: when bounds can be used, for the three entry points alike.
 """

@@ -24,7 +24,7 @@ from marquardt.jacobian import JacobianEngine, PreparedBatch
 from .._backends.base import ArrayBackend, JacobianBuffers, LinearSystem
 from .matrix_free import matrix_free_system
 
-__all__ = ["Assembly", "assemble", "timed"]
+__all__ = ["Assembly", "SystemRequest", "assemble", "timed"]
 
 
 @dataclass(frozen=True)
@@ -39,19 +39,26 @@ class Assembly:
     seconds_collective: float = 0.0
 
 
+@dataclass(frozen=True)
+class SystemRequest:
+    """How a step's system is assembled: the accumulation dtype of JᵀJ (None: the
+    model's), P (the system's columns), and the matrix-free step's diagonal probes and the
+    seed of their signs (``JacobianEngine.gauss_newton``)."""
+
+    dtype: torch.dtype | None
+    params: int
+    probes: int = 1
+    seed: int = 0
+
+
 def assemble(
     engine: JacobianEngine,
     backend: ArrayBackend,
     batch: PreparedBatch,
-    *,
-    dtype: torch.dtype | None,
-    params: int,
-    probes: int = 1,
-    seed: int = 0,
+    request: SystemRequest,
 ) -> Assembly:
-    """The system of a batch prepared by ``engine.prepare`` (its plan chose the strategy);
-    ``dtype`` is the accumulation dtype (None: the model's); ``probes`` and ``seed`` are
-    the matrix-free step's diagonal probes (``JacobianEngine.gauss_newton``).
+    """The system of a batch prepared by ``engine.prepare`` (its plan chose the strategy),
+    as ``request`` asks.
 
     Explicit, a backend that offers `JacobianBuffers` gets J written straight into
     its arrays; any other backend receives the slices.
@@ -60,20 +67,20 @@ def assemble(
     t0 = time.perf_counter()
     system: LinearSystem
     if batch.strategy == "matrix_free":
-        gauss_newton = engine.gauss_newton(batch, probes=probes, seed=seed)
+        gauss_newton = engine.gauss_newton(batch, probes=request.probes, seed=request.seed)
         system = matrix_free_system(gauss_newton, rows=rows)
         return timed(system, "matrix_free", gauss_newton.timings, time.perf_counter() - t0)
     if batch.strategy == "accumulate":
-        products = engine.normal_products(batch, dtype=dtype)
+        products = engine.normal_products(batch, dtype=request.dtype)
         timings = products.timings
         system = backend.system_from_products(products)
     elif isinstance(backend, JacobianBuffers):
-        jac, res = backend.jacobian_buffers(rows, params, engine.replicas.dtype)
+        jac, res = backend.jacobian_buffers(rows, request.params, engine.replicas.dtype)
         timings = engine.fill_jacobian(batch, jac, res)
         system = backend.system_from_jacobian(jac, res)
     else:
         stream = engine.jacobian_slices(batch)
-        system = backend.system_from_slices(stream, rows, params)
+        system = backend.system_from_slices(stream, rows, request.params)
         timings = stream.timings
     backend.synchronize()
     return timed(system, batch.strategy, timings, time.perf_counter() - t0)

@@ -39,7 +39,7 @@ from marquardt.jacobian import (
 )
 
 from .._backends.base import ArrayBackend, LinearSystem
-from .assembly import Assembly, timed
+from .assembly import Assembly, SystemRequest, timed
 from .group import (
     REFUSED,
     Collectives,
@@ -57,11 +57,7 @@ def assemble_across_ranks(
     engine: JacobianEngine,
     backend: ArrayBackend,
     batch: PreparedBatch,
-    *,
-    dtype: torch.dtype | None,
-    params: int,
-    probes: int = 1,
-    seed: int = 0,
+    request: SystemRequest,
 ) -> Assembly:
     """The global system of this rank's share ``batch`` of a global batch.
 
@@ -70,10 +66,7 @@ def assemble_across_ranks(
         engine: the Jacobian engine of this rank's replicas.
         backend: the array backend that holds the system.
         batch: this rank's share, prepared with the global batch's strategy.
-        dtype: the accumulation dtype of JᵀJ (None: the model's).
-        params: P, the columns of the system.
-        probes: the matrix-free step's diagonal probes.
-        seed: the seed of the probes' signs.
+        request: the accumulation dtype, P, and the matrix-free step's probes.
 
     Returns:
         All-reduced products, or all-gathered row blocks, or (matrix free) all-reduced
@@ -84,10 +77,10 @@ def assemble_across_ranks(
         RankFailureError: a collective failed.
     """
     if batch.strategy == "matrix_free":
-        return _matrix_free(collectives, engine, batch, probes=probes, seed=seed)
+        return _matrix_free(collectives, engine, batch, probes=request.probes, seed=request.seed)
     if batch.strategy == "accumulate":
-        return _accumulated(collectives, engine, backend, batch, dtype=dtype)
-    return _gathered(collectives, engine, backend, batch, params=params)
+        return _accumulated(collectives, engine, backend, batch, dtype=request.dtype)
+    return _gathered(collectives, engine, backend, batch, params=request.params)
 
 
 def _accumulated(

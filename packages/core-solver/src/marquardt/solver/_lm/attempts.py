@@ -30,9 +30,9 @@ from .._backends.base import (
     LinearSystem,
     Solution,
     predicted_reduction,
-    read_values,
 )
-from .damping import DampingRule, gain_ratio
+from .._backends.systems import read_values
+from .damping import DampingRule, reported_gain_ratio
 from .matrix_free import FAILED_CURVATURE
 from .report import StepReport
 from .stopping import StoppingCriteria
@@ -182,7 +182,7 @@ def run_attempts(
                 ):
                     moved = False
                     report.predicted_reduction = predicted
-                    report.gain_ratio = gain_ratio(actual, predicted)
+                    report.gain_ratio = reported_gain_ratio(actual, predicted)
                     rule.on_accept(actual, predicted)
                     accepted = True
                     loss_after = trial.loss
@@ -200,7 +200,7 @@ def run_attempts(
                     report.rejections.append(_FAILURES.get(trial.status, "non-finite step"))
                 else:
                     report.predicted_reduction = predicted
-                    report.gain_ratio = gain_ratio(actual, predicted)
+                    report.gain_ratio = reported_gain_ratio(actual, predicted)
                     report.rejections.append(_rejection(trial.loss, actual))
                     if 0.0 <= predicted <= noise * abs(loss_before):
                         # More damping only shrinks the predicted decrease: no attempt can

@@ -30,8 +30,8 @@ import torch
 
 from marquardt.jacobian import JacobianEngine
 
-from .._errors import CovarianceWarning
-from .._rules import covariance_scale, singular_cut
+from .._errors import CovarianceWarning, user_stacklevel
+from .._rules import covariance_scale, pseudo_inverse_gram, singular_cut
 
 __all__ = [
     "Covariance",
@@ -154,12 +154,11 @@ def covariance_from_factor(
             "is inf. HINT: fix or drop parameters the data do not determine, or pass "
             "absolute_sigma=True with known σ",
             CovarianceWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         pcov = torch.full((params, params), float("inf"), dtype=torch.float64)
         return Covariance(pcov=pcov, rank=rank, singular_values=singular)
-    v = vt.T
-    pcov = (v / (sv * sv)) @ vt
+    pcov = pseudo_inverse_gram(sv, vt, rows, torch.finfo(torch.float64).eps)
     pcov = 0.5 * (pcov + pcov.T)  # exactly symmetric, as a covariance is
     if not absolute_sigma:
         pcov = pcov * covariance_scale(cost2, rows, params)

@@ -22,7 +22,8 @@ import torch
 
 from marquardt.jacobian import ColumnSubset, JacobianEngine, PreparedBatch, Replicas
 
-from .._backends.base import ArrayBackend, host_vector
+from .._backends.base import ArrayBackend
+from .._backends.systems import host_vector
 from .assembly import Assembly
 from .attempts import Attempts, run_attempts
 from .damping import DampingRule

@@ -22,15 +22,16 @@ from typing import Protocol, runtime_checkable
 
 from .._rules import NU_START, nielsen_accept, nielsen_reject
 
-__all__ = ["DampingRule", "FixedDamping", "NielsenDamping", "gain_ratio"]
+__all__ = ["DampingRule", "FixedDamping", "NielsenDamping", "reported_gain_ratio"]
 
 # ν doubles on every rejection; cap it so a long run of rejections cannot overflow it
 # (λ reaches its ceiling long before).
 _NU_MAX = 2.0**60
 
 
-def gain_ratio(actual: float, predicted: float) -> float:
-    """ρ = actual / predicted reduction; NaN when the prediction is not positive."""
+def reported_gain_ratio(actual: float, predicted: float) -> float:
+    """ρ = actual / predicted reduction as `LMA`'s report keeps it: NaN when the prediction
+    is not positive (``_rules.gain_ratio``, SciPy's reading for the fits, gives ±1 there)."""
     if not (predicted > 0.0) or not math.isfinite(predicted) or not math.isfinite(actual):
         return float("nan")
     return actual / predicted
@@ -181,11 +182,11 @@ class NielsenDamping(_Clamped):
         self.nu = NU_START
 
     def accepts(self, actual: float, predicted: float) -> bool:
-        rho = gain_ratio(actual, predicted)
+        rho = reported_gain_ratio(actual, predicted)
         return math.isfinite(rho) and rho > 0.0
 
     def on_accept(self, actual: float, predicted: float) -> None:
-        rho = gain_ratio(actual, predicted)
+        rho = reported_gain_ratio(actual, predicted)
         if math.isfinite(rho):
             self.damping = self._clamp(nielsen_accept(self.damping, rho))
         self.nu = NU_START

@@ -34,8 +34,9 @@ import torch
 
 from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas, ResidualNotFiniteError
 
-from .._backends.base import ArrayBackend, LinearSystem, Solution, host_vector, read_values
+from .._backends.base import ArrayBackend, LinearSystem, Solution
 from .._backends.scaling import scaling_diagonal_numpy
+from .._backends.systems import host_vector, read_values
 
 __all__ = ["STEP", "GeodesicAcceleration"]
 

@@ -26,6 +26,7 @@ from marquardt.jacobian import (
 from .._backends.base import ArrayBackend
 from .._backends.choice import resolve_backend
 from .._errors import BatchNotFiniteError
+from .assembly import SystemRequest
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
 from .damped_step import damped_step
@@ -337,15 +338,10 @@ class LMA:
                 sizes = self._replicas[0].sizes
                 self._selection = ParamSelection(refit.subsets, "random", sizes, self._seed)
             return self.step(inputs, targets, slice_size)
-        built = self._scope.assemble(
-            self._engine,
-            self._backend,
-            batch,
-            dtype=self._options.dtype,
-            params=batch.params,
-            probes=self._options.cg.probes,
-            seed=self._steps,
+        request = SystemRequest(
+            self._options.dtype, batch.params, probes=self._options.cg.probes, seed=self._steps
         )
+        built = self._scope.assemble(self._engine, self._backend, batch, request)
         report, loss, terminated, self._diag = damped_step(
             built,
             batch,

@@ -40,7 +40,7 @@ import torch
 from marquardt.jacobian import GaussNewtonProducts, JacobianSlice, NormalProducts
 
 from .._backends.base import FAILED_NON_FINITE, LinearSystem, Solution
-from .._backends.torch_backend import scaling_diagonal_torch
+from .._backends.scaling import scaling_diagonal_torch
 from .._errors import SolverConfigError, message
 
 __all__ = [

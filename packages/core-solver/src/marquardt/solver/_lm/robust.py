@@ -40,14 +40,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from .._errors import SolverConfigError, message
-from .._rules import robust_rows as scaled_rows
+from .._rules import robust_scaling
 
 __all__ = [
     "ROBUST_LOSSES",
     "check_robust_loss",
+    "loss_refusal",
     "rho",
     "robust_residual_fn",
     "robust_rows",
@@ -122,8 +124,25 @@ def scipy_row_scale(r: torch.Tensor, loss: str, f_scale: float) -> torch.Tensor:
     """SciPy's per-row Jacobian factor √max(ρ'(z) + 2ρ''(z)·z, ε) at residuals ``r``."""
     z = (r / f_scale) ** 2
     _, first, second = rho(loss, z)
-    scale: torch.Tensor = scaled_rows(r, z, first, second)[0]
+    scale: torch.Tensor = robust_scaling(r, z, first, second)[0]
     return scale
+
+
+def loss_refusal(loss: object, f_scale: object) -> str | None:
+    """Which of a robust loss and its scale cannot be used: ``"loss"`` (not one of
+    ``ROBUST_LOSSES``), ``"f_scale"`` (not a finite number > 0; every entry of an array), or
+    ``None``. The one rule every entry point words in its own terms."""
+    if not isinstance(loss, str) or loss not in ROBUST_LOSSES:
+        return "loss"
+    if isinstance(f_scale, bool):
+        return "f_scale"
+    try:
+        scale = np.asarray(f_scale, dtype=np.float64)
+    except (TypeError, ValueError):
+        return "f_scale"
+    if scale.size == 0 or not bool(np.all(np.isfinite(scale)) and np.all(scale > 0.0)):
+        return "f_scale"
+    return None
 
 
 def check_robust_loss(
@@ -132,7 +151,8 @@ def check_robust_loss(
     """``LMA``'s (robust_loss, f_scale), checked; None for plain least squares."""
     if robust_loss is None:
         return None
-    if not isinstance(robust_loss, str) or robust_loss not in ROBUST_LOSSES:
+    refused = loss_refusal(robust_loss, f_scale)
+    if refused == "loss":
         raise SolverConfigError(
             message(
                 f"LMA(robust_loss={robust_loss!r}) names a robust loss",
@@ -140,12 +160,7 @@ def check_robust_loss(
                 "use e.g. robust_loss='huber', or None for least squares",
             )
         )
-    if isinstance(f_scale, bool) or not isinstance(f_scale, (int, float)):
-        raise SolverConfigError(
-            message("LMA(f_scale=...) expects a number", f"got {f_scale!r}", "pass f_scale=1.0")
-        )
-    scale = float(f_scale)
-    if not (math.isfinite(scale) and scale > 0.0):
+    if refused == "f_scale" or not isinstance(f_scale, (int, float)):
         raise SolverConfigError(
             message(
                 "LMA(f_scale=...) expects a finite number > 0",
@@ -153,6 +168,7 @@ def check_robust_loss(
                 "pass the residual size beyond which a residual counts as an outlier",
             )
         )
+    assert isinstance(robust_loss, str)
     if loss_fn is not None:
         raise SolverConfigError(
             message(
@@ -161,7 +177,7 @@ def check_robust_loss(
                 "drop loss_fn, or drop robust_loss and write the loss yourself",
             )
         )
-    return robust_loss, scale
+    return robust_loss, float(f_scale)
 
 
 def robust_residual_fn(

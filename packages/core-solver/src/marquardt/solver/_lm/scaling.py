@@ -5,8 +5,8 @@
 * ``marquardt``: D = diag(JᵀJ)/N (Marquardt 1963), which makes the step invariant to a
   rescaling of the parameters. A parameter whose Jacobian column is (nearly) zero — a dead
   tanh unit, a parameter the batch does not see — would get no damping at all and leave
-  A + λD singular, so D is clamped from below: D_j = max(diag_j, floor) with
-  floor = RELATIVE_FLOOR · max_j diag_j (or 1 when J is zero, as MINPACK does). Moré 1978
+  A + λD singular, so D is clamped from below (the clamp, in every backend's arrays:
+  ``_backends/scaling.py``). Moré 1978
   (§6) discusses the choice of D; his running maximum over iterations is not the default
   because the batches change from step to step, and a column norm seen on an old batch
   says little about the current one.
@@ -15,7 +15,8 @@
   (lmder, Moré 1978): a parameter whose column was once large stays damped after its
   column shrinks, which keeps it from running off where the model stops depending on it
   (MGH17 from NIST's start 1), but a D grown early stays too large for the rest of the
-  run (Hahn1 from start 2: 26 → 445 steps); γ = 0.5 forgets it within a few steps.
+  run (NIST's Hahn1 from its second start takes many times the steps:
+  ``benchmarks/bench_nist.py``); γ = 0.5 forgets it within a few steps.
 
 The under-determined form (JJᵀ/N + λI)u = r/N is always damped with I.
 """
@@ -26,21 +27,7 @@ from typing import Any
 
 import torch
 
-# The backends' numerics (the clamp, the NumPy form) live with the backends.
-from .._backends.scaling import (
-    RELATIVE_FLOOR,
-    SCALINGS,
-    marquardt_floor,
-    scaling_diagonal_numpy,
-)
-
-__all__ = [
-    "RELATIVE_FLOOR",
-    "SCALINGS",
-    "marquardt_floor",
-    "remembered",
-    "scaling_diagonal_numpy",
-]
+__all__ = ["remembered"]
 
 
 def remembered(diag: Any, previous: Any | None, memory: float) -> Any:

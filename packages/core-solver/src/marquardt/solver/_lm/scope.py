@@ -79,8 +79,8 @@ class StepScope:
     @property
     def assemble(self) -> Callable[..., Assembly]:
         """The function that assembles the step's global system, called as `assemble`
-        (``engine, backend, batch, *, dtype, params, probes, seed``): `assemble` itself,
-        the batch being the whole batch."""
+        (``engine, backend, batch, request``): `assemble` itself, the batch being the
+        whole batch."""
         return assemble
 
     def mean_loss(self, loss: torch.Tensor, batch: PreparedBatch, *, custom: bool) -> torch.Tensor:

@@ -1,4 +1,6 @@
-"""MINPACK-style convergence tests (Moré, Garbow & Hillstrom 1980, lmder), off unless set.
+"""`LMA`'s mean-loss tests: MINPACK-style convergence tests on L = ‖r‖²/N (Moré, Garbow &
+Hillstrom 1980, lmder), off unless set. Not the fit tests of ``_rules`` (SciPy's, on the
+cost of one fit), which the curve fits' drivers apply.
 
 With the loss L = ‖r‖²/N at the start of the step, an accepted step s = lr·δ with actual
 reduction a and predicted reduction p (both in loss units), and parameters x:

@@ -20,8 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._lm.robust import ROBUST_LOSSES
-from ..scipy.args import feasible_start, hinted, non_negative, parameter_count
+from ..scipy.args import (
+    bound_sides,
+    check_bound_order,
+    checked_loss,
+    feasible_start,
+    hinted,
+    parameter_count,
+)
+from ..scipy.options import FitTests, fit_tests
 
 __all__ = ["BatchArgs", "batch_args"]
 
@@ -42,8 +49,7 @@ class BatchArgs:
     losses: tuple[str, ...]
     loss_index: torch.Tensor
     f_scale: torch.Tensor
-    max_nfev: int
-    tol: dict[str, float]
+    tests: FitTests
     torch_out: bool
     out_device: torch.device
 
@@ -118,12 +124,7 @@ def _losses(loss: Any, fits: int) -> tuple[tuple[str, ...], np.ndarray]:
             "give one loss name, or one per fit",
         )
     for name in names:
-        if name not in ROBUST_LOSSES:
-            raise hinted(
-                ValueError,
-                f"`loss` must be one of {ROBUST_LOSSES}.",
-                f"got {name!r}",
-            )
+        checked_loss(name, 1.0)
     unique = tuple(sorted(set(names)))
     index = np.array([unique.index(n) for n in names], dtype=np.int64)
     return unique, np.broadcast_to(index, (fits,)).copy()
@@ -196,19 +197,9 @@ def batch_args(
     x = _tensor("xdata", xdata, where, dtype)
     per_fit = _xdata(x, fits, points)
     count = parameter_count(f) if p0 is None else int(np.shape(_array("p0", p0))[-1])
-    try:
-        lb, ub = bounds
-    except (TypeError, ValueError) as err:
-        raise hinted(
-            ValueError, "`bounds` must contain 2 elements.", "pass bounds=(lower, upper)"
-        ) from err
+    lb, ub = bound_sides(bounds)
     lower, upper = _per_fit("bounds", lb, fits, count), _per_fit("bounds", ub, fits, count)
-    if np.isnan(lower).any() or np.isnan(upper).any() or np.any(lower >= upper):
-        raise hinted(
-            ValueError,
-            "Each lower bound must be strictly less than each upper bound.",
-            "use ±np.inf for no bound",
-        )
+    check_bound_order(lower, upper)
     start = feasible_start(lower, upper) if p0 is None else _per_fit("p0", p0, fits, count)
     if not np.all(np.isfinite(start)):
         raise hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
@@ -240,23 +231,17 @@ def batch_args(
             "give one number, or one per fit",
         )
     scale = np.broadcast_to(scale, (fits,)).copy()
-    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-        raise hinted(ValueError, "`f_scale` must be positive.", f"got {f_scale!r}")
-    if max_nfev is None:
-        bounded = bool(np.isfinite(lower).any() or np.isfinite(upper).any())
-        max_nfev = 100 * count if bounded else 200 * (count + 1)
-    if isinstance(max_nfev, bool) or not isinstance(max_nfev, (int, np.integer)) or max_nfev < 1:
-        raise hinted(
-            ValueError,
-            f"`max_nfev` must be None or a positive integer, got {max_nfev!r}.",
-            "pass e.g. max_nfev=1000",
-        )
-    eps = float(torch.finfo(dtype).eps)
-    tol = {
-        k: non_negative(k, tolerances[k]) if tolerances[k] is not None else max(1e-8, 10 * eps)
-        for k in ("ftol", "xtol", "gtol")
-    }
-    tol["gtol"] = tol["gtol"] if tolerances["gtol"] is not None else 1e-8
+    checked_loss(losses[0], scale)
+    bounded = bool(np.isfinite(lower).any() or np.isfinite(upper).any())
+    tests = fit_tests(
+        tolerances["ftol"],
+        tolerances["xtol"],
+        tolerances["gtol"],
+        max_nfev,
+        method="trf" if bounded else "lm",
+        params=count,
+        dtype=dtype,
+    )
 
     def put(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(where, dtype)
@@ -273,8 +258,7 @@ def batch_args(
         losses=losses,
         loss_index=torch.from_numpy(loss_index).to(where),
         f_scale=put(scale),
-        max_nfev=int(max_nfev),
-        tol=tol,
+        tests=tests,
         torch_out=bool(tensors),
         out_device=out_device,
     )

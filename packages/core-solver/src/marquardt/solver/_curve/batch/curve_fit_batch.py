@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -20,10 +21,16 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from ..._errors import CovarianceWarning, OptimizeWarning
+from ..._errors import CovarianceWarning, OptimizeWarning, user_stacklevel
 from ..._lm.memory_fit import usable_memory
-from ..._rules import covariance_scale, singular_cut
-from ..small.batched import STATUS_MESSAGES, BatchData, BatchState, solve_batch
+from ..._rules import covariance_scale, pseudo_inverse_gram
+from ..small.batched import (
+    STATUS_MESSAGES,
+    TOO_FEW_POINTS,
+    BatchData,
+    BatchState,
+    solve_batch,
+)
 from ..small.compiled import check_compile, iterations
 from ..threads import BATCH_THREAD_WORK, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
@@ -69,14 +76,10 @@ def chunk_fits(
     return int(max(1, min(cap, CHUNK_SHARE * usable // per_fit)))
 
 
-def _unscaled_svd(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """(JᵀJ)⁺ from J's SVD without the singular values below ε·max(N, P)·s₀ (SciPy's)."""
-    params = js.shape[2]
+def _unscaled_pseudo_inverse(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """(JᵀJ)⁺ per fit from J's SVD (`pseudo_inverse_gram`); inf for a J of zeros."""
     _, s, vh = torch.linalg.svd(js, full_matrices=False)
-    eps = torch.finfo(s.dtype).eps
-    keep = s > singular_cut(s[:, :1], kept[:, None], params, eps)
-    inverse = torch.where(keep, 1.0 / torch.where(keep, s, torch.ones_like(s)) ** 2, 0.0)
-    out = torch.einsum("mkp,mk,mkq->mpq", vh, inverse, vh)
+    out = pseudo_inverse_gram(s, vh, kept, torch.finfo(s.dtype).eps)
     return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
 
 
@@ -101,7 +104,7 @@ def _unscaled(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     out = inverse / (scale[:, :, None] * scale[:, None, :])
     rest = torch.nonzero(~good).reshape(-1)
     if rest.numel():
-        out[rest] = _unscaled_svd(js[rest], kept[rest])
+        out[rest] = _unscaled_pseudo_inverse(js[rest], kept[rest])
     return out
 
 
@@ -116,12 +119,27 @@ def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Ten
     finite = torch.isfinite(state.js.sum((1, 2)))
     js = torch.where(finite[:, None, None], state.js, torch.zeros_like(state.js))
     unscaled = _unscaled(js, kept)
-    bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1)
+    bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1) | (kept < params)
     if not absolute_sigma:
         scale = covariance_scale(2.0 * state.cost, kept, params)
         unscaled = unscaled * scale[:, None, None]
         bad |= ~torch.isfinite(scale)
     return torch.where(bad[:, None, None], torch.inf, unscaled)
+
+
+def _too_few_points(state: BatchState, data: BatchData) -> BatchState:
+    """``state`` with the fits that kept fewer points than parameters marked as failed
+    (``TOO_FEW_POINTS``, p NaN): their parameters are not determined by their data."""
+    if data.mask is None:
+        return state
+    few = data.mask.sum(1) < state.p.shape[1]
+    if not bool(few.any()):
+        return state
+    return replace(
+        state,
+        p=torch.where(few[:, None], torch.nan, state.p),
+        status=torch.where(few, TOO_FEW_POINTS, state.status),
+    )
 
 
 def _chunk(args: BatchArgs, index: slice) -> tuple[torch.Tensor, BatchData]:
@@ -147,7 +165,7 @@ def _warn(status: torch.Tensor, pcov: torch.Tensor) -> None:
             f"{int(failed.sum())} of {status.numel()} fits did not converge ({words}) "
             "HINT: full_output=True gives each fit's status; raise max_nfev or start nearer",
             OptimizeWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     indeterminate = ~torch.isfinite(pcov).flatten(1).all(1)
     if bool(indeterminate.any()):
@@ -155,7 +173,7 @@ def _warn(status: torch.Tensor, pcov: torch.Tensor) -> None:
             f"Covariance of the parameters could not be estimated for "
             f"{int(indeterminate.sum())} of {status.numel()} fits",
             CovarianceWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
 
@@ -294,11 +312,12 @@ def curve_fit_batch(
                 model,
                 start,
                 data,
-                max_nfev=args.max_nfev,
+                max_nfev=args.tests.max_nfev,
                 iterate=iterate,
                 initial=None if iterate is None else iterate.start,
-                **args.tol,
+                **args.tests.tolerances(),
             )
+            state = _too_few_points(state, data)
             parts.append((state, _pcov(state, data, absolute_sigma)))
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])

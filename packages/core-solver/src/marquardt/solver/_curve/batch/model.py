@@ -13,7 +13,9 @@ breaks one of these rules is refused with the reason and a HINT.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -21,7 +23,22 @@ from torch.func import jacfwd, vmap
 
 from ..scipy.args import hinted
 
-__all__ = ["BatchModel", "check_model"]
+__all__ = ["BatchModel", "check_model", "torch_own_warnings_quiet"]
+
+#: The warnings torch raises from its own modules about its own API (``torch.func.jacfwd``'s
+#: first use scripts a helper with the deprecated ``torch.jit.script``): not the user's, and
+#: not to fail a fit under ``-W error``. A warning raised in the user's f is located in f's
+#: module and passes through.
+TORCH_OWN_WARNINGS = (DeprecationWarning, FutureWarning)
+
+
+@contextmanager
+def torch_own_warnings_quiet() -> Iterator[None]:
+    """Ignore ``TORCH_OWN_WARNINGS`` raised from torch's own modules, nothing else."""
+    with warnings.catch_warnings():
+        for category in TORCH_OWN_WARNINGS:
+            warnings.filterwarnings("ignore", category=category, module=r"torch(\.|$)")
+        yield
 
 
 class BatchModel:
@@ -43,14 +60,14 @@ class BatchModel:
 
     def values(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """f for every fit: (M, N)."""
-        with torch.no_grad():
+        with torch.no_grad(), torch_own_warnings_quiet():
             return vmap(self._one, in_dims=(0, 0 if self.x_per_fit else None))(theta, x)
 
     def values_and_jacobian(
         self, theta: torch.Tensor, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(f, ∂f/∂θ) for every fit: (M, N) and (M, N, P), one forward-mode pass."""
-        with torch.no_grad():
+        with torch.no_grad(), torch_own_warnings_quiet():
             jac, out = vmap(
                 jacfwd(self._both, has_aux=True), in_dims=(0, 0 if self.x_per_fit else None)
             )(theta, x)

@@ -30,7 +30,7 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from ..._errors import CurveFitInputError, OptimizeWarning
+from ..._errors import CurveFitInputError, OptimizeWarning, user_stacklevel
 from ..._lm.covariance import covariance_from_factor
 from ..._lm.report import StepReport
 from .active_set import Tolerances, solve
@@ -109,6 +109,11 @@ def curve_fit_result(
     that cannot be estimated (J of rank < P, or N ≤ P without ``absolute_sigma``) is all
     inf, with a ``CovarianceWarning``.
 
+    A NumPy model (``np.exp`` on the parameters) is refused before any work, with a HINT:
+    the engine differentiates f by autodiff on slices of the data, on any device, which
+    needs torch operations; ``curve_fit`` fits NumPy models (``full_output=True`` gives its
+    evaluations, residuals and status).
+
     Arguments:
         f: the model ``f(x, *p)``, written with torch operations; it must treat each data
             point on its own (it is evaluated on slices of the data).
@@ -132,10 +137,14 @@ def curve_fit_result(
             problems (``damping_min``, ``scaling_memory``, ``geodesic``, ``geodesic_after``).
 
     Returns:
-        The `CurveFitResult`: popt, pcov, rank, singular values, steps, report.
+        The `CurveFitResult`: popt, pcov, rank, singular values, steps, report. Its arrays
+        are ``torch.Tensor`` of dtype float64 on the CPU whatever the input: NumPy arrays
+        and lists in, tensors out (``.numpy()`` gives NumPy's); torch tensors in, on any
+        device and in any ``dtype``, float64 CPU tensors out (``.to(x.device)`` moves them
+        back). ``cost`` is a Python float, ``steps`` and ``jacobian_rank`` Python ints.
 
     Raises:
-        CurveFitInputError: bad input, before any work.
+        CurveFitInputError: bad input, before any work (a NumPy model among it).
     """
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         raise CurveFitInputError(
@@ -186,7 +195,7 @@ def curve_fit_result(
             "stopping test; the parameters may not be optimal. HINT: raise max_steps or "
             "start nearer the optimum",
             OptimizeWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     termination: str | None
     if solved.handed_off:

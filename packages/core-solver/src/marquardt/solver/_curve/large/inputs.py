@@ -11,7 +11,6 @@ nothing has been fitted.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,8 @@ import numpy as np
 import torch
 
 from ..._errors import CurveFitInputError, message
-from ..._lm.robust import ROBUST_LOSSES
+from ..._lm.robust import ROBUST_LOSSES, loss_refusal
+from ..bounds_rule import misordered
 
 __all__ = ["PROBE_SAMPLES", "CurveInputs", "check_curve_inputs"]
 
@@ -135,21 +135,16 @@ def _bounds(bounds: object, p0: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
                 f"got {t.numel()} values",
                 "pass -np.inf / np.inf for parameters without a bound",
             )
-        if bool(torch.isnan(t).any()):
-            raise _fail(
-                f"expects a {name} bound without NaN",
-                f"it is {t.tolist()}",
-                "use -np.inf / np.inf for no bound",
-            )
         sides.append(t)
     lower, upper = sides
-    bad = (lower >= upper).nonzero().flatten().tolist()
+    bad = misordered(lower, upper)
     if bad:
         raise _fail(
-            "expects every lower bound strictly below its upper bound",
+            "expects every lower bound strictly below its upper bound, neither NaN",
             f"lower ≥ upper for parameter(s) {bad} "
-            f"(lower {lower[bad].tolist()}, upper {upper[bad].tolist()})",
-            "swap the bounds, or fix a parameter by leaving it out of f",
+            f"(or NaN: lower {lower[bad].tolist()}, upper {upper[bad].tolist()})",
+            "swap the bounds, use -np.inf / np.inf for no bound, or fix a parameter by "
+            "leaving it out of f",
         )
     outside = ((p0 < lower) | (p0 > upper)).nonzero().flatten().tolist()
     if outside:
@@ -183,22 +178,20 @@ def _layout(x: torch.Tensor, samples: int) -> tuple[torch.Tensor, bool]:
 
 
 def _check_loss(loss: object, f_scale: object) -> float:
-    if loss not in ROBUST_LOSSES:
+    refused = loss_refusal(loss, f_scale)
+    if refused == "loss":
         raise _fail(
             f"was given loss={loss!r}",
             f"the known losses are {ROBUST_LOSSES}",
             "use 'linear' (least squares) or a robust loss such as 'soft_l1'",
         )
-    if isinstance(f_scale, bool) or not isinstance(f_scale, (int, float)):
-        raise _fail("expects f_scale as a number", f"got {f_scale!r}", "pass e.g. f_scale=0.1")
-    scale = float(f_scale)
-    if not (math.isfinite(scale) and scale > 0.0):
+    if refused == "f_scale" or not isinstance(f_scale, (int, float)):
         raise _fail(
-            "expects f_scale > 0 and finite",
+            "expects f_scale > 0 and finite, a number",
             f"got {f_scale!r}",
-            "pass the residual size beyond which a point counts as an outlier",
+            "pass the residual size beyond which a point counts as an outlier, e.g. 0.1",
         )
-    return scale
+    return float(f_scale)
 
 
 def check_curve_inputs(
@@ -277,20 +270,32 @@ def check_curve_inputs(
 
 
 def _probe(f: Callable[..., Any], inputs: CurveInputs) -> None:
-    """Call f on the first samples at p0 and check it returns one finite value each."""
+    """Call f on the first samples at p0 (parameters that carry gradients, as LM's do) and
+    check it returns one finite value each; a NumPy model is refused here, before any work."""
     b = min(inputs.samples, PROBE_SAMPLES)
     xs = inputs.x[:b]
     xs = xs.movedim(0, -1) if inputs.samples_last else xs
-    params = inputs.p0.to(inputs.device, inputs.dtype).unbind()
+    start = inputs.p0.to(inputs.device, inputs.dtype)
+    params = [start[i].detach().clone().requires_grad_() for i in range(start.numel())]
     try:
-        with torch.no_grad():
+        with torch.enable_grad():
             out = f(xs, *params)
     except Exception as err:
+        if _runs_without_gradients(f, xs, params):
+            raise _fail(
+                "differentiates f by autodiff (f is evaluated on torch tensors, in slices)",
+                f"f ran on plain tensors and failed once its parameters carried gradients "
+                f"({type(err).__name__}: {err}): it is written with NumPy",
+                "fit a NumPy model with curve_fit(f, x, y, p0, full_output=True), which "
+                "differentiates it numerically; or write f with torch operations "
+                "(torch.exp, not np.exp) for curve_fit_result",
+            ) from err
         raise _fail(
             f"called f(x, *p0) with {len(params)} parameters on the first {b} points",
             f"it raised {type(err).__name__}: {err}",
             "check that p0 has one value per parameter of f and that f uses torch operations",
         ) from err
+    out = out.detach() if isinstance(out, torch.Tensor) else out
     if not isinstance(out, torch.Tensor):
         raise _fail(
             "expects f to return a torch.Tensor",
@@ -310,3 +315,13 @@ def _probe(f: Callable[..., Any], inputs: CurveInputs) -> None:
             f"f returned NaN/inf at p0 on the first {b} points",
             "start from a p0 where the model is defined",
         )
+
+
+def _runs_without_gradients(f: Callable[..., Any], xs: torch.Tensor, params: list[Any]) -> bool:
+    """Whether f(xs, *params) runs once the parameters carry no gradients."""
+    try:
+        with torch.no_grad():
+            f(xs, *(p.detach() for p in params))
+    except Exception:
+        return False
+    return True

@@ -15,9 +15,14 @@ import torch
 
 from marquardt.devices.messages import with_hint
 
+from ..._lm.robust import ROBUST_LOSSES, loss_refusal
+from ..bounds_rule import misordered
 from .providers import Whitening
 
 __all__ = [
+    "bound_sides",
+    "check_bound_order",
+    "checked_loss",
     "diff_step",
     "feasible_start",
     "hinted",
@@ -56,24 +61,41 @@ def parameter_count(f: Callable[..., Any]) -> int:
     return len(positional) - 1
 
 
-def scipy_bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+def bound_sides(bounds: Any) -> tuple[Any, Any]:
+    """(lower, upper) of SciPy's ``bounds``: a pair, or a ``scipy.optimize.Bounds``."""
     try:
         from scipy.optimize import Bounds as ScipyBounds
     except ImportError:  # pragma: no cover
         ScipyBounds = ()  # type: ignore[assignment,misc,unused-ignore]
     if ScipyBounds and isinstance(bounds, ScipyBounds):
-        lb, ub = bounds.lb, bounds.ub
-    else:
-        try:
-            lb, ub = bounds
-        except (TypeError, ValueError) as err:
-            raise hinted(
-                ValueError,
-                "`bounds` must contain 2 elements.",
-                "pass bounds=(lower, upper), each a number or one per parameter",
-            ) from err
+        return bounds.lb, bounds.ub
+    try:
+        lb, ub = bounds
+    except (TypeError, ValueError) as err:
+        raise hinted(
+            ValueError,
+            "`bounds` must contain 2 elements.",
+            "pass bounds=(lower, upper), each a number or one per parameter",
+        ) from err
+    return lb, ub
+
+
+def check_bound_order(lower: np.ndarray, upper: np.ndarray) -> None:
+    """SciPy's refusal of bounds with NaN or a lower bound not strictly below its upper one."""
+    bad = misordered(lower, upper)
+    if bad:
+        raise hinted(
+            ValueError,
+            "Each lower bound must be strictly less than each upper bound.",
+            f"at {bad[0]}: lower {lower[bad[0]]!r}, upper {upper[bad[0]]!r}; "
+            "use ±np.inf for no bound",
+        )
+
+
+def scipy_bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """SciPy's bounds as (lower, upper), (n,) each, checked."""
     sides = []
-    for side in (lb, ub):
+    for side in bound_sides(bounds):
         a = np.asarray(side, dtype=np.float64)
         if a.ndim == 0:
             a = np.full(n, float(a))
@@ -85,12 +107,7 @@ def scipy_bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
             )
         sides.append(a)
     lower, upper = sides
-    if np.any(np.isnan(lower)) or np.any(np.isnan(upper)) or np.any(lower >= upper):
-        raise hinted(
-            ValueError,
-            "Each lower bound must be strictly less than each upper bound.",
-            f"got lower {lower.tolist()}, upper {upper.tolist()}; use ±np.inf for no bound",
-        )
+    check_bound_order(lower, upper)
     return lower, upper
 
 
@@ -105,15 +122,36 @@ def feasible_start(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
 
 
 def non_negative(name: str, value: Any, *, positive: bool = False) -> float:
+    """``value`` as a float: TypeError when it is no number, ValueError when negative or NaN
+    (or not positive, with ``positive``)."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float, np.floating, np.integer))
     v = float(value) if ok else math.nan
     if not ok or math.isnan(v) or v < 0 or (positive and v <= 0):
         raise hinted(
-            ValueError,
+            ValueError if ok else TypeError,  # SciPy's classes: a bad number, not a number
             f"`{name}` must be a {'positive' if positive else 'non-negative'} number, got {value!r}.",
             f"pass e.g. {name}=1e-8",
         )
     return v
+
+
+def checked_loss(loss: Any, f_scale: Any) -> tuple[Any, Any]:
+    """(loss, f_scale) as given, refused with SciPy's messages where `loss_refusal` says so
+    (f_scale may hold one value per fit)."""
+    refused = loss_refusal(loss, f_scale)
+    if refused == "loss":
+        raise hinted(
+            ValueError,
+            f"`loss` must be one of {ROBUST_LOSSES} or a callable.",
+            f"got {loss!r}; a callable loss is not supported here: use one of the named ones",
+        )
+    if refused == "f_scale":
+        raise hinted(
+            ValueError,
+            f"`f_scale` must be a positive number, got {f_scale!r}.",
+            "pass the residual size beyond which a point counts as an outlier, e.g. f_scale=0.1",
+        )
+    return loss, f_scale
 
 
 def diff_step(kwargs: dict[str, Any], n: int) -> np.ndarray | None:

@@ -6,8 +6,8 @@ import warnings
 
 import numpy as np
 
-from ..._errors import CovarianceWarning
-from ..._rules import covariance_scale, singular_cut
+from ..._errors import CovarianceWarning, user_stacklevel
+from ..._rules import covariance_scale, pseudo_inverse_gram
 
 __all__ = ["columns_dependent", "pcov", "pivoted_qr"]
 
@@ -55,22 +55,20 @@ def _unscaled_lm(jac: np.ndarray) -> np.ndarray | None:
     return np.asarray(inv_r @ inv_r.T)
 
 
-def _unscaled_svd(jac: np.ndarray) -> np.ndarray | None:
+def _unscaled_least_squares(jac: np.ndarray) -> np.ndarray | None:
     """(JᵀJ)⁺ as SciPy's least_squares branch has it: J's SVD without the singular values
     below ε·max(N, P)·s₀."""
     _, s, vt = np.linalg.svd(jac, full_matrices=False)
     if s.size == 0 or not np.all(np.isfinite(s)):
         return None
-    keep = s > singular_cut(s[0], jac.shape[0], jac.shape[1], float(np.finfo(float).eps))
-    s, vt = s[keep], vt[: int(keep.sum())]
-    return np.asarray((vt.T / s**2) @ vt)
+    return np.asarray(pseudo_inverse_gram(s, vt, jac.shape[0], float(np.finfo(float).eps)))
 
 
 def pcov(
     jac: np.ndarray, cost2: float, n_points: int, n_params: int, absolute: bool, method: str
 ) -> np.ndarray:
     """SciPy's covariance for ``method``, scaled by s² = 2C/(N − P) unless ``absolute``."""
-    unscaled = _unscaled_lm(jac) if method == "lm" else _unscaled_svd(jac)
+    unscaled = _unscaled_lm(jac) if method == "lm" else _unscaled_least_squares(jac)
     indeterminate = np.full((n_params, n_params), np.inf)
     if unscaled is None or np.isnan(unscaled).any():
         pcov = indeterminate
@@ -83,6 +81,6 @@ def pcov(
         warnings.warn(
             "Covariance of the parameters could not be estimated",
             CovarianceWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     return pcov

@@ -29,21 +29,10 @@ import torch
 from marquardt.jacobian import keeps_grad_mode
 
 from ..._backends.blas_threads import one_blas_thread
-from ..._lm.robust import ROBUST_LOSSES
 from ..threads import choose_threads, torch_threads
-from .args import (
-    diff_step,
-    feasible_start,
-    hinted,
-    non_negative,
-    numpy_array,
-    omit_nan,
-    parameter_count,
-    refuse_non_finite,
-    scipy_bounds,
-    whitening,
-)
-from .engine import ENGINE_KEYWORDS, engine_fit
+from .args import hinted, numpy_array, omit_nan, refuse_non_finite, whitening
+from .engine import engine_fit
+from .options import ENGINE_KEYWORDS, SCIPY_KEYWORDS, FitOptions, fit_options
 from .providers import model_kind
 from .small_path import small_fit
 
@@ -61,34 +50,17 @@ ENGINE_ONE_THREAD_POINTS = 1_000_000
 #: From this many points a small fit also limits NumPy's BLAS to one thread (setting the
 #: limit costs more than a fit of fewer points).
 BLAS_POINTS = 10_000
-#: On the small path a torch model's steps take SciPy's finite differences (``jac``'s
-#: scheme, 2-point by default) and J at p̂, for pcov, is autodiff's: P + 1 plain
-#: evaluations of f cost several times less than one autodiff Jacobian on the CPU
-#: (benchmarks/NOTES.md, single small fits).
-_METHODS = ("trf", "dogbox", "lm")
-_SCHEMES = ("2-point", "3-point", "cs")
-_SCIPY_KEYWORDS = frozenset(
-    {
-        "maxfev",
-        "max_nfev",
-        "ftol",
-        "xtol",
-        "gtol",
-        "x_scale",
-        "diff_step",
-        "loss",
-        "f_scale",
-        "epsfcn",
-        "factor",
-        "col_deriv",
-        "tr_solver",
-        "tr_options",
-        "verbose",
-        "jac_sparsity",
-        "lsmr_tol",
-        "max_iter",
-    }
-)
+
+
+def takes_engine(
+    kind: str, points: int, on_device: bool, options: FitOptions, covariance: bool
+) -> bool:
+    """Whether a fit runs on the sliced engine: a torch model with more than
+    ``SMALL_POINTS`` points, data on a GPU or the engine's keywords, unless it asks for
+    what only the small path has (a J other than autodiff's, fixed scales, a covariance
+    matrix as sigma)."""
+    wanted = bool(options.engine) or points > SMALL_POINTS or on_device
+    return kind == "torch" and wanted and not options.differences and not covariance
 
 
 @keeps_grad_mode
@@ -145,7 +117,10 @@ def curve_fit(
             ``col_deriv``; ``factor``, ``verbose``, ``tr_solver``, ``tr_options``,
             ``jac_sparsity``, ``lsmr_tol`` and ``max_iter`` have no effect. A torch model
             also takes the engine's ``device``, ``dtype``, ``slice_size`` and
-            ``max_steps``, which send it to the sliced engine of `curve_fit_result`.
+            ``max_steps``, which send it to the sliced engine of `curve_fit_result`. Every
+            keyword means the same on both paths; a torch fit that asks for what only the
+            small path has (``jac``, ``diff_step``, numeric ``x_scale``, a covariance
+            matrix as ``sigma``) runs there at any size.
 
     Returns:
         ``(popt, pcov)``, or with ``full_output=True`` ``(popt, pcov, infodict, mesg,
@@ -178,13 +153,25 @@ def curve_fit(
             "'args' is not a supported keyword argument.",
             "bind extra arguments into f, e.g. lambda x, a, b: g(x, a, b, extra)",
         )
-    unknown = sorted(set(kwargs) - _SCIPY_KEYWORDS - ENGINE_KEYWORDS)
+    unknown = sorted(set(kwargs) - SCIPY_KEYWORDS - ENGINE_KEYWORDS)
     if unknown:
         raise hinted(
             TypeError,
             f"curve_fit() got an unexpected keyword argument {unknown[0]!r}.",
-            f"the keywords beyond SciPy's signature are {sorted(_SCIPY_KEYWORDS | ENGINE_KEYWORDS)}",
+            f"the keywords beyond SciPy's signature are {sorted(SCIPY_KEYWORDS | ENGINE_KEYWORDS)}",
         )
+    options = fit_options(
+        f,
+        p0,
+        bounds,
+        method,
+        jac,
+        absolute_sigma=absolute_sigma,
+        check_finite=check_finite,
+        full_output=full_output,
+        nan_policy=nan_policy,
+        kwargs=kwargs,
+    )
     torch_out = isinstance(ydata, torch.Tensor) or isinstance(xdata, torch.Tensor)
     out_device = (
         ydata.device
@@ -193,64 +180,21 @@ def curve_fit(
         if isinstance(xdata, torch.Tensor)
         else None
     )
-    n = parameter_count(f) if p0 is None else int(np.atleast_1d(numpy_array(p0)).size)
-    lower, upper = scipy_bounds(bounds, n)
-    start = (
-        feasible_start(lower, upper)
-        if p0 is None
-        else np.atleast_1d(numpy_array(p0)).reshape(-1).copy()
-    )
-    if not np.all(np.isfinite(start)):
-        raise hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
-    if np.any((start < lower) | (start > upper)):
-        raise hinted(
-            ValueError,
-            "Initial guess is outside of provided bounds",
-            f"p0 {start.tolist()} lies outside the bounds: start within them, or leave p0 out "
-            "for SciPy's feasible start",
-        )
-    bounded = bool(np.any(np.isfinite(lower) | np.isfinite(upper)))
-    if method is None:
-        method = "trf" if bounded else "lm"
-    if method not in _METHODS:
-        raise hinted(
-            ValueError,
-            "`method` must be 'trf', 'dogbox' or 'lm'.",
-            f"got {method!r}; all three run the same LM here",
-        )
-    if method == "lm" and bounded:
-        raise hinted(
-            ValueError,
-            "Method 'lm' only works for unconstrained problems. Use 'trf' or 'dogbox' instead.",
-            "leave method out: with bounds it defaults to 'trf'",
-        )
-    if jac is not None and not callable(jac) and jac not in _SCHEMES:
-        raise hinted(
-            ValueError,
-            "`jac` must be '2-point', '3-point', 'cs' or callable.",
-            f"got {jac!r}",
-        )
-    if check_finite is None:
-        check_finite = nan_policy is None
-    if nan_policy not in (None, "raise", "omit", "propagate"):
-        raise hinted(
-            ValueError,
-            "nan_policy must be one of {None, 'raise', 'omit'}",
-            f"got {nan_policy!r}",
-        )
+    n = options.params
     y = numpy_array(ydata).reshape(-1) if numpy_array(ydata).ndim else numpy_array(ydata).reshape(1)
     x = xdata
     if isinstance(xdata, (list, tuple, np.ndarray)):
         x = np.asarray(xdata, dtype=np.float64)
     elif isinstance(xdata, torch.Tensor):
         x = xdata.detach().cpu().to(torch.float64).numpy()
-    if check_finite:
+    if options.check_finite:
         refuse_non_finite("ydata", y)
         if isinstance(x, np.ndarray):
             refuse_non_finite("xdata", x)
     if y.size == 0:
         raise hinted(ValueError, "`ydata` must not be empty!", "pass at least one data point")
-    if not check_finite and nan_policy is not None:
+    omitted = False
+    if not options.check_finite and nan_policy is not None:
         if nan_policy == "propagate":
             raise hinted(
                 ValueError,
@@ -266,102 +210,26 @@ def curve_fit(
             )
         if has_nan:
             x, y, sigma = omit_nan(x, y, sigma)
-    if method == "lm" and y.size != 1 and n > y.size:
+            omitted = True
+    if options.method == "lm" and y.size != 1 and n > y.size:
         raise hinted(
             TypeError,
             f"The number of func parameters={n} must not exceed the number of data points={y.size}",
             "fit fewer parameters or give more points",
         )
     weights = whitening(sigma, y.size)
-    maxfev = kwargs.get("max_nfev", kwargs.get("maxfev"))
-    if maxfev is None:
-        maxfev = 200 * (n + 1) if method == "lm" else 100 * n
-    if isinstance(maxfev, bool) or not isinstance(maxfev, (int, np.integer)) or maxfev < 1:
-        raise hinted(
-            ValueError,
-            f"`max_nfev` must be None or a positive integer, got {maxfev!r}.",
-            "pass e.g. maxfev=1000",
-        )
-    tol = {k: non_negative(k, kwargs.get(k, 1e-8)) for k in ("ftol", "xtol", "gtol")}
-    loss = kwargs.get("loss", "linear")
-    if loss not in ROBUST_LOSSES:
-        raise hinted(
-            ValueError,
-            f"`loss` must be one of {ROBUST_LOSSES} or a callable.",
-            f"got {loss!r}; a callable loss is not supported here: use one of the named ones",
-        )
-    f_scale = non_negative("f_scale", kwargs.get("f_scale", 1.0), positive=True)
-    x_scale = kwargs.get("x_scale")
-    scale: np.ndarray | None = None
-    if x_scale is not None and not (isinstance(x_scale, str) and x_scale == "jac"):
-        try:
-            scale = np.broadcast_to(np.asarray(x_scale, dtype=np.float64), (n,)).copy()
-        except (TypeError, ValueError) as err:
-            raise hinted(
-                ValueError,
-                "`x_scale` must be 'jac' or array_like with positive numbers.",
-                f"got {x_scale!r}",
-            ) from err
-        if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
-            raise hinted(
-                ValueError,
-                "`x_scale` must be 'jac' or array_like with positive numbers.",
-                f"got {x_scale!r}",
-            )
-    steps = diff_step(kwargs, n)
-    if callable(jac) and kwargs.get("col_deriv"):  # leastsq's Jacobian by columns: P × N
-        by_columns = jac
-
-        def jac(x: Any, *p: Any) -> Any:
-            return np.asarray(by_columns(x, *p)).T
-
     # One torch thread (and one BLAS thread from BLAS_POINTS points on) for a small fit:
     # its kernels are too short to share, and two pools alternating on busy cores made a
     # fit of 10⁴ points many times slower with torch's default two threads than with one.
     blas = one_blas_thread() if y.size >= BLAS_POINTS else nullcontext()
     with torch_threads(1), blas:
-        kind, _, untracked, first = model_kind(f, x, start)
+        kind, _, untracked, first = model_kind(f, x, options.start)
         on_device = out_device is not None and out_device.type != "cpu"
-        engine = bool(ENGINE_KEYWORDS & set(kwargs)) or (
-            kind == "torch" and (y.size > SMALL_POINTS or on_device)
-        )
-        if not (engine and kind == "torch" and weights.factor is None and jac is None):
+        if not takes_engine(kind, y.size, on_device, options, weights.factor is not None):
             return small_fit(
-                f,
-                x,
-                y,
-                start,
-                lower,
-                upper,
-                weights,
-                jac,
-                method,
-                loss,
-                f_scale,
-                scale,
-                steps,
-                int(maxfev),
-                tol,
-                absolute_sigma,
-                full_output,
-                torch_out,
-                out_device,
-                kind,
-                untracked,
-                first,
+                f, x, y, weights, options, torch_out, out_device, kind, untracked, first
             )
+    # Data whose NaN points were dropped go on as the arrays that hold the rest.
+    xs, ys = (x, y) if omitted else (xdata, ydata)
     with torch_threads(choose_threads(y.size, ENGINE_ONE_THREAD_POINTS)):
-        return engine_fit(
-            f,
-            xdata,
-            ydata,
-            start,
-            sigma,
-            absolute_sigma,
-            (lower, upper),
-            loss,
-            f_scale,
-            full_output,
-            torch_out,
-            kwargs,
-        )
+        return engine_fit(f, xs, ys, sigma, options, torch_out, out_device)

@@ -9,33 +9,32 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._errors import CovarianceWarning, OptimizeWarning
+from ..._errors import CovarianceWarning, OptimizeWarning, user_stacklevel
 from ..large.fit import curve_fit_result
 from .args import numpy_array
+from .options import FitOptions
 
-__all__ = ["ENGINE_KEYWORDS", "engine_fit"]
-
-ENGINE_KEYWORDS = frozenset({"device", "dtype", "slice_size", "max_steps"})
+__all__ = ["engine_fit"]
 
 
 def engine_fit(
     f: Callable[..., Any],
     xdata: Any,
     ydata: Any,
-    start: np.ndarray,
     sigma: Any,
-    absolute_sigma: bool,
-    bounds: tuple[np.ndarray, np.ndarray],
-    loss: str,
-    f_scale: float,
-    full_output: bool,
+    options: FitOptions,
     torch_out: bool,
-    kwargs: dict[str, Any],
+    out_device: torch.device | None,
 ) -> Any:
-    """A large torch fit through the sliced engine; results back in SciPy's form."""
-    engine_kw = {k: kwargs[k] for k in ENGINE_KEYWORDS if k in kwargs}
-    if "max_steps" not in engine_kw and ("maxfev" in kwargs or "max_nfev" in kwargs):
-        engine_kw["max_steps"] = int(kwargs.get("max_nfev") or kwargs["maxfev"])
+    """A large torch fit through the sliced engine; results back in SciPy's form.
+
+    The engine reads the same `FitOptions` as the small path: the start and the bounds, the
+    loss, the fit tests, and the evaluation budget as its step budget (each LM step
+    evaluates f at least once; the engine's own ``max_steps``, when given, wins). A budget
+    spent raises SciPy's ``RuntimeError``, as on the small path.
+    """
+    tests = options.tests
+    engine_kw = {"max_steps": tests.max_nfev, **options.engine}
     x = (
         xdata
         if isinstance(xdata, torch.Tensor)
@@ -49,19 +48,23 @@ def engine_fit(
     if sigma is not None:
         s = numpy_array(sigma).reshape(-1)
         sigma = np.broadcast_to(s, (y.numel(),)).copy() if s.size == 1 else s
-    _warn_if_mixing(f, x, start)
+    _warn_if_mixing(f, x, options.start)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CovarianceWarning)
+        # The engine's own warnings say what the SciPy-form results below say again.
+        warnings.simplefilter("ignore", OptimizeWarning)
         res = curve_fit_result(
             f,
             x,
             y,
-            start,
+            options.start,
             sigma=sigma,
-            absolute_sigma=absolute_sigma,
-            bounds=(torch.from_numpy(bounds[0]), torch.from_numpy(bounds[1])),
-            loss=loss,
-            f_scale=f_scale,
+            absolute_sigma=options.absolute_sigma,
+            bounds=(torch.from_numpy(options.lower), torch.from_numpy(options.upper)),
+            loss=options.loss,
+            f_scale=options.f_scale,
+            ftol=tests.ftol,
+            xtol=tests.xtol,
+            gtol=tests.gtol,
             **engine_kw,
         )
     if not res.success:
@@ -72,15 +75,17 @@ def engine_fit(
         )
     if bool(torch.isinf(res.pcov).any()):
         warnings.warn(
-            "Covariance of the parameters could not be estimated", CovarianceWarning, stacklevel=3
+            "Covariance of the parameters could not be estimated",
+            CovarianceWarning,
+            stacklevel=user_stacklevel(),
         )
-    device = y.device if isinstance(ydata, torch.Tensor) else x.device
+    device = out_device if out_device is not None else x.device
     popt, pcov = (
         (res.popt.to(device), res.pcov.to(device))
         if torch_out
         else (res.popt.numpy(), res.pcov.numpy())
     )
-    if not full_output:
+    if not options.full_output:
         return popt, pcov
     info = {"nfev": res.steps + 1, "fvec": res.residuals.numpy()}
     return popt, pcov, info, res.reason, 1
@@ -103,5 +108,5 @@ def _warn_if_mixing(f: Callable[..., Any], x: torch.Tensor, start: np.ndarray) -
             "such a model. HINT: compute data-wide constants once outside f, or fit on the "
             "small path (fewer points, no device/slice_size keywords)",
             OptimizeWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )

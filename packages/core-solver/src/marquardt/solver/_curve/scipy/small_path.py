@@ -12,6 +12,7 @@ import torch
 from ..small.single import solve_small
 from .covariance import columns_dependent, pivoted_qr
 from .covariance import pcov as scipy_pcov
+from .options import FitOptions
 from .providers import DifferenceProvider, TorchProvider, Whitening
 
 __all__ = ["small_fit"]
@@ -21,28 +22,24 @@ def small_fit(
     f: Callable[..., Any],
     x: Any,
     y: np.ndarray,
-    start: np.ndarray,
-    lower: np.ndarray,
-    upper: np.ndarray,
     whitening: Whitening,
-    jac: Any,
-    method: str,
-    loss: str,
-    f_scale: float,
-    scale: np.ndarray | None,
-    diff_step: np.ndarray | None,
-    maxfev: int,
-    tol: dict[str, float],
-    absolute_sigma: bool,
-    full_output: bool,
+    options: FitOptions,
     torch_out: bool,
     out_device: Any,
     kind: str,
     untracked: list[int],
     first: np.ndarray | None = None,
 ) -> Any:
-    """The fit on the small path (``_curve.small.single``) with ``kind``'s provider of J."""
+    """The fit on the small path (``_curve.small.single``) with ``kind``'s provider of J.
+
+    A torch model's steps take SciPy's finite differences (``jac``'s scheme, 2-point by
+    default) and J at p̂, for pcov, is autodiff's: P + 1 plain evaluations of f cost several
+    times less than one autodiff Jacobian on the CPU (benchmarks/NOTES.md, single small fits).
+    """
+    start, lower, upper, jac = options.start, options.lower, options.upper, options.jac
     n = start.size
+    scheme = jac if isinstance(jac, str) else "2-point"
+    given = jac if callable(jac) else None
     if kind == "torch":
         provider: Any = TorchProvider(
             f,
@@ -50,9 +47,9 @@ def small_fit(
             y,
             whitening,
             differences=(lower, upper),
-            scheme=jac if isinstance(jac, str) else "2-point",
-            diff_step=diff_step,
-            jac=jac if callable(jac) else None,
+            scheme=scheme,
+            diff_step=options.diff_step,
+            jac=given,
             first=None if first is None else (start, first),
         )
         if untracked and jac is None:  # a named scheme or jac never differentiates by autodiff
@@ -63,9 +60,9 @@ def small_fit(
             x,
             y,
             whitening,
-            scheme=jac if isinstance(jac, str) else "2-point",
-            diff_step=diff_step,
-            jac=jac if callable(jac) else None,
+            scheme=scheme,
+            diff_step=options.diff_step,
+            jac=given,
             lower=lower,
             upper=upper,
         )
@@ -74,25 +71,27 @@ def small_fit(
         start,
         lower,
         upper,
-        max_nfev=int(maxfev),
-        x_scale=scale,
-        loss=loss,
-        f_scale=f_scale,
-        **tol,
+        max_nfev=options.tests.max_nfev,
+        x_scale=options.x_scale,
+        loss=options.loss,
+        f_scale=options.f_scale,
+        **options.tests.tolerances(),
     )
     if fit.status == 0:
         raise RuntimeError(
             "Optimal parameters not found: "
             + fit.message
-            + f" HINT: raise maxfev (it was {maxfev}) or start nearer the optimum"
+            + f" HINT: raise maxfev (it was {options.tests.max_nfev}) or start nearer the optimum"
         )
     final = fit.jacobian
-    if isinstance(provider, TorchProvider) and jac is None and loss == "linear":
+    if isinstance(provider, TorchProvider) and jac is None and options.loss == "linear":
         # The steps used differences; pcov is autodiff's J at p̂, unless that J's columns are
         # dependent beyond what a float64 covariance can hold: then SciPy's J, as SciPy has.
         exact = provider.exact_jacobian(fit.params)
         final = final if columns_dependent(exact) else exact
-    pcov = scipy_pcov(final, 2.0 * fit.cost, fit.residuals.size, n, absolute_sigma, method)
+    pcov = scipy_pcov(
+        final, 2.0 * fit.cost, fit.residuals.size, n, options.absolute_sigma, options.method
+    )
     popt = fit.params
     if torch_out:
         popt_t = torch.from_numpy(popt.copy()).to(out_device)
@@ -100,10 +99,10 @@ def small_fit(
         result: tuple[Any, ...] = (popt_t, pcov_t)
     else:
         result = (popt, pcov)
-    if not full_output:
+    if not options.full_output:
         return result
     info: dict[str, Any] = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
-    if method == "lm":  # leastsq's factor of J at p̂: R (transposed), pivots, Qᵀr
+    if options.method == "lm":  # leastsq's factor of J at p̂: R (transposed), pivots, Qᵀr
         q, r, piv = pivoted_qr(final)
         info.update(fjac=r.T, ipvt=piv + 1, qtf=q.T @ fit.residuals)
     return (*result, info, fit.message, fit.status)

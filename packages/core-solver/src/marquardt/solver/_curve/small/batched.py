@@ -19,7 +19,7 @@ its own loss and f_scale. A fit that stops keeps its values: the arithmetic of t
 goes on around it under masks, and every ``CHECK_EVERY`` iterations (on a GPU one small
 host read) the running count ends the loop or, when at most ``GATHER_SHARE`` of the fits
 still run, gathers those into a smaller batch so that finished fits cost nothing. The
-rules (λ, D, the stopping tests and codes, the robust rows) are ``_rules``'s, which the
+rules (λ, D, the fit tests and codes, the robust rows) are ``_rules``'s, which the
 single fit and `NielsenDamping` use too.
 """
 
@@ -31,26 +31,18 @@ from typing import Protocol
 
 import torch
 
+from ... import _rules
 from ..._lm.robust import rho
-from ..._rules import (
-    NU_START,
-    column_norms,
-    ftol_met,
-    gain_ratio,
-    gtol_met,
-    held_at_bounds,
-    nielsen_accept,
-    nielsen_reject,
-    robust_rows,
-    start_damping,
-    start_scaling,
-    stop_status,
-    updated_scaling,
-    xtol_met,
-)
-from ..._rules import STATUS_MESSAGES as SCIPY_MESSAGES
 
-__all__ = ["CHECK_EVERY", "RUNNING", "STATUS_MESSAGES", "BatchData", "BatchState", "solve_batch"]
+__all__ = [
+    "CHECK_EVERY",
+    "RUNNING",
+    "STATUS_MESSAGES",
+    "TOO_FEW_POINTS",
+    "BatchData",
+    "BatchState",
+    "solve_batch",
+]
 
 
 class BatchModel(Protocol):
@@ -84,10 +76,13 @@ _LAMBDA_MAX = 1e30
 
 #: Each fit's status: SciPy's ``least_squares`` codes 0-4, and two of Gpufit's states.
 STATUS_MESSAGES = {
-    **SCIPY_MESSAGES,
+    **_rules.STATUS_MESSAGES,
     -1: "Singular: the damped normal equations could not be factorised at any damping.",
     -2: "Non-finite: f or its Jacobian is NaN or infinite at the start or at the current point.",
+    -3: "Too few points: the NaN points omitted left fewer points than parameters.",
 }
+#: The status of a fit that ``nan_policy="omit"`` left with fewer points than parameters.
+TOO_FEW_POINTS = -3
 
 
 @dataclass(frozen=True)
@@ -167,7 +162,7 @@ def _measure(r: torch.Tensor, data: BatchData) -> tuple[torch.Tensor, torch.Tens
             torch.where(here, d1, first),
             torch.where(here, d2, second),
         )
-    scale, scaled = robust_rows(r, z, first, second)
+    scale, scaled = _rules.robust_scaling(r, z, first, second)
     return 0.5 * (c[:, 0] ** 2) * value.sum(1), scale, scaled
 
 
@@ -195,9 +190,9 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
     r, j = _residuals(values, jac, data)
     cost, rows, rs = _measure(r, data)
     js = _scaled_rows(j, rows, data)
-    norms = column_norms(js)
-    d = start_scaling(norms)
-    lam = start_damping(norms, d)
+    norms = _rules.column_norms(js)
+    d = _rules.start_scaling(norms)
+    lam = _rules.start_damping(norms, d)
     finite = torch.isfinite(r.sum(1) + j.sum((1, 2)))
     count = torch.ones(p.shape[0], dtype=torch.int64, device=p.device)
     status = torch.where(finite, RUNNING, -2)
@@ -210,7 +205,7 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
         js,
         d,
         lam,
-        torch.full_like(cost, NU_START),
+        torch.full_like(cost, _rules.NU_START),
         count,
         count.clone(),
         torch.zeros_like(count),
@@ -240,9 +235,9 @@ def _iterate(
 ) -> BatchState:
     """One trial for every running fit (module docstring)."""
     g = torch.einsum("mnp,mn->mp", s.js, s.rs)
-    held = held_at_bounds(s.p, data.lower, data.upper, g)
+    held = _rules.held_at_bounds(s.p, data.lower, data.upper, g)
     running = s.status == RUNNING
-    small_gradient = gtol_met(g, held, s.cost, tol["gtol"])
+    small_gradient = _rules.gtol_met(g, held, s.cost, tol["gtol"])
     status = torch.where(running & small_gradient, 1, s.status)
     status = torch.where((status == RUNNING) & (s.nfev >= max_nfev), 0, status)
     running = status == RUNNING
@@ -256,19 +251,23 @@ def _iterate(
     linear = s.rs + torch.bmm(s.js, step[:, :, None])[:, :, 0]
     predicted = s.cost - 0.5 * (linear * linear).sum(1)
     actual = s.cost - cost_new
-    ratio = gain_ratio(actual, predicted)
-    small_step = xtol_met(s.d, step, s.p, tol["xtol"])
+    ratio = _rules.gain_ratio(actual, predicted)
+    small_step = _rules.xtol_met(s.d, step, s.p, tol["xtol"])
     tried = running & solved
     accept = tried & finite & (actual > 0)
     reject = (tried & ~accept) | (running & ~solved)
-    ftol_ok = accept & ftol_met(actual, s.cost, ratio, tol["ftol"])
+    ftol_ok = accept & _rules.ftol_met(actual, s.cost, ratio, tol["ftol"])
     stop_small = small_step & tried & finite
-    done = stop_status(ftol_ok, small_step)
+    done = _rules.stop_status(ftol_ok, small_step)
     status = torch.where(stop_small | ftol_ok, done, status)
     js_new = _scaled_rows(j_new, rows_new, data)
-    raised, doubled = nielsen_reject(s.lam, s.nu)
-    lam = torch.where(accept, nielsen_accept(s.lam, ratio), torch.where(reject, raised, s.lam))
-    nu = torch.where(accept, torch.full_like(s.nu, NU_START), torch.where(reject, doubled, s.nu))
+    raised, doubled = _rules.nielsen_reject(s.lam, s.nu)
+    lam = torch.where(
+        accept, _rules.nielsen_accept(s.lam, ratio), torch.where(reject, raised, s.lam)
+    )
+    nu = torch.where(
+        accept, torch.full_like(s.nu, _rules.NU_START), torch.where(reject, doubled, s.nu)
+    )
     status = torch.where(running & ~solved & (lam > _LAMBDA_MAX), -1, status)
     a1, a3 = accept[:, None], accept[:, None, None]
     return BatchState(
@@ -278,7 +277,7 @@ def _iterate(
         rows=torch.where(a1, rows_new, s.rows),
         rs=torch.where(a1, rs_new, s.rs),
         js=torch.where(a3, js_new, s.js),
-        d=torch.where(a1, updated_scaling(s.d, column_norms(js_new)), s.d),
+        d=torch.where(a1, _rules.updated_scaling(s.d, _rules.column_norms(js_new)), s.d),
         lam=lam,
         nu=nu,
         nfev=s.nfev + tried.to(s.nfev.dtype),

@@ -18,7 +18,7 @@ rule for λ. Stopping follows ``scipy.optimize.least_squares``:
 
 Robust losses scale J's rows and r as ``least_squares`` does (√(ρ' + 2ρ''z) and ρ'/that).
 Everything is float64 NumPy; no host reads but the numbers themselves, no threads. The
-rules (λ, D, the stopping tests and codes, the robust rows) are ``_rules``'s, which the
+rules (λ, D, the fit tests and codes, the robust rows) are ``_rules``'s, which the
 batched fits and `NielsenDamping` use too.
 """
 
@@ -30,24 +30,8 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from ... import _rules
 from ..._lm.robust import rho
-from ..._rules import (
-    NU_START,
-    STATUS_MESSAGES,
-    column_norms,
-    ftol_met,
-    gain_ratio,
-    gtol_met,
-    held_at_bounds,
-    nielsen_accept,
-    nielsen_reject,
-    robust_rows,
-    start_damping,
-    start_scaling,
-    stop_status,
-    updated_scaling,
-    xtol_met,
-)
 
 __all__ = ["Provider", "SmallFit", "solve_small"]
 
@@ -55,8 +39,8 @@ __all__ = ["Provider", "SmallFit", "solve_small"]
 #: Gram matrix JᵀJ + λD² (a P × P solve); beyond it from J's QR factor.
 GRAM_CONDITION = 1e4
 
-#: SciPy's ``status`` codes and messages, by stopping test.
-MESSAGES = STATUS_MESSAGES
+#: SciPy's ``status`` codes and messages, by fit test.
+MESSAGES = _rules.STATUS_MESSAGES
 
 
 class Provider(Protocol):
@@ -89,7 +73,7 @@ def _robust(r: np.ndarray, loss: str, c: float) -> tuple[float, np.ndarray, np.n
     """(½Σc²ρ(z), row scale for J, scaled r) at residuals r."""
     z = (r / c) ** 2
     value, first, second = (t.numpy() for t in rho(loss, torch.from_numpy(z)))
-    scale, scaled = robust_rows(r, z, first, second)
+    scale, scaled = _rules.robust_scaling(r, z, first, second)
     return 0.5 * c * c * float(value.sum()), scale, scaled
 
 
@@ -107,7 +91,7 @@ def solve_small(
     loss: str = "linear",
     f_scale: float = 1.0,
 ) -> SmallFit:
-    """LM from ``p0`` (feasible) until a stopping test holds or ``max_nfev`` evaluations."""
+    """LM from ``p0`` (feasible) until a fit test holds or ``max_nfev`` evaluations."""
     p = np.clip(p0.astype(np.float64), lower, upper)
     linear = loss == "linear"
     r = provider.residuals(p)
@@ -122,16 +106,16 @@ def solve_small(
     j = provider.jacobian(p, r)
     njev += 1
     js = j if rows is None else j * rows[:, None]
-    norms = column_norms(js)
-    d = 1.0 / x_scale if x_scale is not None else start_scaling(norms)
-    lam = float(start_damping(norms, d))
-    nu = NU_START
+    norms = _rules.column_norms(js)
+    d = 1.0 / x_scale if x_scale is not None else _rules.start_scaling(norms)
+    lam = float(_rules.start_damping(norms, d))
+    nu = _rules.NU_START
     status = 0
     size = p.size
     while True:
         g = js.T @ rs
-        pushing = held_at_bounds(p, lower, upper, g)
-        if gtol_met(g, pushing, cost, gtol):
+        pushing = _rules.held_at_bounds(p, lower, upper, g)
+        if _rules.gtol_met(g, pushing, cost, gtol):
             status = 1
             break
         if nfev >= max_nfev:
@@ -162,24 +146,24 @@ def solve_small(
             nfev += 1
             steps += 1
             if not np.all(np.isfinite(r_new)):
-                lam, nu = nielsen_reject(lam, nu)
+                lam, nu = _rules.nielsen_reject(lam, nu)
                 continue
             cost_new, rows_new, rs_new = measure(r_new)
             model = rs + js @ step
             predicted = cost - 0.5 * float(model @ model)
             actual = cost - cost_new
-            ratio = gain_ratio(actual, predicted)
-            small_step = bool(xtol_met(d, step, p, xtol))
+            ratio = _rules.gain_ratio(actual, predicted)
+            small_step = bool(_rules.xtol_met(d, step, p, xtol))
             if actual > 0:
-                ftol_ok = bool(ftol_met(actual, cost, ratio, ftol))
+                ftol_ok = bool(_rules.ftol_met(actual, cost, ratio, ftol))
                 p, r, cost, rows, rs = trial, r_new, cost_new, rows_new, rs_new
-                lam = nielsen_accept(lam, ratio)
-                nu = NU_START
+                lam = _rules.nielsen_accept(lam, ratio)
+                nu = _rules.NU_START
                 accepted = True
                 if ftol_ok or small_step:
-                    status = int(stop_status(ftol_ok, small_step))
+                    status = int(_rules.stop_status(ftol_ok, small_step))
                 break
-            lam, nu = nielsen_reject(lam, nu)
+            lam, nu = _rules.nielsen_reject(lam, nu)
             if small_step:
                 status = 3
                 break
@@ -192,7 +176,7 @@ def solve_small(
         njev += 1
         js = j if rows is None else j * rows[:, None]
         if x_scale is None:
-            d = updated_scaling(d, column_norms(js))
+            d = _rules.updated_scaling(d, _rules.column_norms(js))
     return SmallFit(
         params=p,
         residuals=r,
