@@ -17,10 +17,9 @@ uninterrupted one would (``marquardt.trainer._persistence._callback_state``).
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 #: A callback function: ``fn(trainer, config, writer)``.
 CallbackFunction = Callable[..., Any]
@@ -182,8 +181,8 @@ class Callback:
 
 
 #: The argument lists of a callback that does its own work (``run_callback`` overridden,
-#: ``Callback``'s constructor kept), added to its docstring by ``own_work``.
-_OWN_WORK_LISTS = """
+#: ``Callback``'s constructor kept), added to its docstring by ``with_lists``.
+OWN_WORK_LISTS = """
 Arguments:
     on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
     called_every: run every that many epochs, as for `Callback`.
@@ -194,22 +193,6 @@ Arguments:
 Raises:
     ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
 """
-
-C = TypeVar("C", bound=type[Callback])
-
-
-def own_work(cls: C) -> C:
-    """Give ``cls``, a callback that overrides only ``run_callback``, the argument lists of
-    ``Callback``'s constructor in its docstring (written once, here).
-
-    Arguments:
-        cls: the callback class; its docstring says what it does.
-
-    Returns:
-        ``cls``, its docstring followed by the Arguments and Raises lists.
-    """
-    cls.__doc__ = f"{inspect.cleandoc(cls.__doc__ or '')}\n{_OWN_WORK_LISTS}"
-    return cls
 
 
 class CallbacksManager:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import Callback, TrainingStage, own_work
+from .._doclists import with_lists
+from ._base import OWN_WORK_LISTS, Callback, TrainingStage
 
 
 def _context(trainer: Any) -> Any:
@@ -36,7 +37,7 @@ def _checkpoints(trainer: Any) -> Any:
     return getattr(trainer, "folder_checkpoints", None)
 
 
-@own_work
+@with_lists(OWN_WORK_LISTS)
 class PrintMetrics(Callback):
     """Print ``opt_result``'s metrics in perceptrain's format (rank, device, epoch, loss)."""
 
@@ -44,7 +45,7 @@ class PrintMetrics(Callback):
         writer.print_metrics(trainer.opt_result)
 
 
-@own_work
+@with_lists(OWN_WORK_LISTS)
 class WriteMetrics(Callback):
     """Write ``opt_result``'s metrics to the tracking tools (and ``metrics.csv``)."""
 
@@ -53,7 +54,7 @@ class WriteMetrics(Callback):
         writer.write(opt_result.iteration, opt_result.metrics)
 
 
-@own_work
+@with_lists(OWN_WORK_LISTS)
 class WritePlots(Callback):
     """Write the figures of ``config.plotting_functions`` at this epoch."""
 
@@ -66,7 +67,7 @@ class WritePlots(Callback):
 PlotMetrics = WritePlots
 
 
-@own_work
+@with_lists(OWN_WORK_LISTS)
 class LogHyperparameters(Callback):
     """Log ``config.hyperparams`` to the tracking tools."""
 
@@ -74,7 +75,7 @@ class LogHyperparameters(Callback):
         writer.log_hyperparams(config.hyperparams)
 
 
-@own_work
+@with_lists(OWN_WORK_LISTS)
 class LogModelTracker(Callback):
     """Log the model (its weights, ``model.pt``) to the tracking tools."""
 
@@ -87,7 +88,7 @@ class LogModelTracker(Callback):
         )
 
 
-@own_work
+@with_lists(OWN_WORK_LISTS)
 class SaveCheckpoint(Callback):
     """Write a checkpoint of the run as it stands.
 

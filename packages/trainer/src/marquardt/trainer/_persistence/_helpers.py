@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._callbacks._base import Callback, own_work
+from .._callbacks._base import OWN_WORK_LISTS, Callback
+from .._doclists import with_lists
 from .._errors import CheckpointCorruptError
 from . import _files as ckpt
 
@@ -218,7 +219,7 @@ class FolderCheckpoints:
         write_checkpoint(trainer.config.log_folder, trainer.model, trainer.optimizer, "best")
 
 
-@own_work
+@with_lists(OWN_WORK_LISTS)
 class LoadCheckpoint(Callback):
     """Load the newest checkpoint of ``config.log_folder`` into the model and optimizer.
 
