@@ -91,6 +91,18 @@ def test_a_logger_of_ones_own_gets_every_call_in_order(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.csv").exists()  # the CSV is always written
 
 
+def test_every_tracking_tool_name_is_checked_and_built_from_one_table() -> None:
+    from marquardt.trainer import ExperimentTrackingTool
+    from marquardt.trainer._logging._run_logger import make_loggers
+
+    assert ExperimentTrackingTool.names() == ("tensorboard", "mlflow", "csv")
+    for tool in ExperimentTrackingTool:
+        assert TrainConfig(tracking_tool=tool.value).tracking == (tool.value,)
+        assert [type(g) for g in make_loggers([tool.value])][-1] is tool.logger
+        assert tool == tool.value and str(tool) == tool.value
+    assert [type(g) for g in make_loggers(["mlflow"])] == [CSVLogger, MLflowLogger]
+
+
 def test_unknown_names_and_objects_are_refused_with_the_known_names() -> None:
     with pytest.raises(ConfigError, match=r"among tensorboard, mlflow, csv.*unknown: 'wandb'"):
         TrainConfig(tracking_tool=["csv", "wandb"])

@@ -36,7 +36,8 @@ HPARAMS = "hparams.json"
 def make_loggers(tools: Iterable[Any]) -> list[Logger]:
     """Loggers for ``TrainConfig.tracking``: names built by ``ExperimentTrackingTool``'s
     table with their defaults, instances kept, and a ``CSVLogger`` when there is none."""
-    loggers = [ExperimentTrackingTool(t).logger() if isinstance(t, str) else t for t in tools]
+    named = ExperimentTrackingTool.logger_named
+    loggers = [named(t)() if isinstance(t, str) else t for t in tools]
     if not any(isinstance(logger, CSVLogger) for logger in loggers):
         loggers.insert(0, CSVLogger())
     return loggers

@@ -43,3 +43,11 @@ class ExperimentTrackingTool(str, Enum):
     def names(cls) -> tuple[str, ...]:
         """Every tracking tool's name, in the table's order."""
         return tuple(str(member.value) for member in cls)
+
+    @classmethod
+    def logger_named(cls, name: str) -> type[Any]:
+        """The logger class the tracking tool ``name`` builds (``KeyError`` if none)."""
+        for member in cls:
+            if member.value == name:
+                return member.logger
+        raise KeyError(name)

@@ -115,7 +115,7 @@ class LMLoop:
     kind = "lm"
     optimizer_name = "LMA"
     #: LM casts nothing: the LMA works in the dtype of the model and the batches.
-    dtype = None
+    dtype: torch.dtype | None = None
 
     def __init__(self, model: nn.Module, lma: Any, config: TrainConfig) -> None:
         self.factory: Callable[..., Any] | None = None
