@@ -88,6 +88,8 @@ def test_cosine_annealing_follows_the_cosine_from_each_groups_first_rate() -> No
     resumed.run_callback(trainer, None, None)
     assert [g["lr"] for g in trainer.optimizer.param_groups] == pytest.approx([0.1, 0.1])
     assert math.isclose(callback.state_dict()["initial_lrs"][1], 0.5)
+    with pytest.raises(ValueError, match=r"LRSchedulerCosineAnnealing\(t_max=0\).*HINT"):
+        LRSchedulerCosineAnnealing("train_epoch_end", 1, t_max=0)
 
 
 def test_reduce_on_plateau_reduces_after_patience_and_stops_at_min_lr() -> None:

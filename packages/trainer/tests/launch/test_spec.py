@@ -13,7 +13,8 @@ from torch import nn
 from marquardt.trainer import ConfigError, TrainConfig, Trainer
 from marquardt.trainer._data._sources import DataSource
 from marquardt.trainer._environments import ProcessLayout, SpawnedProcess
-from marquardt.trainer._launch._spec import OptimizerSpec, SchedulerSpec, WorkerSpec
+from marquardt.trainer._launch._spec import SchedulerSpec, WorkerSpec
+from marquardt.trainer._loops._gradient import OptimizerSpec
 from marquardt.trainer._persistence._plan import RunPlan
 from marquardt.trainer.optimize_step import optimize_step
 

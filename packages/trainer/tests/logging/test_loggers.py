@@ -91,8 +91,20 @@ def test_a_logger_of_ones_own_gets_every_call_in_order(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.csv").exists()  # the CSV is always written
 
 
+def test_every_tracking_tool_name_is_checked_and_built_from_one_table() -> None:
+    from marquardt.trainer import ExperimentTrackingTool
+    from marquardt.trainer._logging._run_logger import make_loggers
+
+    assert ExperimentTrackingTool.names() == ("tensorboard", "mlflow", "csv")
+    for tool in ExperimentTrackingTool:
+        assert TrainConfig(tracking_tool=tool.value).tracking == (tool.value,)
+        assert [type(g) for g in make_loggers([tool.value])][-1] is tool.logger
+        assert tool == tool.value and str(tool) == tool.value
+    assert [type(g) for g in make_loggers(["mlflow"])] == [CSVLogger, MLflowLogger]
+
+
 def test_unknown_names_and_objects_are_refused_with_the_known_names() -> None:
-    with pytest.raises(ConfigError, match=r"among csv, tensorboard, mlflow.*unknown: 'wandb'"):
+    with pytest.raises(ConfigError, match=r"among tensorboard, mlflow, csv.*unknown: 'wandb'"):
         TrainConfig(tracking_tool=["csv", "wandb"])
     with pytest.raises(ConfigError, match=r"loggers \(objects with start, log_hyperparams"):
         TrainConfig(tracking_tool=[object()])
@@ -182,6 +194,45 @@ def test_mlflow_by_name_uses_the_environment_s_store(
     (run,) = client.search_runs([experiment.experiment_id])
     history = client.get_metric_history(run.info.run_id, "train_loss")
     assert [m.step for m in history] == [1, 2, 3, 3]  # and the last epoch again at the end
+
+
+def test_mlflow_by_name_without_a_uri_uses_perceptrain_s_store_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # perceptrain sets MLflow's tracking URI to MLFLOW_TRACKING_URI, else to "": MLflow's
+    # file store in ./mlruns, where a perceptrain user's `mlflow ui` looks.
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    trainer = _fit(tmp_path / "run", "mlflow", max_iter=2)
+    assert trainer.callback_manager.writer.run is not None
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    run = client.get_run(trainer.callback_manager.writer.run.info.run_id)
+    assert run.data.params["config.max_iter"] == "2"
+    assert not (tmp_path / "run" / "mlruns").exists()
+
+
+def test_mlflow_in_run_folder_keeps_the_store_in_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "elsewhere").as_uri())
+    monkeypatch.chdir(tmp_path)
+    logger = MLflowLogger(in_run_folder=True)
+    _fit(tmp_path / "run", [logger], max_iter=2)
+    assert logger.tracking_uri == (tmp_path / "run" / "mlruns").as_uri()
+    run = MlflowClient(tracking_uri=logger.tracking_uri).get_run(logger.run_id)
+    assert run.data.params["config.max_iter"] == "2"
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_mlflow_logger_refuses_two_stores() -> None:
+    with pytest.raises(ConfigError, match=r"two stores.*HINT"):
+        MLflowLogger(tracking_uri="file:///tmp/mlruns", in_run_folder=True)
 
 
 def test_an_unreachable_mlflow_store_fails_before_the_first_step(

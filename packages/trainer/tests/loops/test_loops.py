@@ -120,6 +120,38 @@ def test_lm_loop_takes_steps_asks_to_stop_and_restores_the_lma() -> None:
     assert lma.state_dict()["steps"] == 1
 
 
+def test_each_loop_answers_for_its_dtype_scheduler_and_spawned_optimizer() -> None:
+    # What the Trainer once asked by the loop's name, each loop answers for itself.
+    from functools import partial
+
+    from marquardt.solver import LMA
+
+    config = TrainConfig(dtype=torch.float64)
+    model = _model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    gradient = GradientLoop(model, optimizer, resolve_loss("mse"), optimize_step, config)
+    assert gradient.dtype is torch.float64
+    gradient.check_scheduler(torch.optim.lr_scheduler.StepLR(optimizer, step_size=2), config)
+    copy = _model()
+    rebuilt = gradient.portable_optimizer().build(copy)
+    assert isinstance(rebuilt, torch.optim.Adam)
+    assert [p for g in rebuilt.param_groups for p in g["params"]] == list(copy.parameters())
+
+    factory = partial(LMA, devices=[torch.device("cpu")], residual_fn=torch.sub)
+    lm = LMLoop(model, factory, config)
+    assert lm.dtype is None  # LM casts nothing, whatever the configuration's dtype
+    lm.check_scheduler(None, config)
+    with pytest.raises(ConfigError, match=r"LM has no learning rate.*HINT"):
+        lm.check_scheduler(torch.optim.lr_scheduler.StepLR(optimizer, step_size=2), config)
+    assert lm.portable_optimizer() is factory
+    # The spawning process holds the factory only: taking a run's state back builds its LMA.
+    trained = LMLoop(model, LMA(model, [torch.device("cpu")], torch.sub), TrainConfig())
+    trained.step(_batches(64, 64), torch.device("cpu"))
+    lm.load_state_dict(trained.state_dict())
+    assert isinstance(lm.optimizer, LMA) and lm.optimizer.model is model
+    assert lm.optimizer.state_dict()["steps"] == 1
+
+
 # ---------------------------------------------------------------- the runner's schedule
 def _loader(shuffle: bool = True) -> DataLoader:  # type: ignore[type-arg]
     x = torch.linspace(-1, 1, 64).unsqueeze(1)

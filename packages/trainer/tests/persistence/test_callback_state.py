@@ -236,12 +236,8 @@ def test_a_spawning_caller_gets_rank_zero_s_callback_state_back(tmp_path: Path) 
     model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
     config = TrainConfig(root_folder=tmp_path / "caller", verbose=False, callbacks=[caller_stopper])
     caller = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5), config)
+    assert caller.loop is not None
     apply_result(
-        read_result(str(tmp_path / "result.pt")),
-        caller.model,
-        caller.optimizer,
-        None,
-        config.callbacks,
-        caller.state,
+        read_result(str(tmp_path / "result.pt")), caller.loop, None, config.callbacks, caller.state
     )
     assert caller_stopper.state_dict() == run.state_dict()

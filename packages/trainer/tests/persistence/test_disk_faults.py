@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.trainer import (
     CheckpointWriteError,
+    MLflowLogger,
     RunFilesError,
     TrainConfig,
     Trainer,
@@ -183,10 +184,10 @@ def test_tensorboard_on_a_read_only_folder(tmp_path: Path, monkeypatch: pytest.M
 def test_mlflow_file_store_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     folder = tmp_path / "run"
     FaultyFiles(folder, budget=0, only="mlruns").install(monkeypatch)
+    logger = MLflowLogger(in_run_folder=True)  # the store in the run folder: the full disk's
     with pytest.raises(RunFilesError) as caught:
-        _trainer(folder, _model(), tracking_tool=["mlflow"]).fit(_loader())
+        _trainer(folder, _model(), tracking_tool=[logger]).fit(_loader())
     assert caught.value.errno == errno.ENOSPC
     assert "MLflowLogger output" in str(caught.value)

@@ -36,7 +36,7 @@ from ._callbacks import (
     WriteMetrics,
     WritePlots,
 )
-from ._config import ExperimentTrackingTool, TrainConfig
+from ._config import TrainConfig
 from ._environments import (
     LaunchEnvironment,
     LegateEnvironment,
@@ -65,6 +65,7 @@ from ._logging._base import Logger
 from ._logging._csv import CSVLogger
 from ._logging._mlflow import MLflowLogger
 from ._logging._tensorboard import TensorBoardLogger
+from ._logging._tools import ExperimentTrackingTool
 from ._parameters import get_parameters, num_parameters, set_parameters
 from ._persistence._helpers import LoadCheckpoint, load_checkpoint, load_model, write_checkpoint
 from ._result import OptimizeResult

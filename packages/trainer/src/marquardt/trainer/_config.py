@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,13 @@ from ._callbacks._base import Callback
 from ._config_rules import (
     _DTYPES,
     FIELD_RULES,
-    TRACKING_TOOLS,
     _fail,
     _name,
     _warn,
 )
 from ._errors import ConfigError
 from ._logging._base import is_logger
+from ._logging._tools import ExperimentTrackingTool
 
 
 def _warn_once(config: TrainConfig) -> None:
@@ -57,17 +56,6 @@ def _warn_once(config: TrainConfig) -> None:
             "checkpoint is saved (perceptrain's meaning). HINT: validation_criterion=lambda "
             "val, best, eps: val < best - eps",
         )
-
-
-class ExperimentTrackingTool(str, Enum):
-    """The experiment trackers ``TrainConfig.tracking_tool`` names (perceptrain's, and CSV)."""
-
-    TENSORBOARD = "tensorboard"
-    MLFLOW = "mlflow"
-    CSV = "csv"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 #: ``log_folder``'s default: no folder given (the run gets a subfolder of ``root_folder``).
@@ -250,13 +238,14 @@ class TrainConfig:
         return dtype
 
     def _check_tracking(self) -> None:
-        unknown = [t for t in self.tracking if isinstance(t, str) and t not in TRACKING_TOOLS]
+        names = ExperimentTrackingTool.names()
+        unknown = [t for t in self.tracking if isinstance(t, str) and t not in names]
         unknown += [repr(t) for t in self.tracking if not isinstance(t, str) and not is_logger(t)]
         if unknown:
             raise _fail(
                 "tracking_tool",
                 self.tracking_tool,
-                f"tracking tools must be among {', '.join(TRACKING_TOOLS)}, or loggers "
+                f"tracking tools must be among {', '.join(names)}, or loggers "
                 f"(objects with start, log_hyperparams, log_metrics, log_artifact and close); "
                 f"unknown: {', '.join(map(repr, unknown))}",
                 "e.g. tracking_tool='csv' or tracking_tool=['csv', MLflowLogger()]",

@@ -28,7 +28,6 @@ _HINTS = {
     "trainstop_criterion": "leave it None: perceptrain 0.1.0 does not call it either",
 }
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
-TRACKING_TOOLS = ("csv", "tensorboard", "mlflow")
 SCHEDULER_INTERVALS = ("epoch", "step")
 #: What a non-finite loss or model does (``marquardt.trainer._loops._nonfinite``).
 NONFINITE_POLICIES = ("stop", "skip", "continue")

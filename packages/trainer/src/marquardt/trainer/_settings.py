@@ -48,7 +48,10 @@ ENVIRONMENT: dict[str, str] = {
     "CUDA_VISIBLE_DEVICES": "which GPUs this process may use (read through marquardt.devices)",
     "LEGATE_CONFIG": "flags of the Legate runtime; its presence means the script runs under Legate",
     # MLflow (read by MLflowLogger when it was given no tracking_uri / experiment)
-    "MLFLOW_TRACKING_URI": "the MLflow tracking store of tracking_tool='mlflow' (default: <run folder>/mlruns)",
+    "MLFLOW_TRACKING_URI": (
+        "the MLflow tracking store of tracking_tool='mlflow', as in perceptrain (default: "
+        "./mlruns in the working directory; MLflowLogger(in_run_folder=True): <run folder>/mlruns)"
+    ),
     "MLFLOW_EXPERIMENT_NAME": "the MLflow experiment of tracking_tool='mlflow' (default: marquardt)",
     # the trainer's own
     "MARQUARDT_TRAINER_DIST_TIMEOUT": (

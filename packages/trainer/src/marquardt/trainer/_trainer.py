@@ -35,19 +35,18 @@ from ._data._sources import DataSource
 from ._environments import LaunchEnvironment, detect_environment
 from ._errors import ConfigError
 from ._hooks import TrainerHooks
-from ._launch._spawning import fit_spawn
-from ._launch._spec import OptimizerSpec, SchedulerSpec, WorkerSpec
+from ._launch._spawning import train_spawned
+from ._launch._spec import SchedulerSpec, WorkerSpec
 from ._launch._worker import run_worker
 from ._logging._base import notice
 from ._loops._base import Loop
 from ._loops._choice import choose_loop
 from ._loops._context import RunContext
-from ._loops._lm import build_lma
-from ._loops._torch_lr_scheduler import LRSchedule, check_scheduler
+from ._loops._lm import LMLoop
+from ._loops._torch_lr_scheduler import LRSchedule
 from ._loops._validation import run_test
 from ._loss import resolve_loss
 from ._persistence import _files as ckpt
-from ._persistence._handback import apply_result
 from ._persistence._helpers import FolderCheckpoints
 from ._persistence._plan import RunPlan, plan_run
 from ._persistence._run_state import check_checkpoint
@@ -185,12 +184,7 @@ class Trainer(TrainerHooks):
             )
         )
         if self.loop is not None:
-            if self.scheduler is not None and self.loop.kind == "lm":
-                raise ConfigError(
-                    "Trainer(scheduler=...) with an LMA: LM has no learning rate to schedule "
-                    "(its damping adapts itself). HINT: leave scheduler=None in the LM loop"
-                )
-            check_scheduler(self.scheduler, optimizer, self.config)
+            self.loop.check_scheduler(self.scheduler, self.config)
             self.loop.check_world(self.environment.name, self.environment.world_size)
 
     @property
@@ -215,7 +209,7 @@ class Trainer(TrainerHooks):
     @property
     def is_lm(self) -> bool:
         """Whether this trainer runs the LM loop."""
-        return self.loop is not None and self.loop.kind == "lm"
+        return isinstance(self.loop, LMLoop)
 
     def stop_training(self) -> bool:
         """Whether a stop was asked (by a callback, ``_stop_training``, or the run)."""
@@ -390,7 +384,7 @@ class Trainer(TrainerHooks):
             device = next(self.model.parameters()).device
         except StopIteration:
             device = torch.device("cpu")
-        dtype = None if self.is_lm else self.config.torch_dtype
+        dtype = self.config.torch_dtype if self.loop is None else self.loop.dtype
         return run_test(
             stages, self.loss_fn, self.model, self.test_dataloader, device, dtype, self.max_batches
         )
@@ -403,9 +397,7 @@ class Trainer(TrainerHooks):
         spec = WorkerSpec(
             trainer_class=type(self),
             model=self.model,
-            optimizer=self.optimizer
-            if self.is_lm
-            else OptimizerSpec.capture(self.optimizer, self.model),
+            optimizer=loop.portable_optimizer(),
             scheduler=None if self.scheduler is None else SchedulerSpec.capture(self.scheduler),
             config=self.config,
             loss_fn=self.loss_fn,
@@ -419,32 +411,7 @@ class Trainer(TrainerHooks):
             use_grad=self.use_grad,
             max_batches=self.max_batches,
         )
-        result = fit_spawn(spec, layouts)
-        if self.is_lm:  # the caller gets an LMA of its own model (one process) with the state
-            loop.optimizer = build_lma(self.optimizer, self.model, world_size=1)
-        apply_result(
-            result,
-            self.model,
-            loop.optimizer,
-            self.scheduler,
-            self.config.callbacks,
-            self.state,
-        )
-        if self.is_lm:
-            loop.optimizer.sync_replicas()
+        result = train_spawned(spec, layouts, loop, self.scheduler, self.state)
         self.config.log_folder = Path(plan.folder)
-        summary = result.get("opt_result")
-        if summary is not None:
-            self.opt_result = OptimizeResult(
-                summary["iteration"],
-                self.model,
-                loop.optimizer,
-                summary["loss"],
-                summary["metrics"],
-            )
-        if self.state.interrupted:
-            notice(
-                f"{env.name}: training stopped by SIGTERM at step {self.state.step}; the "
-                "checkpoint is written, exiting with status 0 (resume with "
-                "resume_from='latest')"
-            )
+        if result is not None:
+            self.opt_result = result

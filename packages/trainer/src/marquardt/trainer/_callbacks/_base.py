@@ -180,6 +180,21 @@ class Callback:
         """Take back what ``state_dict`` returned (called on resume, before training)."""
 
 
+#: The argument lists of a callback that does its own work (``run_callback`` overridden,
+#: ``Callback``'s constructor kept), added to its docstring by ``with_lists``.
+OWN_WORK_LISTS = """
+Arguments:
+    on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
+    called_every: run every that many epochs, as for `Callback`.
+    callback: not used: this class's own ``run_callback`` runs.
+    callback_condition: run only when ``callback_condition(opt_result)`` holds.
+    modify_optimize_result: as for `Callback`.
+
+Raises:
+    ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
+"""
+
+
 class CallbacksManager:
     """The run's callbacks (the configuration's built-ins, then the user's), run by stage.
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import Callback, TrainingStage
+from .._doclists import with_lists
+from ._base import OWN_WORK_LISTS, Callback, TrainingStage
 
 
 def _context(trainer: Any) -> Any:
@@ -36,56 +37,26 @@ def _checkpoints(trainer: Any) -> Any:
     return getattr(trainer, "folder_checkpoints", None)
 
 
+@with_lists(OWN_WORK_LISTS)
 class PrintMetrics(Callback):
-    """Print ``opt_result``'s metrics in perceptrain's format (rank, device, epoch, loss).
-
-    Arguments:
-        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
-        called_every: run every that many epochs, as for `Callback`.
-        callback: not used: this class's own ``run_callback`` runs.
-        callback_condition: run only when ``callback_condition(opt_result)`` holds.
-        modify_optimize_result: as for `Callback`.
-
-    Raises:
-        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
-    """
+    """Print ``opt_result``'s metrics in perceptrain's format (rank, device, epoch, loss)."""
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         writer.print_metrics(trainer.opt_result)
 
 
+@with_lists(OWN_WORK_LISTS)
 class WriteMetrics(Callback):
-    """Write ``opt_result``'s metrics to the tracking tools (and ``metrics.csv``).
-
-    Arguments:
-        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
-        called_every: run every that many epochs, as for `Callback`.
-        callback: not used: this class's own ``run_callback`` runs.
-        callback_condition: run only when ``callback_condition(opt_result)`` holds.
-        modify_optimize_result: as for `Callback`.
-
-    Raises:
-        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
-    """
+    """Write ``opt_result``'s metrics to the tracking tools (and ``metrics.csv``)."""
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         opt_result = trainer.opt_result
         writer.write(opt_result.iteration, opt_result.metrics)
 
 
+@with_lists(OWN_WORK_LISTS)
 class WritePlots(Callback):
-    """Write the figures of ``config.plotting_functions`` at this epoch.
-
-    Arguments:
-        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
-        called_every: run every that many epochs, as for `Callback`.
-        callback: not used: this class's own ``run_callback`` runs.
-        callback_condition: run only when ``callback_condition(opt_result)`` holds.
-        modify_optimize_result: as for `Callback`.
-
-    Raises:
-        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
-    """
+    """Write the figures of ``config.plotting_functions`` at this epoch."""
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         if config.plotting_functions:
@@ -96,37 +67,17 @@ class WritePlots(Callback):
 PlotMetrics = WritePlots
 
 
+@with_lists(OWN_WORK_LISTS)
 class LogHyperparameters(Callback):
-    """Log ``config.hyperparams`` to the tracking tools.
-
-    Arguments:
-        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
-        called_every: run every that many epochs, as for `Callback`.
-        callback: not used: this class's own ``run_callback`` runs.
-        callback_condition: run only when ``callback_condition(opt_result)`` holds.
-        modify_optimize_result: as for `Callback`.
-
-    Raises:
-        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
-    """
+    """Log ``config.hyperparams`` to the tracking tools."""
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         writer.log_hyperparams(config.hyperparams)
 
 
+@with_lists(OWN_WORK_LISTS)
 class LogModelTracker(Callback):
-    """Log the model (its weights, ``model.pt``) to the tracking tools.
-
-    Arguments:
-        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
-        called_every: run every that many epochs, as for `Callback`.
-        callback: not used: this class's own ``run_callback`` runs.
-        callback_condition: run only when ``callback_condition(opt_result)`` holds.
-        modify_optimize_result: as for `Callback`.
-
-    Raises:
-        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
-    """
+    """Log the model (its weights, ``model.pt``) to the tracking tools."""
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
         writer.log_model(
@@ -137,6 +88,7 @@ class LogModelTracker(Callback):
         )
 
 
+@with_lists(OWN_WORK_LISTS)
 class SaveCheckpoint(Callback):
     """Write a checkpoint of the run as it stands.
 
@@ -144,16 +96,6 @@ class SaveCheckpoint(Callback):
     ``opt_<Optimizer>_ckpt_...`` in the run folder, and the resume file
     ``checkpoints/ckpt_<step>.pt``. Outside ``fit``, perceptrain's pair in
     ``config.log_folder`` at ``opt_result.iteration``.
-
-    Arguments:
-        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
-        called_every: run every that many epochs, as for `Callback`.
-        callback: not used: this class's own ``run_callback`` runs.
-        callback_condition: run only when ``callback_condition(opt_result)`` holds.
-        modify_optimize_result: as for `Callback`.
-
-    Raises:
-        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
     """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:

@@ -36,6 +36,15 @@ from ._base import Callback, TrainingStage
 logger = logging.getLogger("marquardt.trainer")
 
 
+def _require_positive(owner: Callback, name: str, value: float, meaning: str, example: str) -> None:
+    """``ValueError`` (before any work) unless ``value``, a number of epochs, is > 0."""
+    if value <= 0:
+        raise ValueError(
+            f"{type(owner).__name__}({name}={value!r}): {meaning} must be > 0 epochs. "
+            f"HINT: e.g. {example}"
+        )
+
+
 def _param_groups(trainer: Any, who: str) -> list[dict[str, Any]]:
     """The torch optimizer's param groups, or a ``ConfigError`` naming the optimizer found."""
     groups = getattr(trainer.optimizer, "param_groups", None)
@@ -114,11 +123,7 @@ class LRSchedulerCyclic(Callback):
         step_size: int,
     ) -> None:
         super().__init__(on=on, called_every=called_every)
-        if step_size <= 0:
-            raise ValueError(
-                f"LRSchedulerCyclic(step_size={step_size!r}): the half-cycle must be > 0 "
-                "epochs. HINT: e.g. step_size=2000"
-            )
+        _require_positive(self, "step_size", step_size, "the half-cycle", "step_size=2000")
         self.base_lr = base_lr
         self.max_lr = max_lr
         self.step_size = step_size
@@ -152,11 +157,7 @@ class LRSchedulerCosineAnnealing(Callback):
         self, on: str | TrainingStage, called_every: int, t_max: int, min_lr: float = 0.0
     ) -> None:
         super().__init__(on=on, called_every=called_every)
-        if t_max <= 0:
-            raise ValueError(
-                f"LRSchedulerCosineAnnealing(t_max={t_max!r}): the annealing length must be "
-                "> 0 epochs. HINT: e.g. t_max=max_iter"
-            )
+        _require_positive(self, "t_max", t_max, "the annealing length", "t_max=max_iter")
         self.t_max = t_max
         self.min_lr = min_lr
         self.initial_lrs: list[float] | None = None

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .._doclists import with_lists
 from .._errors import LaunchError
 
 
@@ -41,16 +42,21 @@ class ProcessLayout:
     master_port: int
 
 
+#: The arguments every launch environment is built with, added to each one's docstring.
+ENVIRONMENT_LISTS = """
+Arguments:
+    env: the environment variables (read, not changed; copied).
+    nprocs: ``TrainConfig.nprocs``, the training processes asked for.
+    gpu_count: GPUs visible to this process.
+    use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
+"""
+
+
+@with_lists(ENVIRONMENT_LISTS)
 class LaunchEnvironment(ABC):
     """Base class of the launch environments.
 
     Constructing one checks nothing; ``validate`` does, before any rendezvous.
-
-    Arguments:
-        env: the environment variables (read, not changed; copied).
-        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
-        gpu_count: GPUs visible to this process.
-        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
     """
 
     name: ClassVar[str] = "base"

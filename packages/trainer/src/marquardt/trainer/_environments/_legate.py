@@ -11,19 +11,14 @@ import sys
 from collections.abc import Mapping
 
 from .. import _settings
+from .._doclists import with_lists
 from .._errors import LaunchError
-from ._base import SingleProcess
+from ._base import ENVIRONMENT_LISTS, SingleProcess
 
 
+@with_lists(ENVIRONMENT_LISTS)
 class LegateEnvironment(SingleProcess):
-    """One training process under the Legate runtime.
-
-    Arguments:
-        env: the environment variables (read, not changed; copied).
-        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
-        gpu_count: GPUs visible to this process.
-        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
-    """
+    """One training process under the Legate runtime."""
 
     name = "legate"
 

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .._doclists import with_lists
 from .._errors import LaunchError
-from ._base import SingleProcess
+from ._base import ENVIRONMENT_LISTS, SingleProcess
 
 
+@with_lists(ENVIRONMENT_LISTS)
 class PlainEnvironment(SingleProcess):
-    """A single process; no process group is created.
-
-    Arguments:
-        env: the environment variables (read, not changed; copied).
-        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
-        gpu_count: GPUs visible to this process.
-        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
-    """
+    """A single process; no process group is created."""
 
     name = "plain"
 

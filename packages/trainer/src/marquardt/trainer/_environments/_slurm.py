@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import _settings
+from .._doclists import with_lists
 from .._errors import LaunchError
-from ._base import LaunchEnvironment, ProcessLayout
+from ._base import ENVIRONMENT_LISTS, LaunchEnvironment, ProcessLayout
 from ._hostlist import expand_hostlist, expand_tasks_per_node
 
 #: Ports derived from job ids fall in [PORT_BASE, PORT_BASE + PORT_SPAN).
@@ -158,15 +159,9 @@ class _SlurmBase(LaunchEnvironment):
         )
 
 
+@with_lists(ENVIRONMENT_LISTS)
 class SlurmTaskPerProcess(_SlurmBase):
-    """srun started every training process: one task per process.
-
-    Arguments:
-        env: the environment variables (read, not changed; copied).
-        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
-        gpu_count: GPUs visible to this process.
-        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
-    """
+    """srun started every training process: one task per process."""
 
     name = "slurm (one task per process)"
     per_task_gpu_binding = True
@@ -194,15 +189,9 @@ class SlurmTaskPerProcess(_SlurmBase):
         return self._task_layouts(1)
 
 
+@with_lists(ENVIRONMENT_LISTS)
 class SlurmTaskPerNode(_SlurmBase):
-    """Each srun task spawns ``nprocs / ntasks`` training processes.
-
-    Arguments:
-        env: the environment variables (read, not changed; copied).
-        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
-        gpu_count: GPUs visible to this process.
-        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
-    """
+    """Each srun task spawns ``nprocs / ntasks`` training processes."""
 
     name = "slurm (one task per node, spawning)"
     spawns = True

@@ -10,8 +10,9 @@ import socket
 from collections.abc import Mapping
 
 from .. import _settings
+from .._doclists import with_lists
 from .._errors import LaunchError
-from ._base import LaunchEnvironment, ProcessLayout
+from ._base import ENVIRONMENT_LISTS, LaunchEnvironment, ProcessLayout
 
 
 def free_port() -> int:
@@ -21,15 +22,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@with_lists(ENVIRONMENT_LISTS)
 class SpawnEnvironment(LaunchEnvironment):
-    """Spawn ``nprocs`` local processes, ranks 0 … nprocs-1.
-
-    Arguments:
-        env: the environment variables (read, not changed; copied).
-        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
-        gpu_count: GPUs visible to this process.
-        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
-    """
+    """Spawn ``nprocs`` local processes, ranks 0 … nprocs-1."""
 
     name = "spawn"
     spawns = True

@@ -10,21 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .. import _settings
+from .._doclists import with_lists
 from .._errors import LaunchError
-from ._base import LaunchEnvironment, ProcessLayout
+from ._base import ENVIRONMENT_LISTS, LaunchEnvironment, ProcessLayout
 
 _REQUIRED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+@with_lists(ENVIRONMENT_LISTS)
 class TorchrunEnvironment(LaunchEnvironment):
-    """One process per worker of torchrun; ranks come from its variables.
-
-    Arguments:
-        env: the environment variables (read, not changed; copied).
-        nprocs: ``TrainConfig.nprocs``, the training processes asked for.
-        gpu_count: GPUs visible to this process.
-        use_gpu: whether the run trains on GPUs (the resolved ``compute_setup``).
-    """
+    """One process per worker of torchrun; ranks come from its variables."""
 
     name = "torchrun"
 

@@ -9,7 +9,8 @@ one dies the others are stopped and the error names the rank that failed first; 
 caller. A rank that ends with one of the trainer's own errors (``NonFiniteLossError``,
 ``RunFilesError``, ``ConfigError``, ...) leaves it pickled beside the result file, and the
 caller gets that error itself (chained from the ``WorkerFailedError``), as it would without a
-spawn.
+spawn. ``train_spawned`` is the whole round for the caller: spawn, wait, and load rank 0's
+trained state into the caller's model, loop, scheduler and callbacks.
 """
 
 from __future__ import annotations
@@ -25,10 +26,51 @@ import torch.multiprocessing as mp
 
 from .._environments import ProcessLayout
 from .._errors import ConfigError, TrainerError, WorkerFailedError
-from .._persistence._handback import read_result
+from .._logging._base import notice
+from .._loops._base import Loop
+from .._persistence._handback import apply_result, read_result
+from .._result import OptimizeResult
 from .._signals import SignalForwarder, exit_with_parent
+from .._state import TrainerState
 from ._spec import WorkerSpec
 from ._worker import PEER_FAILED_EXIT, run_worker
+
+
+def train_spawned(
+    spec: WorkerSpec,
+    layouts: list[ProcessLayout],
+    loop: Loop,
+    scheduler: Any,
+    state: TrainerState,
+) -> OptimizeResult | None:
+    """Train in spawned processes; the caller's model, optimizer (through ``loop``),
+    ``scheduler``, callbacks and ``state`` get rank 0's trained state.
+
+    Arguments:
+        spec: what every spawned process builds its ``Trainer`` from.
+        layouts: one per process to spawn.
+        loop: the caller's loop, which takes the trained optimizer state.
+        scheduler: the caller's LR scheduler, or ``None``.
+        state: the caller's ``TrainerState`` (step, stop reason, interruption).
+
+    Returns:
+        Rank 0's final ``opt_result`` around the caller's model and optimizer, or ``None``
+        when the run ended before one was made.
+    """
+    result = fit_spawn(spec, layouts)
+    apply_result(result, loop, scheduler, spec.config.callbacks, state)
+    if state.interrupted:
+        notice(
+            f"{spec.launcher}: training stopped by SIGTERM at step {state.step}; the "
+            "checkpoint is written, exiting with status 0 (resume with "
+            "resume_from='latest')"
+        )
+    summary = result.get("opt_result")
+    if summary is None:
+        return None
+    return OptimizeResult(
+        summary["iteration"], loop.model, loop.optimizer, summary["loss"], summary["metrics"]
+    )
 
 
 def fit_spawn(spec: WorkerSpec, layouts: list[ProcessLayout]) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """``WorkerSpec``: everything a spawned process needs to build its ``Trainer``, picklable.
 
-A torch optimizer cannot be pickled apart from its model (its state refers to the
-parameters), so it travels as class, hyper-parameters, parameter indices and state
-(``OptimizerSpec``) and is rebuilt around the process's copy of the model; an LR
-scheduler travels as class, constructor arguments found in its state, and state
-(``SchedulerSpec``). The spawned process then builds its ``Trainer`` through the
-class's own constructor, with a ``SpawnedProcess`` environment holding its layout.
+The optimizer travels as its loop says (``Loop.portable_optimizer``: a torch optimizer
+as an ``OptimizerSpec``, rebuilt here around the process's copy of the model; the LM
+loop's factory as it is); an LR scheduler travels as class, constructor arguments found
+in its state, and state (``SchedulerSpec``). The spawned process then builds its
+``Trainer`` through the class's own constructor, with a ``SpawnedProcess`` environment
+holding its layout.
 """
 
 from __future__ import annotations
@@ -21,39 +21,8 @@ from .._config import TrainConfig
 from .._data._sources import DataSource
 from .._environments import ProcessLayout, SpawnedProcess
 from .._errors import ConfigError
+from .._loops._gradient import OptimizerSpec
 from .._persistence._plan import RunPlan
-
-
-@dataclass
-class OptimizerSpec:
-    """A torch optimizer as class, hyper-parameters and state, rebuilt around a model copy."""
-
-    cls: type
-    defaults: dict[str, Any]
-    groups: list[tuple[list[int], dict[str, Any]]]
-    state: dict[str, Any]
-
-    @classmethod
-    def capture(cls, optimizer: torch.optim.Optimizer, model: nn.Module) -> OptimizerSpec:
-        index = {id(p): i for i, p in enumerate(model.parameters())}
-        groups = [
-            (
-                [index[id(p)] for p in group["params"]],
-                {k: v for k, v in group.items() if k != "params"},
-            )
-            for group in optimizer.param_groups
-        ]
-        return cls(type(optimizer), dict(optimizer.defaults), groups, optimizer.state_dict())
-
-    def build(self, model: nn.Module) -> torch.optim.Optimizer:
-        params = list(model.parameters())
-        groups = [{"params": [params[i] for i in idx], **hp} for idx, hp in self.groups]
-        try:
-            optimizer = self.cls(groups, **self.defaults)
-        except TypeError:
-            optimizer = self.cls(groups)
-        optimizer.load_state_dict(self.state)
-        return optimizer
 
 
 @dataclass
@@ -99,7 +68,8 @@ class WorkerSpec:
 
     trainer_class: type
     model: nn.Module
-    #: A torch optimizer's spec, or the LMA factory (called in the process, after the rendezvous).
+    #: The loop's portable optimizer: a torch optimizer's spec, or the LMA factory (called
+    #: in the process, after the rendezvous).
     optimizer: Any
     scheduler: SchedulerSpec | None
     config: TrainConfig

@@ -44,6 +44,10 @@ class CSVLogger:
         self._columns = columns
         self._rewrite(rows)
 
+    def files(self, folder: Path) -> Path:
+        """The CSV file it writes."""
+        return self.path
+
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Parameters go to ``hparams.json`` (written for every run), not to the CSV."""
 

@@ -2,9 +2,10 @@
 
 Needs the ``mlflow`` extra (``mlflow-skinny``). It talks to the tracking store through an
 ``MlflowClient`` of its own (no global active run), so it works beside user code that uses
-MLflow itself. The store is ``tracking_uri`` if given, else ``MLFLOW_TRACKING_URI``, else a
-file store in ``<run folder>/mlruns``; the experiment is ``experiment`` if given, else
-``MLFLOW_EXPERIMENT_NAME``, else ``"marquardt"``. Each invocation of ``fit`` is one MLflow
+MLflow itself. The store is ``tracking_uri`` if given, else ``<run folder>/mlruns`` with
+``in_run_folder=True``, else perceptrain's: ``MLFLOW_TRACKING_URI``, else MLflow's store for
+an empty URI, a file store in ``./mlruns`` of the working directory. The experiment is
+``experiment`` if given, else ``MLFLOW_EXPERIMENT_NAME``, else ``"marquardt"``. Each invocation of ``fit`` is one MLflow
 run; a resumed run logs its steps from where it resumed. Recent MLflow keeps its file store
 in maintenance mode and refuses it unless ``MLFLOW_ALLOW_FILE_STORE=true`` is set.
 
@@ -21,6 +22,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 import torch
 
@@ -33,15 +36,29 @@ from ._base import flatten
 _PARAM_LIMIT = 6000
 
 
+def store_uri(folder: Path, in_run_folder: bool) -> str:
+    """The tracking store when none is given: ``<folder>/mlruns`` when asked, else
+    perceptrain's (``MLFLOW_TRACKING_URI``, else the empty URI's ``./mlruns``)."""
+    if in_run_folder:
+        return (folder / "mlruns").resolve().as_uri()
+    return _settings.get("MLFLOW_TRACKING_URI") or Path("mlruns").resolve().as_uri()
+
+
 class MLflowLogger:
     """An MLflow run: ``log_params`` once, ``log_batch`` of metrics per step, the final model.
 
     Arguments:
-        tracking_uri: the tracking store; ``None``: ``MLFLOW_TRACKING_URI``, else a file
-            store in ``<run folder>/mlruns``.
+        tracking_uri: the tracking store; ``None``: as ``in_run_folder`` says.
         experiment: the experiment's name; ``None``: ``MLFLOW_EXPERIMENT_NAME``, else
             ``"marquardt"``.
         run_name: the MLflow run's name; ``None``: MLflow's choice.
+        in_run_folder: without ``tracking_uri``: ``True`` keeps a file store in the run
+            folder, ``<run folder>/mlruns``, whatever the environment says; ``False`` (the
+            default) uses perceptrain's store: ``MLFLOW_TRACKING_URI``, else ``./mlruns``
+            in the working directory.
+
+    Raises:
+        ConfigError: both ``tracking_uri`` and ``in_run_folder=True`` are given.
     """
 
     def __init__(
@@ -49,8 +66,16 @@ class MLflowLogger:
         tracking_uri: str | None = None,
         experiment: str | None = None,
         run_name: str | None = None,
+        *,
+        in_run_folder: bool = False,
     ) -> None:
+        if tracking_uri is not None and in_run_folder:
+            raise ConfigError(
+                f"MLflowLogger(tracking_uri={tracking_uri!r}, in_run_folder=True) names two "
+                "stores. HINT: pass one of them"
+            )
         self.tracking_uri = tracking_uri
+        self.in_run_folder = in_run_folder
         self.experiment = experiment
         self.run_name = run_name
         self.run_id: str | None = None
@@ -66,11 +91,7 @@ class MLflowLogger:
                 "tracking_tool 'mlflow' asked for but mlflow is not installed. HINT: pip "
                 "install marquardt-trainer[mlflow]"
             ) from None
-        uri = (
-            self.tracking_uri
-            or _settings.get("MLFLOW_TRACKING_URI")
-            or (folder / "mlruns").resolve().as_uri()
-        )
+        uri = self.tracking_uri or store_uri(folder, self.in_run_folder)
         name = self.experiment or _settings.get("MLFLOW_EXPERIMENT_NAME") or "marquardt"
         try:
             client = MlflowClient(tracking_uri=uri)
@@ -89,6 +110,11 @@ class MLflowLogger:
         self.tracking_uri = uri
         self.run_id = run.info.run_id
         self.run = run
+
+    def files(self, folder: Path) -> Path:
+        """Where a local store keeps the run's files (``folder`` for other stores)."""
+        uri = self.tracking_uri or ""
+        return Path(url2pathname(urlparse(uri).path)) if uri.startswith("file:") else folder
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param

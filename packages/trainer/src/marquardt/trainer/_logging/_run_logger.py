@@ -6,7 +6,7 @@ perceptrain's writer methods: ``write`` (metrics of an epoch), ``print_metrics``
 here to our loggers, and ``run``, the MLflow run (``mlflow.entities.Run``) when MLflow is
 one of the tracking tools, kept after the run ends. The tracking
 tools' names (``"tensorboard"``, ``"mlflow"``, ``"csv"``) become logger instances here,
-once; instances are used as given; ``metrics.csv`` is always written. Every rank builds a
+once, through ``ExperimentTrackingTool``'s table; instances are used as given; ``metrics.csv`` is always written. Every rank builds a
 ``RunLogger``, but only rank 0's is enabled: the others print and write nothing. The run
 folder always gets ``hparams.json`` (the configuration and ``TrainConfig.hyperparams``).
 """
@@ -27,37 +27,17 @@ from .._state import TrainerState
 from ._base import Logger
 from ._console import Console
 from ._csv import CSVLogger
-from ._mlflow import MLflowLogger
-from ._tensorboard import TensorBoardLogger
-
-#: The loggers ``tracking_tool`` may name.
-BY_NAME: dict[str, type[Any]] = {
-    "csv": CSVLogger,
-    "tensorboard": TensorBoardLogger,
-    "mlflow": MLflowLogger,
-}
-
+from ._tools import ExperimentTrackingTool
 
 #: The run's configuration and ``TrainConfig.hyperparams``, in the run folder.
 HPARAMS = "hparams.json"
 
 
-def _files_of(logger: Any, folder: Path) -> Path:
-    """Where ``logger`` writes (its file or folder; the run folder for other loggers)."""
-    if isinstance(logger, CSVLogger):
-        return logger.path
-    if isinstance(logger, TensorBoardLogger):
-        return logger.log_dir or folder / "tensorboard"
-    if isinstance(logger, MLflowLogger):
-        uri = logger.tracking_uri or ""
-        return Path(uri[len("file://") :]) if uri.startswith("file://") else folder / "mlruns"
-    return folder
-
-
 def make_loggers(tools: Iterable[Any]) -> list[Logger]:
-    """Loggers for ``TrainConfig.tracking``: names built with their defaults, instances kept,
-    and a ``CSVLogger`` when there is none."""
-    loggers = [BY_NAME[str(t)]() if isinstance(t, str) else t for t in tools]
+    """Loggers for ``TrainConfig.tracking``: names built by ``ExperimentTrackingTool``'s
+    table with their defaults, instances kept, and a ``CSVLogger`` when there is none."""
+    named = ExperimentTrackingTool.logger_named
+    loggers = [named(t)() if isinstance(t, str) else t for t in tools]
     if not any(isinstance(logger, CSVLogger) for logger in loggers):
         loggers.insert(0, CSVLogger())
     return loggers
@@ -218,7 +198,9 @@ class RunLogger:
 
     def _writing_for(self, logger: Any) -> AbstractContextManager[None]:
         """A logger's call: the file system's refusal becomes a `RunFilesError`."""
-        return self._writing(f"{type(logger).__name__} output", _files_of(logger, self.folder))
+        files = getattr(logger, "files", None)
+        path = files(self.folder) if callable(files) else self.folder
+        return self._writing(f"{type(logger).__name__} output", path)
 
     def _writing(self, what: str, path: Path) -> AbstractContextManager[None]:
         return disk.writing(what, path, last_checkpoint=self._newest_checkpoint)

@@ -37,8 +37,11 @@ class TensorBoardLogger:
                 "metrics go to the other loggers only (pip install marquardt-trainer[tensorboard])"
             )
             return
-        directory = self.log_dir or folder / "tensorboard"
-        self._writer = SummaryWriter(log_dir=str(directory))
+        self._writer = SummaryWriter(log_dir=str(self.files(folder)))
+
+    def files(self, folder: Path) -> Path:
+        """The folder of its event files."""
+        return self.log_dir or folder / "tensorboard"
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         if self._writer is not None:

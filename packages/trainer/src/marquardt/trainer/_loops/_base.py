@@ -3,10 +3,11 @@
 A loop owns the model and its optimizer (a torch optimizer, or an ``LMA``). The runner
 (``_runner``) owns the schedule both share: counting steps over cycled epochs,
 reporting, validating, agreeing on stops, checkpointing. A loop answers, once per run,
-where it computes and how it joins a world of processes, and then, per step, takes the
-next batch(es) and returns a ``StepResult`` value; it saves and restores its own
-optimizer state and prepares validation batches. Nothing else in the trainer asks which
-loop runs.
+where it computes, how it joins a world of processes, which LR scheduler it takes and how
+its optimizer travels to spawned processes, and then, per step, takes the next batch(es)
+and returns a ``StepResult`` value; it saves and restores its own optimizer state (also
+the state a spawned run hands back) and says in which dtype batches are evaluated.
+Nothing else in the trainer asks which loop runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+
+from .._config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,8 @@ class Loop(Protocol):
     kind: str
     model: nn.Module
     optimizer: Any
+    #: The dtype the floating tensors of batches are cast to (``None``: their own).
+    dtype: torch.dtype | None
 
     @property
     def optimizer_name(self) -> str:
@@ -61,6 +66,12 @@ class Loop(Protocol):
 
     def check_world(self, launcher: str, world_size: int) -> None:
         """Raise ``ConfigError`` if this loop cannot run in ``world_size`` processes."""
+
+    def check_scheduler(self, scheduler: Any, config: TrainConfig) -> None:
+        """Raise ``ConfigError`` if ``Trainer(scheduler=...)`` cannot drive this loop."""
+
+    def portable_optimizer(self) -> Any:
+        """The optimizer as spawned processes get it (picklable; their ``Trainer`` takes it)."""
 
     def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
         """This process's device (``gpu_index()`` gives the GPU its layout names)."""
@@ -88,4 +99,5 @@ class Loop(Protocol):
         """The optimizer's (or LMA's) state, under the checkpoint entries this loop owns."""
 
     def load_state_dict(self, entries: Mapping[str, Any]) -> None:
-        """Take back what ``state_dict`` gave (from a checked checkpoint)."""
+        """Take back what ``state_dict`` gave (from a checked checkpoint, or from rank 0 of
+        a spawned run, in the process that spawned it)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from .._config import TrainConfig
 from .._errors import ConfigError
 from ..optimize_step import _accumulate_step, _to, optimize_step
 from ._base import StepResult, gpu_or_cpu, place
+from ._torch_lr_scheduler import check_scheduler
 
 
 def check_torch_optimizer(
@@ -72,6 +74,38 @@ def check_torch_optimizer(
             )
 
 
+@dataclass
+class OptimizerSpec:
+    """A torch optimizer as class, hyper-parameters and state, rebuilt around a model copy."""
+
+    cls: type
+    defaults: dict[str, Any]
+    groups: list[tuple[list[int], dict[str, Any]]]
+    state: dict[str, Any]
+
+    @classmethod
+    def capture(cls, optimizer: torch.optim.Optimizer, model: nn.Module) -> OptimizerSpec:
+        index = {id(p): i for i, p in enumerate(model.parameters())}
+        groups = [
+            (
+                [index[id(p)] for p in group["params"]],
+                {k: v for k, v in group.items() if k != "params"},
+            )
+            for group in optimizer.param_groups
+        ]
+        return cls(type(optimizer), dict(optimizer.defaults), groups, optimizer.state_dict())
+
+    def build(self, model: nn.Module) -> torch.optim.Optimizer:
+        params = list(model.parameters())
+        groups = [{"params": [params[i] for i in idx], **hp} for idx, hp in self.groups]
+        try:
+            optimizer = self.cls(groups, **self.defaults)
+        except TypeError:
+            optimizer = self.cls(groups)
+        optimizer.load_state_dict(self.state)
+        return optimizer
+
+
 class GradientLoop:
     """The DDP loop: ``optimize_step`` (or accumulation over several batches) per step."""
 
@@ -104,6 +138,14 @@ class GradientLoop:
 
     def check_world(self, launcher: str, world_size: int) -> None:
         """Any number of processes: DDP averages their gradients."""
+
+    def check_scheduler(self, scheduler: Any, config: TrainConfig) -> None:
+        check_scheduler(scheduler, self.optimizer, config)
+
+    def portable_optimizer(self) -> OptimizerSpec:
+        """A torch optimizer cannot be pickled apart from its model (its state refers to the
+        parameters): it travels as an ``OptimizerSpec``."""
+        return OptimizerSpec.capture(self.optimizer, self.model)
 
     def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
         return gpu_or_cpu(use_gpu, gpu_index)

@@ -43,6 +43,7 @@ from .._loss import loss_and_metrics
 from .._parameters import get_parameters, num_parameters, set_parameters
 from ..optimize_step import _to
 from ._base import StepResult, gpu_or_cpu, place
+from ._torch_lr_scheduler import check_scheduler
 
 #: The extra that installs nevergrad, named in every error about it.
 EXTRA_HINT = "pip install 'marquardt-trainer[nevergrad]'"
@@ -132,6 +133,13 @@ class GradientFreeLoop:
                 "replicas would part. HINT: run it with nprocs=1 (and no torchrun or srun "
                 "for more than one task)"
             )
+
+    def check_scheduler(self, scheduler: Any, config: TrainConfig) -> None:
+        check_scheduler(scheduler, self.optimizer, config)
+
+    def portable_optimizer(self) -> Any:
+        """The nevergrad optimizer, pickled whole (a run of one process never spawns)."""
+        return self.optimizer
 
     def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
         return gpu_or_cpu(use_gpu, gpu_index)

@@ -16,7 +16,8 @@ exists, inside each training process, so the loop then takes an *LMA factory*
 ``make_lma(model, process_group=...) -> LMA``, called in each process after the rendezvous
 with ``process_group="default"`` (``None`` in a single process); ``functools.partial(LMA,
 devices=..., residual_fn=torch.sub)`` is one. The checkpoint holds the
-LMA's state (λ, ν, step count) and its last step report.
+LMA's state (λ, ν, step count) and its last step report. The process that spawned a run
+builds an LMA of its own model for one process when it takes rank 0's trained state back.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class LMLoop:
 
     kind = "lm"
     optimizer_name = "LMA"
+    #: LM casts nothing: the LMA works in the dtype of the model and the batches.
+    dtype: torch.dtype | None = None
 
     def __init__(self, model: nn.Module, lma: Any, config: TrainConfig) -> None:
         self.factory: Callable[..., Any] | None = None
@@ -130,6 +133,18 @@ class LMLoop:
     def check_world(self, launcher: str, world_size: int) -> None:
         if self.factory is None:
             check_single_process(launcher, world_size)
+
+    def check_scheduler(self, scheduler: Any, config: TrainConfig) -> None:
+        """LM has no learning rate: any scheduler is refused."""
+        if scheduler is not None:
+            raise ConfigError(
+                "Trainer(scheduler=...) with an LMA: LM has no learning rate to schedule "
+                "(its damping adapts itself). HINT: leave scheduler=None in the LM loop"
+            )
+
+    def portable_optimizer(self) -> Any:
+        """The LMA factory: each spawned process builds its LMA after the rendezvous."""
+        return self.factory if self.factory is not None else self.optimizer
 
     def pick_device(self, use_gpu: bool, gpu_index: Callable[[], int]) -> torch.device:
         """The device the LMA's model lives on (LMA spreads slices over its own devices)."""
@@ -194,7 +209,10 @@ class LMLoop:
 
         ``load_state_dict`` of the model writes into the source model, whose trainable
         parameters are views of its replica's flat vector; replicas on other devices still
-        hold the old values until ``sync_replicas``.
+        hold the old values until ``sync_replicas``. In the process that spawned the run,
+        which holds the factory only, the LMA of the model for one process is built first.
         """
+        if not is_lma(self.optimizer):
+            self.optimizer = build_lma(self.optimizer, self.model, world_size=1)
         self.optimizer.load_state_dict(entries["lma"])
         self.optimizer.sync_replicas()

@@ -55,20 +55,16 @@ class LRSchedule:
         self.monitor = config.scheduler_monitor
 
     def after_step(self) -> None:
-        if (
-            self.scheduler is not None
-            and self.interval == "step"
-            and not is_plateau(self.scheduler)
-        ):
-            self.scheduler.step()
+        self._step_at("step")
 
     def after_epoch(self) -> None:
-        if (
-            self.scheduler is not None
-            and self.interval == "epoch"
-            and not is_plateau(self.scheduler)
-        ):
-            self.scheduler.step()
+        self._step_at("epoch")
+
+    def _step_at(self, interval: str) -> None:
+        """Step the scheduler when ``interval`` is its (a plateau one steps on validation)."""
+        scheduler = self.scheduler
+        if scheduler is not None and self.interval == interval and not is_plateau(scheduler):
+            scheduler.step()
 
     def after_validation(self, metrics: Mapping[str, float]) -> None:
         if self.scheduler is None or not is_plateau(self.scheduler):

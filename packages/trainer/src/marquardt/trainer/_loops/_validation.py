@@ -61,13 +61,12 @@ def validate(context: RunContext, val_loader: Any, *, hooks: bool) -> list[LossM
     model = loop.model
     was_training = model.training
     model.eval()
-    dtype = None if loop.kind == "lm" else cfg.torch_dtype
     reduce_on = state.device if cfg.all_reduce_metrics else None
     results: list[LossMetrics] = []
     with torch.random.fork_rng(devices=[]):
         count = batches_per_epoch(val_loader, context.max_batches)
         for batch in islice(val_loader, count):
-            batch = _to(batch, state.device, dtype)
+            batch = _to(batch, state.device, loop.dtype)
             stages.hook("on_val_batch_start", batch)
             stages.start(Stage.VAL_BATCH_START)
             result = evaluate_batch(context.loss_fn, model, batch, "val", reduce_on)

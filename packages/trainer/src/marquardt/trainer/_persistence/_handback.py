@@ -1,9 +1,10 @@
 """The result a spawned run hands back: rank 0's trained state, written for the spawning parent.
 
-Rank 0 writes the trained model, optimizer and scheduler states, its callbacks' states and
-the final step to a file (atomically), which the parent loads into the caller's own model,
-optimizer, scheduler and callbacks (so ``EarlyStopping.best`` reads the same in the caller
-as in the run); every rank holds the same weights, so rank 0's are the run's.
+Rank 0 writes the trained model, its loop's optimizer entries (``Loop.state_dict``), the
+scheduler's state, its callbacks' states and the final step to a file (atomically), which
+the parent loads into the caller's own model, loop (``Loop.load_state_dict``), scheduler
+and callbacks (so ``EarlyStopping.best`` reads the same in the caller as in the run);
+every rank holds the same weights, so rank 0's are the run's.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
 from .._callbacks._base import Callback
+from .._loops._base import Loop
 from .._loops._context import RunContext
 from .._state import TrainerState
 from . import _callback_state as callback_state
@@ -27,7 +28,7 @@ def write_result(context: RunContext, path: str) -> None:
     ckpt.atomic_save(
         {
             "model": ckpt.bare_state_dict(context.model),
-            "optimizer": context.loop.optimizer.state_dict(),
+            **context.loop.state_dict(),
             "scheduler": context.schedule.state_dict(),
             "step": state.step,
             "interrupted": state.interrupted,
@@ -59,15 +60,15 @@ def read_result(path: str) -> dict[str, Any]:
 
 def apply_result(
     result: dict[str, Any],
-    model: nn.Module,
-    optimizer: Any,
+    loop: Loop,
     scheduler: Any,
     callbacks: Sequence[Callback],
     state: TrainerState,
 ) -> None:
-    """In the parent: the caller's objects get rank 0's trained state."""
-    model.load_state_dict(result["model"])
-    optimizer.load_state_dict(result["optimizer"])
+    """In the parent: the caller's model, optimizer (through its loop), scheduler,
+    callbacks and state get rank 0's trained state."""
+    loop.model.load_state_dict(result["model"])
+    loop.load_state_dict(result)
     if scheduler is not None and result.get("scheduler") is not None:
         scheduler.load_state_dict(result["scheduler"])
     state.step = int(result["step"])

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._callbacks._base import Callback
+from .._callbacks._base import OWN_WORK_LISTS, Callback
+from .._doclists import with_lists
 from .._errors import CheckpointCorruptError
 from . import _files as ckpt
 
@@ -218,22 +219,13 @@ class FolderCheckpoints:
         write_checkpoint(trainer.config.log_folder, trainer.model, trainer.optimizer, "best")
 
 
+@with_lists(OWN_WORK_LISTS)
 class LoadCheckpoint(Callback):
     """Load the newest checkpoint of ``config.log_folder`` into the model and optimizer.
 
     Its ``run_callback`` returns ``(model, optimizer, epoch)`` as perceptrain's does. The
     trainer itself resumes through ``TrainConfig.resume_from``; this is for a user's own
     use.
-
-    Arguments:
-        on: the stage it runs at, as for `Callback` (default ``"idle"``: none).
-        called_every: run every that many epochs, as for `Callback`.
-        callback: not used: this class's own ``run_callback`` runs.
-        callback_condition: run only when ``callback_condition(opt_result)`` holds.
-        modify_optimize_result: as for `Callback`.
-
-    Raises:
-        ValueError: ``on`` is not a stage, or ``called_every`` is not a whole number >= 0.
     """
 
     def run_callback(self, trainer: Any, config: Any, writer: Any) -> Any:
