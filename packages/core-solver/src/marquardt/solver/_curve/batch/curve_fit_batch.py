@@ -300,6 +300,8 @@ def curve_fit_batch(
                 **args.tol,
             )
             parts.append((state, _pcov(state, data, absolute_sigma)))
+    if iterate is not None:
+        iterate.finish()
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
     status = torch.cat([s.status for s, _ in parts])

@@ -1,0 +1,103 @@
+"""What a compiled kernel of ``curve_fit_batch`` is specialised to: its key in the process
+and on disk.
+
+In the process a kernel is found by ``shapes``: f itself (or its id where f cannot be
+hashed), the shapes, dtype, device, thread count, losses, tolerances and budget. On disk
+f's identity means nothing, so ``description`` puts in its place f's fingerprint
+(``_curve.small.fingerprint``), and adds the kernel's kind and fits, the SHA-256 of the
+solver's own modules whose code the graph runs, torch's version and the GPU's name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ... import _rules
+from ..._lm import robust
+from . import artifacts, batched, traced, unrolled
+from .batched import BatchData, BatchModel
+from .fingerprint import fingerprint
+
+__all__ = ["description", "identity", "shapes", "solver_code"]
+
+
+def shapes(
+    f: Callable[..., Any],
+    p: torch.Tensor,
+    data: BatchData,
+    tol: dict[str, float],
+    max_nfev: int,
+    x_per_fit: bool,
+) -> tuple[Any, ...]:
+    """What a compiled iteration is specialised to, besides its number of fits."""
+    return (
+        identity(f),
+        tuple(data.y.shape[1:]),
+        tuple(data.x.shape[1:] if x_per_fit else data.x.shape),
+        p.shape[1],
+        x_per_fit,
+        p.dtype,
+        p.device,
+        torch.get_num_threads(),
+        data.losses,
+        data.w is not None,
+        data.mask is not None,
+        tuple(sorted(tol.items())),
+        max_nfev,
+    )
+
+
+def identity(f: Callable[..., Any]) -> Any:
+    """f, or its id where f cannot be hashed."""
+    try:
+        hash(f)
+    except TypeError:
+        return id(f)
+    return f
+
+
+def description(
+    f: Callable[..., Any],
+    kernel_shapes: tuple[Any, ...],
+    fits: int,
+    model: BatchModel,
+    device: torch.device,
+) -> dict[str, Any] | None:
+    """What a kept kernel's key is made of, or None where f has no fingerprint:
+    ``kernel_shapes`` (from ``shapes``) less f's identity in this process, which the
+    fingerprint stands for."""
+    code = fingerprint(f)
+    if code is None:
+        return None
+    start = isinstance(kernel_shapes[0], str)
+    return {
+        "format": artifacts.FORMAT,
+        "model": code,
+        "name": getattr(f, "__qualname__", type(f).__name__),
+        "kind": "start" if start else "iteration",
+        "shapes": repr(kernel_shapes[2:] if start else kernel_shapes[1:]),
+        "fits": fits,
+        "torch": torch.__version__,
+        "solver": solver_code(type(model)),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+    }
+
+
+def solver_code(model_type: type) -> str:
+    """The SHA-256 of the source of every module whose code the traced graph runs."""
+    if model_type not in _SOURCES:
+        digest = hashlib.sha256()
+        modules = (batched, traced, unrolled, _rules, robust, sys.modules[model_type.__module__])
+        for module in modules:
+            digest.update(Path(module.__file__ or "").read_bytes())
+        _SOURCES[model_type] = digest.hexdigest()
+    return _SOURCES[model_type]
+
+
+_SOURCES: dict[type, str] = {}
