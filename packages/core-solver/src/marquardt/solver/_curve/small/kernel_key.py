@@ -5,12 +5,14 @@ In the process a kernel is found by ``shapes``: f itself (or its id where f cann
 hashed), the shapes, dtype, device, thread count, losses, tolerances and budget. On disk
 f's identity means nothing, so ``description`` puts in its place f's fingerprint
 (``_curve.small.fingerprint``), and adds the kernel's kind and fits, the SHA-256 of the
-solver's own modules whose code the graph runs, torch's version and the GPU's name.
+solver's own modules whose code the graph runs, torch's version, the GPU's name and the
+processor's instruction sets.
 """
 
 from __future__ import annotations
 
 import hashlib
+import platform
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +26,7 @@ from . import artifacts, batched, traced, unrolled
 from .batched import BatchData, BatchModel
 from .fingerprint import fingerprint
 
-__all__ = ["description", "identity", "shapes", "solver_code"]
+__all__ = ["cpu", "description", "identity", "shapes", "solver_code"]
 
 
 def shapes(
@@ -86,7 +88,24 @@ def description(
         "torch": torch.__version__,
         "solver": solver_code(type(model)),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "cpu": cpu(),
     }
+
+
+def cpu() -> str:
+    """The processor: its architecture and, on Linux, the SHA-256 of its model name and
+    instruction-set flags (a kernel built for one ISA may not run on another)."""
+    digest = hashlib.sha256(platform.machine().encode())
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+    for line in text.splitlines():
+        if line.startswith(("model name", "flags", "Features", "CPU part")):
+            digest.update(line.encode())
+        elif not line.strip():
+            break  # the first processor is enough
+    return digest.hexdigest()[:24]
 
 
 def solver_code(model_type: type) -> str:
