@@ -25,7 +25,7 @@ from ..._lm.memory_fit import usable_memory
 from ..._rules import covariance_scale, singular_cut
 from ..small.batched import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from ..small.compiled import check_compile, iterations
-from ..threads import BATCH_THREAD_WORK, choose_threads, torch_threads
+from ..threads import batch_crossover, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
 
@@ -198,15 +198,17 @@ def curve_fit_batch(
     200·(P + 1). ``chunk_size`` caps the fits solved at once (default: sized from memory);
     ``device`` and ``dtype`` default to ydata's (NumPy: the CPU, float64). On the CPU the
     fits run on ``threads`` torch threads; by default (None) on one, unless a chunk holds
-    at least ``BATCH_THREAD_WORK`` elements of J (fits × N × P), where a second thread can
-    pay, and then on as many as torch's setting allows and the machine has idle cores for
+    at least ``BATCH_THREAD_WORK`` elements of J (fits × N × P) and either the iteration
+    runs compiled or each fit holds at least ``FIT_THREAD_BYTES`` of J, where a second
+    thread can pay, and then on as many as torch's setting allows and the machine has idle cores for
     (its cores less the one-minute load average, rounded): never more threads than that,
     since on busy cores each short kernel waits for a descheduled thread and the fits run
     many times slower than on one (``_curve.threads``). ``compile`` (``"auto"``, True or
     False) runs each LM iteration as one compiled graph of fused kernels
-    (``_curve.small.compiled``): ``"auto"`` compiles calls of at least ``COMPILE_WORK`` elements
-    of J (M·N·P) and reuses what this process compiled before; a model that cannot be
-    compiled runs eagerly with one ``CompileWarning``. ``full_output`` adds
+    (``_curve.small.compiled``): ``"auto"`` uses a kernel compiled before, in this process
+    or kept on disk by an earlier one (``marquardt.solver.cache``), and compiles a missing
+    one (saying so on stderr) for calls of at least ``COMPILE_WORK`` elements of J
+    (M·N·P); a model that cannot be compiled runs eagerly with one ``CompileWarning``. ``full_output`` adds
     ``compile_seconds`` (this call's compile time) and ``compiled``.
 
     Arguments:
@@ -286,7 +288,9 @@ def curve_fit_batch(
     if args.y.device.type != "cpu":
         threads = None
     elif threads is None:
-        threads = choose_threads(min(size, fits) * points * params, BATCH_THREAD_WORK)
+        fused = iterate is not None and iterate.may_compile
+        crossover = batch_crossover(points, params, args.y.element_size(), fused)
+        threads = choose_threads(min(size, fits) * points * params, crossover)
     with torch_threads(None if threads is None else int(threads)):
         for begin in range(0, fits, size):
             start, data = _chunk(args, slice(begin, begin + size))

@@ -102,18 +102,18 @@ def _package_loader(path: Path, device: torch.device) -> Kernel:
     return run
 
 
-def load(key: str, device: torch.device) -> Kernel | None:
-    """The kernel kept for ``key``, or None where there is none or it cannot be trusted
-    (then one ``CompileWarning`` says it is rebuilt, and ``STATS["rebuilt"]`` counts it)."""
+def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
+    """(the kernel kept for ``key`` or None, whether one was kept but cannot be trusted:
+    then one ``CompileWarning`` says it is rebuilt, and ``STATS["rebuilt"]`` counts it)."""
     folder = _folder()
     manifest = None if folder is None else folder / f"{key}.json"
-    if manifest is None or not manifest.is_file():
-        return None
+    if folder is None or manifest is None or not manifest.is_file():
+        return None, False
     try:
         record = json.loads(manifest.read_text())
         if record.get("format") != FORMAT or record.get("key") != key:
             raise ValueError("its manifest belongs to another key or format")
-        package = folder / str(record["package"])  # type: ignore[operator]
+        package = folder / str(record["package"])
         if hashlib.sha256(package.read_bytes()).hexdigest() != record["sha256"]:
             raise ValueError("its checksum does not match")
         kernel = _package_loader(package, device)
@@ -125,9 +125,9 @@ def load(key: str, device: torch.device) -> Kernel | None:
             f"{str(err).splitlines()[0][:200] if str(err) else 'unreadable'}); compiling it "
             "again. HINT: python -m marquardt.solver.cache clear removes every kept kernel",
         )
-        return None
+        return None, True
     STATS["loaded"] += 1
-    return kernel
+    return kernel, False
 
 
 def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], path: Path) -> None:

@@ -164,6 +164,7 @@ class CompiledIterations:
     compile_seconds: float = 0.0
     compiled: bool = False
     announced: bool = False
+    failed: bool = False
 
     def __call__(
         self,
@@ -223,17 +224,28 @@ class CompiledIterations:
     ) -> _Kernel | None:
         """The kernel for ``shapes`` and ``fits`` fits: kept on disk, or compiled (when
         ``may_compile``) from ``trace()``'s function and inputs; None: run eagerly."""
-        if shapes in _FAILED:
+        looked = (shapes, fits) in _ABSENT
+        if shapes in _FAILED or (looked and not self.may_compile):
             return None
         description = kernel_key.description(self.f, shapes, fits, model, p.device)
         key = None if description is None else artifacts.key_of(description)
-        run = None
-        if key is not None and (key, p.device) not in _ABSENT:
-            run = artifacts.load(key, p.device)
-            if run is None:
-                _ABSENT.add((key, p.device))
-        if run is None and self.may_compile:
+        run, bad = None, False
+        if key is not None and not looked:
+            run, bad = artifacts.load(key, p.device)
+        if description is not None and run is None and not bad and not looked:
+            for other in kernel_key.other_threads(description, p.device):
+                run, _ = artifacts.load(artifacts.key_of(other), p.device)
+                if run is not None:
+                    break
+        if run is None and not bad:
+            _ABSENT[(shapes, fits)] = None
+            while len(_ABSENT) > 4 * CACHE_SIZE:
+                _ABSENT.popitem(last=False)
+        # A kept kernel that cannot be trusted was worth compiling once: it is rebuilt.
+        rebuild = bad and compiler_available(p.device)
+        if run is None and (self.may_compile or rebuild):
             run = self._build(shapes, key, description or {}, p.device, trace)
+            _ABSENT.pop((shapes, fits), None)
         if run is None:
             return None
         kernel = _Kernel(fits, run, self.f)
@@ -266,13 +278,12 @@ class CompiledIterations:
         try:
             return artifacts.save(key, description, build, device)
         except Exception as err:  # any failure means: run eagerly
+            self.failed = True
             _FAILED.add(shapes)
             _warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
             return None
         finally:
             self.compile_seconds += time.perf_counter() - started
-            if key is not None:
-                _ABSENT.discard((key, device))
 
     def _announce(self, device: torch.device) -> None:
         if self.announced:
@@ -289,7 +300,8 @@ class CompiledIterations:
     def finish(self) -> None:
         """End the stderr line of a compile with the time it took (nothing if none)."""
         if self.announced:
-            sys.stderr.write(f"compiled in {self.compile_seconds:.1f} s\n")
+            done = "failed (see the warning) after" if self.failed else "compiled in"
+            sys.stderr.write(f"{done} {self.compile_seconds:.1f} s\n")
             sys.stderr.flush()
             self.announced = False
 
@@ -319,8 +331,8 @@ def _padded(
 
 _CACHE: OrderedDict[tuple[Any, ...], _Kernel] = OrderedDict()
 _FAILED: set[tuple[Any, ...]] = set()
-#: Keys looked for on disk and not found this process (compiling one removes it).
-_ABSENT: set[tuple[str, torch.device]] = set()
+#: (shapes, fits) looked for on disk and not found by this process, most recent last.
+_ABSENT: OrderedDict[tuple[Any, ...], None] = OrderedDict()
 _WARNED: OrderedDict[Any, None] = OrderedDict()
 
 

@@ -97,7 +97,7 @@ def _function(f: types.FunctionType, digest: Any, depth: int, seen: set[int]) ->
     if (f.__module__ or "").split(".")[0] == "torch":  # torch's own: its version is keyed
         _named(f, digest, depth, seen)
         return
-    digest.update(f"function:{f.__module__}.{f.__qualname__};".encode())
+    digest.update(f"function:{f.__qualname__};".encode())
     _code(f.__code__, digest, depth, seen)
     _walk(f.__defaults__, digest, depth, seen)
     _walk(f.__kwdefaults__, digest, depth, seen)

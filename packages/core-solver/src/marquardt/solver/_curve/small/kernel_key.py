@@ -12,6 +12,7 @@ processor's instruction sets.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import sys
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from . import artifacts, batched, traced, unrolled
 from .batched import BatchData, BatchModel
 from .fingerprint import fingerprint
 
-__all__ = ["cpu", "description", "identity", "shapes", "solver_code"]
+__all__ = ["cpu", "description", "identity", "other_threads", "shapes", "solver_code"]
 
 
 def shapes(
@@ -55,6 +56,10 @@ def shapes(
     )
 
 
+#: Where ``shapes`` puts the thread count.
+_THREADS = 7
+
+
 def identity(f: Callable[..., Any]) -> Any:
     """f, or its id where f cannot be hashed."""
     try:
@@ -78,18 +83,31 @@ def description(
     if code is None:
         return None
     start = isinstance(kernel_shapes[0], str)
+    rest = list(kernel_shapes[2:] if start else kernel_shapes[1:])
+    threads = rest.pop(_THREADS - 1)
     return {
         "format": artifacts.FORMAT,
         "model": code,
         "name": getattr(f, "__qualname__", type(f).__name__),
         "kind": "start" if start else "iteration",
-        "shapes": repr(kernel_shapes[2:] if start else kernel_shapes[1:]),
+        "shapes": repr(tuple(rest)),
+        "threads": threads,
         "fits": fits,
         "torch": torch.__version__,
         "solver": solver_code(type(model)),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "cpu": cpu(),
     }
+
+
+def other_threads(described: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
+    """``described`` for the other thread counts a kernel may have been compiled for here
+    (one, torch's default and every core; on the CPU only): a kernel kept for another
+    count computes the same, on its own count of threads, and spares a compile."""
+    if device.type != "cpu":
+        return []
+    counts = {1, torch.get_num_threads(), os.cpu_count() or 1}
+    return [{**described, "threads": n} for n in sorted(counts - {described["threads"]})]
 
 
 def cpu() -> str:
