@@ -12,7 +12,8 @@ data's device.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..._errors import CovarianceWarning, OptimizeWarning
 from ..._lm.memory_fit import usable_memory
 from ..._rules import covariance_scale, singular_cut
 from ..small.batched import STATUS_MESSAGES, BatchData, BatchState, solve_batch
-from ..small.compiled import check_compile, iterations
+from ..small.compiled import CompiledIterations, check_compile, iterations
 from ..threads import batch_crossover, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
@@ -159,6 +160,16 @@ def _warn(status: torch.Tensor, pcov: torch.Tensor) -> None:
         )
 
 
+@contextmanager
+def _finishing(iterate: CompiledIterations | None) -> Iterator[None]:
+    """A block after which the stderr line of a compile is ended, however it ends."""
+    try:
+        yield
+    finally:
+        if iterate is not None:
+            iterate.finish()
+
+
 @keeps_grad_mode
 def curve_fit_batch(
     f: Callable[..., Any],
@@ -291,7 +302,7 @@ def curve_fit_batch(
         fused = iterate is not None and iterate.may_compile
         crossover = batch_crossover(points, params, args.y.element_size(), fused)
         threads = choose_threads(min(size, fits) * points * params, crossover)
-    with torch_threads(None if threads is None else int(threads)):
+    with torch_threads(None if threads is None else int(threads)), _finishing(iterate):
         for begin in range(0, fits, size):
             start, data = _chunk(args, slice(begin, begin + size))
             state = solve_batch(
@@ -304,8 +315,6 @@ def curve_fit_batch(
                 **args.tol,
             )
             parts.append((state, _pcov(state, data, absolute_sigma)))
-    if iterate is not None:
-        iterate.finish()
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
     status = torch.cat([s.status for s, _ in parts])

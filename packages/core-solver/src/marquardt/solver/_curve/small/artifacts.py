@@ -93,7 +93,10 @@ def _folder() -> Path | None:
 
 
 def _package_loader(path: Path, device: torch.device) -> Kernel:
-    index = -1 if device.type != "cuda" else (device.index or 0)
+    if device.type != "cuda":
+        index = -1
+    else:
+        index = device.index if device.index is not None else torch.cuda.current_device()
     runner = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, index)
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -132,6 +135,8 @@ def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
 
 def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], path: Path) -> None:
     """Compile the traced ``graph`` ahead of time into the AOTInductor package ``path``."""
+    import torch._inductor  # the compiler, imported only when a kernel is compiled
+
     exported = torch.export.export(graph, tuple(inputs), strict=False)
     torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
 

@@ -290,10 +290,11 @@ class CompiledIterations:
             return
         self.announced = True
         name = getattr(self.f, "__qualname__", type(self.f).__name__)
-        threads = torch.get_num_threads() if device.type == "cpu" else device
+        threads = torch.get_num_threads()
+        where = f"{threads} thread{'s' * (threads != 1)}" if device.type == "cpu" else device
         sys.stderr.write(
             f"marquardt: compiling curve_fit_batch's iteration for the model {name} "
-            f"({threads} threads), once for this machine; later runs load it ... "
+            f"(on {where}), once for this machine; later runs load it ... "
         )
         sys.stderr.flush()
 

@@ -11,6 +11,7 @@ processor's instruction sets.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import platform
@@ -110,6 +111,7 @@ def other_threads(described: dict[str, Any], device: torch.device) -> list[dict[
     return [{**described, "threads": n} for n in sorted(counts - {described["threads"]})]
 
 
+@functools.cache
 def cpu() -> str:
     """The processor: its architecture and, on Linux, the SHA-256 of its model name and
     instruction-set flags (a kernel built for one ISA may not run on another)."""
