@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,6 +91,7 @@ def test_the_key_changes_with_the_code_constants_shapes_dtype_device_and_threads
     assert _key(closing(1.0)) != _key(closing(2.0))
     assert _key(closing(1.0)) == _key(closing(1.0))
     assert _key(tensor_rate(torch.tensor(1.0))) != _key(tensor_rate(torch.tensor(1.5)))
+    assert _key(tensor_rate(np.array([1.0]))) != _key(tensor_rate(np.array([1.5])))
     before = _key(global_rate)
     globals()["RATE"] = 3.0
     try:

@@ -211,16 +211,17 @@ def curve_fit_batch(
     fits run on ``threads`` torch threads; by default (None) on one, unless a chunk holds
     at least ``BATCH_THREAD_WORK`` elements of J (fits × N × P) and either the iteration
     runs compiled or each fit holds at least ``FIT_THREAD_BYTES`` of J, where a second
-    thread can pay, and then on as many as torch's setting allows and the machine has idle cores for
-    (its cores less the one-minute load average, rounded): never more threads than that,
-    since on busy cores each short kernel waits for a descheduled thread and the fits run
-    many times slower than on one (``_curve.threads``). ``compile`` (``"auto"``, True or
-    False) runs each LM iteration as one compiled graph of fused kernels
-    (``_curve.small.compiled``): ``"auto"`` uses a kernel compiled before, in this process
-    or kept on disk by an earlier one (``marquardt.solver.cache``), and compiles a missing
-    one (saying so on stderr) for calls of at least ``COMPILE_WORK`` elements of J
-    (M·N·P); a model that cannot be compiled runs eagerly with one ``CompileWarning``. ``full_output`` adds
-    ``compile_seconds`` (this call's compile time) and ``compiled``.
+    thread can pay, and then on as many as torch's setting allows and the machine has
+    idle cores for (its cores less the one-minute load average, rounded): never more
+    threads than that, since on busy cores each short kernel waits for a descheduled
+    thread and the fits run many times slower than on one (``_curve.threads``).
+    ``compile`` (``"auto"``, True or False) runs each LM iteration as one compiled graph
+    of fused kernels (``_curve.small.compiled``): ``"auto"`` uses a kernel compiled
+    before, in this process or kept on disk by an earlier one (``marquardt.solver.cache``),
+    and compiles a missing one (saying so on stderr) for calls of at least
+    ``COMPILE_WORK`` elements of J (M·N·P); a model that cannot be compiled runs eagerly
+    with one ``CompileWarning``. ``full_output`` adds ``compile_seconds`` (this call's
+    compile time) and ``compiled``.
 
     Arguments:
         f: the model ``f(x, *p)`` for one fit, with torch operations.

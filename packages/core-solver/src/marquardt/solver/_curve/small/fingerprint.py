@@ -5,8 +5,8 @@ must change whenever the graph traced from the model would: its code, the code o
 function it calls that is not torch's, and every number or tensor it reads from outside
 its arguments (defaults, closure cells, globals). ``fingerprint`` walks exactly those: a
 Python function's bytecode, constants and names, its defaults, closure and the globals its
-code names (recursively, for functions and nested code objects), a tensor's dtype, shape
-and bytes, an ``nn.Module``'s class, parameters and buffers, and plain values by ``repr``.
+code names (recursively, for functions and nested code objects), a tensor's (or a NumPy
+array's) dtype, shape and bytes, an ``nn.Module``'s class, parameters and buffers, and plain values by ``repr``.
 Modules and builtins (``torch.exp``) count by their qualified names; torch's own version
 sits in the key beside the fingerprint. Where something is met that cannot be read this
 way (an arbitrary object), the fingerprint is None and nothing is kept on disk for that
@@ -19,6 +19,7 @@ import hashlib
 import types
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["fingerprint"]
@@ -70,6 +71,14 @@ def _tensor(value: torch.Tensor, digest: Any, depth: int, seen: set[int]) -> Non
     data = value.detach().cpu().contiguous()
     digest.update(f"tensor:{data.dtype}:{tuple(data.shape)}:{value.device.type};".encode())
     digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _array(value: np.ndarray, digest: Any, depth: int, seen: set[int]) -> None:
+    if value.dtype == object:
+        raise _Unreadable
+    data = np.ascontiguousarray(value)
+    digest.update(f"ndarray:{data.dtype.str}:{data.shape};".encode())
+    digest.update(data.tobytes())
 
 
 def _sequence(value: Any, digest: Any, depth: int, seen: set[int]) -> None:
@@ -155,6 +164,7 @@ def _partial_type() -> type:
 
 _READERS: tuple[tuple[Any, Any], ...] = (
     (torch.Tensor, _tensor),
+    ((np.ndarray, np.generic), _array),
     ((tuple, list, set, frozenset), _sequence),
     (dict, _mapping),
     (types.CodeType, _code),
