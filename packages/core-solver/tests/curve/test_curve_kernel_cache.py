@@ -260,3 +260,12 @@ def test_the_command_lists_and_clears_the_kernels(
     assert "removed 2 files" in capsys.readouterr().out
     assert cache.entries() == [] and list(tmp_path.iterdir()) == []
     assert cache.folder() == tmp_path
+
+
+def test_a_kernel_for_fewer_threads_is_offered_never_one_for_more() -> None:
+    described = {"threads": 3, "shapes": "(...)"}
+    offered = [d["threads"] for d in kernel_key.other_threads(described, CPU)]
+    assert offered == sorted(offered, reverse=True) and 2 in offered and 1 in offered
+    assert all(0 < n < 3 for n in offered)
+    assert kernel_key.other_threads({"threads": 1}, CPU) == []
+    assert kernel_key.other_threads(described, torch.device("meta")) == []

@@ -25,7 +25,8 @@ run eagerly when fewer still.
 
 Under ``compile="auto"`` a kept kernel is always used; a missing one is compiled (saying so
 on stderr, with the time it took) when the call has at least ``COMPILE_WORK`` elements of
-J over its fits. The eager iteration runs instead, with one ``CompileWarning`` per model,
+J over its fits; a call that may not compile uses a kernel kept for fewer threads
+(``kernel_key.other_threads``) rather than none. The eager iteration runs instead, with one ``CompileWarning`` per model,
 where the model cannot be traced or compiled (Python control flow on tensor values, such
 as ``if x.sum() > 0:``), or no compiler is found (``compile=True`` only: under ``"auto"``
 that is silent).
@@ -232,7 +233,7 @@ class CompiledIterations:
         run, bad = None, False
         if key is not None and not looked:
             run, bad = artifacts.load(key, p.device)
-        if description is not None and run is None and not bad and not looked:
+        if description is not None and run is None and not (bad or looked or self.may_compile):
             for other in kernel_key.other_threads(description, p.device):
                 run, _ = artifacts.load(artifacts.key_of(other), p.device)
                 if run is not None:

@@ -102,13 +102,15 @@ def description(
 
 
 def other_threads(described: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
-    """``described`` for the other thread counts a kernel may have been compiled for here
-    (one, torch's default and every core; on the CPU only): a kernel kept for another
-    count computes the same, on its own count of threads, and spares a compile."""
+    """``described`` for the fewer threads a kernel may have been kept for here (one, or
+    half the cores; on the CPU only), most first: where no kernel may be compiled, one kept
+    for fewer threads computes the same and runs faster than the eager iteration, and
+    never takes more threads than the call was given."""
     if device.type != "cpu":
         return []
-    counts = {1, torch.get_num_threads(), os.cpu_count() or 1}
-    return [{**described, "threads": n} for n in sorted(counts - {described["threads"]})]
+    counts = {1, (os.cpu_count() or 1) // 2, described["threads"] - 1}
+    mine = described["threads"]
+    return [{**described, "threads": n} for n in sorted(counts, reverse=True) if 0 < n < mine]
 
 
 @functools.cache
