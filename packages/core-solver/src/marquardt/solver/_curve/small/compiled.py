@@ -26,10 +26,10 @@ run eagerly when fewer still.
 Under ``compile="auto"`` a kept kernel is always used; a missing one is compiled (saying so
 on stderr, with the time it took) when the call has at least ``COMPILE_WORK`` elements of
 J over its fits; a call that may not compile uses a kernel kept for fewer threads
-(``kernel_key.other_threads``) rather than none. The eager iteration runs instead, with one ``CompileWarning`` per model,
-where the model cannot be traced or compiled (Python control flow on tensor values, such
-as ``if x.sum() > 0:``), or no compiler is found (``compile=True`` only: under ``"auto"``
-that is silent).
+(``kernel_key.other_threads``) rather than none. The eager iteration runs instead, with
+one ``CompileWarning`` per model, where the model cannot be traced or compiled (Python
+control flow on tensor values, such as ``if x.sum() > 0:``), or no compiler is found
+(``compile=True`` only: under ``"auto"`` that is silent).
 """
 
 from __future__ import annotations
