@@ -26,6 +26,7 @@ from ..._lm.memory_fit import usable_memory
 from ..._rules import covariance_scale, singular_cut
 from ..small.batched import STATUS_MESSAGES, BatchData, BatchState, solve_batch
 from ..small.compiled import CompiledIterations, check_compile, iterations
+from ..small.traced import gram_inverse
 from ..threads import batch_crossover, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
@@ -37,6 +38,9 @@ __all__ = [
     "chunk_fits",
     "curve_fit_batch",
 ]
+
+#: ``traced.gram_inverse`` or its compiled kernel: js ↦ ((JᵀJ)⁻¹, trusted).
+Inverse = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 #: Elements per fit held per element of J (N·P) during an iteration: J, its row-scaled
 #: copy, the trial's J and its scaled copy, and forward mode's P tangents of f's
@@ -81,32 +85,21 @@ def _unscaled_svd(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
     return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
 
 
-def _unscaled(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """(JᵀJ)⁻¹ per fit: from the Cholesky factor of the equilibrated Gram matrix where that
-    is well conditioned (no singular value of J near SciPy's cut, so the pseudo-inverse is
-    the inverse), else from J's SVD as SciPy forms it. The factor costs a fraction of the
-    SVD, which only the fits that need it pay for."""
-    gram = torch.einsum("mnp,mnq->mpq", js, js)
-    scale = torch.sqrt(torch.diagonal(gram, dim1=1, dim2=2))
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    factor, info = torch.linalg.cholesky_ex(gram / (scale[:, :, None] * scale[:, None, :]))
-    diagonal = torch.diagonal(factor, dim1=1, dim2=2)
-    ratio = diagonal.amin(1) / diagonal.amax(1)
-    eps = torch.finfo(js.dtype).eps
-    good = (info == 0) & (ratio > eps**0.25) & torch.isfinite(ratio)
-    inverse = torch.cholesky_inverse(
-        torch.where(
-            good[:, None, None], factor, torch.eye(js.shape[2], dtype=js.dtype, device=js.device)
-        )
-    )
-    out = inverse / (scale[:, :, None] * scale[:, None, :])
+def _unscaled(js: torch.Tensor, kept: torch.Tensor, inverse: Inverse) -> torch.Tensor:
+    """(JᵀJ)⁻¹ per fit: ``inverse``'s (``traced.gram_inverse``, from the Cholesky factor of
+    the equilibrated Gram matrix) where it is trusted, else from J's SVD as SciPy forms
+    it. The factor costs a fraction of the SVD, which only the fits that need it pay for."""
+    out, good = inverse(js)
     rest = torch.nonzero(~good).reshape(-1)
     if rest.numel():
+        out = out.clone()
         out[rest] = _unscaled_svd(js[rest], kept[rest])
     return out
 
 
-def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Tensor:
+def _pcov(
+    state: BatchState, data: BatchData, absolute_sigma: bool, inverse: Inverse
+) -> torch.Tensor:
     """SciPy's covariance per fit (module docstring)."""
     fits, points, params = state.js.shape
     kept = (
@@ -116,7 +109,7 @@ def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Ten
     ).to(state.p.dtype)
     finite = torch.isfinite(state.js.sum((1, 2)))
     js = torch.where(finite[:, None, None], state.js, torch.zeros_like(state.js))
-    unscaled = _unscaled(js, kept)
+    unscaled = _unscaled(js, kept, inverse)
     bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1)
     if not absolute_sigma:
         scale = covariance_scale(2.0 * state.cost, kept, params)
@@ -315,7 +308,8 @@ def curve_fit_batch(
                 initial=None if iterate is None else iterate.start,
                 **args.tol,
             )
-            parts.append((state, _pcov(state, data, absolute_sigma)))
+            inverse = gram_inverse if iterate is None else iterate.gram_inverse
+            parts.append((state, _pcov(state, data, absolute_sigma, inverse)))
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
     status = torch.cat([s.status for s, _ in parts])

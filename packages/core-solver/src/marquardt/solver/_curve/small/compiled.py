@@ -9,8 +9,9 @@ memory and a dispatch. Here the whole iteration is traced to one graph of ATen o
 through the system compiler on CPUs, Triton on GPUs), so that the pointwise work and the
 reductions over the N points run fused; the P × P Cholesky factorisations and solves are
 traced written out (``_curve.small.unrolled``) so that they fuse too, instead of one LAPACK
-call per fit. The start state (f and J at p0, ``batched.start_state``) is compiled the
-same way.
+call per fit. The start state (f and J at p0, ``batched.start_state``) and the inverse of
+JᵀJ the covariance is formed from (``traced.gram_inverse``, shared by every model) are
+compiled the same way.
 
 A compiled kernel is specialised to its shapes, dtype, device, thread count, the
 tolerances and the model f. It is kept on disk (``_curve.small.artifacts``, the user's cache
@@ -186,7 +187,8 @@ class CompiledIterations:
                 run = traced.iteration(model, data, tol, max_nfev)
                 return run, state_listed(padded) + data_listed(part)
 
-            kernel = self._kernel(shapes, size, model, state.p, trace)
+            described = kernel_key.description(self.f, shapes, size, model, state.p.device)
+            kernel = self._kernel(shapes, size, described, state.p.device, trace)
         if kernel is None:
             return _iterate(model, state, data, tol, max_nfev)
         self.compiled = True
@@ -205,7 +207,8 @@ class CompiledIterations:
             def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
                 return traced.start(model, data), [p0, *data_listed(data)]
 
-            kernel = self._kernel(shapes, fits, model, p0, trace)
+            described = kernel_key.description(self.f, shapes, fits, model, p0.device)
+            kernel = self._kernel(shapes, fits, described, p0.device, trace)
         if kernel is None:
             return start_state(model, p0, data)
         if fits != kernel.fits:
@@ -215,27 +218,49 @@ class CompiledIterations:
         out = kernel.run(p0, *data_listed(data))
         return BatchState(*(t[:fits] for t in out))
 
+    def gram_inverse(self, js: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``traced.gram_inverse`` for the covariance, compiled as the start is (a kernel
+        for a full chunk, shared by every model of these shapes)."""
+        fits = js.shape[0]
+        shapes = ("covariance", None, *js.shape[1:], js.dtype, js.device)
+        shapes += (torch.get_num_threads(),)
+        kernel = _serving(shapes, fits)
+        if kernel is None and fits == self.chunk:
+
+            def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
+                return traced.gram_inverse, [js]
+
+            described = kernel_key.covariance(shapes, fits, js.device)
+            kernel = self._kernel(shapes, fits, described, js.device, trace)
+        if kernel is None:
+            return traced.gram_inverse(js)
+        if fits != kernel.fits:
+            index = torch.arange(kernel.fits, device=js.device)
+            js = js[torch.where(index < fits, index, 0)]
+        out, good = kernel.run(js)
+        return out[:fits], good[:fits]
+
     def _kernel(
         self,
         shapes: tuple[Any, ...],
         fits: int,
-        model: BatchModel,
-        p: torch.Tensor,
+        description: dict[str, Any] | None,
+        device: torch.device,
         trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
     ) -> _Kernel | None:
-        """The kernel for ``shapes`` and ``fits`` fits: kept on disk, or compiled (when
-        ``may_compile``) from ``trace()``'s function and inputs; None: run eagerly."""
+        """The kernel for ``shapes`` and ``fits`` fits (``description``: its key's parts,
+        None where it has none): kept on disk, or compiled (when ``may_compile``) from
+        ``trace()``'s function and inputs; None: run eagerly."""
         looked = (shapes, fits) in _ABSENT
         if shapes in _FAILED or (looked and not self.may_compile):
             return None
-        description = kernel_key.description(self.f, shapes, fits, model, p.device)
         key = None if description is None else artifacts.key_of(description)
         run, bad = None, False
         if key is not None and not looked:
-            run, bad = artifacts.load(key, p.device)
+            run, bad = artifacts.load(key, device)
         if description is not None and run is None and not (bad or looked or self.may_compile):
-            for other in kernel_key.other_threads(description, p.device):
-                run, _ = artifacts.load(artifacts.key_of(other), p.device)
+            for other in kernel_key.other_threads(description, device):
+                run, _ = artifacts.load(artifacts.key_of(other), device)
                 if run is not None:
                     break
         if run is None and not bad:
@@ -243,9 +268,9 @@ class CompiledIterations:
             while len(_ABSENT) > 4 * CACHE_SIZE:
                 _ABSENT.popitem(last=False)
         # A kept kernel that cannot be trusted was worth compiling once: it is rebuilt.
-        rebuild = bad and compiler_available(p.device)
+        rebuild = bad and compiler_available(device)
         if run is None and (self.may_compile or rebuild):
-            run = self._build(shapes, key, description or {}, p.device, trace)
+            run = self._build(shapes, key, description or {}, device, trace)
             _ABSENT.pop((shapes, fits), None)
         if run is None:
             return None

@@ -28,7 +28,15 @@ from . import artifacts, batched, traced, unrolled
 from .batched import BatchData, BatchModel
 from .fingerprint import fingerprint
 
-__all__ = ["cpu", "description", "identity", "other_threads", "shapes", "solver_code"]
+__all__ = [
+    "covariance",
+    "cpu",
+    "description",
+    "identity",
+    "other_threads",
+    "shapes",
+    "solver_code",
+]
 
 
 def shapes(
@@ -101,6 +109,24 @@ def description(
     }
 
 
+def covariance(kernel_shapes: tuple[Any, ...], fits: int, device: torch.device) -> dict[str, Any]:
+    """What a kept kernel of ``traced.gram_inverse`` is keyed by: no model (it has none),
+    ``kernel_shapes`` ("covariance", None, N, P, dtype, device, threads) and the rest of
+    ``description``'s parts."""
+    return {
+        "format": artifacts.FORMAT,
+        "kind": "covariance",
+        "name": "covariance",
+        "shapes": repr(kernel_shapes[2:-1]),
+        "threads": kernel_shapes[-1],
+        "fits": fits,
+        "torch": torch.__version__,
+        "solver": solver_code(None),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "cpu": cpu(),
+    }
+
+
 def other_threads(described: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
     """``described`` for the fewer threads a kernel may have been kept for here (one, or
     half the cores; on the CPU only), most first: where no kernel may be compiled, one kept
@@ -130,15 +156,18 @@ def cpu() -> str:
     return digest.hexdigest()[:24]
 
 
-def solver_code(model_type: type) -> str:
-    """The SHA-256 of the source of every module whose code the traced graph runs."""
+def solver_code(model_type: type | None) -> str:
+    """The SHA-256 of the source of every module whose code the traced graph runs (the
+    model class's module too, where there is one)."""
     if model_type not in _SOURCES:
         digest = hashlib.sha256()
-        modules = (batched, traced, unrolled, _rules, robust, sys.modules[model_type.__module__])
-        for module in modules:
+        modules = {batched, traced, unrolled, _rules, robust}
+        if model_type is not None:
+            modules.add(sys.modules[model_type.__module__])
+        for module in sorted(modules, key=lambda m: m.__name__):
             digest.update(Path(module.__file__ or "").read_bytes())
         _SOURCES[model_type] = digest.hexdigest()
     return _SOURCES[model_type]
 
 
-_SOURCES: dict[type, str] = {}
+_SOURCES: dict[type | None, str] = {}

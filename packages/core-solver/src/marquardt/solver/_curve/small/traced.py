@@ -1,5 +1,5 @@
-"""The functions ``_curve.small.compiled`` traces: one batched LM iteration and the start
-state, as functions of flat lists of tensors.
+"""The functions ``_curve.small.compiled`` traces: one batched LM iteration, the start
+state, as functions of flat lists of tensors, and the inverse of JᵀJ for the covariance.
 
 ``make_fx`` and AOTInductor see tensors only, so a ``BatchState`` and a ``BatchData`` are
 passed as their tensors in a fixed order (``state_listed``, ``data_listed``; an empty
@@ -16,7 +16,15 @@ import torch
 
 from .batched import BatchData, BatchModel, BatchState, _iterate, start_state
 
-__all__ = ["STATE", "data_built", "data_listed", "iteration", "start", "state_listed"]
+__all__ = [
+    "STATE",
+    "data_built",
+    "data_listed",
+    "gram_inverse",
+    "iteration",
+    "start",
+    "state_listed",
+]
 
 #: The state's fields, in the order of the traced functions' inputs and outputs.
 STATE = tuple(f.name for f in fields(BatchState))
@@ -79,3 +87,28 @@ def start(model: BatchModel, like: BatchData) -> Callable[..., tuple[torch.Tenso
         return tuple(getattr(new, name) for name in STATE)
 
     return run
+
+
+def gram_inverse(js: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(JᵀJ)⁻¹ per fit from the Cholesky factor of the equilibrated Gram matrix
+    D⁻¹JᵀJD⁻¹ (D = its diagonal's square root), and whether that is trusted: the factor
+    exists and no singular value of J is near SciPy's cut (the ratio of the factor's
+    smallest to largest pivot above ε^¼), so the pseudo-inverse is the inverse.
+
+    **Arguments:**
+
+    - ``js``: J per fit (M × N × P), finite.
+
+    **Returns:** ((JᵀJ)⁻¹ (M × P × P), meaningful where trusted; trusted (M,)).
+    """
+    gram = torch.einsum("mnp,mnq->mpq", js, js)
+    scale = torch.sqrt(torch.diagonal(gram, dim1=1, dim2=2))
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    factor, info = torch.linalg.cholesky_ex(gram / (scale[:, :, None] * scale[:, None, :]))
+    diagonal = torch.diagonal(factor, dim1=1, dim2=2)
+    ratio = diagonal.amin(1) / diagonal.amax(1)
+    eps = torch.finfo(js.dtype).eps
+    good = (info == 0) & (ratio > eps**0.25) & torch.isfinite(ratio)
+    eye = torch.eye(js.shape[2], dtype=js.dtype, device=js.device).expand_as(gram)
+    inverse = torch.cholesky_solve(eye, torch.where(good[:, None, None], factor, eye))
+    return inverse / (scale[:, :, None] * scale[:, None, :]), good
