@@ -15,8 +15,8 @@ Sides:
   ten iterations after the start's evaluation), on the default thread count, one thread
   and two; each side's first call (with its compile, ``compile_seconds``) and the faster
   of two more, steady calls;
-* Cpufit, built from Gpufit's sources (``benchmarks/cpufit/build_cpufit.sh``; its path
-  as ``--cpufit`` or ``CPUFIT_LIB``), least squares (LSE), tolerance 1e-4, at most 10
+* Cpufit, a library the user built from Gpufit's sources as Gpufit's documentation says
+  (its float library's path as ``--cpufit`` or ``CPUFIT_LIB``), least squares (LSE), tolerance 1e-4, at most 10
   iterations: one thread, as Cpufit has no threading;
 * ``scipy.optimize.curve_fit`` (defaults, NumPy model) in a loop over ``SCIPY_FITS`` fits,
   fits/s extrapolated.
@@ -253,8 +253,10 @@ def main(
         libraries = load(path)
     else:
         note = (
-            f"no Cpufit build given (--cpufit PATH or {ENV}=PATH): the Cpufit columns are "
-            "empty. Build one with benchmarks/cpufit/build_cpufit.sh GPUFIT_CHECKOUT"
+            f"no Cpufit library given (--cpufit PATH or {ENV}=PATH): the Cpufit columns are "
+            "empty. Build Cpufit as Gpufit's documentation says (gpufit.readthedocs.io, "
+            "'Installation and Testing') and pass the path of libcpufit_float.so (its "
+            "libcpufit_double.so beside it adds the float64 rows)"
         )
         print(f"# {note}")
     print(HEAD, flush=True)

@@ -1,7 +1,7 @@
 """Cpufit (the CPU half of Gpufit) through its C interface, by ctypes.
 
-A build from ``build_cpufit.sh`` is two shared libraries, ``libcpufit_float.so`` and
-``libcpufit_double.so`` (REAL = float or double in Gpufit's ``definitions.h``). This module
+A Cpufit build (made by the user from Gpufit's sources) is two shared libraries,
+``libcpufit_float.so`` and ``libcpufit_double.so`` (REAL = float or double in Gpufit's ``definitions.h``). This module
 calls their ``cpufit(...)``: M fits of N points, the model and estimator by id (Gpufit's
 ``constants.h``: GAUSS_2D = 1, LSE = 0), REAL arrays in, REAL and int arrays out. Cpufit
 runs its fits one after the other on the calling thread.
@@ -120,8 +120,8 @@ def load(float_library: str | Path) -> dict[str, Cpufit]:
     path = Path(float_library)
     if not path.is_file():
         raise FileNotFoundError(
-            f"no Cpufit library at {path}. HINT: build one with "
-            "benchmarks/cpufit/build_cpufit.sh GPUFIT_CHECKOUT and pass the path it prints"
+            f"no Cpufit library at {path}. HINT: build Cpufit as Gpufit's documentation "
+            "says and pass the path of its libcpufit_float.so"
         )
     found = {"float32": Cpufit(path, np.float32)}
     double = path.with_name("libcpufit_double.so")

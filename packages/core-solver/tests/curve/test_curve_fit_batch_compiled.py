@@ -1,26 +1,30 @@
 """``curve_fit_batch(..., compile=...)``: the compiled iteration against the eager one, its
-cache, and the eager fallbacks (a model that cannot be compiled, no compiler, a call too
-small to repay a compile). Compiles are tens of seconds on a small CPU, so one tiny
+caches (in the process and kept on disk: a new process loads the kernels, a corrupt one
+is rebuilt), and the eager fallbacks (a model that cannot be compiled, no compiler, a call
+too small to repay a compile). Compiles are tens of seconds on a small CPU, so one tiny
 problem is compiled once for the module and every compiled check reuses it."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from compiled_models import spot
 
+import marquardt.solver._curve.small.artifacts as artifacts
 import marquardt.solver._curve.small.compiled as compiled
-from marquardt.solver import curve_fit_batch
+from marquardt.solver import cache, curve_fit_batch
 from marquardt.solver._errors import CompileWarning
 
 FITS = 40
-
-
-def spot(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
-    return a * torch.exp(-0.5 * ((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / w**2) + b
 
 
 def branchy(t: torch.Tensor, a: Any, k: Any) -> torch.Tensor:
@@ -170,3 +174,61 @@ def test_the_kernel_sizes_are_the_chunk_and_its_tail(fits: int, size: int) -> No
     assert compiled._size(16_384, fits) == size
     # A small chunk has no tail kernel: its late fits run eagerly.
     assert compiled._size(40, 10) == 0 and compiled._size(40, 16) == 40
+
+
+NEW_PROCESS = r"""
+import json, sys
+import numpy as np
+from compiled_models import spot
+from marquardt.solver import curve_fit_batch
+from marquardt.solver._curve.small import artifacts
+problem = json.loads(sys.stdin.read())
+problem = {k: np.asarray(v) if k != "bounds" else tuple(map(np.asarray, v)) for k, v in problem.items()}
+popt, pcov, info = curve_fit_batch(spot, **problem, full_output=True)
+print(json.dumps({"stats": artifacts.STATS, "popt": popt.tolist(), "compiled": info["compiled"]}))
+"""
+
+
+def test_a_new_process_loads_the_kept_kernels_without_compiling(spots: dict[str, Any]) -> None:
+    problem = spots["problem"]
+    sent = {k: np.asarray(v).tolist() for k, v in problem.items() if k != "bounds"}
+    sent["bounds"] = [b.tolist() for b in problem["bounds"]]
+    tests = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", NEW_PROCESS],
+        env={**os.environ, "PYTHONPATH": path},
+        input=json.dumps(sent),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    got = json.loads(done.stdout.splitlines()[-1])
+    # Under "auto" this call is far too small to compile: it ran compiled because the
+    # kernels kept by the first call were loaded.
+    # the start, the iteration and the covariance
+    assert got["stats"]["loaded"] == 3, (got["stats"], done.stderr[-2000:])
+    assert got["compiled"] and got["stats"]["compiled"] == 0
+    assert "compiling" not in done.stderr
+    np.testing.assert_allclose(got["popt"], spots["eager"][0], rtol=1e-10, atol=1e-12)
+
+
+def test_a_corrupt_kept_kernel_is_rebuilt_with_one_warning(
+    spots: dict[str, Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    iteration = [e for e in cache.entries() if e["description"]["kind"] == "iteration"]
+    assert len(iteration) == 1
+    package = Path(cache.folder()) / iteration[0]["package"]
+    package.write_bytes(package.read_bytes()[: package.stat().st_size // 2])
+    compiled.forget()
+    rebuilt = artifacts.STATS["rebuilt"]
+    with pytest.warns(CompileWarning, match="cannot be used") as caught:
+        got = curve_fit_batch(spot, **spots["problem"], full_output=True)
+    assert len([w for w in caught if w.category is CompileWarning]) == 1
+    assert artifacts.STATS["rebuilt"] == rebuilt + 1
+    assert got[2]["compiled"] and got[2]["compile_seconds"] > 0
+    assert "compiling curve_fit_batch's iteration for the model spot" in capfd.readouterr().err
+    _agree(got, spots["eager"])
+    kernel, bad = artifacts.load(iteration[0]["key"], torch.device("cpu"))
+    assert kernel is not None and not bad

@@ -18,6 +18,9 @@ from marquardt.solver._curve.scipy import curve_fit as scipy_edge
 from marquardt.solver._curve.scipy.curve_fit import ENGINE_ONE_THREAD_POINTS
 from marquardt.solver._curve.threads import (
     BATCH_THREAD_WORK,
+    FIT_THREAD_BYTES,
+    NEVER,
+    batch_crossover,
     choose_threads,
     idle_cores,
     torch_threads,
@@ -113,12 +116,22 @@ def test_curve_fit_batch_runs_on_the_rules_count_for_its_chunk(
     with torch_threads(1):  # the model check before the fits runs on the caller's count
         curve_fit_batch(_recording_gaussian(seen), x, y, p0, chunk_size=5)
         assert torch.get_num_threads() == 1
-    assert asked == [(5 * 20 * 3, BATCH_THREAD_WORK)]  # fits per chunk × N × P
+    # fits per chunk × N × P, against the crossover for these fits (eager, float64)
+    assert asked == [(5 * 20 * 3, batch_crossover(20, 3, 8, fused=False))]
     assert seen[0] == 1 and seen[-1] == 2
     seen.clear()
     with torch_threads(3):
         curve_fit_batch(_recording_gaussian(seen), x, y, p0, threads=1)
     assert len(asked) == 1 and seen[0] == 3 and seen[-1] == 1  # a count given is used
+
+
+def test_the_batch_crossover_counts_the_work_per_fit_unless_the_iteration_is_fused() -> None:
+    large = FIT_THREAD_BYTES // (25 * 4) + 1  # the P from which a float32 fit of 25
+    assert 25 * large * 4 >= FIT_THREAD_BYTES > 25 * (large - 1) * 4  # points is large
+    assert batch_crossover(25, large - 1, 4, fused=False) == NEVER
+    assert batch_crossover(25, large - 1, 4, fused=True) == BATCH_THREAD_WORK
+    assert batch_crossover(25, large, 4, fused=False) == BATCH_THREAD_WORK
+    assert choose_threads(10 * BATCH_THREAD_WORK, NEVER) == 1
 
 
 def test_curve_fit_batch_default_is_one_thread_for_a_small_batch() -> None:

@@ -11,6 +11,14 @@
     (one all-gather of six numbers) and raises ``RanksDisagreeError`` naming the ranks that
     differ. Unset or ``0`` (the default): no check. Read when the ``LMA`` is built.
 
+``MARQUARDT_SOLVER_CACHE_DIR``
+    The folder where compiled kernels are kept between processes (``curve_fit_batch``'s
+    compiled iteration; listed and cleared by ``python -m marquardt.solver.cache``).
+    Unset or empty (the default): ``marquardt/compiled`` in the platform's cache folder,
+    ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
+    ``%LOCALAPPDATA%`` on Windows. A folder inside a git work tree is refused (kernels are
+    then kept in the process only): compiled artifacts never go into a repository.
+
 Nothing else is read here. Which GPUs Legate holds is answered by ``marquardt.devices``
 (see ``marquardt.devices._settings``); Legate's own variables (``LEGATE_CONFIG``,
 ``CUPYNUMERIC_*``) are read by Legate. Values are read when asked for, never at import.
@@ -19,8 +27,13 @@ Nothing else is read here. Which GPUs Legate holds is answered by ``marquardt.de
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
-__all__ = ["BACKEND_NAMES", "backend_override", "check_ranks"]
+__all__ = ["BACKEND_NAMES", "CACHE_DIR_ENV", "backend_override", "cache_dir", "check_ranks"]
+
+#: The variable that moves the folder of compiled kernels.
+CACHE_DIR_ENV = "MARQUARDT_SOLVER_CACHE_DIR"
 
 #: Names accepted for ``MARQUARDT_SOLVER_BACKEND`` and ``LMA(backend=...)`` (plus ``auto``).
 BACKEND_NAMES: tuple[str, ...] = ("numpy", "torch", "cupynumeric")
@@ -46,3 +59,18 @@ def check_ranks() -> bool:
     """Whether ``MARQUARDT_SOLVER_CHECK_RANKS`` asks for the after-step agreement check."""
     value = os.environ.get("MARQUARDT_SOLVER_CHECK_RANKS", "").strip().lower()
     return value in ("1", "true", "yes", "on")
+
+
+def cache_dir() -> Path:
+    """The folder of compiled kernels: ``MARQUARDT_SOLVER_CACHE_DIR``, else ``marquardt/
+    compiled`` in the platform's cache folder (module docstring). Not created here."""
+    value = os.environ.get(CACHE_DIR_ENV, "").strip()
+    if value:
+        return Path(value).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "marquardt" / "compiled"

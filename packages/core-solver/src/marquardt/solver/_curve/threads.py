@@ -24,12 +24,44 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["BATCH_THREAD_WORK", "choose_threads", "idle_cores", "own_load", "torch_threads"]
+__all__ = [
+    "BATCH_THREAD_WORK",
+    "FIT_THREAD_BYTES",
+    "NEVER",
+    "batch_crossover",
+    "choose_threads",
+    "idle_cores",
+    "own_load",
+    "torch_threads",
+]
 
 #: Elements of J per chunk (fits × N × P) from which ``curve_fit_batch`` tries more than
 #: one thread: below it a second thread has not paid even on idle cores (benchmarks/
 #: NOTES.md, the cpufit rows' default threads against one thread).
 BATCH_THREAD_WORK = 2_000_000
+#: Bytes of J per fit (N·P·item size) from which the eager batched iteration tries more
+#: than one thread: its per-fit P × P work (the Gram matrices, the Cholesky solves) runs as
+#: many short kernels that a second thread does not split well for smaller fits
+#: (benchmarks/NOTES.md, the cpufit rows). The fused (compiled) iteration has no such floor.
+FIT_THREAD_BYTES = 768
+#: A crossover no work reaches: one thread.
+NEVER = 2**62
+
+
+def batch_crossover(points: int, params: int, item: int, fused: bool) -> int:
+    """The work per chunk from which ``curve_fit_batch`` tries more than one thread.
+
+    **Arguments:**
+
+    - ``points``, ``params``: N and P of each fit; ``item``: bytes per element.
+    - ``fused``: whether the iteration runs compiled (``_curve.small.compiled``).
+
+    **Returns:** ``BATCH_THREAD_WORK`` where the iteration runs fused or each fit holds at
+    least ``FIT_THREAD_BYTES`` of J; else ``NEVER`` (one thread).
+    """
+    if fused or points * params * item >= FIT_THREAD_BYTES:
+        return BATCH_THREAD_WORK
+    return NEVER
 
 
 def idle_cores(cores: int, load: float | None) -> int:

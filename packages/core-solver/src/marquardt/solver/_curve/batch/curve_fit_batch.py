@@ -12,7 +12,8 @@ data's device.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -31,8 +32,9 @@ from ..small.batched import (
     BatchState,
     solve_batch,
 )
-from ..small.compiled import check_compile, iterations
-from ..threads import BATCH_THREAD_WORK, choose_threads, torch_threads
+from ..small.compiled import CompiledIterations, check_compile, iterations
+from ..small.traced import gram_inverse
+from ..threads import batch_crossover, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
 
@@ -43,6 +45,9 @@ __all__ = [
     "chunk_fits",
     "curve_fit_batch",
 ]
+
+#: ``traced.gram_inverse`` or its compiled kernel: js ↦ ((JᵀJ)⁻¹, trusted).
+Inverse = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 #: Elements per fit held per element of J (N·P) during an iteration: J, its row-scaled
 #: copy, the trial's J and its scaled copy, and forward mode's P tangents of f's
@@ -83,32 +88,21 @@ def _unscaled_pseudo_inverse(js: torch.Tensor, kept: torch.Tensor) -> torch.Tens
     return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
 
 
-def _unscaled(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """(JᵀJ)⁻¹ per fit: from the Cholesky factor of the equilibrated Gram matrix where that
-    is well conditioned (no singular value of J near SciPy's cut, so the pseudo-inverse is
-    the inverse), else from J's SVD as SciPy forms it. The factor costs a fraction of the
-    SVD, which only the fits that need it pay for."""
-    gram = torch.einsum("mnp,mnq->mpq", js, js)
-    scale = torch.sqrt(torch.diagonal(gram, dim1=1, dim2=2))
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    factor, info = torch.linalg.cholesky_ex(gram / (scale[:, :, None] * scale[:, None, :]))
-    diagonal = torch.diagonal(factor, dim1=1, dim2=2)
-    ratio = diagonal.amin(1) / diagonal.amax(1)
-    eps = torch.finfo(js.dtype).eps
-    good = (info == 0) & (ratio > eps**0.25) & torch.isfinite(ratio)
-    inverse = torch.cholesky_inverse(
-        torch.where(
-            good[:, None, None], factor, torch.eye(js.shape[2], dtype=js.dtype, device=js.device)
-        )
-    )
-    out = inverse / (scale[:, :, None] * scale[:, None, :])
+def _unscaled(js: torch.Tensor, kept: torch.Tensor, inverse: Inverse) -> torch.Tensor:
+    """(JᵀJ)⁻¹ per fit: ``inverse``'s (``traced.gram_inverse``, from the Cholesky factor of
+    the equilibrated Gram matrix) where it is trusted, else from J's SVD as SciPy forms
+    it. The factor costs a fraction of the SVD, which only the fits that need it pay for."""
+    out, good = inverse(js)
     rest = torch.nonzero(~good).reshape(-1)
     if rest.numel():
+        out = out.clone()
         out[rest] = _unscaled_pseudo_inverse(js[rest], kept[rest])
     return out
 
 
-def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Tensor:
+def _pcov(
+    state: BatchState, data: BatchData, absolute_sigma: bool, inverse: Inverse
+) -> torch.Tensor:
     """SciPy's covariance per fit (module docstring)."""
     fits, points, params = state.js.shape
     kept = (
@@ -118,7 +112,7 @@ def _pcov(state: BatchState, data: BatchData, absolute_sigma: bool) -> torch.Ten
     ).to(state.p.dtype)
     finite = torch.isfinite(state.js.sum((1, 2)))
     js = torch.where(finite[:, None, None], state.js, torch.zeros_like(state.js))
-    unscaled = _unscaled(js, kept)
+    unscaled = _unscaled(js, kept, inverse)
     bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1) | (kept < params)
     if not absolute_sigma:
         scale = covariance_scale(2.0 * state.cost, kept, params)
@@ -177,6 +171,16 @@ def _warn(status: torch.Tensor, pcov: torch.Tensor) -> None:
         )
 
 
+@contextmanager
+def _finishing(iterate: CompiledIterations | None) -> Iterator[None]:
+    """A block after which the stderr line of a compile is ended, however it ends."""
+    try:
+        yield
+    finally:
+        if iterate is not None:
+            iterate.finish()
+
+
 @keeps_grad_mode
 def curve_fit_batch(
     f: Callable[..., Any],
@@ -216,16 +220,19 @@ def curve_fit_batch(
     200·(P + 1). ``chunk_size`` caps the fits solved at once (default: sized from memory);
     ``device`` and ``dtype`` default to ydata's (NumPy: the CPU, float64). On the CPU the
     fits run on ``threads`` torch threads; by default (None) on one, unless a chunk holds
-    at least ``BATCH_THREAD_WORK`` elements of J (fits × N × P), where a second thread can
-    pay, and then on as many as torch's setting allows and the machine has idle cores for
-    (its cores less the one-minute load average, rounded): never more threads than that,
-    since on busy cores each short kernel waits for a descheduled thread and the fits run
-    many times slower than on one (``_curve.threads``). ``compile`` (``"auto"``, True or
-    False) runs each LM iteration as one compiled graph of fused kernels
-    (``_curve.small.compiled``): ``"auto"`` compiles calls of at least ``COMPILE_WORK`` elements
-    of J (M·N·P) and reuses what this process compiled before; a model that cannot be
-    compiled runs eagerly with one ``CompileWarning``. ``full_output`` adds
-    ``compile_seconds`` (this call's compile time) and ``compiled``.
+    at least ``BATCH_THREAD_WORK`` elements of J (fits × N × P) and either the iteration
+    runs compiled or each fit holds at least ``FIT_THREAD_BYTES`` of J, where a second
+    thread can pay, and then on as many as torch's setting allows and the machine has
+    idle cores for (its cores less the one-minute load average, rounded): never more
+    threads than that, since on busy cores each short kernel waits for a descheduled
+    thread and the fits run many times slower than on one (``_curve.threads``).
+    ``compile`` (``"auto"``, True or False) runs each LM iteration as one compiled graph
+    of fused kernels (``_curve.small.compiled``): ``"auto"`` uses a kernel compiled
+    before, in this process or kept on disk by an earlier one (``marquardt.solver.cache``),
+    and compiles a missing one (saying so on stderr) for calls of at least
+    ``COMPILE_WORK`` elements of J (M·N·P); a model that cannot be compiled runs eagerly
+    with one ``CompileWarning``. ``full_output`` adds ``compile_seconds`` (this call's
+    compile time) and ``compiled``.
 
     Arguments:
         f: the model ``f(x, *p)`` for one fit, with torch operations.
@@ -304,8 +311,10 @@ def curve_fit_batch(
     if args.y.device.type != "cpu":
         threads = None
     elif threads is None:
-        threads = choose_threads(min(size, fits) * points * params, BATCH_THREAD_WORK)
-    with torch_threads(None if threads is None else int(threads)):
+        fused = iterate is not None and iterate.may_compile
+        crossover = batch_crossover(points, params, args.y.element_size(), fused)
+        threads = choose_threads(min(size, fits) * points * params, crossover)
+    with torch_threads(None if threads is None else int(threads)), _finishing(iterate):
         for begin in range(0, fits, size):
             start, data = _chunk(args, slice(begin, begin + size))
             state = solve_batch(
@@ -318,7 +327,8 @@ def curve_fit_batch(
                 **args.tests.tolerances(),
             )
             state = _too_few_points(state, data)
-            parts.append((state, _pcov(state, data, absolute_sigma)))
+            inverse = gram_inverse if iterate is None else iterate.gram_inverse
+            parts.append((state, _pcov(state, data, absolute_sigma, inverse)))
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
     status = torch.cat([s.status for s, _ in parts])

@@ -1,33 +1,36 @@
-"""Fused kernels for ``curve_fit_batch``: one batched LM iteration, compiled once per shape.
+"""Fused kernels for ``curve_fit_batch``: one batched LM iteration, compiled once per machine.
 
 One iteration of ``_curve.small.batched`` (f and its forward-mode Jacobian, g = Jᵀr̃, the
 scaled JᵀJ, the damped Cholesky solves, the projected trial, its cost and the
 accept/reject with Nielsen's λ rule) is dozens of small eager kernels, each a pass over
 memory and a dispatch. Here the whole iteration is traced to one graph of ATen operations
-(``make_fx``, which also unrolls ``vmap``/``jacfwd``) and that graph is compiled by
-``torch.compile`` (inductor: C++/OpenMP through the system compiler on CPUs, Triton on
-GPUs), so that the pointwise work and the reductions over the N points run fused; the
-P × P Cholesky factorisations and solves are traced written out (``_curve.small.unrolled``) so
-that they fuse too, instead of one LAPACK call per fit. The start state (f and J at p0,
-``batched.start_state``) is compiled the same way. The arithmetic is that of
-``batched`` itself, traced, not a second copy.
+(``make_fx``, which also unrolls ``vmap``/``jacfwd``; the traced functions are
+``_curve.small.traced``) and that graph is compiled ahead of time by AOTInductor (C++/OpenMP
+through the system compiler on CPUs, Triton on GPUs), so that the pointwise work and the
+reductions over the N points run fused; the P × P Cholesky factorisations and solves are
+traced written out (``_curve.small.unrolled``) so that they fuse too, instead of one LAPACK
+call per fit. The start state (f and J at p0, ``batched.start_state``) and the inverse of
+JᵀJ the covariance is formed from (``traced.gram_inverse``, shared by every model) are
+compiled the same way.
 
-A compiled iteration is specialised to its shapes, dtype, device, thread count, the
-tolerances and the model f; it is kept in a process-wide cache under that key, so a loop
-of fits with one model compiles once, and inductor's own on-disk cache (its default
-``TORCHINDUCTOR_CACHE_DIR``, outside any repository) shortens the compile of a later
-process. A chunk with fewer fits than the compiled one (the last chunk, or the running
-fits gathered by ``solve_batch``) is padded up to it while it holds at least
-``PAD_SHARE`` of it; below that the fits still running go to a second kernel for
-``PAD_SHARE`` of the chunk (when that is at least ``TAIL_FITS``), padded the same way,
-and run eagerly when fewer still. A call with fewer fits than a cached kernel uses it the same way.
+A compiled kernel is specialised to its shapes, dtype, device, thread count, the
+tolerances and the model f. It is kept on disk (``_curve.small.artifacts``, the user's cache
+folder) under a key made of those, of f's fingerprint (``_curve.small.fingerprint``: its
+code and the values it captures), of the solver's own code and of torch's version, so
+that a later process loads it instead of compiling; and in a process-wide cache, so that
+a loop of fits loads it once. A chunk with fewer fits than the compiled one (the last
+chunk, or the running fits gathered by ``solve_batch``) is padded up to it while it holds
+at least ``PAD_SHARE`` of it; below that the fits still running go to a second kernel for
+``PAD_SHARE`` of the chunk (when that is at least ``TAIL_FITS``), padded the same way, and
+run eagerly when fewer still.
 
-The eager iteration runs instead, with one ``CompileWarning`` per model, where the model
-cannot be traced or compiled (Python control flow on tensor values, such as ``if x.sum()
-> 0:``), or no compiler is found (``compile=True`` only: under ``"auto"`` that is silent);
-and silently under ``"auto"`` where the call is too small to repay a compile (fewer than
-``COMPILE_WORK`` elements of J over all its fits, unless this process has compiled the
-kernel already).
+Under ``compile="auto"`` a kept kernel is always used; a missing one is compiled (saying so
+on stderr, with the time it took) when the call has at least ``COMPILE_WORK`` elements of
+J over its fits; a call that may not compile uses a kernel kept for fewer threads
+(``kernel_key.other_threads``) rather than none. The eager iteration runs instead, with
+one ``CompileWarning`` per model, where the model cannot be traced or compiled (Python
+control flow on tensor values, such as ``if x.sum() > 0:``), or no compiler is found
+(``compile=True`` only: under ``"auto"`` that is silent).
 """
 
 from __future__ import annotations
@@ -35,18 +38,22 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..._errors import CompileWarning
+from . import artifacts, kernel_key, traced
 from .batched import BatchData, BatchModel, BatchState, _iterate, start_state
+from .traced import data_listed, state_listed
 from .unrolled import decompositions
 
 __all__ = [
@@ -58,17 +65,18 @@ __all__ = [
     "CompiledIterations",
     "check_compile",
     "compiler_available",
+    "forget",
     "iterations",
 ]
 
 #: The values of ``curve_fit_batch``'s ``compile`` keyword.
 COMPILE_MODES = ("auto", True, False)
 #: Elements of J over all the fits of a call (M·N·P) from which ``compile="auto"``
-#: compiles: a compile takes 15-25 s on a 2-core CPU and the fused iteration saves about
-#: 10 µs per fit-iteration there (5 × 5 Gaussians, float32, one thread: 83 000 eager
-#: against 430 000 compiled fit-iterations/s), so it repays itself from about 2·10⁶
-#: fit-iterations, some 2.4·10⁵ such fits (3·10⁷ elements of J).
-COMPILE_WORK = 30_000_000
+#: compiles a kernel that is not kept yet: a compile is paid once per machine, and every
+#: later run of the same fits loads the kernel, so the threshold is where the fused
+#: iteration's saving over one call, counted over a few later runs, outweighs the
+#: compile (benchmarks/NOTES.md has the measured figures).
+COMPILE_WORK = 1_000_000
 #: A chunk holding at least this share of the compiled fits is padded up to them and runs
 #: compiled; a smaller one runs eagerly.
 PAD_SHARE = 0.4
@@ -79,12 +87,6 @@ PAD_SHARE = 0.4
 TAIL_FITS = 1024
 #: Compiled iterations kept per process (least recently used dropped first).
 CACHE_SIZE = 16
-
-_STATE = tuple(f.name for f in fields(BatchState))
-
-
-def _state_listed(state: BatchState) -> list[torch.Tensor]:
-    return [getattr(state, name) for name in _STATE]
 
 
 def check_compile(value: Any) -> str | bool:
@@ -109,7 +111,11 @@ def compiler_available(device: torch.device) -> bool:
 
 
 def iterations(
-    f: Callable[..., Any], mode: str | bool, device: torch.device, work: int, chunk: int
+    f: Callable[..., Any],
+    mode: str | bool,
+    device: torch.device,
+    work: int,
+    chunk: int,
 ) -> CompiledIterations | None:
     """The iteration for one ``curve_fit_batch`` call, or None for the eager one.
 
@@ -118,18 +124,18 @@ def iterations(
     - ``f``: the model; ``mode``: ``compile`` as checked by ``check_compile``.
     - ``device``: where the fits run; ``work``: M·N·P of the call; ``chunk``: fits per chunk.
 
-    **Returns:** None for ``compile=False``, and where no compiler is found (with one
-    ``CompileWarning`` for ``compile=True``); else a ``CompiledIterations`` that may compile
-    when ``mode`` is True or ``work`` is at least ``COMPILE_WORK`` (under ``"auto"`` a
-    smaller call still uses a kernel this process compiled before).
+    **Returns:** None for ``compile=False``; else a ``CompiledIterations`` that uses kept
+    kernels and may compile missing ones when ``mode`` is True or ``work`` is at least
+    ``COMPILE_WORK`` and a compiler is found (where none is, ``compile=True`` warns once).
     """
     if mode is False:
         return None
-    if not compiler_available(device):
+    may_compile = mode is True or work >= COMPILE_WORK
+    if may_compile and not compiler_available(device):
         if mode is True:
             no_compiler(f, device)
-        return None
-    return CompiledIterations(f, chunk, mode is True or work >= COMPILE_WORK)
+        may_compile = False
+    return CompiledIterations(f, chunk, may_compile)
 
 
 @dataclass
@@ -142,70 +148,16 @@ class _Kernel:
     model: Any
 
 
-def _data_listed(part: BatchData) -> list[torch.Tensor]:
-    """``part``'s tensors in a fixed order (an empty one for a w or mask that is None)."""
-    empty = part.y[:, :0]
-    return [
-        part.x,
-        part.y,
-        part.w if part.w is not None else empty,
-        part.mask if part.mask is not None else empty,
-        part.lower,
-        part.upper,
-        part.loss_index,
-        part.f_scale,
-    ]
-
-
-def _data_built(tensors: tuple[torch.Tensor, ...], like: BatchData) -> BatchData:
-    """The ``BatchData`` of ``_data_listed``'s tensors, with ``like``'s losses and Nones."""
-    x, y, w, mask, lower, upper, loss_index, f_scale = tensors
-    return BatchData(
-        x,
-        y,
-        w if like.w is not None else None,
-        mask if like.mask is not None else None,
-        lower,
-        upper,
-        like.losses,
-        loss_index,
-        f_scale,
-    )
-
-
-def _iteration(
-    model: BatchModel, like: BatchData, tol: dict[str, float], max_nfev: int
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``_iterate`` as a function of the state's and data's tensors (what ``make_fx``
-    traces)."""
-
-    def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        state = BatchState(*tensors[: len(_STATE)])
-        new = _iterate(model, state, _data_built(tensors[len(_STATE) :], like), tol, max_nfev)
-        return tuple(getattr(new, name) for name in _STATE)
-
-    return run
-
-
-def _start(model: BatchModel, like: BatchData) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``start_state`` as a function of p0's and the data's tensors."""
-
-    def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        new = start_state(model, tensors[0], _data_built(tensors[1:], like))
-        return tuple(getattr(new, name) for name in _STATE)
-
-    return run
-
-
 @dataclass
 class CompiledIterations:
     """The iteration ``solve_batch`` calls: compiled where it can be, else ``_iterate``.
 
     One instance serves one ``curve_fit_batch`` call, whose chunks hold ``chunk`` fits (the
-    last may hold fewer); the compiled kernels live in the process-wide cache. It compiles
-    (for ``chunk`` fits) when ``may_compile`` and no cached kernel serves the fits.
-    ``compile_seconds`` is the time this call spent tracing and compiling (0 when the
-    cache held the kernel); ``compiled`` says whether any iteration ran compiled.
+    last may hold fewer). A kernel comes from the process-wide cache, else from the disk
+    (``_curve.small.artifacts``), else it is compiled (for ``chunk`` fits, or the tail's)
+    when ``may_compile``. ``compile_seconds`` is the time this call spent tracing and
+    compiling (0 when every kernel was cached or kept); ``compiled`` says whether any
+    iteration ran compiled; ``finish`` ends the line announcing a compile on stderr.
     """
 
     f: Callable[..., Any]
@@ -213,6 +165,8 @@ class CompiledIterations:
     may_compile: bool
     compile_seconds: float = 0.0
     compiled: bool = False
+    announced: bool = False
+    failed: bool = False
 
     def __call__(
         self,
@@ -223,65 +177,160 @@ class CompiledIterations:
         max_nfev: int,
     ) -> BatchState:
         fits = state.p.shape[0]
-        shapes = _key(self.f, state.p, data, tol, max_nfev, model.x_per_fit)
+        shapes = kernel_key.shapes(self.f, state.p, data, tol, max_nfev, model.x_per_fit)
         kernel = _serving(shapes, fits)
         size = _size(self.chunk, fits)
-        if kernel is None and self.may_compile and size and shapes not in _FAILED:
-            padded, part = _padded(state, data, size, model)
-            run = _iteration(model, data, tol, max_nfev)
-            kernel = self._build(shapes, size, run, _state_listed(padded) + _data_listed(part))
+        if kernel is None and size:
+
+            def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
+                padded, part = _padded(state, data, size, model)
+                run = traced.iteration(model, data, tol, max_nfev)
+                return run, state_listed(padded) + data_listed(part)
+
+            described = kernel_key.description(self.f, shapes, size, model, state.p.device)
+            kernel = self._kernel(shapes, size, described, state.p.device, trace)
         if kernel is None:
             return _iterate(model, state, data, tol, max_nfev)
         self.compiled = True
         if fits != kernel.fits:
             state, data = _padded(state, data, kernel.fits, model)
-        out = kernel.run(*_state_listed(state), *_data_listed(data))
+        out = kernel.run(*state_listed(state), *data_listed(data))
         return BatchState(*(t[:fits] for t in out))
 
     def start(self, model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
         """``start_state``, compiled as the iteration is (same key, chunk and padding)."""
         fits = p0.shape[0]
-        shapes = ("start", *_key(self.f, p0, data, {}, 0, model.x_per_fit))
+        shapes = ("start", *kernel_key.shapes(self.f, p0, data, {}, 0, model.x_per_fit))
         kernel = _serving(shapes, fits)
-        if kernel is None and self.may_compile and fits == self.chunk and shapes not in _FAILED:
-            kernel = self._build(shapes, fits, _start(model, data), [p0, *_data_listed(data)])
+        if kernel is None and fits == self.chunk:
+
+            def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
+                return traced.start(model, data), [p0, *data_listed(data)]
+
+            described = kernel_key.description(self.f, shapes, fits, model, p0.device)
+            kernel = self._kernel(shapes, fits, described, p0.device, trace)
         if kernel is None:
             return start_state(model, p0, data)
         if fits != kernel.fits:
             index = torch.arange(kernel.fits, device=p0.device)
             index = torch.where(index < fits, index, 0)
             p0, data = p0[index], data.take(index, model.x_per_fit)
-        out = kernel.run(p0, *_data_listed(data))
+        out = kernel.run(p0, *data_listed(data))
         return BatchState(*(t[:fits] for t in out))
+
+    def gram_inverse(self, js: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``traced.gram_inverse`` for the covariance, compiled as the start is (a kernel
+        for a full chunk, shared by every model of these shapes)."""
+        fits = js.shape[0]
+        shapes = ("covariance", None, *js.shape[1:], js.dtype, js.device)
+        shapes += (torch.get_num_threads(),)
+        kernel = _serving(shapes, fits)
+        if kernel is None and fits == self.chunk:
+
+            def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
+                return traced.gram_inverse, [js]
+
+            described = kernel_key.covariance(shapes, fits, js.device)
+            kernel = self._kernel(shapes, fits, described, js.device, trace)
+        if kernel is None:
+            return traced.gram_inverse(js)
+        if fits != kernel.fits:
+            index = torch.arange(kernel.fits, device=js.device)
+            js = js[torch.where(index < fits, index, 0)]
+        out, good = kernel.run(js)
+        return out[:fits], good[:fits]
+
+    def _kernel(
+        self,
+        shapes: tuple[Any, ...],
+        fits: int,
+        description: dict[str, Any] | None,
+        device: torch.device,
+        trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
+    ) -> _Kernel | None:
+        """The kernel for ``shapes`` and ``fits`` fits (``description``: its key's parts,
+        None where it has none): kept on disk, or compiled (when ``may_compile``) from
+        ``trace()``'s function and inputs; None: run eagerly."""
+        looked = (shapes, fits) in _ABSENT
+        if shapes in _FAILED or (looked and not self.may_compile):
+            return None
+        key = None if description is None else artifacts.key_of(description)
+        run, bad = None, False
+        if key is not None and not looked:
+            run, bad = artifacts.load(key, device)
+        if description is not None and run is None and not (bad or looked or self.may_compile):
+            for other in kernel_key.other_threads(description, device):
+                run, _ = artifacts.load(artifacts.key_of(other), device)
+                if run is not None:
+                    break
+        if run is None and not bad:
+            _ABSENT[(shapes, fits)] = None
+            while len(_ABSENT) > 4 * CACHE_SIZE:
+                _ABSENT.popitem(last=False)
+        # A kept kernel that cannot be trusted was worth compiling once: it is rebuilt.
+        rebuild = bad and compiler_available(device)
+        if run is None and (self.may_compile or rebuild):
+            run = self._build(shapes, key, description or {}, device, trace)
+            _ABSENT.pop((shapes, fits), None)
+        if run is None:
+            return None
+        kernel = _Kernel(fits, run, self.f)
+        _CACHE[(shapes, fits)] = kernel
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        return kernel
 
     def _build(
         self,
         shapes: tuple[Any, ...],
-        fits: int,
-        run: Callable[..., tuple[torch.Tensor, ...]],
-        inputs: list[torch.Tensor],
-    ) -> _Kernel | None:
-        """Trace ``run`` on ``inputs`` (``fits`` fits) and compile it; None (and one warning
-        per model) where that fails."""
+        key: str | None,
+        description: dict[str, Any],
+        device: torch.device,
+        trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
+    ) -> Callable[..., tuple[torch.Tensor, ...]] | None:
+        """Trace and compile ahead of time, keep the package (under ``key``, when there is
+        one) and load it; None (and one warning per model) where that fails."""
+        self._announce(device)
         started = time.perf_counter()
-        try:
+
+        def build(path: Path) -> None:
+            run, inputs = trace()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 table = decompositions(inputs[0].shape[-1])
                 graph = make_fx(run, table, tracing_mode="real")(*inputs)
-                compiled = torch.compile(graph, fullgraph=True, dynamic=False)
-                compiled(*inputs)  # inductor compiles at the first call
+                artifacts.compile_package(graph, inputs, path)
+
+        try:
+            return artifacts.save(key, description, build, device)
         except Exception as err:  # any failure means: run eagerly
+            self.failed = True
             _FAILED.add(shapes)
             _warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
             return None
         finally:
             self.compile_seconds += time.perf_counter() - started
-        kernel = _Kernel(fits, compiled, self.f)
-        _CACHE[(shapes, fits)] = kernel
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
-        return kernel
+
+    def _announce(self, device: torch.device) -> None:
+        if self.announced:
+            return
+        self.announced = True
+        name = getattr(self.f, "__qualname__", type(self.f).__name__)
+        threads = torch.get_num_threads()
+        where = f"{threads} thread{'s' * (threads != 1)}" if device.type == "cpu" else device
+        sys.stderr.write(
+            f"marquardt: compiling curve_fit_batch's iteration for the model {name} "
+            f"(on {where}), once for this machine; later runs load it ... "
+        )
+        sys.stderr.flush()
+
+    def finish(self) -> None:
+        """End the stderr line of a compile with the time it took (nothing if none)."""
+        if self.announced:
+            done = "failed (see the warning) after" if self.failed else "compiled in"
+            sys.stderr.write(f"{done} {self.compile_seconds:.1f} s\n")
+            sys.stderr.flush()
+            self.announced = False
 
 
 def _size(chunk: int, fits: int) -> int:
@@ -307,42 +356,10 @@ def _padded(
     return state.take(index), data.take(index, model.x_per_fit)
 
 
-def _key(
-    f: Callable[..., Any],
-    p: torch.Tensor,
-    data: BatchData,
-    tol: dict[str, float],
-    max_nfev: int,
-    x_per_fit: bool,
-) -> tuple[Any, ...]:
-    """What a compiled iteration is specialised to, besides its number of fits."""
-    return (
-        _identity(f),
-        tuple(data.y.shape[1:]),
-        tuple(data.x.shape[1:] if x_per_fit else data.x.shape),
-        p.shape[1],
-        x_per_fit,
-        p.dtype,
-        p.device,
-        torch.get_num_threads(),
-        data.losses,
-        data.w is not None,
-        data.mask is not None,
-        tuple(sorted(tol.items())),
-        max_nfev,
-    )
-
-
-def _identity(f: Callable[..., Any]) -> Any:
-    try:
-        hash(f)
-    except TypeError:
-        return id(f)
-    return f
-
-
 _CACHE: OrderedDict[tuple[Any, ...], _Kernel] = OrderedDict()
 _FAILED: set[tuple[Any, ...]] = set()
+#: (shapes, fits) looked for on disk and not found by this process, most recent last.
+_ABSENT: OrderedDict[tuple[Any, ...], None] = OrderedDict()
 _WARNED: OrderedDict[Any, None] = OrderedDict()
 
 
@@ -362,7 +379,7 @@ def _serving(shapes: tuple[Any, ...], fits: int) -> _Kernel | None:
 
 
 def _warn_once(f: Callable[..., Any], reason: str) -> None:
-    key = _identity(f)
+    key = kernel_key.identity(f)
     if key in _WARNED:
         return
     _WARNED[key] = None
@@ -385,3 +402,10 @@ def no_compiler(f: Callable[..., Any], device: torch.device) -> None:
         "no compiler found for "
         + ("Triton (GPU)" if device.type == "cuda" else "C++ (set CXX or install g++)"),
     )
+
+
+def forget() -> None:
+    """Empty this process's caches of kernels, failures, disk misses and warnings (the
+    kept kernels on disk stay)."""
+    for cache in (_CACHE, _FAILED, _ABSENT, _WARNED):
+        cache.clear()

@@ -1,0 +1,250 @@
+"""Compiled kernels kept on disk between processes: AOTInductor packages in the cache folder.
+
+A traced graph is compiled ahead of time by AOTInductor (``torch.export`` then
+``torch._inductor.aoti_compile_and_package``) into one ``.pt2`` package: the kernels as a
+shared library and the graph's constants. A later process loads it with torch's
+package loader (``torch._C._aoti.AOTIModelPackageLoader``) without tracing or compiling
+anything, and runs it as the compiled graph ran (benchmarks/NOTES.md compares this with
+torch's portable compile caches, which still trace and compile in every process).
+
+The folder is ``_settings.cache_dir()``. Each kernel is two files: its package, named by
+the key and the package's own SHA-256 (``<key>-<sha>.pt2``), and a manifest ``<key>.json``
+naming that package, its checksum, the format and what the key was made of. Both are
+written under a temporary name in the folder and moved into place with ``os.replace``,
+the package first, so a manifest only ever names a whole package; two processes compiling
+one key each write their own package and the last manifest wins, naming a good one. A
+kernel is loaded only when its manifest parses, names this key and format, and its
+package's checksum matches; else (corrupt, truncated, foreign) it is rebuilt, with one
+``CompileWarning``. A folder that cannot be written (read-only, full) or that lies inside
+a git work tree keeps the kernel in this process only, with one ``CompileWarning``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..._errors import CompileWarning
+from ..._settings import CACHE_DIR_ENV, cache_dir
+
+__all__ = [
+    "FORMAT",
+    "STATS",
+    "Kernel",
+    "clear",
+    "compile_package",
+    "entries",
+    "key_of",
+    "load",
+    "save",
+]
+
+#: The manifest's format: a manifest of another format is foreign (rebuilt).
+FORMAT = "marquardt-aoti-1"
+#: What this process did with the disk cache: kernels ``loaded`` from it, ``compiled``
+#: and ``saved`` into it, and ``rebuilt`` after a bad artifact.
+STATS = {"loaded": 0, "compiled": 0, "saved": 0, "rebuilt": 0}
+#: Leftover temporary files older than this many seconds are removed when a key is saved.
+STALE_SECONDS = 3600.0
+
+#: A loaded kernel: tensors in, tensors out, in the traced graph's order.
+Kernel = Callable[..., tuple[torch.Tensor, ...]]
+_SAID: set[str] = set()
+
+
+def key_of(description: dict[str, Any]) -> str:
+    """The key of a kernel: the SHA-256 of its description (JSON, keys sorted), in hex."""
+    text = json.dumps(description, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _say_once(topic: str, text: str) -> None:
+    if topic in _SAID:
+        return
+    _SAID.add(topic)
+    warnings.warn(text, CompileWarning, stacklevel=5)
+
+
+def _in_work_tree(folder: Path) -> bool:
+    return any((place / ".git").exists() for place in (folder, *folder.parents))
+
+
+def _folder() -> Path | None:
+    """The cache folder, or None (with one warning) where it lies in a git work tree."""
+    folder = cache_dir().resolve()
+    if _in_work_tree(folder):
+        _say_once(
+            "repository",
+            f"compiled kernels are not kept in {folder}: it lies inside a git work tree, "
+            f"and kernels stay in this process only. HINT: set {CACHE_DIR_ENV} to a folder "
+            "outside any repository",
+        )
+        return None
+    return folder
+
+
+def _package_loader(path: Path, device: torch.device) -> Kernel:
+    if device.type != "cuda":
+        index = -1
+    else:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+    runner = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, index)
+
+    def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(runner.run(list(tensors)))
+
+    return run
+
+
+def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
+    """(the kernel kept for ``key`` or None, whether one was kept but cannot be trusted:
+    then one ``CompileWarning`` says it is rebuilt, and ``STATS["rebuilt"]`` counts it)."""
+    folder = _folder()
+    manifest = None if folder is None else folder / f"{key}.json"
+    if folder is None or manifest is None or not manifest.is_file():
+        return None, False
+    try:
+        record = json.loads(manifest.read_text())
+        if record.get("format") != FORMAT or record.get("key") != key:
+            raise ValueError("its manifest belongs to another key or format")
+        package = folder / str(record["package"])
+        if hashlib.sha256(package.read_bytes()).hexdigest() != record["sha256"]:
+            raise ValueError("its checksum does not match")
+        kernel = _package_loader(package, device)
+    except Exception as err:  # a bad artifact is rebuilt, never trusted
+        STATS["rebuilt"] += 1
+        _say_once(
+            f"bad:{key}",
+            f"the compiled kernel {manifest} cannot be used ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200] if str(err) else 'unreadable'}); compiling it "
+            "again. HINT: python -m marquardt.solver.cache clear removes every kept kernel",
+        )
+        return None, True
+    STATS["loaded"] += 1
+    return kernel, False
+
+
+def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], path: Path) -> None:
+    """Compile the traced ``graph`` ahead of time into the AOTInductor package ``path``."""
+    import torch._inductor  # the compiler, imported only when a kernel is compiled
+
+    exported = torch.export.export(graph, tuple(inputs), strict=False)
+    torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+
+
+def save(
+    key: str | None,
+    description: dict[str, Any],
+    build: Callable[[Path], None],
+    device: torch.device,
+) -> Kernel:
+    """Build the package for ``key`` (``build(path)`` writes it), keep it in the cache
+    folder (module docstring) and return it loaded; where there is no key (a model
+    without a fingerprint) or the folder cannot be written, the package is built in a
+    temporary folder, loaded from there and dropped (the latter with one warning).
+
+    Raises what ``build`` raises (the caller then runs eagerly)."""
+    folder = None if key is None else _folder()
+    if key is not None and folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            return _saved(folder, key, description, build, device)
+        except OSError as err:
+            _say_once(
+                "unwritable",
+                f"compiled kernels cannot be kept in {folder} ({type(err).__name__}: "
+                f"{err.strerror or err}); they stay in this process only. HINT: set "
+                f"{CACHE_DIR_ENV} to a writable folder with free space",
+            )
+    with tempfile.TemporaryDirectory(prefix="marquardt-kernel-") as scratch:
+        path = Path(scratch) / "kernel.pt2"
+        build(path)
+        STATS["compiled"] += 1
+        return _package_loader(path, device)
+
+
+def _saved(
+    folder: Path,
+    key: str,
+    description: dict[str, Any],
+    build: Callable[[Path], None],
+    device: torch.device,
+) -> Kernel:
+    token = f"{os.getpid()}-{time.monotonic_ns()}"
+    scratch = folder / f".tmp-{key}-{token}.pt2"
+    note = folder / f".tmp-{key}-{token}.json"
+    try:
+        note.write_text("")  # a read-only or full folder fails here, before the compile
+        build(scratch)
+        STATS["compiled"] += 1
+        sha = hashlib.sha256(scratch.read_bytes()).hexdigest()
+        package = folder / f"{key}-{sha[:16]}.pt2"
+        os.replace(scratch, package)
+        record = {
+            "format": FORMAT,
+            "key": key,
+            "package": package.name,
+            "sha256": sha,
+            "bytes": package.stat().st_size,
+            "created": time.time(),
+            "description": description,
+        }
+        note.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
+        os.replace(note, folder / f"{key}.json")
+    finally:
+        for left in (scratch, note):
+            left.unlink(missing_ok=True)
+    STATS["saved"] += 1
+    _drop_stale(folder, key, package.name)
+    return _package_loader(package, device)
+
+
+def _drop_stale(folder: Path, key: str, kept: str) -> None:
+    """Remove this key's packages that no manifest names and old temporary files (another
+    writer's, left by a crash), once they are older than ``STALE_SECONDS``."""
+    now = time.time()
+    for path in [*folder.glob(f"{key}-*.pt2"), *folder.glob(".tmp-*")]:
+        try:
+            if path.name != kept and now - path.stat().st_mtime > STALE_SECONDS:
+                path.unlink()
+        except OSError:
+            pass
+
+
+def entries() -> list[dict[str, Any]]:
+    """Every kernel kept in the cache folder: its manifest's fields and the manifest's
+    path (``manifest``); a manifest that does not parse is listed with ``error``."""
+    folder = cache_dir()
+    found = []
+    for manifest in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(manifest.read_text())
+        except (OSError, ValueError) as err:
+            record = {"error": f"{type(err).__name__}: {err}"}
+        found.append({**record, "manifest": str(manifest)})
+    return found
+
+
+def clear() -> tuple[int, int]:
+    """Remove every kernel, manifest and temporary file from the cache folder; returns
+    (files removed, bytes freed)."""
+    folder = cache_dir()
+    count = size = 0
+    paths = [*folder.glob("*.pt2"), *folder.glob("*.json"), *folder.glob(".tmp-*")]
+    for path in paths if folder.is_dir() else []:
+        try:
+            length = path.stat().st_size
+            path.unlink()
+        except OSError:
+            continue
+        count, size = count + 1, size + length
+    return count, size

@@ -1,0 +1,96 @@
+"""The compiled kernels kept between processes: where they are, what they are, clearing them.
+
+``curve_fit_batch`` keeps each kernel it compiles in the user's cache folder
+(``MARQUARDT_SOLVER_CACHE_DIR``, else ``marquardt/compiled`` in the platform's cache
+folder), so that later runs load it instead of compiling. From a shell:
+
+    python -m marquardt.solver.cache list     # one line per kernel
+    python -m marquardt.solver.cache clear    # remove them all
+    python -m marquardt.solver.cache path     # the folder
+
+and from Python ``folder()``, ``entries()`` and ``clear()``. Clearing is always safe: a
+missing kernel is compiled again when a call needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ._curve.small import artifacts
+from ._settings import cache_dir
+
+__all__ = ["clear", "entries", "folder", "main"]
+
+
+def folder() -> Path:
+    """The folder compiled kernels are kept in.
+
+    **Returns:** its path (which may not exist yet).
+    """
+    return cache_dir()
+
+
+def entries() -> list[dict[str, Any]]:
+    """The kept kernels.
+
+    **Returns:** one dict per kernel: ``key``, ``package``, ``bytes``, ``created`` (Unix
+    time), ``description`` (the model's name and fingerprint, the kind, fits, shapes and
+    versions the key is made of) and ``manifest`` (its path); an unreadable manifest has
+    ``error`` instead.
+    """
+    return artifacts.entries()
+
+
+def clear() -> tuple[int, int]:
+    """Remove every kept kernel (they are compiled again when needed).
+
+    **Returns:** (files removed, bytes freed).
+    """
+    return artifacts.clear()
+
+
+def _line(entry: dict[str, Any]) -> str:
+    if "error" in entry:
+        return f"unreadable  {entry['manifest']}: {entry['error']}"
+    about = entry.get("description", {})
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.get("created", 0)))
+    return (
+        f"{entry.get('key', '?')[:12]}  {about.get('name', '?')} {about.get('kind', '?')} "
+        f"{about.get('fits', '?')} fits  {entry.get('bytes', 0) / 1e6:.1f} MB  {created}  "
+        f"torch {about.get('torch', '?')}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m marquardt.solver.cache list|clear|path``.
+
+    **Arguments:**
+
+    - ``argv``: the command's arguments (default: ``sys.argv[1:]``).
+
+    **Returns:** the exit status (0).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m marquardt.solver.cache", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("command", choices=("list", "clear", "path"))
+    args = parser.parse_args(argv)
+    if args.command == "path":
+        print(folder())
+    elif args.command == "list":
+        found = entries()
+        for entry in found:
+            print(_line(entry))
+        print(f"{len(found)} kernels in {folder()}")
+    else:
+        count, size = clear()
+        print(f"removed {count} files ({size / 1e6:.1f} MB) from {folder()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
