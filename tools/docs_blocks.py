@@ -236,7 +236,9 @@ def run_page(page: Path, workdir: Path, timeout: float = PAGE_TIMEOUT) -> PageRu
             "where": b.where,
             "code": b.code,
             "run": b.runs,
-            "argv": [page.stem + ".py", *shlex.split(b.argument)] if b.directive == "argv" else None,
+            "argv": [page.stem + ".py", *shlex.split(b.argument)]
+            if b.directive == "argv"
+            else None,
         }
         for b in python
     ]

@@ -53,7 +53,7 @@ _FIGURE = re.compile(
     rf"(?<![\w.,/^-])(?P<a>{_NUMBER})(?:\s?[–-]\s?(?P<b>{_NUMBER}))?"
     rf"(?:(?P<ratio>×)|\s?(?P<unit>{_UNIT}))(?![\w/])"
 )
-_SCIENTIFIC = re.compile(rf"(?<![\w.,/^-])(?P<a>\d+(?:\.\d+)?e[-+]?\d+)(?![\w.])")
+_SCIENTIFIC = re.compile(r"(?<![\w.,/^-])(?P<a>\d+(?:\.\d+)?e[-+]?\d+)(?![\w.])")
 _ANY_NUMBER = re.compile(rf"(?<![\w.])(?P<a>{_NUMBER})")
 _CITES = re.compile(r"RESULTS(?:-gpu)?\.md|benchmarks/results/")
 # What a reader does not see as prose: inline code, HTML comments, TeX maths.
@@ -181,7 +181,9 @@ def check_page(page: Path, results: dict[str, list[float]]) -> list[str]:
         for f in figures(prose, measured=cites):
             if holds(results, f):
                 continue
-            why = "a ratio" if f.kind == "ratio" else f"a {f.kind} in a paragraph citing the results"
+            why = (
+                "a ratio" if f.kind == "ratio" else f"a {f.kind} in a paragraph citing the results"
+            )
             problems.append(
                 f"{name}:{start + f.line + 1}: {f.shown} ({why}) is no figure of "
                 "benchmarks/RESULTS.md or RESULTS-gpu.md. HINT: quote the figure the results "
