@@ -20,31 +20,19 @@ not checked.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from _support import ROOT, load_tool
+
 DOCS = ROOT / "docs"
 
 
-def _load_runner() -> ModuleType:
-    path = ROOT / "tools" / "docs_blocks.py"
-    spec = importlib.util.spec_from_file_location("docs_blocks", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-runner = _load_runner()
+runner = load_tool("docs_blocks")
 Block = runner.Block
 extract_blocks = runner.extract_blocks
 PY_LANGS, SH_LANGS = runner.PY_LANGS, runner.SH_LANGS

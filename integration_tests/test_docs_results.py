@@ -6,28 +6,14 @@ against its own ``benchmarks/RESULTS.md``.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from _support import ROOT
+from _support import ROOT, load_tool
 
-
-def _load() -> ModuleType:
-    path = ROOT / "tools" / "docs_results.py"
-    spec = importlib.util.spec_from_file_location("docs_results", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _load()
+check = load_tool("docs_results")
 
 RESULTS = """\
 | ratio | measured | target | verdict | figures |
