@@ -332,3 +332,67 @@ def test_getting_started_carries_the_readme_commands() -> None:
         "docs/getting-started.md no longer repeats the README's first bash block verbatim. "
         "HINT: copy the block from README.md"
     )
+
+
+def _names_in_tuple(path: Path, name: str) -> list[str]:
+    import ast
+
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return [e.value for e in node.value.elts]  # type: ignore[attr-defined]
+    raise AssertionError(f"{path} defines no {name}")
+
+
+@pytest.mark.parametrize("table", ["MODES", "STRATEGIES"])
+def test_troubleshooting_names_every_jacobian_mode_and_strategy(table: str) -> None:
+    planner = ROOT / "packages" / "core-jacobian" / "src" / "marquardt" / "jacobian" / "_planner.py"
+    names = _names_in_tuple(planner, table)
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    section = page.split("`UnknownModeError`", 1)[1].split("\n\n", 1)[0]
+    missing = [n for n in names if f"`{n}`" not in section]
+    assert not missing, f"docs/troubleshooting.md's UnknownModeError entry lacks {missing}"
+
+
+def test_troubleshooting_does_not_advise_the_default_scaling() -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    assert not re.search(r"try `scaling=\"marquardt\"`", page)
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        text = pyproject.read_text(encoding="utf-8")
+        name = re.search(r'^name = "([^"]+)"', text, re.M)
+        version = re.search(r'^version = "([^"]+)"', text, re.M)
+        assert name and version, pyproject
+        if name[1] != "marquardt-testing":
+            found[name[1]] = version[1]
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_pages_state_each_package_version_as_its_pyproject(page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    sentence = re.search(r"its own version.*?(?:\n\n|$)", text, re.S)  # to the paragraph's end
+    assert sentence, f"{page} does not state the packages' versions"
+    stated = re.findall(r"`(marquardt-\w+)`|(\d+\.\d+\.\d+)", sentence[0])
+    versions, names = {}, []
+    for name, version in stated:  # names, then the version they share
+        if name:
+            names.append(name)
+        else:
+            versions.update(dict.fromkeys(names, version))
+            names = []
+    assert versions == _versions(), f"{page} states {versions}, the pyprojects {_versions()}"
+
+
+def test_readme_states_the_torch_pin_of_the_constraints() -> None:
+    pins = (ROOT / "constraints" / "test.txt").read_text(encoding="utf-8")
+    torch_pin = re.search(r"^torch==\S+", pins, re.M)
+    assert torch_pin
+    for page in ("README.md", "docs/getting-started.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert f"`{torch_pin[0]}`" in text, f"{page} does not state {torch_pin[0]}"
+        assert "pins the CPU build" not in text, f"{page}: the file pins a version, not a build"
