@@ -302,8 +302,10 @@ def docs(session: nox.Session) -> None:
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
     session.install(*TEST_CONSTRAINTS, "scikit-learn")
     session.install("-r", str(ROOT / "docs" / "requirements.txt"), *TEST_CONSTRAINTS)
-    # README.md and docs/**/*.md: each page's blocks in order in one fresh process.
-    session.run("python", str(ROOT / "tools" / "docs_blocks.py"), env={"OMP_NUM_THREADS": "2"})
+    # README.md and docs/**/*.md: each page's blocks in order in one fresh process, on one
+    # thread (the examples are small; on a busy machine a second thread waits at every
+    # OpenMP barrier, which made the PINN tutorial eight times slower).
+    session.run("python", str(ROOT / "tools" / "docs_blocks.py"), env={"OMP_NUM_THREADS": "1"})
     session.run("python", str(ROOT / "tools" / "docs_results.py"))
     # mkdocs-material 9.7+ prints a banner about its end of life on every build; it is
     # not a warning about these docs, and NO_MKDOCS_2_WARNING is its documented switch.

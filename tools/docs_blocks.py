@@ -194,8 +194,8 @@ for b in blocks:
 
 def _environment() -> dict[str, str]:
     env = dict(os.environ)
-    # Small thread counts: the docs examples are tiny and the machines are shared.
-    env.setdefault("OMP_NUM_THREADS", "2")
+    # One thread unless asked otherwise: the examples are small and the machines shared.
+    env.setdefault("OMP_NUM_THREADS", "1")
     env["MPLBACKEND"] = "Agg"
     # The blocks run in a temporary folder: keep relative PYTHONPATH entries meaningful.
     if env.get("PYTHONPATH"):
