@@ -304,7 +304,7 @@ def docs(session: nox.Session) -> None:
     session.install("-r", str(ROOT / "docs" / "requirements.txt"), *TEST_CONSTRAINTS)
     # README.md and docs/**/*.md: each page's blocks in order in one fresh process, on one
     # thread (the examples are small; on a busy machine a second thread waits at every
-    # OpenMP barrier, which made the PINN tutorial eight times slower).
+    # OpenMP barrier, which slows the PINN tutorial most).
     session.run("python", str(ROOT / "tools" / "docs_blocks.py"), env={"OMP_NUM_THREADS": "1"})
     session.run("python", str(ROOT / "tools" / "docs_results.py"))
     # mkdocs-material 9.7+ prints a banner about its end of life on every build; it is
