@@ -201,13 +201,12 @@ def install_wheels(session: nox.Session) -> None:
 def integration_tests(session: nox.Session) -> None:
     """Multi-process and multi-component tests: torchrun, a real Slurm, legate, PBS."""
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
-    # matplotlib: the docs' executed code blocks draw plots (curve fitting's uncertainty band);
-    # scikit-learn: the digits tutorial loads its data set; nevergrad and tensorboard: the
-    # perceptrain comparison trains without gradients and reads the TensorBoard files back
-    # (it makes perceptrain's own environment itself, test_perceptrain_compat.py).
+    # matplotlib, nevergrad and tensorboard: the perceptrain comparison draws with
+    # perceptrain's plotting callbacks, trains without gradients and reads the TensorBoard
+    # files back (it makes perceptrain's own environment itself, test_perceptrain_compat.py).
+    # The docs' python blocks run in `nox -s docs`, not here.
     session.install(
-        *TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric", "matplotlib", "scikit-learn",
-        "nevergrad", "tensorboard",
+        *TEST_CONSTRAINTS, "legate", "nvidia-cupynumeric", "matplotlib", "nevergrad", "tensorboard",
     )  # fmt: skip
     session.install(*TOOL_CONSTRAINTS, "import-linter")  # test_layering.py runs lint-imports
     # test_docs_site.py builds the docs site and checks what a reader of it sees.
@@ -296,9 +295,18 @@ def typecheck(session: nox.Session) -> None:
 
 @_session(python=PYTHON)
 def docs(session: nox.Session) -> None:
-    """Build the docs site strictly; every code block is executed by the docs tests."""
+    """Every page's python blocks run as a reader runs them, its quoted figures checked against
+    the benchmark results, and the site built strictly."""
+    # The trainer's test extra brings what the pages import beside the packages (matplotlib,
+    # mlflow-skinny, nevergrad); the digits tutorial loads its data set with scikit-learn.
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
+    session.install(*TEST_CONSTRAINTS, "scikit-learn")
     session.install("-r", str(ROOT / "docs" / "requirements.txt"), *TEST_CONSTRAINTS)
+    # README.md and docs/**/*.md: each page's blocks in order in one fresh process, on one
+    # thread (the examples are small; on a busy machine a second thread waits at every
+    # OpenMP barrier, which slows the PINN tutorial most).
+    session.run("python", str(ROOT / "tools" / "docs_blocks.py"), env={"OMP_NUM_THREADS": "1"})
+    session.run("python", str(ROOT / "tools" / "docs_results.py"))
     # mkdocs-material 9.7+ prints a banner about its end of life on every build; it is
     # not a warning about these docs, and NO_MKDOCS_2_WARNING is its documented switch.
     session.run(

@@ -7,6 +7,7 @@ timeout or any other error the whole group is killed, so no test leaves processe
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch"
@@ -26,6 +28,18 @@ SEED_TRAIN = SCRIPTS / "train.py"
 FIT = SCRIPTS / "fit.py"
 LM_EXAMPLE = ROOT / "examples" / "sinc_lm.py"
 STUB_SOURCE = ROOT / "packages" / "core-solver" / "tests" / "legate_support" / "libcuda_stub.c"
+
+
+def load_tool(name: str) -> ModuleType:
+    """The module ``tools/<name>.py`` (the tools are scripts, not an installed package)."""
+    path = ROOT / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while they are made
+    spec.loader.exec_module(module)
+    return module
+
 
 # "P  0|cpu    | Iteration      10| Train_Loss: 0.5336940 -" (rank 0, every print_every
 # epochs: perceptrain's PrintMetrics line, the epoch's mean loss)

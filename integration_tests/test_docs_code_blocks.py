@@ -1,14 +1,14 @@
-"""Every code block of the docs site (docs/**/*.md) is executed or checked.
+"""Every code block of the pages (README.md, docs/**/*.md) is checked here or run elsewhere.
 
-``python`` blocks: the blocks of one page run in order, in one namespace, in a fresh
-subprocess whose working directory is a temporary folder (so files a block writes go
-there). A block is not run only when the Markdown says so, visibly, on the line right
-before its fence:
+``python`` blocks are run by ``nox -s docs`` (``tools/docs_blocks.py``: the blocks of one
+page in order, in one fresh process, as a reader runs them); here every python block is
+compiled, every directive checked, and the runner itself tested on pages made for it
+(a failing assert fails the page, a page that asserts nothing fails, a skip needs a GPU or
+placeholder names). The directives (on the line right before a fence):
 
-    <!-- docs: skip-run REASON -->        compiled with compile(), not run (needs GPUs,
-                                           Legate, a cluster...); REASON is required
-    <!-- docs: argv ARG ARG... -->         run as a script: __name__ == "__main__" and
-                                           sys.argv = ["<page>.py", ARG, ...]
+    <!-- docs: skip-run gpu: REASON -->          compiled, not run (needs a GPU)
+    <!-- docs: skip-run placeholder: REASON -->  compiled, not run (names to fill in)
+    <!-- docs: argv ARG ARG... -->               run as a script with that sys.argv
 
 ``bash`` blocks: parsed by ``bash -n``, checked by shellcheck, and every path they name
 inside this repository (examples/..., launch/..., packages/..., constraints/...,
@@ -20,26 +20,23 @@ not checked.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shlex
 import subprocess
-import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from _support import ROOT, load_tool
+
 DOCS = ROOT / "docs"
 
-#: A fence opening: any indentation (fences nest in admonitions and lists), ``` or ~~~
-#: (3 or more), the language, optional attributes.
-_FENCE_OPEN = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+-]*)[^\n]*$")
-_DIRECTIVE = re.compile(r"^\s*<!--\s*docs:\s*(?P<kind>[\w-]+)\s*(?P<arg>.*?)\s*-->\s*$")
-_KNOWN_DIRECTIVES = ("skip-run", "argv")
+
+runner = load_tool("docs_blocks")
+Block = runner.Block
+extract_blocks = runner.extract_blocks
+PY_LANGS, SH_LANGS = runner.PY_LANGS, runner.SH_LANGS
+
 #: Top-level folders of this repository whose paths a shipped command may name.
 _REPO_DIRS = (
     "examples",
@@ -54,71 +51,9 @@ _REPO_PATH = re.compile(
     r"(?<![\w/.-])(?:\./)?(?P<path>(?:" + "|".join(_REPO_DIRS) + r")/[\w./-]*[\w/])"
 )
 
-#: Seconds one page's Python blocks may take together before the test fails.
-PAGE_TIMEOUT = 600
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced code block: where it is, its language, its text and its directive."""
-
-    page: Path
-    line: int  # 1-based line of the opening fence
-    lang: str
-    code: str
-    directive: str | None = None
-    argument: str = ""
-
-    @property
-    def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-
-def extract_blocks(page: Path) -> list[Block]:
-    """The fenced code blocks of a Markdown page, with the directive just before each."""
-    lines = page.read_text(encoding="utf-8").splitlines()
-    blocks: list[Block] = []
-    i = 0
-    while i < len(lines):
-        match = _FENCE_OPEN.match(lines[i])
-        if not match:
-            i += 1
-            continue
-        fence, indent, lang = match["fence"], len(match["indent"]), match["lang"].lower()
-        start = i
-        body: list[str] = []
-        i += 1
-        while i < len(lines) and not re.match(
-            rf"^ *{re.escape(fence[0])}{{{len(fence)},}}\s*$", lines[i]
-        ):
-            # Content lines keep their indentation beyond that of the fence.
-            body.append(lines[i][indent:] if lines[i][:indent].strip() == "" else lines[i])
-            i += 1
-        i += 1  # the closing fence
-        directive, argument = None, ""
-        j = start - 1
-        while j >= 0 and lines[j].strip() == "":
-            j -= 1
-        if j >= 0 and (d := _DIRECTIVE.match(lines[j])):
-            directive, argument = d["kind"], d["arg"]
-        blocks.append(Block(page, start + 1, lang, "\n".join(body) + "\n", directive, argument))
-    return blocks
-
-
-def _pages() -> list[Path]:
-    return sorted(DOCS.rglob("*.md"))
-
 
 def _blocks(langs: tuple[str, ...]) -> list[Block]:
-    return [b for p in _pages() for b in extract_blocks(p) if b.lang in langs]
-
-
-def _page_id(page: Path) -> str:
-    return str(page.relative_to(DOCS))
-
-
-PY_LANGS = ("python", "py", "python3")
-SH_LANGS = ("bash", "sh", "shell")
+    return [b for p in runner.pages() for b in extract_blocks(p) if b.lang in langs]
 
 
 # --- the extractor itself ----------------------------------------------------------------
@@ -135,7 +70,7 @@ def test_extractor_finds_blocks_and_directives(tmp_path: Path) -> None:
             x = 1
             ```
 
-            <!-- docs: skip-run needs a GPU -->
+            <!-- docs: skip-run gpu: needs a CUDA device -->
             ```python
             import cupy
             ```
@@ -151,11 +86,12 @@ def test_extractor_finds_blocks_and_directives(tmp_path: Path) -> None:
     blocks = extract_blocks(page)
     assert [(b.lang, b.directive, b.argument) for b in blocks] == [
         ("python", None, ""),
-        ("python", "skip-run", "needs a GPU"),
+        ("python", "skip-run", "gpu: needs a CUDA device"),
         ("bash", None, ""),
     ]
     assert blocks[0].code == "x = 1\n"
     assert blocks[2].code.strip() == "echo hi"
+    assert [b.runs for b in blocks] == [True, False, False]
 
 
 def test_docs_have_python_blocks() -> None:
@@ -163,23 +99,24 @@ def test_docs_have_python_blocks() -> None:
     assert len(_blocks(PY_LANGS)) >= 10, "expected the docs to hold at least 10 python blocks"
 
 
+def test_readme_is_among_the_pages() -> None:
+    assert ROOT / "README.md" in runner.pages()
+    assert any(b.runs for b in extract_blocks(ROOT / "README.md"))
+
+
 @pytest.mark.parametrize("block", _blocks(PY_LANGS + SH_LANGS), ids=lambda b: b.where)
 def test_directives_are_known_and_explained(block: Block) -> None:
-    if block.directive is None:
-        return
-    assert block.directive in _KNOWN_DIRECTIVES, (
-        f"{block.where}: unknown directive <!-- docs: {block.directive} -->. "
-        f"HINT: use one of {_KNOWN_DIRECTIVES}"
-    )
-    if block.directive == "skip-run":
-        assert block.argument, (
-            f"{block.where}: <!-- docs: skip-run --> needs a reason. "
-            "HINT: <!-- docs: skip-run needs 2 GPUs -->"
-        )
-        assert block.lang in PY_LANGS, f"{block.where}: skip-run applies to python blocks only"
+    assert not runner.directive_problem(block)
 
 
-# --- python blocks -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argument",
+    ["", "needs a CUDA device", "slow: takes a minute", "gpu:", "placeholder"],
+)
+def test_a_skip_needs_a_gpu_or_placeholder_reason(argument: str) -> None:
+    block = Block(ROOT / "p.md", 3, "python", "x = 1\n", "skip-run", argument)
+    problem = runner.directive_problem(block)
+    assert "HINT" in problem and "p.md:3" in problem
 
 
 @pytest.mark.parametrize("block", _blocks(PY_LANGS), ids=lambda b: b.where)
@@ -187,75 +124,77 @@ def test_python_block_compiles(block: Block) -> None:
     compile(block.code, block.where, "exec")
 
 
-_RUNNER = r"""
-import json, sys, traceback
-blocks = json.load(open(sys.argv[1], encoding="utf-8"))
-namespace = {"__name__": "docs_page"}
-for b in blocks:
-    if b["argv"] is not None:
-        sys.argv = b["argv"]
-        namespace["__name__"] = "__main__"
-    else:
-        namespace["__name__"] = "docs_page"
-    try:
-        exec(compile(b["code"], b["where"], "exec"), namespace)
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            print(f"BLOCK FAILED {b['where']}: SystemExit({e.code!r})", file=sys.stderr)
-            raise
-    except BaseException:
-        print(f"BLOCK FAILED {b['where']}", file=sys.stderr)
-        traceback.print_exc()
-        sys.exit(1)
-    print(f"BLOCK OK {b['where']}", flush=True)
-"""
+# --- the page runner (nox -s docs runs every page with it) -------------------------------
 
 
-def _runnable_pages() -> list[Path]:
-    return [
-        p
-        for p in _pages()
-        if any(b.lang in PY_LANGS and b.directive != "skip-run" for b in extract_blocks(p))
-    ]
+def _page(tmp_path: Path, text: str) -> Path:
+    page = tmp_path / "page.md"
+    page.write_text(textwrap.dedent(text), encoding="utf-8")
+    work = tmp_path / "work"
+    work.mkdir()
+    return page
 
 
-@pytest.mark.parametrize("page", _runnable_pages(), ids=_page_id)
-def test_python_blocks_of_page_run(page: Path, tmp_path: Path) -> None:
-    blocks = [b for b in extract_blocks(page) if b.lang in PY_LANGS and b.directive != "skip-run"]
-    payload = [
-        {
-            "where": b.where,
-            "code": b.code,
-            "argv": [page.stem + ".py", *shlex.split(b.argument)]
-            if b.directive == "argv"
-            else None,
-        }
-        for b in blocks
-    ]
-    spec = tmp_path / "blocks.json"
-    spec.write_text(json.dumps(payload), encoding="utf-8")
-    env = dict(os.environ)
-    # Small thread counts: the docs examples are tiny and the test machines are shared.
-    env.setdefault("OMP_NUM_THREADS", "2")
-    env.setdefault("MPLBACKEND", "Agg")
-    # The blocks run in a temporary folder: keep relative PYTHONPATH entries meaningful.
-    if env.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.pathsep.join(
-            str(Path(entry).resolve()) for entry in env["PYTHONPATH"].split(os.pathsep) if entry
-        )
-    proc = subprocess.run(
-        [sys.executable, "-c", _RUNNER, str(spec)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PAGE_TIMEOUT,
-    )
-    assert proc.returncode == 0, (
-        f"python blocks of {page.relative_to(ROOT)} failed (exit {proc.returncode})\n"
-        f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-8000:]}"
-    )
-    assert proc.stdout.count("BLOCK OK") == len(blocks)
+_GOOD = """\
+    ```python
+    import math
+    x = math.sqrt(4.0)
+    ```
+
+    Names carry from block to block, and files go to the working folder:
+
+    ```python
+    open("out.txt", "w").write(str(x))
+    assert x == 2.0
+    ```
+
+    <!-- docs: skip-run gpu: needs a CUDA device -->
+    ```python
+    y = x.cuda()
+    ```
+    """
+
+
+def test_runner_runs_the_blocks_in_order_in_one_process(tmp_path: Path) -> None:
+    result = runner.run_page(_page(tmp_path, _GOOD), tmp_path / "work")
+    assert (result.ran, result.skipped, result.error) == (2, 1, "")
+    assert (tmp_path / "work" / "out.txt").read_text() == "2.0"
+
+
+def test_runner_fails_on_a_false_claim(tmp_path: Path) -> None:
+    page = _page(tmp_path, _GOOD.replace("x == 2.0", "x == 3.0"))
+    result = runner.run_page(page, tmp_path / "work")
+    assert result.error and "page.md:8" in result.error and "AssertionError" in result.error
+
+
+def test_runner_fails_a_page_that_asserts_nothing(tmp_path: Path) -> None:
+    page = _page(tmp_path, _GOOD.replace("assert x == 2.0", "print(x)"))
+    result = runner.run_page(page, tmp_path / "work")
+    assert "assert nothing" in result.error
+
+
+def test_runner_refuses_a_skip_without_an_allowed_reason(tmp_path: Path) -> None:
+    page = _page(tmp_path, _GOOD.replace("skip-run gpu:", "skip-run slow:"))
+    result = runner.run_page(page, tmp_path / "work")
+    assert result.ran == 0 and "HINT" in result.error
+
+
+def test_runner_compiles_the_blocks_it_leaves_out(tmp_path: Path) -> None:
+    page = _page(tmp_path, _GOOD.replace("y = x.cuda()", "y = = 1"))
+    result = runner.run_page(page, tmp_path / "work")
+    assert "SyntaxError" in result.error
+
+
+def test_runner_runs_argv_blocks_as_scripts(tmp_path: Path) -> None:
+    text = """\
+        <!-- docs: argv --n 3 -->
+        ```python
+        import sys
+        assert __name__ == "__main__" and sys.argv[1:] == ["--n", "3"]
+        ```
+        """
+    result = runner.run_page(_page(tmp_path, text), tmp_path / "work")
+    assert (result.ran, result.error) == (1, "")
 
 
 # --- bash blocks -------------------------------------------------------------------------
@@ -393,3 +332,67 @@ def test_getting_started_carries_the_readme_commands() -> None:
         "docs/getting-started.md no longer repeats the README's first bash block verbatim. "
         "HINT: copy the block from README.md"
     )
+
+
+def _names_in_tuple(path: Path, name: str) -> list[str]:
+    import ast
+
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return [e.value for e in node.value.elts]  # type: ignore[attr-defined]
+    raise AssertionError(f"{path} defines no {name}")
+
+
+@pytest.mark.parametrize("table", ["MODES", "STRATEGIES"])
+def test_troubleshooting_names_every_jacobian_mode_and_strategy(table: str) -> None:
+    planner = ROOT / "packages" / "core-jacobian" / "src" / "marquardt" / "jacobian" / "_planner.py"
+    names = _names_in_tuple(planner, table)
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    section = page.split("`UnknownModeError`", 1)[1].split("\n\n", 1)[0]
+    missing = [n for n in names if f"`{n}`" not in section]
+    assert not missing, f"docs/troubleshooting.md's UnknownModeError entry lacks {missing}"
+
+
+def test_troubleshooting_does_not_advise_the_default_scaling() -> None:
+    page = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    assert not re.search(r"try `scaling=\"marquardt\"`", page)
+
+
+def _versions() -> dict[str, str]:
+    found = {}
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        text = pyproject.read_text(encoding="utf-8")
+        name = re.search(r'^name = "([^"]+)"', text, re.M)
+        version = re.search(r'^version = "([^"]+)"', text, re.M)
+        assert name and version, pyproject
+        if name[1] != "marquardt-testing":
+            found[name[1]] = version[1]
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
+def test_pages_state_each_package_version_as_its_pyproject(page: str) -> None:
+    text = (ROOT / page).read_text(encoding="utf-8")
+    sentence = re.search(r"its own version.*?(?:\n\n|$)", text, re.S)  # to the paragraph's end
+    assert sentence, f"{page} does not state the packages' versions"
+    stated = re.findall(r"`(marquardt-\w+)`|(\d+\.\d+\.\d+)", sentence[0])
+    versions, names = {}, []
+    for name, version in stated:  # names, then the version they share
+        if name:
+            names.append(name)
+        else:
+            versions.update(dict.fromkeys(names, version))
+            names = []
+    assert versions == _versions(), f"{page} states {versions}, the pyprojects {_versions()}"
+
+
+def test_readme_states_the_torch_pin_of_the_constraints() -> None:
+    pins = (ROOT / "constraints" / "test.txt").read_text(encoding="utf-8")
+    torch_pin = re.search(r"^torch==\S+", pins, re.M)
+    assert torch_pin
+    for page in ("README.md", "docs/getting-started.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert f"`{torch_pin[0]}`" in text, f"{page} does not state {torch_pin[0]}"
+        assert "pins the CPU build" not in text, f"{page}: the file pins a version, not a build"
