@@ -18,8 +18,12 @@ import time
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import torch
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import sinc, tanh_mlp
 
 LARGE = (1, 512, 512, 512, 1)
 QUICK = (1, 32, 32, 1)
@@ -40,8 +44,8 @@ def _batches(x: torch.Tensor, y: torch.Tensor, size: int) -> Any:
 def _lm(widths: tuple[int, ...], n: int, device: torch.device, budget: float) -> dict[str, Any]:
     from marquardt.solver import LMA
 
-    x, y = (t.to(device) for t in c.sinc_dataset())
-    model = c.tanh_mlp(widths, SEED).to(device)
+    x, y = (t.to(device) for t in sinc())
+    model = tanh_mlp(widths, SEED).to(device)
     lma = LMA(model, [device], lambda a, b: a - b, strategy="matrix_free")
     batches = _batches(x, y, n)
     if device.type == "cuda":
@@ -69,8 +73,8 @@ def _lm(widths: tuple[int, ...], n: int, device: torch.device, budget: float) ->
 
 
 def _adam(widths: tuple[int, ...], device: torch.device, budget: float) -> dict[str, Any]:
-    x, y = (t.to(device) for t in c.sinc_dataset())
-    model = c.tanh_mlp(widths, SEED).to(device)
+    x, y = (t.to(device) for t in sinc())
+    model = tanh_mlp(widths, SEED).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR)
     batches = _batches(x, y, ADAM_BATCH)
     steps = 0
@@ -98,19 +102,19 @@ def main(quick: bool = False, device: str = "cpu", budget: float = 10.0) -> dict
         "params": c.mlp_params(widths),
         "n": n,
         "budget_seconds": budget,
-        "load_before": c.load_average(),
+        "load_before": _machine.load_average(),
     }
     out["lm"] = _lm(widths, n, where, budget)
     out["adam"] = _adam(widths, where, budget)
-    out["load_after"] = c.load_average()
+    out["load_after"] = _machine.load_average()
     return out
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     lm, adam = results["lm"], results["adam"]
     label = f"matrix-free {'-'.join(map(str, results['widths']))} (P={results['params']:,})"
     rows = [
-        c.row(
+        row(
             f"{label}: MSE ours / Adam at {results['budget_seconds']:g} s",
             lm["mse"] / adam["mse"],
             TARGET_MSE,
@@ -120,7 +124,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     if lm["peak_memory_bytes"] is not None:
         rows.append(
-            c.row(
+            row(
                 f"{label}: peak device memory of the steps",
                 lm["peak_memory_bytes"] / 2**20,
                 TARGET_MEMORY_MIB,
@@ -153,19 +157,6 @@ def section(results: dict[str, Any]) -> str:
     )
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device, budget=budget or 10.0)
-
-
-BENCHMARK = registry.Benchmark(
-    name="matrix_free_gpu",
-    title="Matrix-free LM on a device",
-    question="Does matrix-free LM train the P = 527k network on a GPU, and within what memory?",
-    peer="Adam (learning rate 1e-3) for the same time",
-    target="MSE ≤ Adam's; peak device memory of a step ≤ 1 GiB",
-    run=_run,
-    rows=summary,
-    section=section,
-    devices=("cuda", "cpu"),
-    default=False,
-)
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, device=o.device, budget=o.budget or 10.0)

@@ -29,7 +29,6 @@ on a GPU (``--device cuda``): ≥ 10⁷ 2-D Gaussian fits/s.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import warnings
@@ -37,9 +36,11 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import row
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 #: On a GPU also 10⁷ fits (Gpufit's profiling size) when 10⁶ took under ``BIG_SECONDS``.
@@ -234,7 +235,7 @@ def measure(
     device: torch.device,
     loops: bool,
 ) -> dict[str, Any]:
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     ours = _ours(problem, fits, dtype, device)
     entry: dict[str, Any] = {"problem": name, "fits": fits, "dtype": str(dtype), "ours": ours}
     peer = _peer(problem, fits, dtype, device)
@@ -255,7 +256,7 @@ def measure(
         entry["scipy_loop"]["median_relative_popt_difference"] = float(np.median(rel))
         entry["our_loop"] = _our_loop(problem, fits)
     ours.pop("popt_head")
-    entry["load_before"], entry["load_after"] = load_before, c.load_average()
+    entry["load_before"], entry["load_after"] = load_before, _machine.load_average()
     print(
         f"  {name} M={fits:,} {dtype}: ours {ours['fits_per_s']:,.0f} fits/s "
         f"({ours['seconds']:.2f} s, coverage {ours['coverage_2se']:.3f}); "
@@ -273,7 +274,7 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
     results: dict[str, Any] = {
         "device": str(where),
         "quick": quick,
-        "machine": {k: v for k, v in c.machine().items() if k in ("cpu", "cores", "torch")},
+        "machine": {k: v for k, v in _machine.describe().items() if k in ("cpu", "cores", "torch")},
         "cases": [],
     }
     sizes = QUICK_SIZES if quick else SIZES if where.type == "cpu" else GPU_SIZES
@@ -301,7 +302,6 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
         e["ratio_vs_scipy_loop"] = e["ours"]["fits_per_s"] / ref["scipy_loop"]["fits_per_s"]
         e["ratio_vs_our_loop"] = e["ours"]["fits_per_s"] / ref["our_loop"]["fits_per_s"]
     results["loops"] = loops
-    c.write_json("batch_fit-quick" if quick else "batch_fit", results)
     return results
 
 
@@ -310,7 +310,7 @@ def _fast_enough(cases: list[dict[str, Any]], dtype: torch.dtype, fits: int) -> 
     return bool(done) and done[0]["ours"]["seconds"] < BIG_SECONDS
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     gpu = results["device"] != "cpu"
     for e in results["cases"]:
@@ -320,7 +320,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         if gpu:
             if e["problem"] == "gauss2d":
                 rows.append(
-                    c.row(
+                    row(
                         f"{label}: fits/s",
                         ours["fits_per_s"],
                         GPU_TARGET,
@@ -332,7 +332,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         big = e["fits"] >= 10_000
         rows.append(
-            c.row(
+            row(
                 f"{label}: ours / SciPy loop",
                 e["ratio_vs_scipy_loop"],
                 SCIPY_TARGET if big else None,
@@ -344,7 +344,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
         if "ratio_vs_torchimize" in e:
             rows.append(
-                c.row(
+                row(
                     f"{label}: ours / torchimize",
                     e["ratio_vs_torchimize"],
                     PEER_TARGET if big else None,
@@ -398,37 +398,6 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _print(results: dict[str, Any]) -> None:
-    print(section(results))
-    print(c.format_rows(summary(results)))
-
-
-def _cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="M up to 10⁴, a 64 × 64 image")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    args = parser.parse_args()
-    _print(main(quick=args.quick, device=args.device))
-    return 0
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device)
-
-
-BENCHMARK = registry.Benchmark(
-    name="batch_fit",
-    title="Many small fits at once: curve_fit_batch",
-    question="How many small fits a second with `curve_fit_batch`?",
-    peer="a SciPy loop; torchimize",
-    target="≥ 50× the loop, ≥ 2× torchimize; ≥ 10⁷/s on a GPU",
-    run=_run,
-    rows=summary,
-    section=section,
-    devices=("cpu", "cuda"),
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_cli())
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, device=o.device)

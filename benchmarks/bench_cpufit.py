@@ -33,7 +33,6 @@ empty and the run says so.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -41,10 +40,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import row
 
 SPOTS = (5, 7)
 QUICK_SPOTS = (5,)
@@ -167,7 +167,7 @@ def measure(
     size: int, fits: int, dtype: str, libraries: dict[str, Any], scipy_fits: int
 ) -> dict[str, Any]:
     """One row: every side on the same spots (module docstring)."""
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     problem = spots(size, fits)
     stop = {"ftol": CPUFIT_TOLERANCE, "max_nfev": CPUFIT_ITERATIONS + 1, "compile": True}
     default = _ours(problem, dtype)
@@ -183,7 +183,7 @@ def measure(
         "fits": fits,
         "dtype": dtype,
         "load_before": load_before,
-        "load_after": c.load_average(),
+        "load_after": _machine.load_average(),
         "ours_default": default,
         "ours_default_one_thread": default_one,
         "ours_cpufit_stopping": stopped,
@@ -213,7 +213,8 @@ def _times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
-def _print(summary: dict[str, Any]) -> None:
+def echo(summary: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(f"# cpu: {summary['machine']['cpu']}, cores: {summary['machine']['cores']}")
     print(f"# Cpufit: {summary['cpufit'] or 'none given: ' + summary['cpufit_note']}")
     print(HEAD)
@@ -270,7 +271,7 @@ def main(
         "benchmark": "cpufit",
         "quick": quick,
         "sizes": list(sizes or (QUICK_SIZES if quick else SIZES)),
-        "machine": c.machine(),
+        "machine": _machine.describe(),
         "cpufit": str(path) if path else None,
         "cpufit_note": note,
         "targets": {
@@ -281,14 +282,8 @@ def main(
         },
         "rows": rows,
     }
-    c.write_json("cpufit-quick" if quick else "cpufit", summary)
-    _print(summary)
+    echo(summary)
     return summary
-
-
-def run(quick: bool) -> dict[str, Any]:
-    """``main`` for the benchmark suite (the Cpufit build from ``CPUFIT_LIB``)."""
-    return main(quick=quick)
 
 
 def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -300,7 +295,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         load = f"load {r['load_before']:.1f} → {r['load_after']:.1f}"
         first = f"first call {d['first_s']:.1f} s (compile {d['compile_s']:.1f} s)"
         out.append(
-            c.row(
+            row(
                 f"{label}: ours default / SciPy loop",
                 r["vs_scipy"],
                 SCIPY_TARGET,
@@ -312,7 +307,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         peer = r["cpufit"]
         compiled = r["ours_cpufit_stopping"]
         out.append(
-            c.row(
+            row(
                 f"{label}: ours 1 thread / Cpufit (its stopping)",
                 r["one_thread_vs_cpufit"],
                 CPUFIT_ONE_TARGET,
@@ -324,7 +319,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         )
         two = r["ours_cpufit_stopping_two_threads"]
         out.append(
-            c.row(
+            row(
                 f"{label}: ours 2 threads / Cpufit (its stopping)",
                 r["two_threads_vs_cpufit"],
                 CPUFIT_TWO_TARGET,
@@ -333,7 +328,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         out.append(
-            c.row(
+            row(
                 f"{label}: default threads / one thread (fits/s)",
                 r["default_vs_one_thread"],
                 1.0,
@@ -362,30 +357,6 @@ def section(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick)
-
-
-BENCHMARK = registry.Benchmark(
-    name="cpufit",
-    title="Many 2-D Gaussian spots against Cpufit",
-    question="How fast are many small fits, against a compiled one-thread C loop?",
-    peer="Cpufit (Gpufit's CPU half, built from source); SciPy `curve_fit` loop",
-    target="≥ 50× the SciPy loop; ≥ 1× Cpufit on one thread, ≥ 1.8× on two; default "
-    "threads never slower than one",
-    run=_run,
-    rows=rows,
-    section=section,
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="5 × 5 spots, M = 10⁴ only")
-    parser.add_argument("--cpufit", default=None, help=f"Cpufit's float library (or {ENV})")
-    parser.add_argument(
-        "--sizes", type=int, nargs="+", default=None, help="these M only (default 10⁴ and 10⁵)"
-    )
-    args = parser.parse_args()
-    main(quick=args.quick, cpufit=args.cpufit, sizes=tuple(args.sizes) if args.sizes else None)
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick)

@@ -22,7 +22,6 @@ torch-model side gets its data on the GPU); ``main()`` writes ``results/small_fi
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import time
@@ -31,9 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import row
 
 CASES = (
     ("decay", 100),
@@ -138,7 +139,7 @@ def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, 
         "ours_torch_model": ours_torch,
         "ours_torch_model_1_thread": ours_torch_one_thread,
     }
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     seconds: dict[str, list[float]] = {k: [] for k in sides}
     popt: dict[str, list[float]] = {}
     first: dict[str, float] = {}
@@ -173,7 +174,7 @@ def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, 
         "max_relative_popt_difference_to_scipy": agreement,
         "threads_default": default_threads,
         "load_before": load_before,
-        "load_after": c.load_average(),
+        "load_after": _machine.load_average(),
     }
 
 
@@ -184,12 +185,11 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
         "Gaussian plus offset (P = 4)",
         "device": str(where),
         "quick": quick,
-        "machine": {k: v for k, v in c.machine().items() if k in ("cpu", "cores", "torch")},
+        "machine": {k: v for k, v in _machine.describe().items() if k in ("cpu", "cores", "torch")},
         "cases": [],
     }
     for name, n in QUICK_CASES if quick else CASES:
         results["cases"].append(measure(name, n, QUICK_REPEATS if quick else REPEATS, where))
-    c.write_json("small_fit-quick" if quick else "small_fit", results)
     return results
 
 
@@ -207,7 +207,7 @@ def _target(n: int) -> float:
     return TARGETS.get(n, TARGET_LARGE)
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for e in results["cases"]:
         med, r = e["median"], e["ratios"]
@@ -215,7 +215,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         label = f"small fit {e['case']} N={e['n']:,}"
         load = f"load {e['load_before']:.1f} → {e['load_after']:.1f}"
         rows.append(
-            c.row(
+            row(
                 f"{label}: ours (NumPy model, tenth call) / SciPy",
                 r["numpy_model_vs_scipy"],
                 _target(e["n"]),
@@ -225,7 +225,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         rows.append(
-            c.row(
+            row(
                 f"{label}: ours (torch model, tenth call) / SciPy",
                 r["torch_model_vs_scipy"],
                 _target(e["n"]),
@@ -235,7 +235,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         rows.append(
-            c.row(
+            row(
                 f"{label}: torch model, {e['threads_default']} threads / 1 thread",
                 r["default_vs_one_thread"],
                 THREADS_TARGET,
@@ -273,38 +273,6 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _print(results: dict[str, Any]) -> None:
-    print(section(results))
-    print(c.format_rows(summary(results)))
-
-
-def _cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="three sizes, three repeats")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    args = parser.parse_args()
-    _print(main(quick=args.quick, device=args.device))
-    return 0
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device)
-
-
-BENCHMARK = registry.Benchmark(
-    name="small_fit",
-    title="Single small fits against SciPy",
-    question="What does one small fit cost, with a NumPy or a torch model?",
-    peer="SciPy `curve_fit`",
-    target="tenth call ≤ 3× at N = 100, 1.5× at 10³, 1× at 10⁴, 0.5× from 10⁵; default threads "
-    "≤ one thread",
-    run=_run,
-    rows=summary,
-    section=section,
-    devices=("cpu", "cuda"),
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_cli())
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, device=o.device)

@@ -23,16 +23,19 @@ Target: the planner's choice within 1.1× of the fastest combination that fits.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import torch
+from _registry import Options
+from _rows import row
 from torch import nn
+
+from marquardt.testing.problems import sinc
 
 STRATEGIES = ("accumulate", "explicit")
 MODES = ("layers", "vmap", "jacfwd")
@@ -76,8 +79,8 @@ def _multi_output_problem(n: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor
 
 
 def shapes() -> dict[str, tuple[Callable[[], nn.Module], torch.Tensor, torch.Tensor]]:
-    x10k, y10k = c.sinc_dataset(10_000)
-    x500, y500 = c.sinc_dataset(500)
+    x10k, y10k = sinc(10_000)
+    x500, y500 = sinc(500)
     _m, xm, ym = _multi_output_problem(2000)
     return {
         "sinc 1-256-1, N=10000 (rows ≥ P)": (lambda: c.sinc_model(256), x10k, y10k),
@@ -145,7 +148,7 @@ def main() -> dict[str, Any]:
     results: dict[str, Any] = {
         "problem": f"build the LM system and solve once, float32, {c.THREADS} threads, "
         "slice_size=None (one device)",
-        "load_average": {"before": c.load_average()},
+        "load_average": {"before": _machine.load_average()},
         "shapes": {},
     }
     for name, (make_model, x, y) in shapes().items():
@@ -174,13 +177,12 @@ def main() -> dict[str, Any]:
                 else None
             ),
         }
-    results["load_average"]["after"] = c.load_average()
-    c.write_json("strategy", results)
+    results["load_average"]["after"] = _machine.load_average()
     _plot(results)
     return results
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The ratios with their targets, for the aggregate table."""
     rows = []
     for name, entry in results["shapes"].items():
@@ -193,7 +195,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             else "none fits"
         )
         rows.append(
-            c.row(
+            row(
                 f"strategy: planner / fastest, {name}",
                 entry["ratio_choice_vs_fastest"],
                 TARGET,
@@ -229,7 +231,8 @@ def _plot(results: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def _print(results: dict[str, Any]) -> None:
+def echo(results: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(results["problem"])
     for name, entry in results["shapes"].items():
         print(
@@ -240,7 +243,6 @@ def _print(results: dict[str, Any]) -> None:
             mem = "—" if v["peak_growth_mib"] is None else f"{v['peak_growth_mib']:.0f} MiB"
             tag = " (projected from a tenth of the rows)" if v["projected"] else ""
             print(f"    {k:20s} {v['seconds'] * 1e3:9.1f} ms  peak {mem}{tag}")
-    print(c.format_rows(summary(results)))
 
 
 def section(s: dict[str, Any]) -> str:
@@ -261,24 +263,6 @@ def section(s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
     return main()
-
-
-BENCHMARK = registry.Benchmark(
-    name="strategy",
-    title="Planner choices",
-    question="Does the planner pick the fastest strategy and Jacobian mode that fits?",
-    peer="every forced alternative",
-    target="within 1.1× of the fastest",
-    run=_run,
-    rows=summary,
-    section=section,
-    png="strategy.png",
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    _print(main())
-    sys.exit(0)
