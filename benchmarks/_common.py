@@ -28,6 +28,12 @@ THREADS = 2
 SEED = 0
 DATASET_SIZE = 100_000
 BATCH = 10_000
+#: The large network (P = 526,849) that ``matrix_free`` and ``scale``'s subsets train, on
+#: batches of ``LARGE_N``, against Adam on minibatches of ``ADAM_BATCH`` at ``ADAM_LRS``.
+LARGE_WIDTHS = (1, 512, 512, 512, 1)
+LARGE_N = 10_000
+ADAM_LRS = (1e-3, 3e-4, 1e-4)
+ADAM_BATCH = 1000
 #: What was measured, where the tree is not a git checkout (``run_all.py --source``).
 SOURCE_VARIABLE = "MARQUARDT_BENCH_SOURCE"
 
@@ -160,6 +166,24 @@ def import_peer() -> Any:
     import torch_levenberg_marquardt
 
     return torch_levenberg_marquardt
+
+
+def plot(draw: Callable[[Any, dict[str, Any]], Any]) -> Callable[[dict[str, Any], str], None]:
+    """A benchmark's plot: ``draw(plt, results)`` makes the figure (or None: nothing to
+    show); the function returned, ``(results, png)``, writes it to ``results/<png>``, and
+    does nothing where matplotlib is not installed."""
+
+    def write(results: dict[str, Any], png: str) -> None:
+        plt = pyplot()
+        fig = None if plt is None else draw(plt, results)
+        if fig is None:
+            return
+        fig.tight_layout()
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        fig.savefig(RESULTS_DIR / png, dpi=120)
+        plt.close(fig)
+
+    return write
 
 
 def pyplot() -> Any:

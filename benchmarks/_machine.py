@@ -27,6 +27,18 @@ def load_average() -> float:
         return float("nan")
 
 
+def _status_mib(field: str) -> float | None:
+    """A memory figure of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in MiB; None where
+    there is no ``/proc``."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident set size so far: ``VmHWM`` on Linux, else ``ru_maxrss``.
 
@@ -35,24 +47,16 @@ def peak_rss_mib() -> float:
     the larger of the two, so a child whose own peak stays below its parent's would report
     the parent's. ``VmHWM`` is this process's own, and ``reset_peak_rss`` resets it.
     """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
+    peak = _status_mib("VmHWM")
+    if peak is not None:
+        return peak
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def rss_mib() -> float:
     """This process's resident set size now (Linux ``/proc/self/status``; NaN elsewhere)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+    rss = _status_mib("VmRSS")
+    return float("nan") if rss is None else rss
 
 
 def reset_peak_rss() -> bool:
@@ -65,6 +69,16 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+def peak_growth_mib(fn: Callable[[], object]) -> float | None:
+    """The peak RSS growth during ``fn()`` over the RSS before it, in MiB (None where the OS
+    cannot reset the peak)."""
+    if not reset_peak_rss():
+        return None
+    base = rss_mib()
+    fn()
+    return peak_rss_mib() - base
 
 
 def step_rss(step: Callable[[], object]) -> dict[str, Any]:

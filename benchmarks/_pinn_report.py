@@ -100,7 +100,7 @@ def section(results: dict[str, Any]) -> str:
         orders = json.loads(orders_path.read_text())["orders"]
         lines += [
             "",
-            "Jacobian orders (`--orders`): one J (explicit) and one JᵀJ (accumulate) of the same "
+            "Jacobian orders (`_pinn_orders.py`): one J (explicit) and one JᵀJ (accumulate) of the same "
             "residual, by the order over θ and the order of the input Hessian:",
             "",
             "| input Hessian | over θ | J | JᵀJ |",

@@ -42,13 +42,11 @@ def mib(run: dict[str, Any]) -> str:
     return "failed" if g is None else f"{g:.0f} MiB"
 
 
-def plot(results: dict[str, Any], png: str) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def plot(plt: Any, results: dict[str, Any]) -> Any:
     shapes = {k: e for k, e in results["shapes"].items() if "error" not in e}
     if not shapes:
-        return
+        return None
     fig, ax = plt.subplots(figsize=(7, 3.6))
     width = 0.27
     for offset, (key, label, color) in enumerate(
@@ -75,10 +73,7 @@ def plot(results: dict[str, Any], png: str) -> None:
     ax.set_ylabel("seconds per LM step (median)")
     ax.set_title(results["problem"], fontsize=8)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    c.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    fig.savefig(c.RESULTS_DIR / png, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def echo(results: dict[str, Any]) -> None:

@@ -40,13 +40,11 @@ from _rows import Row, row
 
 from marquardt.testing.problems import sinc, tanh_mlp
 
-WIDTHS = (1, 512, 512, 512, 1)
-N = 10_000
+WIDTHS = c.LARGE_WIDTHS
+N = c.LARGE_N
 K = 4096
 SEED = 0
 BUDGET_SECONDS = 45.0
-ADAM_LRS = (1e-3, 3e-4, 1e-4)
-ADAM_BATCH = 1000
 PEER_SLICE = 500
 RSS_TIMEOUT = 300.0
 TARGET_PEER = 0.67
@@ -118,7 +116,7 @@ def train_adam(lr: float) -> dict[str, Any]:
     model = tanh_mlp(WIDTHS, SEED)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     x_all, y_all = sinc()
-    batches = c.shuffled_batches(x_all, y_all, ADAM_BATCH, SEED)
+    batches = c.shuffled_batches(x_all, y_all, c.ADAM_BATCH, SEED)
     steps = 0
     start = time.perf_counter()
     while time.perf_counter() - start < BUDGET_SECONDS:
@@ -157,7 +155,7 @@ def measure() -> dict[str, Any]:
     for kind in SIDES:
         out[kind] = train_lm(kind)
         gc.collect()
-    out["adam"] = [train_adam(lr) for lr in ADAM_LRS]
+    out["adam"] = [train_adam(lr) for lr in c.ADAM_LRS]
     out["rss"] = {}
     for kind in SIDES:
         result, error = _child.call("_scale_subsets", "rss_child", [kind], timeout=RSS_TIMEOUT)

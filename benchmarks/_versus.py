@@ -27,7 +27,7 @@ from marquardt.testing.problems import sinc, tanh_mlp
 Step = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 PARTS = ("jacobian", "transfer", "assembly", "solve", "trial")
 WARMUP = 1
-#: Peak device memory of building one side and one step (``bench_gpu``'s ``gpu_memory``).
+#: Peak device memory of building one side and one step (``_device.gpu_memory``).
 Memory = Callable[..., dict[str, Any]]
 
 

@@ -18,8 +18,7 @@ Legate pays off when J no longer fits one device; see the design notes.
 
 Figures are medians over the timed steps (``min_step_s`` is kept too: on shared cores
 the minimum is the better estimate); the 1-minute load average before and after is
-recorded beside them. Run ``python benchmarks/bench_backends.py``; ``main()`` returns the results and writes
-``benchmarks/results/backends.json``. Timings use ``marquardt.solver.time`` (Legate's
+recorded beside them. Run ``python benchmarks/run_all.py backends``; ``main()`` returns the results. Timings use ``marquardt.solver.time`` (Legate's
 ``time`` under Legate, which waits for queued Legate work) after ``backend.synchronize()``.
 """
 

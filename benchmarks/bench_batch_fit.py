@@ -23,8 +23,7 @@ difference between our batch and SciPy's popt on the fits SciPy ran.
 
 Targets on the CPU: ≥ 50× the SciPy loop's fits/s at M ≥ 10⁴ and ≥ 2× torchimize's;
 on a GPU (``--device cuda``): ≥ 10⁷ 2-D Gaussian fits/s.
-``python benchmarks/bench_batch_fit.py [--quick] [--device cpu|cuda]``; ``main()`` writes
-``results/batch_fit.json``.
+``python benchmarks/run_all.py batch_fit [--quick] [--device cuda]``.
 """
 
 from __future__ import annotations
@@ -42,6 +41,8 @@ import torch
 from _registry import Options
 from _rows import row
 
+from marquardt.testing.problems import decay, decay_numpy, gauss2d, gauss2d_numpy, spots
+
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 #: On a GPU also 10⁷ fits (Gpufit's profiling size) when 10⁶ took under ``BIG_SECONDS``.
 GPU_SIZES = (*SIZES, 10_000_000)
@@ -58,39 +59,9 @@ GPU_TARGET = 1e7
 PEER_PATHS = ("/work/peers/torchimize_t",)
 
 
-def gauss2d(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
-    return a * torch.exp(-0.5 * ((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / w**2) + b
-
-
-def gauss2d_numpy(xy: np.ndarray, a: float, x0: float, y0: float, w: float, b: float) -> np.ndarray:
-    return a * np.exp(-0.5 * ((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / w**2) + b
-
-
-def decay(t: torch.Tensor, a: Any, k: Any, b: Any) -> torch.Tensor:
-    return a * torch.exp(-k * t) + b
-
-
-def decay_numpy(t: np.ndarray, a: float, k: float, b: float) -> np.ndarray:
-    return a * np.exp(-k * t) + b
-
-
 def gaussian_problem(fits: int, seed: int = 0) -> dict[str, Any]:
-    rng = np.random.default_rng(seed)
-    grid = np.stack(np.meshgrid(np.arange(5.0), np.arange(5.0), indexing="ij")).reshape(2, 25)
-    true = np.c_[
-        np.full(fits, 500.0),
-        2.0 + rng.uniform(-0.5, 0.5, (fits, 2)),
-        rng.uniform(0.9, 1.1, fits),
-        np.full(fits, 10.0),
-    ]
-    mean = gauss2d_numpy(grid[:, None, :], *(true.T[..., None]))
-    y = rng.poisson(mean).astype(np.float64)
-    p0 = (
-        true
-        * np.c_[rng.uniform(0.8, 1.2, fits), np.ones((fits, 2)), rng.uniform(0.8, 1.2, (fits, 2))]
-    )
-    p0[:, 1:3] += rng.uniform(-0.3, 0.3, (fits, 2))
-    return {"x": grid, "y": y, "p0": p0, "true": true, "f": gauss2d, "f_numpy": gauss2d_numpy}
+    """``fits`` 5 × 5 Gaussian spots (``marquardt.testing.problems.spots``)."""
+    return {**spots(5, fits, seed), "f": gauss2d, "f_numpy": gauss2d_numpy}
 
 
 def decay_problem(fits: int, seed: int = 1) -> dict[str, Any]:

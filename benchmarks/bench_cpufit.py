@@ -5,7 +5,7 @@ S × S pixels (x the fast index, as Cpufit lays them out), S = 5 and 7: amplitud
 centre (S − 1)/2 ± 0.5, width 1 ± 10 %, offset 10, Poisson noise; starts: amplitude,
 width and offset × U(0.8, 1.2), centre ± U(−0.3, 0.3). The same spots go to every side,
 in float32 and float64, M = 10⁴ and 10⁵ (quick: 5 × 5, M = 10⁴); M = 10⁶ with
-``--sizes 1000000`` (a row of five sides takes minutes at that size on two cores, too long
+``main(sizes=(1000000,))`` (a row of five sides takes minutes at that size on two cores, too long
 for the suite's 45 minutes).
 
 Sides:
@@ -16,7 +16,7 @@ Sides:
   and two; each side's first call (with its compile, ``compile_seconds``) and the faster
   of two more, steady calls;
 * Cpufit, built from Gpufit's sources (``benchmarks/cpufit/build_cpufit.sh``; its path
-  as ``--cpufit`` or ``CPUFIT_LIB``), least squares (LSE), tolerance 1e-4, at most 10
+  as ``CPUFIT_LIB``, or ``main``'s ``cpufit``), least squares (LSE), tolerance 1e-4, at most 10
   iterations: one thread, as Cpufit has no threading;
 * ``scipy.optimize.curve_fit`` (defaults, NumPy model) in a loop over ``SCIPY_FITS`` fits,
   fits/s extrapolated.
@@ -27,8 +27,8 @@ threads / one thread (never below 1). Recorded with each size: the 1-minute load
 before and after, and the CPU model. Without a Cpufit build the Cpufit columns are
 empty and the run says so.
 
-``python benchmarks/bench_cpufit.py [--quick] [--cpufit PATH]``; ``main()`` writes
-``results/cpufit.json`` and returns its summary; ``run(quick)`` is ``main`` for the suite.
+``CPUFIT_LIB=PATH python benchmarks/run_all.py cpufit [--quick]``; ``main()`` returns the summary; one size alone:
+``python benchmarks/_child.py bench_cpufit main '[false, "PATH", [1000000]]'``.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ import numpy as np
 import torch
 from _registry import Options
 from _rows import row
+
+from marquardt.testing.problems import gauss2d, gauss2d_numpy, spots
 
 SPOTS = (5, 7)
 QUICK_SPOTS = (5,)
@@ -68,35 +70,6 @@ HEAD = (
     "Cpufit stop: default / 1 thr / 2 thr | Cpufit 1 thr | SciPy loop | ×SciPy | "
     "1 thr/Cpufit | 2 thr/Cpufit | default/1 thr | load"
 )
-
-
-def gauss2d(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
-    return a * torch.exp(-((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / (2 * w**2)) + b
-
-
-def gauss2d_numpy(xy: np.ndarray, a: float, x0: float, y0: float, w: float, b: float) -> np.ndarray:
-    return a * np.exp(-((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / (2 * w**2)) + b
-
-
-def spots(size: int, fits: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Module docstring's spots: x (2, S²) with x the fast index, y (M, S²), p0 (M, 5)."""
-    rng = np.random.default_rng(seed)
-    index = np.arange(size * size)
-    grid = np.stack([index % size, index // size]).astype(np.float64)
-    centre = (size - 1) / 2
-    true = np.c_[
-        np.full(fits, 500.0),
-        centre + rng.uniform(-0.5, 0.5, (fits, 2)),
-        rng.uniform(0.9, 1.1, fits),
-        np.full(fits, 10.0),
-    ]
-    y = rng.poisson(gauss2d_numpy(grid[:, None, :], *(true.T[..., None]))).astype(np.float64)
-    p0 = (
-        true
-        * np.c_[rng.uniform(0.8, 1.2, fits), np.ones((fits, 2)), rng.uniform(0.8, 1.2, (fits, 2))]
-    )
-    p0[:, 1:3] += rng.uniform(-0.3, 0.3, (fits, 2))
-    return {"x": grid, "y": y, "p0": p0, "true": true}
 
 
 def _ours(problem: dict[str, np.ndarray], dtype: str, **options: Any) -> dict[str, Any]:
@@ -254,7 +227,7 @@ def main(
         libraries = load(path)
     else:
         note = (
-            f"no Cpufit build given (--cpufit PATH or {ENV}=PATH): the Cpufit columns are "
+            f"no Cpufit build given ({ENV}=PATH): the Cpufit columns are "
             "empty. Build one with benchmarks/cpufit/build_cpufit.sh GPUFIT_CHECKOUT"
         )
         print(f"# {note}")

@@ -24,8 +24,7 @@ solving on every rank: rank 0 solves and broadcasts δ, which costs the same fac
 (the other ranks wait for it) plus one broadcast of P float64 numbers per attempt, timed
 here in the same group (median of 20).
 
-``python benchmarks/bench_distributed.py [--quick]`` writes ``results/distributed.json``
-(``distributed-quick.json`` with ``--quick``).
+``python benchmarks/run_all.py distributed [--quick]``.
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ over repeats:
 
 Targets: ours ≤ 1.0× the peer. Memory: the peak resident-memory growth of
 ``accumulate`` with a fixed slice for ``N = 10k`` and ``N = 100k`` (it should not grow
-with ``N``). Run ``python benchmarks/bench_jacobian.py``; ``main()`` returns the results
-and writes ``benchmarks/results/jacobian.json``.
+with ``N``). Run ``python benchmarks/run_all.py jacobian``; ``main()`` returns the
+results.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import copy
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import _child
 import _common as c
+import _machine
 import torch
 from _registry import Options
 from _rows import row
@@ -49,24 +49,6 @@ def median_seconds(fn: Callable[[], object], repeats: int = REPEATS) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def _rss_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return -1
-
-
-def peak_growth_mib(fn: Callable[[], object]) -> float | None:
-    """Peak resident memory growth during ``fn`` (Linux: resets the high-water mark)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    base = _rss_kib("VmRSS")
-    fn()
-    return (_rss_kib("VmHWM") - base) / 1024
 
 
 def main(repeats: int = REPEATS, *, quick: bool = False) -> dict[str, Any]:
@@ -177,7 +159,7 @@ def memory_child(n: int) -> float | None:
     x, y = sinc(n)
     engine = JacobianEngine(Replicas(c.sinc_model(256), [torch.device("cpu")]), lambda a, b: a - b)
     engine.rows_per_sample(x, y)  # imports and first-call set-up outside the measurement
-    return peak_growth_mib(lambda: engine.accumulate(x, y, slice_size=5000))
+    return _machine.peak_growth_mib(lambda: engine.accumulate(x, y, slice_size=5000))
 
 
 def rows(r: dict[str, Any]) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ Three problems, float32, 2 threads, every side from the same initial parameters:
 * sinc: the seed's tutorial network 1-256-1 (P = 769) on 2,000 points, matrix-free until
   the MSE reaches 1e-5 or ``sinc_seconds``: the target is reaching it.
 
-``python benchmarks/bench_matrix_free.py [--quick]``; ``nox -s bench -- matrix_free``.
-Writes ``results/matrix_free.json``.
+``python benchmarks/run_all.py matrix_free [--quick]``; ``--device cuda`` runs its device path
+(``_matrix_free_device.py``).
 """
 
 from __future__ import annotations
@@ -29,18 +29,17 @@ from typing import Any
 import _child
 import _common as c
 import _machine
+import _matrix_free_device as device_path
 import torch
 from _registry import Options
-from _rows import row
+from _rows import Row, row
 
 from marquardt.testing.problems import sinc, tanh_mlp
 
-LARGE = (1, 512, 512, 512, 1)
+LARGE = c.LARGE_WIDTHS
 MEDIUM = (1, 128, 128, 128, 128, 1)
-N = 10_000
+N = c.LARGE_N
 SEED = 0
-ADAM_LRS = (1e-3, 3e-4, 1e-4)
-ADAM_BATCH = 1000
 SINC_HIDDEN = 256
 SINC_N = 2000
 SINC_GOAL = 1e-5
@@ -106,10 +105,10 @@ def train_lm(
 
 
 def train_adam(widths: tuple[int, ...], lr: float, seconds: float) -> dict[str, Any]:
-    """Adam at ``lr`` on minibatches of ``ADAM_BATCH`` for ``seconds``; its full MSE."""
+    """Adam at ``lr`` on minibatches of ``c.ADAM_BATCH`` for ``seconds``; its full MSE."""
     model = tanh_mlp(widths, SEED)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = c.shuffled_batches(*sinc(), ADAM_BATCH, SEED)
+    batches = c.shuffled_batches(*sinc(), c.ADAM_BATCH, SEED)
     steps = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -173,7 +172,7 @@ def main(
         LARGE, "matrix_free", budget_seconds, iterations=LARGE_CG_ITERATIONS
     )
     print("large matrix_free", json.dumps(large["matrix_free"]["mse"]), flush=True)
-    large["adam"] = [train_adam(LARGE, lr, budget_seconds) for lr in ADAM_LRS]
+    large["adam"] = [train_adam(LARGE, lr, budget_seconds) for lr in c.ADAM_LRS]
     print("large adam", [a["mse"] for a in large["adam"]], flush=True)
     result, error = _child.call("bench_matrix_free", "rss_child", timeout=RSS_TIMEOUT)
     large["rss"] = result if result is not None else {"error": error}
@@ -197,7 +196,9 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
-def rows(e: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(e: dict[str, Any]) -> list[Row]:
+    if "lm" in e:  # a run on a GPU
+        return device_path.rows(e)
     """Rows with verdicts for the aggregate table."""
     large = e["large"]
     label = f"matrix-free {c.mlp_name(large['widths'])} (P={large['params']:,}) N={e['n']:,}"
@@ -263,6 +264,8 @@ def rows(e: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def section(e: dict[str, Any]) -> str:
+    if "lm" in e:  # a run on a GPU
+        return device_path.section(e)
     """The RESULTS.md section: the curves' end points, per side."""
     large = e["large"]
     lines = [
@@ -294,7 +297,10 @@ def section(e: dict[str, Any]) -> str:
 
 
 def run(o: Options) -> dict[str, Any]:
-    """The benchmark, as ``run_all.py`` runs it."""
+    """The benchmark, as ``run_all.py`` runs it; on a GPU its device path
+    (``_matrix_free_device.py``: the large network against Adam, ``budget`` seconds each)."""
+    if torch.device(o.device).type == "cuda":
+        return device_path.main(quick=o.quick, device=o.device, budget=o.budget or 10.0)
     if o.quick:
         return main(
             budget_seconds=8.0, dense_seconds=8.0, sinc_seconds=20.0, medium=False, quick=True

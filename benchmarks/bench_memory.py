@@ -19,8 +19,8 @@ Targets: ``accumulate`` flat in N — its peak at 1M within 1.5× of its peak at
 grows 100× (memory O(N) would grow about 20×: J alone is 29 MiB at 10k, 2.9 GiB at 1M;
 the rest of the 10k peak is one slice's J and activations, and the first step's one-time
 buffers; the median of three processes is taken for ``accumulate``) — and ours at 1M
-≤ 0.5× the peer's peak. ``python benchmarks/bench_memory.py``; ``main()`` writes
-``results/memory.json`` and ``results/memory.png``.
+≤ 0.5× the peer's peak. ``python benchmarks/run_all.py memory``; ``main()`` writes
+``results/memory.png``.
 """
 
 from __future__ import annotations
@@ -157,10 +157,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any], png: str) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def _plot(plt: Any, results: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(6, 4))
     sizes = results["sizes"]
     for kind, color in zip(KINDS, ("#4c72b0", "#8172b2", "#dd8452", "#c49a6c"), strict=True):
@@ -187,9 +185,7 @@ def _plot(results: dict[str, Any], png: str) -> None:
     ax.set_ylabel("peak RSS growth of one LM step (MiB)")
     ax.set_title("1-256-1 tanh MLP (P = 769), float32", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / png, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def echo(results: dict[str, Any]) -> None:

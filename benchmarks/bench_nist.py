@@ -19,10 +19,9 @@ non-finite result), our LM steps, SciPy's function evaluations, and each side's 
 accuracy and the steps). A fit "fails" below LRE 4 (NIST's and McCullough's threshold for
 an acceptable answer on these problems).
 
-``--lma key=value`` (repeatable) overrides the options ``curve_fit`` hands to ``LMA`` (e.g.
-``--lma geodesic=0.75``, ``--lma scaling=growing``), to measure a candidate default.
-``python benchmarks/bench_nist.py [--quick] [--lma ...]``; ``main()`` writes
-``results/nist.json`` (``nist-quick.json`` with ``--quick``: start 1 of the higher-
+``main``'s ``lma`` overrides the options ``curve_fit`` hands to ``LMA``, to measure a
+candidate default: ``python benchmarks/_child.py bench_nist main '[false, {"geodesic":
+0.75}]'``. ``python benchmarks/run_all.py nist [--quick]`` (``--quick``: start 1 of the higher-
 difficulty problems only).
 """
 

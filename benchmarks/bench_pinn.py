@@ -38,6 +38,7 @@ from typing import Any
 
 import _child as _child_process
 import _common as c
+import _first_order as first_order
 import _machine
 import _pinn_report as report
 import torch
@@ -146,28 +147,10 @@ def run_method(
 
         every = 1
     elif method == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
-
-        def step() -> None:
-            opt.zero_grad()
-            loss().backward()
-            opt.step()
-
+        step = first_order.adam(model, loss, lr)
         every = 50
     elif method == "lbfgs":
-        opt_l = torch.optim.LBFGS(
-            model.parameters(), lr=1.0, max_iter=20, history_size=50, line_search_fn="strong_wolfe"
-        )
-
-        def closure() -> torch.Tensor:
-            opt_l.zero_grad()
-            value = loss()
-            value.backward()
-            return value
-
-        def step() -> None:
-            opt_l.step(closure)
-
+        step = first_order.lbfgs(model, loss)
         every = 1
     else:
         step = _peer_step(model, x, y)

@@ -33,10 +33,10 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import _child
+import _first_order as first_order
 import _machine
 import pinn_suite
 import torch
@@ -45,7 +45,7 @@ from _registry import Options
 from _rows import Row, row
 
 METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
-#: Run only when named (``--methods``): LM with the PINN tutorial's former settings.
+#: Run only when named in ``main``'s ``methods``: LM with the PINN tutorial's former settings.
 EXTRA_METHODS = ("lm_tutorial",)
 TUTORIAL_SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
 FIRST_ORDER = ("adam", "lbfgs", "adam_lbfgs")
@@ -53,35 +53,6 @@ ADAM_LR = 1e-3
 
 
 # -- one method on one problem (in a child process) ------------------------------------------
-def _adam(model: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR)
-
-    def step() -> None:
-        for _ in range(10):
-            opt.zero_grad()
-            loss().backward()
-            opt.step()
-
-    return step
-
-
-def _lbfgs(model: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    opt = torch.optim.LBFGS(
-        model.parameters(), lr=1.0, max_iter=20, history_size=50, line_search_fn="strong_wolfe"
-    )
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        value = loss()
-        value.backward()
-        return value
-
-    def step() -> None:
-        opt.step(closure)
-
-    return step
-
-
 def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
     """Train ``method`` on problem ``name`` for ``budget`` seconds; its error trace."""
     problem = pinn_suite.problem(name)
@@ -109,8 +80,11 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
 
         step = lm_step
     else:
-        first = _adam(model, loss) if method in ("adam", "adam_lbfgs") else _lbfgs(model, loss)
-        second = _lbfgs(model, loss) if method == "adam_lbfgs" else None
+        if method in ("adam", "adam_lbfgs"):
+            first = first_order.adam(model, loss, ADAM_LR, updates=10)
+        else:
+            first = first_order.lbfgs(model, loss)
+        second = first_order.lbfgs(model, loss) if method == "adam_lbfgs" else None
 
         def fo_step() -> bool:
             (second if second is not None and spent[0] >= budget / 2 else first)()

@@ -178,10 +178,8 @@ def rows(results: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def _plot(results: dict[str, Any], png: str) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def _plot(plt: Any, results: dict[str, Any]) -> Any:
     models = results["models"]
     # One panel above the other: the figure stays readable at the docs' column width.
     fig, axes = plt.subplots(len(models), 1, figsize=(7, 3.6 * len(models)), squeeze=False)
@@ -199,9 +197,7 @@ def _plot(results: dict[str, Any], png: str) -> None:
         ax.set_ylabel("MSE on all 100000 points")
         ax.set_title(f"sinc(10x), {name} tanh MLP", fontsize=10)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / png, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def echo(results: dict[str, Any]) -> None:

@@ -25,7 +25,10 @@ P × P or N × N system; each kernel is timed up to ``FLOOR_REPEATS`` times with
 
 Peak memory: each side's one LM step in a fresh process, as ``bench_memory.py`` measures
 it — data, model and optimizer built, the peak-RSS mark reset to the current RSS, then the
-growth of the peak over it during the step (CPU only; ``bench_gpu.py`` measures GPU memory).
+growth of the peak over it during the step. On a GPU (``--device cuda``, ``PLANS``): also
+the tutorial's shape, larger N and the largest N whose whole J the planner fits, with each
+side's peak GPU memory and what ours leaves after its deletion (``_device.py``), and the
+host synchronisations in one step.
 
 Targets: ours ≤ 0.67× the peer's median step; ours ≤ 1.5× the floor; our peak RSS growth
 ≤ the peer's.
@@ -270,6 +273,41 @@ def main(
     return results
 
 
+def _details(e: dict[str, Any]) -> dict[str, str]:
+    """The figures behind each ratio of shape ``e``: the steps, the floor, the peak RSS."""
+    ours, peer, floor, rss = e["ours"], e["peer"], e["floor"], e.get("rss")
+    om, pm = ours["median"], peer["median"]
+    errors = "; ".join(f"{k} failed: {e[k]['error']}" for k in ("ours", "peer") if e[k]["error"])
+    out = {
+        "ours_vs_peer": f"ours {ms(om.get('step'))}, peer {ms(pm.get('step'))} (medians of "
+        f"{len(ours['steps'])} / {len(peer['steps'])} steps; attempts "
+        f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g})"
+        + (f"; {errors}" if errors else ""),
+        "ours_vs_floor": floor.get("error", ""),
+    }
+    if "error" not in floor:
+        best = floor["gram_best_kernel"]
+        out["ours_vs_floor"] = (
+            f"floor {ms(floor['floor_seconds'])} = {floor['product']} by {best} "
+            f"{ms(floor['gram_seconds'][best])} + float64 Cholesky "
+            f"({floor['system_size']:,}²) {ms(floor['cholesky_float64_seconds'])}"
+        )
+    if rss:
+        out["rss_ours_vs_peer"] = (
+            f"ours {mib(rss['ours'])}, peer {mib(rss['peer'])} "
+            "(growth of one step, fresh process each)"
+        )
+    return out
+
+
+#: Each ratio of a shape: its key in the results, its name in the rows.
+RATIOS = {
+    "ours_vs_peer": "ours / peer",
+    "ours_vs_floor": "ours / floor",
+    "rss_ours_vs_peer": "peak RSS ours / peer",
+}
+
+
 def _shape_rows(results: dict[str, Any]) -> list[Row]:
     """Per shape: ours / the peer, ours / the floor, and each side's peak memory."""
     targets = results["targets"]
@@ -280,46 +318,9 @@ def _shape_rows(results: dict[str, Any]) -> list[Row]:
         if "error" in e:
             rows.append(row(f"{label}: did not complete", None, None, detail=e["error"]))
             continue
-        ours, peer, floor = e["ours"], e["peer"], e["floor"]
-        om, pm = ours["median"], peer["median"]
-        errors = "; ".join(
-            f"{k} failed: {e[k]['error']}" for k in ("ours", "peer") if e[k]["error"]
-        )
-        rows.append(
-            row(
-                f"{label}: ours / peer",
-                e["ratios"]["ours_vs_peer"],
-                targets["ours_vs_peer"],
-                detail=f"ours {ms(om.get('step'))}, peer {ms(pm.get('step'))} (medians of "
-                f"{len(ours['steps'])} / {len(peer['steps'])} steps; attempts "
-                f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g})"
-                + (f"; {errors}" if errors else ""),
-            )
-        )
-        if "error" in floor:
-            rows.append(row(f"{label}: ours / floor", None, TARGET_FLOOR, detail=floor["error"]))
-            continue
-        best = floor["gram_best_kernel"]
-        rows.append(
-            row(
-                f"{label}: ours / floor",
-                e["ratios"]["ours_vs_floor"],
-                targets["ours_vs_floor"],
-                detail=f"floor {ms(floor['floor_seconds'])} = {floor['product']} by {best} "
-                f"{ms(floor['gram_seconds'][best])} + float64 Cholesky "
-                f"({floor['system_size']:,}²) {ms(floor['cholesky_float64_seconds'])}",
-            )
-        )
-        if e.get("rss"):
-            rows.append(
-                row(
-                    f"{label}: peak RSS ours / peer",
-                    e["ratios"]["rss_ours_vs_peer"],
-                    targets["rss_ours_vs_peer"],
-                    detail=f"ours {mib(e['rss']['ours'])}, peer {mib(e['rss']['peer'])} "
-                    "(growth of one step, fresh process each)",
-                )
-            )
+        for key, detail in _details(e).items():
+            value = e["ratios"][key]
+            rows.append(row(f"{label}: {RATIOS[key]}", value, targets[key], detail=detail))
         if e.get("memory"):
             rows.extend(_device.memory_rows(label, e["memory"]))
     if "subsets" in results:

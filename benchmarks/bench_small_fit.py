@@ -16,8 +16,8 @@ call of ours with a model it has not seen is timed apart, then ``WARM_CALLS`` mo
 
 Targets, ours (tenth call on) / SciPy: ≤ 3× at N = 100, ≤ 1.5× at 10³, ≤ 1× at 10⁴,
 ≤ 0.5× from 10⁵ on; default threads / one thread ≤ 1. The first call is reported beside.
-``python benchmarks/bench_small_fit.py [--quick] [--device cpu|cuda]`` (``cuda``: ours'
-torch-model side gets its data on the GPU); ``main()`` writes ``results/small_fit.json``.
+``python benchmarks/run_all.py small_fit [--quick] [--device cuda]`` (``cuda``: ours' torch-model side gets
+its data on the GPU).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ import _machine
 import numpy as np
 import torch
 from _registry import Options
-from _rows import row
+from _rows import Row, row
+
+from marquardt.testing.problems import decay, decay_numpy, gaussian, gaussian_numpy
 
 CASES = (
     ("decay", 100),
@@ -56,22 +58,6 @@ DECAY_TRUE, DECAY_P0 = (2.5, 1.3, 0.5), (1.0, 1.0, 0.0)
 GAUSS_TRUE, GAUSS_P0 = (2.0, 0.3, 0.8, 0.5), (1.0, 0.0, 1.0, 0.0)
 
 
-def decay_numpy(x: np.ndarray, a: float, b: float, c0: float) -> np.ndarray:
-    return a * np.exp(-b * x) + c0
-
-
-def decay_torch(x: torch.Tensor, a: Any, b: Any, c0: Any) -> torch.Tensor:
-    return a * torch.exp(-b * x) + c0
-
-
-def gaussian_numpy(x: np.ndarray, a: float, mu: float, s: float, off: float) -> np.ndarray:
-    return a * np.exp(-0.5 * ((x - mu) / s) ** 2) + off
-
-
-def gaussian_torch(x: torch.Tensor, a: Any, mu: Any, s: Any, off: Any) -> torch.Tensor:
-    return a * torch.exp(-0.5 * ((x - mu) / s) ** 2) + off
-
-
 def problem(
     name: str, n: int
 ) -> tuple[Callable[..., Any], Callable[..., Any], np.ndarray, np.ndarray, tuple[float, ...]]:
@@ -79,10 +65,10 @@ def problem(
     if name == "decay":
         x = np.linspace(0.0, 4.0, n)
         y = decay_numpy(x, *DECAY_TRUE) + 0.02 * rng.standard_normal(n)
-        return decay_numpy, decay_torch, x, y, DECAY_P0
+        return decay_numpy, decay, x, y, DECAY_P0
     x = np.linspace(-5.0, 5.0, n)
     y = gaussian_numpy(x, *GAUSS_TRUE) + 0.05 * rng.standard_normal(n)
-    return gaussian_numpy, gaussian_torch, x, y, GAUSS_P0
+    return gaussian_numpy, gaussian, x, y, GAUSS_P0
 
 
 def _timed(call: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
@@ -207,33 +193,25 @@ def _target(n: int) -> float:
     return TARGETS.get(n, TARGET_LARGE)
 
 
-def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[Row]:
+    """Per case: each model's tenth call over SciPy's, and default threads over one."""
     rows = []
     for e in results["cases"]:
         med, r = e["median"], e["ratios"]
         first = e.get("first_call", {})
         label = f"small fit {e['case']} N={e['n']:,}"
         load = f"load {e['load_before']:.1f} → {e['load_after']:.1f}"
-        rows.append(
-            row(
-                f"{label}: ours (NumPy model, tenth call) / SciPy",
-                r["numpy_model_vs_scipy"],
-                _target(e["n"]),
-                detail=f"ours {_ms(med['ours_numpy_model'])}"
-                f"{_first(first, 'ours_numpy_model', 'first call ')}, SciPy "
-                f"{_ms(med['scipy'])}; {load}",
+        for model, kind in (("NumPy", "numpy"), ("torch", "torch")):
+            side = f"ours_{kind}_model"
+            rows.append(
+                row(
+                    f"{label}: ours ({model} model, tenth call) / SciPy",
+                    r[f"{kind}_model_vs_scipy"],
+                    _target(e["n"]),
+                    detail=f"ours {_ms(med[side])}{_first(first, side, 'first call ')}, "
+                    f"SciPy {_ms(med['scipy'])}; {load}",
+                )
             )
-        )
-        rows.append(
-            row(
-                f"{label}: ours (torch model, tenth call) / SciPy",
-                r["torch_model_vs_scipy"],
-                _target(e["n"]),
-                detail=f"ours {_ms(med['ours_torch_model'])}"
-                f"{_first(first, 'ours_torch_model', 'first call ')}, SciPy "
-                f"{_ms(med['scipy'])}; {load}",
-            )
-        )
         rows.append(
             row(
                 f"{label}: torch model, {e['threads_default']} threads / 1 thread",

@@ -15,8 +15,7 @@ the ``ssyrk`` of the MKL inside torch, where it is exported; ``_floor.py``) plus
 float64 Cholesky factorisation and solve of the P × P system, measured in the same run.
 
 Targets: ours ≤ 0.67× the peer's median step; ours ≤ 1.5× the floor.
-``python benchmarks/bench_step.py [steps]``; ``main()`` returns the results and writes
-``results/step.json`` and ``results/step.png``.
+``python benchmarks/run_all.py step``; ``main()`` returns the results and writes ``results/step.png``.
 """
 
 from __future__ import annotations
@@ -129,10 +128,8 @@ def main(
     return results
 
 
-def _plot(results: dict[str, Any], png: str) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def _plot(plt: Any, results: dict[str, Any]) -> Any:
     s = results["seconds"]
     parts = s["ours_parts_median"]
     fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -148,9 +145,7 @@ def _plot(results: dict[str, Any], png: str) -> None:
     ax.set_xlabel("milliseconds per LM step (median)")
     ax.set_title(results["problem"], fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / png, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def rows(results: dict[str, Any]) -> list[dict[str, Any]]:

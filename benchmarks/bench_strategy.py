@@ -17,15 +17,13 @@ Shapes: sinc 1-256-1 (P = 769) with N = 10000 (rows ≥ P); the same model with 
 per sample) with N = 2000 (6000 rows). float32, 2 threads.
 
 Target: the planner's choice within 1.1× of the fastest combination that fits.
-``python benchmarks/bench_strategy.py``; ``main()`` writes ``results/strategy.json`` and
-``results/strategy.png``.
+``python benchmarks/run_all.py strategy``; ``main()`` writes ``results/strategy.png``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import _common as c
@@ -42,23 +40,6 @@ MODES = ("layers", "vmap", "jacfwd")
 REPEATS = 3
 LIMIT_SECONDS = 20.0
 TARGET = 1.1
-
-
-def _rss_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return -1
-
-
-def _peak_growth_mib(fn: Callable[[], object]) -> float | None:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    base = _rss_kib("VmRSS")
-    fn()
-    return (_rss_kib("VmHWM") - base) / 1024
 
 
 def _multi_output_problem(n: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -127,7 +108,7 @@ def _measure(
         out.update(seconds=projected, projected=True, peak_growth_mib=None)
         return out
     start = time.perf_counter()
-    peak = _peak_growth_mib(lambda: step(x, y))
+    peak = _machine.peak_growth_mib(lambda: step(x, y))
     first = time.perf_counter() - start
     # A slow combination is timed once: repeating it would only cost minutes.
     times = c.time_calls(lambda: step(x, y), REPEATS, warmup=0) if first < 2.0 else [first]
@@ -141,7 +122,9 @@ def _measure(
     return out
 
 
-def main() -> dict[str, Any]:
+def main(quick: bool = False) -> dict[str, Any]:
+    """Every shape, strategy and mode; ``quick`` names the plot apart (the sizes are the
+    same)."""
     c.setup_threads()
     from marquardt.jacobian import JacobianEngine, Replicas
 
@@ -178,7 +161,7 @@ def main() -> dict[str, Any]:
             ),
         }
     results["load_average"]["after"] = _machine.load_average()
-    _plot(results)
+    _plot(results, f"strategy{c.suffix(quick)}.png")
     return results
 
 
@@ -205,10 +188,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any]) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def _plot(plt: Any, results: dict[str, Any]) -> Any:
     shapes_ = results["shapes"]
     fig, axes = plt.subplots(1, len(shapes_), figsize=(5 * len(shapes_), 3.6), squeeze=False)
     for ax, (name, entry) in zip(axes[0], shapes_.items(), strict=True):
@@ -226,9 +207,7 @@ def _plot(results: dict[str, Any]) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("seconds (red: planner's choice; grey: projected)")
         ax.set_title(name, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "strategy.png", dpi=120)
-    plt.close(fig)
+    return fig
 
 
 def echo(results: dict[str, Any]) -> None:
@@ -265,4 +244,4 @@ def section(s: dict[str, Any]) -> str:
 
 def run(o: Options) -> dict[str, Any]:
     """The benchmark, as ``run_all.py`` runs it."""
-    return main()
+    return main(quick=o.quick)

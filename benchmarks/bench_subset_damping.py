@@ -7,8 +7,7 @@ start and batches, for seeds 0, 1, 2. "shared" is LMA as it is (the damping rule
 one λ); "per block" keeps one damping state per block and loads it before the block's
 step (``damping_rule.load_state_dict``), which is what a per-block λ would do.
 Reported: full-data MSE at the end, rejected attempts and seconds, per variant and seed.
-``python benchmarks/bench_subset_damping.py``; writes ``results/subset_damping.json``
-(``subset_damping-quick.json`` for the quick run: 10 steps, seed 0).
+``python benchmarks/run_all.py subset_damping`` (``--quick``: 10 steps, seed 0).
 """
 
 from __future__ import annotations
