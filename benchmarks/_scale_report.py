@@ -32,9 +32,12 @@ def _memory_cell(e: dict[str, Any]) -> str:
 
 
 def ms(value: float | None) -> str:
+    """A duration: "1.23 s", "45 ms", "4.4 ms" below 10 ms (a GPU's steps), "—" for none."""
     if value is None:
         return "—"
-    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
+    if value >= 1:
+        return f"{value:.2f} s"
+    return f"{value * 1e3:.1f} ms" if value < 0.01 else f"{value * 1e3:.0f} ms"
 
 
 def mib(run: dict[str, Any]) -> str:

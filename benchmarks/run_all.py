@@ -34,12 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _machine
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _child
 import _common as c
+import _machine
 import _registry as registry
 import _results_md as report
 import torch
@@ -55,11 +54,11 @@ def child(name: str, quick: bool, device: str, budget: float | None) -> list[dic
     options = registry.Options(quick, device, budget)
     results = bench.run(options)
     print(f"wrote {c.write_json(name + options.suffix, results)}", flush=True)
-    rows = bench.rows(results)
-    print(bench.section(results) if bench.echo is None else "", flush=True)
-    if bench.echo is not None:
+    if bench.echo is None:
+        print(bench.section(results), flush=True)
+    else:
         bench.echo(results)
-    return [r.record() for r in rows]
+    return [r.record() for r in bench.rows(results)]
 
 
 def run_one(name: str, quick: bool, device: str, budget: float | None) -> Run:
