@@ -186,6 +186,11 @@ def main() -> int:
         return 1 if problems else 0
     written = report.Report(c.suffix(args.quick, args.device))
     if args.render:
+        if not written.summary_json.exists():
+            raise SystemExit(
+                f"run_all: --render found no {written.summary_json.name}: no run on that "
+                "device was recorded. HINT: run the benchmarks first (see gpu/README.md)"
+            )
         recorded = json.loads(written.summary_json.read_text())
         report.write(report.Summary.load(recorded), written)
         print(f"wrote {written.markdown}")
