@@ -66,3 +66,13 @@ def test_every_record_names_a_module_with_its_three_functions() -> None:
         bench = registry.get(name)
         assert bench.name == name and set(bench.devices) <= {"cpu", "cuda"}
     assert "| `quality` | `bench_quality.py` | cpu, cuda |" in registry.index()
+
+
+def test_the_gpu_plans_largest_n_is_bisected_on_the_planner_and_clipped() -> None:
+    import bench_scale
+    import torch
+
+    quick = bench_scale.PLANS[("cuda", True)]
+    largest = bench_scale._largest(quick, torch.device("cpu"))
+    assert largest["n"] == quick.clip and "clipped" in largest["note"]
+    assert bench_scale._largest(bench_scale.PLANS[("cpu", False)], torch.device("cpu")) == {}
