@@ -127,7 +127,8 @@ def _legate_child(env: dict[str, str], launcher: list[str] | None) -> list[dict[
         "bench_backends", "legate_child", [1], timeout=CHILD_TIMEOUT, env=env, launcher=launcher
     )
     if runs is None:
-        raise RuntimeError(f"the cuPyNumeric runs failed ({' '.join(launcher or [])}): {error}")
+        under = f" under {' '.join(launcher)}" if launcher else ""
+        raise RuntimeError(f"the cuPyNumeric runs failed{under}: {error}")
     return list(runs)
 
 
