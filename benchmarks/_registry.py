@@ -123,9 +123,14 @@ def get(name: str) -> Benchmark:
     return Benchmark(name=name, module=module, **entry)
 
 
-def expand(asked: list[str]) -> list[str]:
-    """Names with groups expanded, duplicates dropped, in the order asked."""
-    return list(dict.fromkeys(m for n in asked for m in GROUPS.get(n, (n,))))
+def expand(asked: list[str], kind: str = "cpu") -> list[str]:
+    """Names with groups expanded (to their members that run on device type ``kind``),
+    duplicates dropped, in the order asked."""
+    members = {
+        group: tuple(m for m in names if kind in ENTRIES[m].get("devices", ("cpu",)))
+        for group, names in GROUPS.items()
+    }
+    return list(dict.fromkeys(m for n in asked for m in members.get(n, (n,))))
 
 
 def defaults() -> list[str]:

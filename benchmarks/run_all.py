@@ -108,7 +108,7 @@ def chosen(asked: list[str], device: str) -> list[str]:
         if kind == "cpu":
             return registry.defaults()
         return [n for n in registry.MODULES if kind in registry.get(n).devices]
-    names = registry.expand(asked)
+    names = registry.expand(asked, kind)
     unknown = [n for n in names if n not in registry.MODULES]
     if unknown:
         raise SystemExit(

@@ -76,3 +76,10 @@ def test_the_gpu_plans_largest_n_is_bisected_on_the_planner_and_clipped() -> Non
     largest = bench_scale._largest(quick, torch.device("cpu"))
     assert largest["n"] == quick.clip and "clipped" in largest["note"]
     assert bench_scale._largest(bench_scale.PLANS[("cpu", False)], torch.device("cpu")) == {}
+
+
+def test_a_group_stands_for_its_members_that_run_on_the_device() -> None:
+    import _registry as registry
+
+    assert registry.expand(["pinn"]) == ["pinn", "pinn_suite"]
+    assert registry.expand(["pinn", "scale"], "cuda") == ["pinn", "scale"]
