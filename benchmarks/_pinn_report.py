@@ -8,7 +8,8 @@ import json
 import shutil
 from typing import Any
 
-from _common import HERE, RESULTS_DIR, pyplot, row
+from _common import HERE, RESULTS_DIR, pyplot
+from _rows import Row, row
 
 
 def _error_at(trace: list[list[float]], t: float) -> float:
@@ -20,10 +21,10 @@ def _error_at(trace: list[list[float]], t: float) -> float:
     return best
 
 
-def rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
+def run_rows(runs: dict[str, Any]) -> list[Row]:
     """The comparison's rows with their targets, from each method's run (None: failed)."""
     ours = runs["ours"]
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     if ours:
         final = ours["trace"][-1][1]
         rows.append(row("ours: relative L2 error at the budget", final, 1e-5, unit=""))
@@ -68,9 +69,9 @@ def rows(runs: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of the comparison, with their targets."""
-    return list(results["rows"])
+def summary(results: dict[str, Any]) -> list[Row]:
+    """The rows of the comparison, with their targets (recorded in the results)."""
+    return [Row.load(r) for r in results["rows"]]
 
 
 def section(results: dict[str, Any]) -> str:
@@ -99,7 +100,7 @@ def section(results: dict[str, Any]) -> str:
         orders = json.loads(orders_path.read_text())["orders"]
         lines += [
             "",
-            "Jacobian orders (`--orders`): one J (explicit) and one JᵀJ (accumulate) of the same "
+            "Jacobian orders (`_pinn_orders.py`): one J (explicit) and one JᵀJ (accumulate) of the same "
             "residual, by the order over θ and the order of the input Hessian:",
             "",
             "| input Hessian | over θ | J | JᵀJ |",
@@ -119,11 +120,12 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def figures(runs: dict[str, Any], quick: bool, results: dict[str, Any]) -> None:
+def figures(runs: dict[str, Any], suffix: str, results: dict[str, Any]) -> None:
+    """The error against wall time and the error field, into ``results/`` with ``suffix``
+    in their names (``_common.suffix``); the recorded ones (no suffix) also into docs/img."""
     plt = pyplot()
     if plt is None:
         return
-    suffix = "-quick" if quick else ""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     labels = {
         "ours": "marquardt LMA (PointResidual)",
@@ -159,7 +161,7 @@ def figures(runs: dict[str, Any], quick: bool, results: dict[str, Any]) -> None:
     field_png = RESULTS_DIR / f"pinn_error_field{suffix}.png"
     fig.savefig(field_png, dpi=110)
     plt.close(fig)
-    if not quick:
+    if not suffix:
         docs = HERE.parent / "docs" / "img"
         shutil.copy(time_png, docs / time_png.name)
         shutil.copy(field_png, docs / field_png.name)

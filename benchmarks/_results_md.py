@@ -1,5 +1,6 @@
-"""``RESULTS.md`` and ``results/summary.json``: every ratio against its target, then one
-section per benchmark, each in its own words (``Benchmark.section``), and the machine.
+"""``RESULTS.md`` and ``results/summary.json`` (``RESULTS-gpu.md`` and
+``results/summary-gpu.json`` for a GPU's figures): every ratio against its target, then one
+section per benchmark, each in its own words (its module's ``section``), and the machine.
 
 The analysis of the misses is hand-written in ``NOTES.md``, which RESULTS.md links.
 """
@@ -7,126 +8,207 @@ The analysis of the misses is hand-written in ``NOTES.md``, which RESULTS.md lin
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import _common as c
 import _registry as registry
-
-RESULTS_MD = c.HERE / "RESULTS.md"
-SUMMARY_JSON = c.RESULTS_DIR / "summary.json"
+from _rows import Run, row, table
 
 
-def load(name: str) -> dict[str, Any] | None:
-    """The latest ``results/<name>.json``, or None where there is none (or it is unreadable)."""
-    try:
-        data: dict[str, Any] = json.loads((c.RESULTS_DIR / f"{name}.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data
+@dataclass(frozen=True)
+class Report:
+    """One report and its files: RESULTS.md for the CPU's figures, RESULTS-gpu.md for a
+    GPU's, and their quick twins (development runs, never committed).
+
+    **Arguments:**
+
+    - `suffix`: what the report's files add to their names (``_common.suffix``): "",
+      "-quick", "-gpu" or "-gpu-quick"; each benchmark's results are
+      ``results/<name><suffix>.json``.
+    """
+
+    suffix: str = ""
+
+    @property
+    def gpu(self) -> bool:
+        """Whether it reports a GPU's figures."""
+        return self.suffix.startswith("-gpu")
+
+    @property
+    def markdown(self) -> Path:
+        """``RESULTS<suffix>.md``."""
+        return c.HERE / f"RESULTS{self.suffix}.md"
+
+    @property
+    def summary_json(self) -> Path:
+        """``results/summary<suffix>.json``: the runs' rows and the machine."""
+        return c.RESULTS_DIR / f"summary{self.suffix}.json"
+
+    def load(self, name: str) -> dict[str, Any] | None:
+        """The latest ``results/<name><suffix>.json``, or None where there is none (or it is
+        unreadable)."""
+        try:
+            text = (c.RESULTS_DIR / f"{name}{self.suffix}.json").read_text()
+            data: dict[str, Any] = json.loads(text)
+        except (OSError, json.JSONDecodeError):
+            return None
+        return data
+
+    def shown(self) -> list[str]:
+        """The benchmarks it shows. On the CPU: those ``nox -s bench`` runs, and those run
+        only when named that run on the CPU alone and have recorded results; on a GPU:
+        those that run there and have recorded results."""
+        if self.gpu:
+            return [n for n in registry.MODULES if "cuda" in registry.get(n).devices]
+        every = registry.defaults()
+        named = [n for n in registry.MODULES if n not in every]
+        return every + [n for n in named if "cuda" not in registry.get(n).devices and self.load(n)]
+
+    def png(self, name: str) -> str | None:
+        """The file name of benchmark ``name``'s plot in this report."""
+        png = registry.get(name).png
+        return None if png is None else png.removesuffix(".png") + f"{self.suffix}.png"
 
 
-def kept_runs(names: list[str]) -> list[dict[str, Any]]:
+#: The report of the recorded CPU figures.
+CPU = Report()
+
+
+@dataclass
+class Summary:
+    """A run of ``run_all.py``: when it finished, how long it took, where, and its runs.
+
+    **Arguments:**
+
+    - `finished`: when it finished (UTC, "YYYY-MM-DD HH:MM").
+    - `total_seconds`: its wall time.
+    - `machine`: ``_machine.describe()``'s description.
+    - `runs`: the runs, in order.
+    - `partial`: whether it ran a part of the default benchmarks only.
+    """
+
+    finished: str
+    total_seconds: float
+    machine: dict[str, Any]
+    runs: list[Run]
+    partial: bool = False
+
+    def record(self) -> dict[str, Any]:
+        """The summary as a plain object, for ``summary.json``."""
+        return {
+            "finished": self.finished,
+            "total_seconds": self.total_seconds,
+            "machine": self.machine,
+            "runs": [r.record() for r in self.runs],
+            "partial": self.partial,
+        }
+
+    @classmethod
+    def load(cls, record: dict[str, Any]) -> Summary:
+        """A summary from ``record`` (``record``'s form)."""
+        return cls(
+            finished=record["finished"],
+            total_seconds=record["total_seconds"],
+            machine=record["machine"],
+            runs=[Run.load(r) for r in record.get("runs", [])],
+            partial=record.get("partial", False),
+        )
+
+
+def kept_runs(names: list[str], report: Report) -> list[Run]:
     """The runs of benchmarks not run this time, with rows rebuilt from each one's latest
-    ``results/<name>.json``: a benchmark last run alone (its own script, or run_all with a
-    subset) keeps its figures and verdicts, not those of the last full run."""
+    results: a benchmark last run alone (run_all with a subset) keeps its figures and
+    verdicts, not those of the last full run."""
     try:
-        previous = {r["name"]: r for r in json.loads(SUMMARY_JSON.read_text()).get("runs", [])}
+        previous = Summary.load(json.loads(report.summary_json.read_text())).runs
     except (OSError, json.JSONDecodeError, KeyError, TypeError):
-        previous = {}
+        previous = []
+    by_name = {r.name: r for r in previous}
     kept = []
     for name in names:
-        run = dict(previous.get(name, {"name": name, "seconds": 0.0, "error": ""}))
-        run.setdefault("load_before", None)
-        run.setdefault("load_after", None)
-        data = load(name)
+        run = by_name.get(name, Run(name))
+        data = report.load(name)
         if data is not None:
             try:
-                run["rows"] = registry.get(name).rows(data)
+                run.rows = registry.get(name).rows(data)
             except (KeyError, TypeError, ValueError, ImportError) as exc:
-                run.setdefault(
-                    "rows", [c.row(f"{name}: results unreadable", None, None, detail=repr(exc))]
-                )
-        if run.get("rows"):
+                if not run.rows:
+                    run.rows = [row(f"{name}: results unreadable", None, None, detail=repr(exc))]
+        if run.rows:
             kept.append(run)
     return kept
 
 
-def shown() -> list[str]:
-    """The benchmarks RESULTS.md shows: those ``nox -s bench`` runs, and those run only when
-    named that run on the CPU alone and have recorded results (the GPU's are in
-    ``RESULTS-gpu.md``)."""
-    every = registry.defaults()
-    named = [n for n in registry.MODULES if n not in every]
-    return every + [n for n in named if "cuda" not in registry.get(n).devices and load(n)]
-
-
-def complete(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def complete(runs: list[Run], report: Report) -> list[Run]:
     """``runs`` and the kept runs of every other benchmark shown, in the registry's order."""
-    done = {r["name"] for r in runs}
-    kept = kept_runs([n for n in shown() if n not in done])
+    done = {r.name for r in runs}
+    kept = kept_runs([n for n in report.shown() if n not in done], report)
     order = list(registry.MODULES)
-    return sorted(runs + kept, key=lambda r: order.index(r["name"]))
+    return sorted(runs + kept, key=lambda r: order.index(r.name))
 
 
-def record(summary: dict[str, Any]) -> None:
-    """Write ``summary.json`` and RESULTS.md for a run of some or all benchmarks; every
-    other benchmark shown keeps its latest figures."""
-    summary["partial"] = [r["name"] for r in summary["runs"]] != registry.defaults()
-    summary["runs"] = complete(summary["runs"])
-    SUMMARY_JSON.parent.mkdir(parents=True, exist_ok=True)
-    SUMMARY_JSON.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    write(summary)
+def record(summary: Summary, report: Report) -> None:
+    """Write the report's summary JSON and Markdown for a run of some or all benchmarks;
+    every other benchmark shown keeps its latest figures."""
+    asked = registry.defaults() if not report.gpu else report.shown()
+    summary.partial = [r.name for r in summary.runs] != asked
+    summary.runs = complete(summary.runs, report)
+    report.summary_json.parent.mkdir(parents=True, exist_ok=True)
+    report.summary_json.write_text(json.dumps(summary.record(), indent=2, default=str) + "\n")
+    write(summary, report)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    """The rows as a Markdown table, misses in bold."""
-    lines = ["| ratio | measured | target | verdict | figures |", "|---|---|---|---|---|"]
-    for r in rows:
-        verdict = {"PASS": "PASS", "MISS": "**MISS**"}.get(r["verdict"], r["verdict"])
-        lines.append(f"| {r['what']} | {r['shown']} | {r['target']} | {verdict} | {r['detail']} |")
-    return "\n".join(lines)
-
-
-def _load_text(run: dict[str, Any]) -> str:
-    if run.get("load_before") is None:
-        return f"{run['name']} (figures from its own last run)"
-    return (
-        f"{run['name']} {run['load_before']:.1f} → {run['load_after']:.1f} ({run['seconds']:.0f} s)"
-    )
-
-
-def _section(name: str) -> list[str]:
+def _section(name: str, report: Report) -> list[str]:
     bench = registry.get(name)
     lines = [f"## {bench.title} (`{bench.script}`)", ""]
-    data = load(name)
+    data = report.load(name)
     if data is None:
         return [*lines, "No results yet.", ""]
     try:
         lines.append(bench.section(data))
     except (KeyError, TypeError, ValueError) as exc:
-        lines.append(f"(results/{name}.json has an unexpected layout: {exc!r})")
-    if bench.png and (c.RESULTS_DIR / bench.png).exists():
-        lines += ["", f"![{bench.title}](results/{bench.png})"]
+        lines.append(f"(results/{name}{report.suffix}.json has an unexpected layout: {exc!r})")
+    png = report.png(name)
+    if png and (c.RESULTS_DIR / png).exists():
+        lines += ["", f"![{bench.title}](results/{png})"]
     return [*lines, ""]
 
 
-def write(summary: dict[str, Any]) -> None:
-    """RESULTS.md from ``summary`` (the runs' rows and machine) and the latest results."""
-    m = summary["machine"]
-    runs = complete(summary["runs"])
+def _gpu_lines(m: dict[str, Any]) -> list[str]:
+    """The GPU's lines of the machine's paragraph (none for a run without one)."""
+    if "gpu" not in m:
+        return []
+    return [
+        f"- GPU: {m['gpu']} ({m['device']}), {m['multiprocessors']} multiprocessors, "
+        f"{m['gpu_memory_gib']} GiB; NVIDIA driver {m['driver']}; CUDA {m['cuda']}; TF32 "
+        f"matmul {'on' if m['tf32_matmul'] else 'off'} (float32 matmul precision "
+        f"{m['float32_matmul_precision']})",
+    ]
+
+
+def write(summary: Summary, report: Report) -> None:
+    """The report's Markdown from ``summary`` (the runs' rows and machine) and the latest
+    results."""
+    m = summary.machine
+    runs = complete(summary.runs, report)
+    title = "Benchmark results on a GPU" if report.gpu else "Benchmark results"
+    how = "`run_all.py --device cuda` (`gpu/run_on_gpu.sh`)" if report.gpu else "`nox -s bench`"
     lines = [
-        "# Benchmark results",
+        f"# {title}",
         "",
-        "Generated by `nox -s bench` (`benchmarks/run_all.py`); do not edit by hand. What "
+        f"Generated by {how} (`benchmarks/run_all.py`); do not edit by hand. What "
         "each benchmark asks, and against whom, is indexed in [README.md](README.md); what "
         "each miss and borderline figure means, and what would close it, is analysed in "
         "[NOTES.md](NOTES.md).",
         "",
-        f"Last run: {summary['finished']} (UTC), {summary['total_seconds'] / 60:.1f} min in "
-        f"all{' for the benchmarks run then' if summary.get('partial') else ''}.",
+        f"Last run: {summary.finished} (UTC), {summary.total_seconds / 60:.1f} min in "
+        f"all{' for the benchmarks run then' if summary.partial else ''}.",
         "",
         "## Machine",
         "",
+        *_gpu_lines(m),
         f"- CPU: {m['cpu']} ({m['cpu_flags']}), {m['cores']} cores, {m['memory_gib']} GiB; "
         f"{m['threads_used']} torch threads",
         f"- Python {m['python']} on {m['platform']}",
@@ -134,20 +216,20 @@ def write(summary: dict[str, Any]) -> None:
         f"- torch {m['torch']} (BLAS: {m['torch_blas']}); NumPy {m['numpy']} "
         f"(BLAS: {m['numpy_blas']}); torch-levenberg-marquardt {m['torch_levenberg_marquardt']}",
         "- Load: the cores are shared. 1-minute load average before → after each benchmark: "
-        + "; ".join(_load_text(r) for r in runs)
+        + "; ".join(r.load_text() for r in runs)
         + ". A load above 2 means other processes took CPU time from the measurement; "
         "figures taken then are pessimistic for both sides, and ratios are less reliable.",
         "",
         "## Every ratio against its target",
         "",
-        table([row for r in runs for row in r["rows"]]),
+        table([one for r in runs for one in r.rows]),
         "",
         "`open`: one side did not reach the goal within its time cap and the bound does not "
         "decide the target; `info`: no target.",
         "",
     ]
-    for name in (r["name"] for r in runs):
-        lines += _section(name)
+    for name in (r.name for r in runs):
+        lines += _section(name, report)
     lines += [
         "## Analysis",
         "",
@@ -155,4 +237,4 @@ def write(summary: dict[str, Any]) -> None:
         "[NOTES.md](NOTES.md) (hand-written; it is not copied here).",
         "",
     ]
-    RESULTS_MD.write_text("\n".join(lines))
+    report.markdown.write_text("\n".join(lines))

@@ -28,21 +28,23 @@ MSE after the budget below both the peer's and Adam's best.
 from __future__ import annotations
 
 import gc
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+import _child
 import _common as c
+import _machine
 import torch
+from _rows import Row, row
 
-WIDTHS = (1, 512, 512, 512, 1)
-N = 10_000
+from marquardt.testing.problems import sinc, tanh_mlp
+
+WIDTHS = c.LARGE_WIDTHS
+N = c.LARGE_N
 K = 4096
 SEED = 0
 BUDGET_SECONDS = 45.0
-ADAM_LRS = (1e-3, 3e-4, 1e-4)
-ADAM_BATCH = 1000
 PEER_SLICE = 500
 RSS_TIMEOUT = 300.0
 TARGET_PEER = 0.67
@@ -56,7 +58,7 @@ def _residual(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def make_side(kind: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], torch.nn.Module]:
     """One LM step of ``kind`` on a fresh ``tanh_mlp(WIDTHS)``, and the model."""
-    model = c.tanh_mlp(WIDTHS, SEED)
+    model = tanh_mlp(WIDTHS, SEED)
     if kind.startswith("ours"):
         from marquardt.solver import LMA
 
@@ -85,7 +87,7 @@ def make_side(kind: str) -> tuple[Callable[[torch.Tensor, torch.Tensor], None], 
 def train_lm(kind: str) -> dict[str, Any]:
     """``kind`` trained for the budget: step seconds, steps, full MSE."""
     step, model = make_side(kind)
-    x_all, y_all = c.sinc_dataset()
+    x_all, y_all = sinc()
     batches = c.shuffled_batches(x_all, y_all, N, SEED)
     seconds: list[float] = []
     error = ""
@@ -111,10 +113,10 @@ def train_lm(kind: str) -> dict[str, Any]:
 
 def train_adam(lr: float) -> dict[str, Any]:
     """Adam at ``lr`` on minibatches for the budget; its full MSE."""
-    model = c.tanh_mlp(WIDTHS, SEED)
+    model = tanh_mlp(WIDTHS, SEED)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    x_all, y_all = c.sinc_dataset()
-    batches = c.shuffled_batches(x_all, y_all, ADAM_BATCH, SEED)
+    x_all, y_all = sinc()
+    batches = c.shuffled_batches(x_all, y_all, c.ADAM_BATCH, SEED)
     steps = 0
     start = time.perf_counter()
     while time.perf_counter() - start < BUDGET_SECONDS:
@@ -130,14 +132,14 @@ def train_adam(lr: float) -> dict[str, Any]:
 def rss_child(kind: str) -> dict[str, Any]:
     """One step of ``kind`` in this fresh process; its peak RSS growth."""
     c.setup_threads()
-    x_all, y_all = c.sinc_dataset()
+    x_all, y_all = sinc()
     x, y = next(c.shuffled_batches(x_all, y_all, N, SEED))
     step, _ = make_side(kind)
-    return c.step_rss(lambda: step(x, y))
+    return _machine.step_rss(lambda: step(x, y))
 
 
-def measure(script: str) -> dict[str, Any]:
-    """Everything above; ``script`` runs the RSS children (``--child-subsets KIND``)."""
+def measure() -> dict[str, Any]:
+    """Everything above, each side's peak RSS in a process of its own (``rss_child``)."""
     c.setup_threads()
     out: dict[str, Any] = {
         "widths": list(WIDTHS),
@@ -145,20 +147,20 @@ def measure(script: str) -> dict[str, Any]:
         "n": N,
         "k": K,
         "budget_seconds": BUDGET_SECONDS,
-        "load_before": c.load_average(),
+        "load_before": _machine.load_average(),
         "peer_layer": "not run: LayerSelectionStrategy selects one whole tensor per step; "
         "the 512 × 512 weights give a 262,144² system (256 GiB in float32)",
     }
-    out["initial_mse"] = c.full_mse(c.tanh_mlp(WIDTHS, SEED))
+    out["initial_mse"] = c.full_mse(tanh_mlp(WIDTHS, SEED))
     for kind in SIDES:
         out[kind] = train_lm(kind)
         gc.collect()
-    out["adam"] = [train_adam(lr) for lr in ADAM_LRS]
+    out["adam"] = [train_adam(lr) for lr in c.ADAM_LRS]
     out["rss"] = {}
     for kind in SIDES:
-        result, error = c.run_child([script, "--child-subsets", kind], RSS_TIMEOUT)
+        result, error = _child.call("_scale_subsets", "rss_child", [kind], timeout=RSS_TIMEOUT)
         out["rss"][kind] = result if result is not None else {"error": error}
-    out["load_after"] = c.load_average()
+    out["load_after"] = _machine.load_average()
     return out
 
 
@@ -166,7 +168,7 @@ def _fmt_s(value: float | None) -> str:
     return "—" if value is None or value != value else f"{value:.2f} s"
 
 
-def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
+def summary(e: dict[str, Any]) -> list[Row]:
     """Rows with verdicts for the aggregate table."""
     label = f"subsets k={e['k']} {c.mlp_name(e['widths'])} (P={e['params']:,}) N={e['n']:,}"
     peer = e["peer_random"]
@@ -178,7 +180,7 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
         rule = kind.removeprefix("ours_")
         ratio = ours["median_step"] / peer["median_step"] if peer["steps"] else None
         rows.append(
-            c.row(
+            row(
                 f"{label}: {rule} step / peer random",
                 ratio,
                 TARGET_PEER,
@@ -190,7 +192,7 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
         )
         growth = e["rss"].get(kind, {}).get("growth_mib")
         rows.append(
-            c.row(
+            row(
                 f"{label}: {rule} peak RSS / peer",
                 None if growth is None or peer_rss is None else growth / max(peer_rss, 1.0),
                 TARGET_RSS,
@@ -200,7 +202,7 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
         )
         best_other = min(peer["mse"], adam["mse"])
         rows.append(
-            c.row(
+            row(
                 f"{label}: {rule} MSE / best of peer, Adam",
                 ours["mse"] / best_other,
                 1.0,
@@ -212,6 +214,8 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def child(kind: str) -> str:
-    """The RSS child's output line."""
-    return json.dumps(rss_child(kind))
+def main() -> str:
+    """This part alone: ``results/scale-subsets.json`` (``python benchmarks/_child.py
+    _scale_subsets main``); its path."""
+    part = {"machine": _machine.describe(), "subsets": measure()}
+    return str(c.write_json("scale-subsets", part))

@@ -21,11 +21,13 @@ import _common as c
 import torch
 from _floor import random_floor
 
+from marquardt.testing.problems import sinc, tanh_mlp
+
 #: One LM step on a batch; returns what it reports (``attempts``, and for ours its parts).
 Step = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 PARTS = ("jacobian", "transfer", "assembly", "solve", "trial")
 WARMUP = 1
-#: Peak device memory of building one side and one step (``bench_gpu``'s ``gpu_memory``).
+#: Peak device memory of building one side and one step (``_device.gpu_memory``).
 Memory = Callable[..., dict[str, Any]]
 
 
@@ -39,7 +41,7 @@ def make_ours(
     """Our LMA with its defaults on ``tanh_mlp(widths)``; ``lma.step(x, y, slice_size)``."""
     from marquardt.solver import LMA
 
-    lma = LMA(c.tanh_mlp(widths).to(device), [device], residual)
+    lma = LMA(tanh_mlp(widths).to(device), [device], residual)
 
     def step(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
         lma.step(x, y, slice_size)
@@ -56,7 +58,7 @@ def make_peer(widths: Sequence[int], device: torch.device) -> tuple[Step, Any]:
     """The peer's ``LevenbergMarquardtModule`` (Cholesky solver) on ``tanh_mlp(widths)``."""
     tlm = c.import_peer()
     module = tlm.training.LevenbergMarquardtModule(
-        c.tanh_mlp(widths).to(device), solve_method="cholesky"
+        tanh_mlp(widths).to(device), solve_method="cholesky"
     )
 
     def step(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
@@ -137,7 +139,7 @@ def medians(record: dict[str, Any]) -> dict[str, float]:
 
 def batches(n: int, count: int, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``count`` shuffled batches of ``n`` sinc points (at least the seed's 100000 points)."""
-    x_all, y_all = c.sinc_dataset(max(c.DATASET_SIZE, n))
+    x_all, y_all = sinc(max(c.DATASET_SIZE, n))
     loader = c.shuffled_batches(x_all, y_all, n)
     return [(x.to(device), y.to(device)) for x, y in (next(loader) for _ in range(count))]
 

@@ -18,28 +18,28 @@ Legate pays off when J no longer fits one device; see the design notes.
 
 Figures are medians over the timed steps (``min_step_s`` is kept too: on shared cores
 the minimum is the better estimate); the 1-minute load average before and after is
-recorded beside them. Run ``python benchmarks/bench_backends.py``; ``main()`` returns the results and writes
-``benchmarks/results/backends.json``. Timings use ``marquardt.solver.time`` (Legate's
+recorded beside them. Run ``python benchmarks/run_all.py backends``; ``main()`` returns the results. Timings use ``marquardt.solver.time`` (Legate's
 ``time`` under Legate, which waits for queued Legate work) after ``backend.synchronize()``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import _child
 import _common as c
-import _registry as registry
 import torch
-from torch import nn
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import sinc, tanh_mlp
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results" / "backends.json"
@@ -48,19 +48,7 @@ N = 10_000
 STEPS = 5
 WARMUP = 1
 STRATEGIES = ("explicit", "accumulate")
-CHILD_FLAG = "--legate-child"
 CHILD_TIMEOUT = 1800.0
-MARKER = "@@BENCH@@ "
-
-
-def sinc_batch() -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.linspace(-1, 1, N, dtype=torch.float32).unsqueeze(1)
-    return x, torch.sinc(10 * x)
-
-
-def sinc_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(1, 256), nn.Tanh(), nn.Linear(256, 1))
 
 
 def time_steps(backend: str, strategy: str, threads: int) -> dict[str, Any]:
@@ -69,8 +57,8 @@ def time_steps(backend: str, strategy: str, threads: int) -> dict[str, Any]:
     from marquardt.solver import time as clock
 
     torch.set_num_threads(threads)
-    x, y = sinc_batch()
-    model = sinc_model()
+    x, y = sinc(N)
+    model = tanh_mlp((1, 256, 1))
     lma = LMA(model, [torch.device("cpu")], lambda a, b: a - b, backend=backend, strategy=strategy)
     for _ in range(WARMUP):
         lma.step(x, y)
@@ -107,15 +95,15 @@ def time_steps(backend: str, strategy: str, threads: int) -> dict[str, Any]:
     }
 
 
-def _child(threads: int) -> None:
-    """Inside a Legate process: the cuPyNumeric runs, printed as one JSON line."""
+def legate_child(threads: int) -> list[dict[str, Any]]:
+    """Inside a Legate process (``_child.py``): the cuPyNumeric runs."""
     from legate.core import TaskTarget, get_legate_runtime
 
     runs = [time_steps("cupynumeric", s, threads) for s in STRATEGIES]
     cpus = int(get_legate_runtime().machine.count(TaskTarget.CPU))
     for run in runs:
         run["legate_cpus"] = cpus
-    sys.stdout.write(MARKER + json.dumps(runs) + "\n")
+    return runs
 
 
 def _legate_env(stub_dir: Path | None) -> dict[str, str]:
@@ -134,17 +122,14 @@ def _driver_present() -> bool:
     return any(Path(p).exists() for p in ("/dev/nvidia0", "/dev/nvidiactl"))
 
 
-def _run_child(command: list[str], env: dict[str, str]) -> list[dict[str, Any]]:
-    done = subprocess.run(
-        command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False
+def _legate_child(env: dict[str, str], launcher: list[str] | None) -> list[dict[str, Any]]:
+    runs, error = _child.call(
+        "bench_backends", "legate_child", [1], timeout=CHILD_TIMEOUT, env=env, launcher=launcher
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith(MARKER)]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"{' '.join(command)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
-        )
-    runs: list[dict[str, Any]] = json.loads(lines[-1][len(MARKER) :])
-    return runs
+    if runs is None:
+        under = f" under {' '.join(launcher)}" if launcher else ""
+        raise RuntimeError(f"the cuPyNumeric runs failed{under}: {error}")
+    return list(runs)
 
 
 def legate_runs() -> list[dict[str, Any]]:
@@ -157,13 +142,11 @@ def legate_runs() -> list[dict[str, Any]]:
 
             stub_dir = build_stub(scratch).parent
         env = _legate_env(stub_dir)
-        script = str(Path(__file__).resolve())
-        runs = _run_child([sys.executable, script, CHILD_FLAG, "1"], env)
+        runs = _legate_child(env, None)
         launcher = str(Path(sys.executable).with_name("legate"))
         if not Path(launcher).exists():
             launcher = "legate"
-        two = [launcher, "--cpus", "2", "--gpus", "0", "--sysmem", "4000", script, CHILD_FLAG, "1"]
-        runs += _run_child(two, env)
+        runs += _legate_child(env, [launcher, "--cpus", "2", "--gpus", "0", "--sysmem", "4000"])
     return runs
 
 
@@ -208,12 +191,11 @@ def main() -> dict[str, Any]:
         },
         "runs": runs,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def _print(result: dict[str, Any]) -> None:
+def echo(result: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(f"{'backend':12s} {'strategy':10s} {'legate cpus':>11s} {'threads':>7s} "
           f"{'step s':>8s} {'cpu s':>6s} {'jac':>6s} {'asm':>6s} {'solve':>6s} {'ratio':>6s}")  # fmt: skip
     for r in result["runs"]:
@@ -226,7 +208,7 @@ def _print(result: dict[str, Any]) -> None:
         )
 
 
-def summary(r: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for run in r.get("runs", []):
         if run.get("legate_cpus", 0) == 0 and run.get("torch_threads") != c.THREADS:
@@ -237,7 +219,7 @@ def summary(r: dict[str, Any]) -> list[dict[str, Any]]:
             else f"{run['torch_threads']} threads"
         )
         rows.append(
-            c.row(
+            row(
                 f"backends: {run['backend']} {run['strategy']} ({where}) / best",
                 run.get("ratio_to_best_non_legate"),
                 None,
@@ -264,25 +246,6 @@ def section(b: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
     return main()
-
-
-BENCHMARK = registry.Benchmark(
-    name="backends",
-    title="Array backends",
-    question="What does an LM step cost on each array backend (NumPy, torch, cuPyNumeric on Legate CPUs)?",
-    peer="— (the backends against each other)",
-    target="—",
-    run=_run,
-    rows=summary,
-    section=section,
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == CHILD_FLAG:
-        _child(int(sys.argv[2]))
-    else:
-        _print(main())

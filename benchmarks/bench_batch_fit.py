@@ -23,13 +23,11 @@ difference between our batch and SciPy's popt on the fits SciPy ran.
 
 Targets on the CPU: ≥ 50× the SciPy loop's fits/s at M ≥ 10⁴ and ≥ 2× torchimize's;
 on a GPU (``--device cuda``): ≥ 10⁷ 2-D Gaussian fits/s.
-``python benchmarks/bench_batch_fit.py [--quick] [--device cpu|cuda]``; ``main()`` writes
-``results/batch_fit.json``.
+``python benchmarks/run_all.py batch_fit [--quick] [--device cuda]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 import warnings
@@ -37,9 +35,13 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import decay, decay_numpy, gauss2d, gauss2d_numpy, spots
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 #: On a GPU also 10⁷ fits (Gpufit's profiling size) when 10⁶ took under ``BIG_SECONDS``.
@@ -57,39 +59,9 @@ GPU_TARGET = 1e7
 PEER_PATHS = ("/work/peers/torchimize_t",)
 
 
-def gauss2d(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
-    return a * torch.exp(-0.5 * ((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / w**2) + b
-
-
-def gauss2d_numpy(xy: np.ndarray, a: float, x0: float, y0: float, w: float, b: float) -> np.ndarray:
-    return a * np.exp(-0.5 * ((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / w**2) + b
-
-
-def decay(t: torch.Tensor, a: Any, k: Any, b: Any) -> torch.Tensor:
-    return a * torch.exp(-k * t) + b
-
-
-def decay_numpy(t: np.ndarray, a: float, k: float, b: float) -> np.ndarray:
-    return a * np.exp(-k * t) + b
-
-
 def gaussian_problem(fits: int, seed: int = 0) -> dict[str, Any]:
-    rng = np.random.default_rng(seed)
-    grid = np.stack(np.meshgrid(np.arange(5.0), np.arange(5.0), indexing="ij")).reshape(2, 25)
-    true = np.c_[
-        np.full(fits, 500.0),
-        2.0 + rng.uniform(-0.5, 0.5, (fits, 2)),
-        rng.uniform(0.9, 1.1, fits),
-        np.full(fits, 10.0),
-    ]
-    mean = gauss2d_numpy(grid[:, None, :], *(true.T[..., None]))
-    y = rng.poisson(mean).astype(np.float64)
-    p0 = (
-        true
-        * np.c_[rng.uniform(0.8, 1.2, fits), np.ones((fits, 2)), rng.uniform(0.8, 1.2, (fits, 2))]
-    )
-    p0[:, 1:3] += rng.uniform(-0.3, 0.3, (fits, 2))
-    return {"x": grid, "y": y, "p0": p0, "true": true, "f": gauss2d, "f_numpy": gauss2d_numpy}
+    """``fits`` 5 × 5 Gaussian spots (``marquardt.testing.problems.spots``)."""
+    return {**spots(5, fits, seed), "f": gauss2d, "f_numpy": gauss2d_numpy}
 
 
 def decay_problem(fits: int, seed: int = 1) -> dict[str, Any]:
@@ -234,7 +206,7 @@ def measure(
     device: torch.device,
     loops: bool,
 ) -> dict[str, Any]:
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     ours = _ours(problem, fits, dtype, device)
     entry: dict[str, Any] = {"problem": name, "fits": fits, "dtype": str(dtype), "ours": ours}
     peer = _peer(problem, fits, dtype, device)
@@ -255,7 +227,7 @@ def measure(
         entry["scipy_loop"]["median_relative_popt_difference"] = float(np.median(rel))
         entry["our_loop"] = _our_loop(problem, fits)
     ours.pop("popt_head")
-    entry["load_before"], entry["load_after"] = load_before, c.load_average()
+    entry["load_before"], entry["load_after"] = load_before, _machine.load_average()
     print(
         f"  {name} M={fits:,} {dtype}: ours {ours['fits_per_s']:,.0f} fits/s "
         f"({ours['seconds']:.2f} s, coverage {ours['coverage_2se']:.3f}); "
@@ -273,7 +245,7 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
     results: dict[str, Any] = {
         "device": str(where),
         "quick": quick,
-        "machine": {k: v for k, v in c.machine().items() if k in ("cpu", "cores", "torch")},
+        "machine": {k: v for k, v in _machine.describe().items() if k in ("cpu", "cores", "torch")},
         "cases": [],
     }
     sizes = QUICK_SIZES if quick else SIZES if where.type == "cpu" else GPU_SIZES
@@ -301,7 +273,6 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
         e["ratio_vs_scipy_loop"] = e["ours"]["fits_per_s"] / ref["scipy_loop"]["fits_per_s"]
         e["ratio_vs_our_loop"] = e["ours"]["fits_per_s"] / ref["our_loop"]["fits_per_s"]
     results["loops"] = loops
-    c.write_json("batch_fit-quick" if quick else "batch_fit", results)
     return results
 
 
@@ -310,7 +281,7 @@ def _fast_enough(cases: list[dict[str, Any]], dtype: torch.dtype, fits: int) -> 
     return bool(done) and done[0]["ours"]["seconds"] < BIG_SECONDS
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     gpu = results["device"] != "cpu"
     for e in results["cases"]:
@@ -320,7 +291,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         if gpu:
             if e["problem"] == "gauss2d":
                 rows.append(
-                    c.row(
+                    row(
                         f"{label}: fits/s",
                         ours["fits_per_s"],
                         GPU_TARGET,
@@ -332,7 +303,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         big = e["fits"] >= 10_000
         rows.append(
-            c.row(
+            row(
                 f"{label}: ours / SciPy loop",
                 e["ratio_vs_scipy_loop"],
                 SCIPY_TARGET if big else None,
@@ -344,7 +315,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
         if "ratio_vs_torchimize" in e:
             rows.append(
-                c.row(
+                row(
                     f"{label}: ours / torchimize",
                     e["ratio_vs_torchimize"],
                     PEER_TARGET if big else None,
@@ -398,37 +369,6 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _print(results: dict[str, Any]) -> None:
-    print(section(results))
-    print(c.format_rows(summary(results)))
-
-
-def _cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="M up to 10⁴, a 64 × 64 image")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    args = parser.parse_args()
-    _print(main(quick=args.quick, device=args.device))
-    return 0
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device)
-
-
-BENCHMARK = registry.Benchmark(
-    name="batch_fit",
-    title="Many small fits at once: curve_fit_batch",
-    question="How many small fits a second with `curve_fit_batch`?",
-    peer="a SciPy loop; torchimize",
-    target="≥ 50× the loop, ≥ 2× torchimize; ≥ 10⁷/s on a GPU",
-    run=_run,
-    rows=summary,
-    section=section,
-    devices=("cpu", "cuda"),
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_cli())
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, device=o.device)

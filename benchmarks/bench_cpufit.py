@@ -5,7 +5,7 @@ S × S pixels (x the fast index, as Cpufit lays them out), S = 5 and 7: amplitud
 centre (S − 1)/2 ± 0.5, width 1 ± 10 %, offset 10, Poisson noise; starts: amplitude,
 width and offset × U(0.8, 1.2), centre ± U(−0.3, 0.3). The same spots go to every side,
 in float32 and float64, M = 10⁴ and 10⁵ (quick: 5 × 5, M = 10⁴); M = 10⁶ with
-``--sizes 1000000`` (a row of five sides takes minutes at that size on two cores, too long
+``main(sizes=(1000000,))`` (a row of five sides takes minutes at that size on two cores, too long
 for the suite's 45 minutes).
 
 Sides:
@@ -16,7 +16,8 @@ Sides:
   and two; each side's first call (with its compile, ``compile_seconds``) and the faster
   of two more, steady calls;
 * Cpufit, a library the user built from Gpufit's sources as Gpufit's documentation says
-  (its float library's path as ``--cpufit`` or ``CPUFIT_LIB``), least squares (LSE), tolerance 1e-4, at most 10
+  (its float library's path as ``CPUFIT_LIB``, or ``main``'s ``cpufit``), least squares
+  (LSE), tolerance 1e-4, at most 10
   iterations: one thread, as Cpufit has no threading;
 * ``scipy.optimize.curve_fit`` (defaults, NumPy model) in a loop over ``SCIPY_FITS`` fits,
   fits/s extrapolated.
@@ -27,13 +28,12 @@ threads / one thread (never below 1). Recorded with each size: the 1-minute load
 before and after, and the CPU model. Without a Cpufit build the Cpufit columns are
 empty and the run says so.
 
-``python benchmarks/bench_cpufit.py [--quick] [--cpufit PATH]``; ``main()`` writes
-``results/cpufit.json`` and returns its summary; ``run(quick)`` is ``main`` for the suite.
+``CPUFIT_LIB=PATH python benchmarks/run_all.py cpufit [--quick]``; ``main()`` returns the summary; one size alone:
+``python benchmarks/_child.py bench_cpufit main '[false, "PATH", [1000000]]'``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -41,10 +41,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import gauss2d, gauss2d_numpy, spots
 
 SPOTS = (5, 7)
 QUICK_SPOTS = (5,)
@@ -68,35 +71,6 @@ HEAD = (
     "Cpufit stop: default / 1 thr / 2 thr | Cpufit 1 thr | SciPy loop | ×SciPy | "
     "1 thr/Cpufit | 2 thr/Cpufit | default/1 thr | load"
 )
-
-
-def gauss2d(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
-    return a * torch.exp(-((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / (2 * w**2)) + b
-
-
-def gauss2d_numpy(xy: np.ndarray, a: float, x0: float, y0: float, w: float, b: float) -> np.ndarray:
-    return a * np.exp(-((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / (2 * w**2)) + b
-
-
-def spots(size: int, fits: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """Module docstring's spots: x (2, S²) with x the fast index, y (M, S²), p0 (M, 5)."""
-    rng = np.random.default_rng(seed)
-    index = np.arange(size * size)
-    grid = np.stack([index % size, index // size]).astype(np.float64)
-    centre = (size - 1) / 2
-    true = np.c_[
-        np.full(fits, 500.0),
-        centre + rng.uniform(-0.5, 0.5, (fits, 2)),
-        rng.uniform(0.9, 1.1, fits),
-        np.full(fits, 10.0),
-    ]
-    y = rng.poisson(gauss2d_numpy(grid[:, None, :], *(true.T[..., None]))).astype(np.float64)
-    p0 = (
-        true
-        * np.c_[rng.uniform(0.8, 1.2, fits), np.ones((fits, 2)), rng.uniform(0.8, 1.2, (fits, 2))]
-    )
-    p0[:, 1:3] += rng.uniform(-0.3, 0.3, (fits, 2))
-    return {"x": grid, "y": y, "p0": p0, "true": true}
 
 
 def _ours(problem: dict[str, np.ndarray], dtype: str, **options: Any) -> dict[str, Any]:
@@ -167,7 +141,7 @@ def measure(
     size: int, fits: int, dtype: str, libraries: dict[str, Any], scipy_fits: int
 ) -> dict[str, Any]:
     """One row: every side on the same spots (module docstring)."""
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     problem = spots(size, fits)
     stop = {"ftol": CPUFIT_TOLERANCE, "max_nfev": CPUFIT_ITERATIONS + 1, "compile": True}
     default = _ours(problem, dtype)
@@ -183,7 +157,7 @@ def measure(
         "fits": fits,
         "dtype": dtype,
         "load_before": load_before,
-        "load_after": c.load_average(),
+        "load_after": _machine.load_average(),
         "ours_default": default,
         "ours_default_one_thread": default_one,
         "ours_cpufit_stopping": stopped,
@@ -213,7 +187,8 @@ def _times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
-def _print(summary: dict[str, Any]) -> None:
+def echo(summary: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(f"# cpu: {summary['machine']['cpu']}, cores: {summary['machine']['cores']}")
     print(f"# Cpufit: {summary['cpufit'] or 'none given: ' + summary['cpufit_note']}")
     print(HEAD)
@@ -253,10 +228,10 @@ def main(
         libraries = load(path)
     else:
         note = (
-            f"no Cpufit library given (--cpufit PATH or {ENV}=PATH): the Cpufit columns are "
+            f"no Cpufit library given ({ENV}=PATH): the Cpufit columns are "
             "empty. Build Cpufit as Gpufit's documentation says (gpufit.readthedocs.io, "
-            "'Installation and Testing') and pass the path of libcpufit_float.so (its "
-            "libcpufit_double.so beside it adds the float64 rows)"
+            "'Installation and Testing') and pass the path of its float library (a double "
+            "build beside it, named as library.py says, adds the float64 rows)"
         )
         print(f"# {note}")
     print(HEAD, flush=True)
@@ -272,7 +247,7 @@ def main(
         "benchmark": "cpufit",
         "quick": quick,
         "sizes": list(sizes or (QUICK_SIZES if quick else SIZES)),
-        "machine": c.machine(),
+        "machine": _machine.describe(),
         "cpufit": str(path) if path else None,
         "cpufit_note": note,
         "targets": {
@@ -283,14 +258,8 @@ def main(
         },
         "rows": rows,
     }
-    c.write_json("cpufit-quick" if quick else "cpufit", summary)
-    _print(summary)
+    echo(summary)
     return summary
-
-
-def run(quick: bool) -> dict[str, Any]:
-    """``main`` for the benchmark suite (the Cpufit build from ``CPUFIT_LIB``)."""
-    return main(quick=quick)
 
 
 def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -302,7 +271,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         load = f"load {r['load_before']:.1f} → {r['load_after']:.1f}"
         first = f"first call {d['first_s']:.1f} s (compile {d['compile_s']:.1f} s)"
         out.append(
-            c.row(
+            row(
                 f"{label}: ours default / SciPy loop",
                 r["vs_scipy"],
                 SCIPY_TARGET,
@@ -314,7 +283,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         peer = r["cpufit"]
         compiled = r["ours_cpufit_stopping"]
         out.append(
-            c.row(
+            row(
                 f"{label}: ours 1 thread / Cpufit (its stopping)",
                 r["one_thread_vs_cpufit"],
                 CPUFIT_ONE_TARGET,
@@ -326,7 +295,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
         )
         two = r["ours_cpufit_stopping_two_threads"]
         out.append(
-            c.row(
+            row(
                 f"{label}: ours 2 threads / Cpufit (its stopping)",
                 r["two_threads_vs_cpufit"],
                 CPUFIT_TWO_TARGET,
@@ -335,7 +304,7 @@ def rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         out.append(
-            c.row(
+            row(
                 f"{label}: default threads / one thread (fits/s)",
                 r["default_vs_one_thread"],
                 1.0,
@@ -364,30 +333,6 @@ def section(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick)
-
-
-BENCHMARK = registry.Benchmark(
-    name="cpufit",
-    title="Many 2-D Gaussian spots against Cpufit",
-    question="How fast are many small fits, against a compiled one-thread C loop?",
-    peer="Cpufit (Gpufit's CPU half, built from source); SciPy `curve_fit` loop",
-    target="≥ 50× the SciPy loop; ≥ 1× Cpufit on one thread, ≥ 1.8× on two; default "
-    "threads never slower than one",
-    run=_run,
-    rows=rows,
-    section=section,
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="5 × 5 spots, M = 10⁴ only")
-    parser.add_argument("--cpufit", default=None, help=f"Cpufit's float library (or {ENV})")
-    parser.add_argument(
-        "--sizes", type=int, nargs="+", default=None, help="these M only (default 10⁴ and 10⁵)"
-    )
-    args = parser.parse_args()
-    main(quick=args.quick, cpufit=args.cpufit, sizes=tuple(args.sizes) if args.sizes else None)
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick)

@@ -31,24 +31,25 @@ step is below 1e-15 relative (MINPACK alone stops up to ~1e-8 relative from the 
 point where the cost is flat: measured at N = 500, its Gauss-Newton step was 3.7e-9); LRE = −log₁₀ max_j |p_j − p̂_j|/|p̂_j|, capped at 15.
 
 Target: ours ≤ 0.5× SciPy's time (the faster of lm and trf) at N ≥ 10⁶.
-``python benchmarks/bench_curve_fit.py [--quick] [--device cpu]``; ``main()`` writes
-``results/curve_fit.json`` (``curve_fit-quick.json`` with ``--quick``).
+``python benchmarks/run_all.py curve_fit [--quick] [--device cuda]`` (on a GPU the target holds at every N).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
-import sys
 import time
 import warnings
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import Row, row
+
+from marquardt.testing.problems import gaussian, gaussian_numpy
 
 SIZES = (10_000, 100_000, 1_000_000, 10_000_000)
 QUICK_SIZES = (2_000, 20_000)
@@ -61,14 +62,6 @@ TARGET = 0.5
 TARGET_FROM = 1_000_000
 LRE_CAP = 15.0
 REFINE_STEPS = 5
-
-
-def gaussian_torch(x: torch.Tensor, a: Any, mu: Any, s: Any, offset: Any) -> torch.Tensor:
-    return a * torch.exp(-0.5 * ((x - mu) / s) ** 2) + offset
-
-
-def gaussian_numpy(x: np.ndarray, a: float, mu: float, s: float, offset: float) -> np.ndarray:
-    return a * np.exp(-0.5 * ((x - mu) / s) ** 2) + offset
 
 
 def data(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +115,7 @@ def _sides(x: np.ndarray, y: np.ndarray, device: torch.device) -> dict[str, tupl
     yt = torch.from_numpy(y).to(device)
 
     def ours() -> np.ndarray:
-        popt, _ = curve_fit(gaussian_torch, xt, yt, list(P0))
+        popt, _ = curve_fit(gaussian, xt, yt, list(P0))
         return popt.cpu().numpy()
 
     def scipy(method: str) -> Any:
@@ -145,7 +138,7 @@ def _sides(x: np.ndarray, y: np.ndarray, device: torch.device) -> dict[str, tupl
 def measure(n: int, repeats: int, device: torch.device) -> dict[str, Any]:
     """Interleaved timings of the three sides at N = n, their LREs and the load."""
     x, y = data(n)
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     ref = reference(x, y)
     sides = _sides(x, y, device)
     seconds: dict[str, list[float]] = {k: [] for k in sides}
@@ -172,7 +165,7 @@ def measure(n: int, repeats: int, device: torch.device) -> dict[str, Any]:
             "ours_vs_best_scipy": med["ours"] / best_scipy,
         },
         "load_before": load_before,
-        "load_after": c.load_average(),
+        "load_after": _machine.load_average(),
     }
 
 
@@ -189,15 +182,11 @@ def first_call(device: torch.device) -> float:
 
 
 def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
+    """Every size with ours on ``device`` and SciPy on the host; on a GPU the target holds
+    at every N, on the CPU from ``TARGET_FROM`` points."""
     torch.set_num_threads(OURS_THREADS)
-    results = run(torch.device(device), quick=quick)
-    c.write_json("curve_fit-quick" if quick else "curve_fit", results)
-    return results
-
-
-def run(where: torch.device, *, quick: bool, target_from: int = TARGET_FROM) -> dict[str, Any]:
-    """Every size measured on ``where`` (``bench_gpu.py`` calls this with its device and
-    the target at every N)."""
+    where = torch.device(device)
+    target_from = 0 if where.type == "cuda" else TARGET_FROM
     sizes = QUICK_SIZES if quick else SIZES
     results: dict[str, Any] = {
         "problem": "Gaussian plus offset a·exp(−½((x−μ)/s)²) + c (P = 4), x in [−5, 5], "
@@ -220,7 +209,7 @@ def run(where: torch.device, *, quick: bool, target_from: int = TARGET_FROM) -> 
     return results
 
 
-def summary(results: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[Row]:
     """The ratios with their targets, for the aggregate table."""
     rows = []
     for e in results["sizes"].values():
@@ -232,8 +221,8 @@ def summary(results: dict[str, Any], prefix: str = "") -> list[dict[str, Any]]:
             f"{lres['trf']:.1f}; load {e['load_before']:.1f} → {e['load_after']:.1f}"
         )
         rows.append(
-            c.row(
-                f"{prefix}curve_fit N={e['n']:,}: ours / best SciPy",
+            row(
+                f"curve_fit N={e['n']:,}: ours / best SciPy",
                 e["ratios"]["ours_vs_best_scipy"],
                 target,
                 detail=detail,
@@ -265,39 +254,13 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _print(results: dict[str, Any]) -> None:
+def echo(results: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(results["problem"])
     print(f"  first call of ours in this process: {c.seconds_text(results['first_call_seconds'])}")
     print(section(results))
-    print(c.format_rows(summary(results)))
 
 
-def _cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (development)")
-    parser.add_argument("--device", default="cpu", help="torch device for ours (cpu)")
-    args = parser.parse_args()
-    _print(main(quick=args.quick, device=args.device))
-    return 0
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device)
-
-
-BENCHMARK = registry.Benchmark(
-    name="curve_fit",
-    title="curve_fit against SciPy",
-    question="Is `curve_fit` faster than SciPy's when the data are large?",
-    peer="SciPy `curve_fit` (lm, trf)",
-    target="≤ 0.5× the faster at N ≥ 10⁶",
-    run=_run,
-    rows=summary,
-    section=section,
-    devices=("cpu", "cuda"),
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    sys.exit(_cli())
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, device=o.device)

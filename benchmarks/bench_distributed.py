@@ -24,26 +24,26 @@ solving on every rank: rank 0 solves and broadcasts δ, which costs the same fac
 (the other ranks wait for it) plus one broadcast of P float64 numbers per attempt, timed
 here in the same group (median of 20).
 
-``python benchmarks/bench_distributed.py [--quick]`` writes ``results/distributed.json``
-(``distributed-quick.json`` with ``--quick``).
+``python benchmarks/run_all.py distributed [--quick]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import _child
 import _common as c
-import _registry as registry
+import _machine
 import torch
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import sinc, tanh_mlp
 
 # (widths, N, warm-up steps, timed steps)
 SHAPES: tuple[tuple[tuple[int, ...], int, int, int], ...] = (
@@ -74,14 +74,16 @@ def _parts(report: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def worker(rank: int, world: int, store: str, widths: tuple[int, ...], n: int, out: str) -> None:
-    """One rank: warm-up and timed steps; rank 0 writes every rank's reports to ``out``."""
+def worker(rank: int, world: int, store: str, layers: list[int], n: int) -> dict[str, Any] | None:
+    """One rank (in a process of its own): warm-up and timed steps; rank 0 returns every
+    rank's reports."""
     import torch.distributed as dist
 
     from marquardt.solver import LMA
 
+    widths = tuple(layers)
     torch.set_num_threads(1)
-    x_all, y_all = c.sinc_dataset()
+    x_all, y_all = sinc()
     x, y = next(c.shuffled_batches(x_all, y_all, n))
     spec = next(s for s in (*SHAPES, *QUICK_SHAPES) if s[0] == widths and s[1] == n)
     warmup, timed = spec[2], spec[3]
@@ -98,7 +100,7 @@ def worker(rank: int, world: int, store: str, widths: tuple[int, ...], n: int, o
         share = n // world
         x, y = x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
     lma = LMA(
-        c.tanh_mlp(widths),
+        tanh_mlp(widths),
         ["cpu"],
         residual_fn=lambda a, b: a - b,
         process_group=group,
@@ -126,39 +128,24 @@ def worker(rank: int, world: int, store: str, widths: tuple[int, ...], n: int, o
         dist.destroy_process_group()
     else:
         gathered = [steps]
-    if rank == 0:
-        Path(out).write_text(json.dumps({"ranks": gathered, "broadcast_seconds": broadcast}))
+    return {"ranks": gathered, "broadcast_seconds": broadcast} if rank == 0 else None
 
 
 def _run(world: int, widths: tuple[int, ...], n: int) -> dict[str, Any]:
     """Start ``world`` worker processes; every rank's step parts, or an error."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp) / "out.json")
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        args = [",".join(map(str, widths)), str(n), str(Path(tmp) / "store"), out]
+        args = [str(Path(tmp) / "store"), list(widths), n]
         procs = [
-            subprocess.Popen(
-                [sys.executable, __file__, "--worker", str(r), str(world), *args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
+            _child.start("bench_distributed", "worker", [r, world, *args], env=env)
             for r in range(world)
         ]
-        errors = []
-        for proc in procs:
-            try:
-                _, err = proc.communicate(timeout=TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-            if proc.returncode != 0:
-                errors.append(f"exit {proc.returncode}: " + " | ".join(err.splitlines()[-3:]))
-        if errors or not Path(out).exists():
-            return {"error": "; ".join(errors) or "no output"}
-        data: dict[str, Any] = json.loads(Path(out).read_text())
-        return data
+        finished = [_child.finish(proc, TIMEOUT) for proc in procs]
+    errors = [error for _, error in finished if error]
+    if errors or finished[0][0] is None:
+        return {"error": "; ".join(errors) or "no output"}
+    data: dict[str, Any] = finished[0][0]
+    return data
 
 
 def _summarise(run: dict[str, Any]) -> dict[str, float]:
@@ -172,11 +159,11 @@ def _summarise(run: dict[str, Any]) -> dict[str, float]:
 
 def main(quick: bool = False) -> dict[str, Any]:
     shapes = QUICK_SHAPES if quick else SHAPES
-    results: dict[str, Any] = {"machine": c.machine(), "shapes": {}}
+    results: dict[str, Any] = {"machine": _machine.describe(), "shapes": {}}
     for widths, n, _, timed in shapes:
         label = f"{c.mlp_name(widths)} N={n}"
         entry: dict[str, Any] = {"widths": widths, "n": n, "params": c.mlp_params(widths)}
-        entry["load_before"] = c.load_average()
+        entry["load_before"] = _machine.load_average()
         for world in (1, 2):
             print(f"{label}: {world} process(es), {timed} timed step(s)", flush=True)
             run = _run(world, widths, n)
@@ -187,7 +174,7 @@ def main(quick: bool = False) -> dict[str, Any]:
                 "parts": _summarise(run),
                 "broadcast_seconds": run["broadcast_seconds"],
             }
-        entry["load_after"] = c.load_average()
+        entry["load_after"] = _machine.load_average()
         one, two = entry.get("1", {}), entry.get("2", {})
         if "parts" in one and "parts" in two:
             p1, p2 = one["parts"], two["parts"]
@@ -197,7 +184,6 @@ def main(quick: bool = False) -> dict[str, Any]:
             entry["collective_share"] = p2["collective"] / p2["total"]
             entry["root_solve_extra"] = two["broadcast_seconds"] * p2["attempts"]
         results["shapes"][label] = entry
-    c.write_json("distributed-quick" if quick else "distributed", results)
     return results
 
 
@@ -205,18 +191,18 @@ def _ms(value: float | None) -> str:
     return "—" if value is None or value != value else f"{value * 1e3:,.0f} ms"
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The ratios with their targets, for the aggregate table."""
     rows = []
     for label, e in results["shapes"].items():
         what = f"distributed {label} (P={e['params']:,})"
         if "scaling_jacobian" not in e:
             errors = "; ".join(e[w].get("error", "") for w in ("1", "2") if w in e)
-            rows.append(c.row(f"{what}: did not complete", None, None, detail=errors))
+            rows.append(row(f"{what}: did not complete", None, None, detail=errors))
             continue
         p1, p2 = e["1"]["parts"], e["2"]["parts"]
         rows.append(
-            c.row(
+            row(
                 f"{what}: Jacobian 1 proc / 2 procs",
                 e["scaling_jacobian"],
                 TARGET_SCALING,
@@ -226,7 +212,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         rows.append(
-            c.row(
+            row(
                 f"{what}: assembly 1 proc / 2 procs",
                 e["scaling_assembly"],
                 None,
@@ -235,7 +221,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         rows.append(
-            c.row(
+            row(
                 f"{what}: step 1 proc / 2 procs",
                 e["scaling_step"],
                 None,
@@ -243,7 +229,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
         rows.append(
-            c.row(
+            row(
                 f"{what}: collective share (2 procs)",
                 e["collective_share"],
                 None,
@@ -267,10 +253,8 @@ def section(results: dict[str, Any]) -> str:
         "| what | value | target | verdict | detail |",
         "|---|---|---|---|---|",
     ]
-    for r in summary(results):
-        lines.append(
-            f"| {r['what']} | {r['shown']} | {r['target']} | {r['verdict']} | {r['detail']} |"
-        )
+    for r in rows(results):
+        lines.append(f"| {r.what} | {r.shown} | {r.target} | {r.verdict} | {r.detail} |")
     lines += ["", "| shape | processes | " + " | ".join(PARTS) + " | attempts |"]
     lines.append("|---" * (len(PARTS) + 3) + "|")
     for label, e in results["shapes"].items():
@@ -292,8 +276,8 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _print(results: dict[str, Any]) -> None:
-    print(c.format_rows(summary(results)))
+def echo(results: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     for label, e in results["shapes"].items():
         for world in ("1", "2"):
             parts = e.get(world, {}).get("parts")
@@ -302,28 +286,6 @@ def _print(results: dict[str, Any]) -> None:
                 print(f"  {label} {world} proc: {shown}, attempts {parts['attempts']:g}")
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick)
-
-
-BENCHMARK = registry.Benchmark(
-    name="distributed",
-    title="LM across processes",
-    question="Does the step scale from one gloo process to two?",
-    peer="one process",
-    target="Jacobian part ≥ 1.6× faster on 2",
-    run=_run,
-    rows=summary,
-    section=section,
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        rank, world, widths, n, store, out = sys.argv[2:8]
-        worker(int(rank), int(world), store, tuple(int(w) for w in widths.split(",")), int(n), out)
-        sys.exit(0)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes (development)")
-    _print(main(quick=parser.parse_args().quick))
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick)

@@ -13,41 +13,31 @@ over repeats:
 
 Targets: ours ≤ 1.0× the peer. Memory: the peak resident-memory growth of
 ``accumulate`` with a fixed slice for ``N = 10k`` and ``N = 100k`` (it should not grow
-with ``N``). Run ``python benchmarks/bench_jacobian.py``; ``main()`` returns the results
-and writes ``benchmarks/results/jacobian.json``.
+with ``N``). Run ``python benchmarks/run_all.py jacobian``; ``main()`` returns the
+results.
 """
 
 from __future__ import annotations
 
 import copy
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+import _child
 import _common as c
-import _registry as registry
+import _machine
 import torch
-from torch import nn
+from _registry import Options
+from _rows import row
 
 from marquardt.jacobian import JacobianEngine, Replicas
+from marquardt.testing.problems import sinc
 
 N = 10_000
 REPEATS = 9
 WARMUP = 2
-
-
-def sinc_data(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.linspace(-1, 1, n, dtype=torch.float32).unsqueeze(1)
-    return x, torch.sinc(10 * x)
-
-
-def sinc_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(1, 256), nn.Tanh(), nn.Linear(256, 1))
 
 
 def median_seconds(fn: Callable[[], object], repeats: int = REPEATS) -> float:
@@ -61,28 +51,10 @@ def median_seconds(fn: Callable[[], object], repeats: int = REPEATS) -> float:
     return statistics.median(times)
 
 
-def _rss_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return -1
-
-
-def peak_growth_mib(fn: Callable[[], object]) -> float | None:
-    """Peak resident memory growth during ``fn`` (Linux: resets the high-water mark)."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    base = _rss_kib("VmRSS")
-    fn()
-    return (_rss_kib("VmHWM") - base) / 1024
-
-
 def main(repeats: int = REPEATS, *, quick: bool = False) -> dict[str, Any]:
     """``quick``: a development run, written to ``jacobian-quick.json`` apart from the figures."""
     torch.set_num_threads(2)
-    x, y = sinc_data(N)
+    x, y = sinc(N)
     results: dict[str, Any] = {
         "problem": "sinc, 1-256-1 tanh MLP, P=769, N=10000, float32, 2 threads",
         "repeats": repeats,
@@ -92,7 +64,7 @@ def main(repeats: int = REPEATS, *, quick: bool = False) -> dict[str, Any]:
     # The peer, called as its training step calls it.
     import torch_levenberg_marquardt as tlm
 
-    peer = tlm.training.LevenbergMarquardtModule(copy.deepcopy(sinc_model()))
+    peer = tlm.training.LevenbergMarquardtModule(copy.deepcopy(c.sinc_model(256)))
 
     def peer_jacobian() -> object:
         return peer._compute_jacobian(x, y, None)
@@ -102,7 +74,7 @@ def main(repeats: int = REPEATS, *, quick: bool = False) -> dict[str, Any]:
         return jac.t().matmul(jac), jac.t().matmul(res)
 
     # Ours.
-    model = sinc_model()
+    model = c.sinc_model(256)
     replicas = Replicas(model, [torch.device("cpu")])
     engine = JacobianEngine(replicas, lambda a, b: a - b)
     vmap_engine = JacobianEngine(replicas, lambda a, b: a - b, mode="vmap")
@@ -138,25 +110,18 @@ def main(repeats: int = REPEATS, *, quick: bool = False) -> dict[str, Any]:
     # the peak is not hidden by memory an earlier measurement left to the allocator.
     memory: dict[str, float | None] = {}
     for n in (10_000, 100_000):
-        out = (
-            subprocess.run(
-                [sys.executable, __file__, "--memory", str(n)],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            .stdout.strip()
-            .splitlines()[-1]
-        )
-        memory[f"N={n}"] = None if out == "None" else float(out)
+        grown, error = _child.call("bench_jacobian", "memory_child", [n], timeout=600)
+        if error:
+            raise RuntimeError(f"the memory child at N={n} failed: {error}")
+        memory[f"N={n}"] = grown
     results["accumulate_peak_rss_growth_mib_slice_5000"] = memory
     results["explicit_J_mib"] = N * replicas.num_params * 4 / 2**20
 
-    results["written_to"] = str(c.write_json("jacobian-quick" if quick else "jacobian", results))
     return results
 
 
-def _print(results: dict[str, Any]) -> None:
+def echo(results: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     s = results["seconds"]
     r = results["ratios"]
     t = results["target_ratio"]
@@ -186,38 +151,37 @@ def _print(results: dict[str, Any]) -> None:
         + f" (explicit J alone: {results['explicit_J_mib']:.1f} MiB)"
     )
     print(f"  plan: {results['accumulate_plan']}")
-    print(f"  written to {results['written_to']}")
 
 
 def memory_child(n: int) -> float | None:
     """Peak RSS growth of one accumulate over ``n`` samples (slice 5000), fresh process."""
     torch.set_num_threads(2)
-    x, y = sinc_data(n)
-    engine = JacobianEngine(Replicas(sinc_model(), [torch.device("cpu")]), lambda a, b: a - b)
+    x, y = sinc(n)
+    engine = JacobianEngine(Replicas(c.sinc_model(256), [torch.device("cpu")]), lambda a, b: a - b)
     engine.rows_per_sample(x, y)  # imports and first-call set-up outside the measurement
-    return peak_growth_mib(lambda: engine.accumulate(x, y, slice_size=5000))
+    return _machine.peak_growth_mib(lambda: engine.accumulate(x, y, slice_size=5000))
 
 
-def summary(r: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     """The ratios with their targets, for the aggregate table."""
     s, ratios, target = r["seconds"], r["ratios"], r.get("target_ratio", 1.0)
     mem = r.get("accumulate_peak_rss_growth_mib_slice_5000", {})
     mem_text = ", ".join(f"{k}: {v:.0f} MiB" for k, v in mem.items() if v is not None)
     return [
-        c.row(
+        row(
             "jacobian: explicit J / peer J (N=10000)",
             ratios["explicit_vs_peer_jacobian"],
             target,
             detail=f"ours {s['ours_explicit'] * 1e3:.0f} ms, peer "
             f"{s['peer_jacobian'] * 1e3:.0f} ms",
         ),
-        c.row(
+        row(
             "jacobian: accumulate / peer J",
             ratios["accumulate_vs_peer_jacobian"],
             target,
             detail=f"ours {s['ours_accumulate'] * 1e3:.0f} ms (J, JᵀJ, Jᵀr)",
         ),
-        c.row(
+        row(
             "jacobian: accumulate / peer J+JᵀJ+Jᵀr",
             ratios["accumulate_vs_peer_jacobian_and_products"],
             None,
@@ -236,25 +200,6 @@ def section(j: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(3 if quick else REPEATS, quick=quick)
-
-
-BENCHMARK = registry.Benchmark(
-    name="jacobian",
-    title="Jacobian",
-    question="How fast are J, and JᵀJ with Jᵀr, on the tutorial's network?",
-    peer="torch-levenberg-marquardt's Jacobian",
-    target="≤ 1× the peer; `accumulate`'s memory flat in N",
-    run=_run,
-    rows=summary,
-    section=section,
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--memory":
-        print(memory_child(int(sys.argv[2])))
-    else:
-        _print(main(int(sys.argv[1]) if len(sys.argv) > 1 else REPEATS))
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(3 if o.quick else REPEATS, quick=o.quick)

@@ -16,28 +16,30 @@ Three problems, float32, 2 threads, every side from the same initial parameters:
 * sinc: the seed's tutorial network 1-256-1 (P = 769) on 2,000 points, matrix-free until
   the MSE reaches 1e-5 or ``sinc_seconds``: the target is reaching it.
 
-``python benchmarks/bench_matrix_free.py [--quick]``; ``nox -s bench -- matrix_free``.
-Writes ``results/matrix_free.json``.
+``python benchmarks/run_all.py matrix_free [--quick]``; ``--device cuda`` runs its device path
+(``_matrix_free_device.py``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from typing import Any
 
+import _child
 import _common as c
-import _registry as registry
+import _machine
+import _matrix_free_device as device_path
 import torch
+from _registry import Options
+from _rows import Row, row
 
-LARGE = (1, 512, 512, 512, 1)
+from marquardt.testing.problems import sinc, tanh_mlp
+
+LARGE = c.LARGE_WIDTHS
 MEDIUM = (1, 128, 128, 128, 128, 1)
-N = 10_000
+N = c.LARGE_N
 SEED = 0
-ADAM_LRS = (1e-3, 3e-4, 1e-4)
-ADAM_BATCH = 1000
 SINC_HIDDEN = 256
 SINC_N = 2000
 SINC_GOAL = 1e-5
@@ -69,9 +71,9 @@ def train_lm(
     """LM (``strategy``; ``iterations``: the CG budget, None: the default) on shuffled
     batches of N for ``seconds`` (or until the full MSE reaches ``goal``, checked after
     every step); the MSE curve over time."""
-    model = c.tanh_mlp(widths, SEED)
+    model = tanh_mlp(widths, SEED)
     lma = _lma(model, strategy, iterations)
-    batches = c.shuffled_batches(*c.sinc_dataset(), N, SEED)
+    batches = c.shuffled_batches(*sinc(), N, SEED)
     curve: list[tuple[float, float]] = [(0.0, c.full_mse(model))]
     cg: list[int] = []
     attempts = 0
@@ -103,10 +105,10 @@ def train_lm(
 
 
 def train_adam(widths: tuple[int, ...], lr: float, seconds: float) -> dict[str, Any]:
-    """Adam at ``lr`` on minibatches of ``ADAM_BATCH`` for ``seconds``; its full MSE."""
-    model = c.tanh_mlp(widths, SEED)
+    """Adam at ``lr`` on minibatches of ``c.ADAM_BATCH`` for ``seconds``; its full MSE."""
+    model = tanh_mlp(widths, SEED)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = c.shuffled_batches(*c.sinc_dataset(), ADAM_BATCH, SEED)
+    batches = c.shuffled_batches(*sinc(), c.ADAM_BATCH, SEED)
     steps = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -141,9 +143,9 @@ def train_sinc(seconds: float) -> dict[str, Any]:
 def rss_child() -> dict[str, Any]:
     """One matrix-free step of the large network in this fresh process: peak RSS growth."""
     c.setup_threads()
-    x, y = next(c.shuffled_batches(*c.sinc_dataset(), N, SEED))
-    lma = _lma(c.tanh_mlp(LARGE, SEED), "matrix_free", LARGE_CG_ITERATIONS)
-    measured = c.step_rss(lambda: lma.step(x, y))
+    x, y = next(c.shuffled_batches(*sinc(), N, SEED))
+    lma = _lma(tanh_mlp(LARGE, SEED), "matrix_free", LARGE_CG_ITERATIONS)
+    measured = _machine.step_rss(lambda: lma.step(x, y))
     measured["cg_iterations"] = list(lma.report.cg_iterations)
     return measured
 
@@ -157,22 +159,22 @@ def main(
 ) -> dict[str, Any]:
     c.setup_threads()
     out: dict[str, Any] = {
-        "machine": c.machine(),
-        "load_before": c.load_average(),
+        "machine": _machine.describe(),
+        "load_before": _machine.load_average(),
         "n": N,
         "budget_seconds": budget_seconds,
         "large": {"widths": list(LARGE), "params": c.mlp_params(LARGE)},
     }
     large = out["large"]
-    large["initial_mse"] = c.full_mse(c.tanh_mlp(LARGE, SEED))
+    large["initial_mse"] = c.full_mse(tanh_mlp(LARGE, SEED))
     large["cg_iterations_budget"] = LARGE_CG_ITERATIONS
     large["matrix_free"] = train_lm(
         LARGE, "matrix_free", budget_seconds, iterations=LARGE_CG_ITERATIONS
     )
     print("large matrix_free", json.dumps(large["matrix_free"]["mse"]), flush=True)
-    large["adam"] = [train_adam(LARGE, lr, budget_seconds) for lr in ADAM_LRS]
+    large["adam"] = [train_adam(LARGE, lr, budget_seconds) for lr in c.ADAM_LRS]
     print("large adam", [a["mse"] for a in large["adam"]], flush=True)
-    result, error = c.run_child([__file__, "--child-rss"], RSS_TIMEOUT)
+    result, error = _child.call("bench_matrix_free", "rss_child", timeout=RSS_TIMEOUT)
     large["rss"] = result if result is not None else {"error": error}
     if medium:
         dense = train_lm(MEDIUM, "auto", dense_seconds)
@@ -186,8 +188,7 @@ def main(
         print("medium", dense["mse"], free["mse"], free["seconds_to_goal"], flush=True)
     out["sinc"] = train_sinc(sinc_seconds)
     print("sinc", out["sinc"], flush=True)
-    out["load_after"] = c.load_average()
-    c.write_json("matrix_free-quick" if quick else "matrix_free", out)
+    out["load_after"] = _machine.load_average()
     return out
 
 
@@ -195,7 +196,9 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
-def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(e: dict[str, Any]) -> list[Row]:
+    if "lm" in e:  # a run on a GPU
+        return device_path.rows(e)
     """Rows with verdicts for the aggregate table."""
     large = e["large"]
     label = f"matrix-free {c.mlp_name(large['widths'])} (P={large['params']:,}) N={e['n']:,}"
@@ -203,7 +206,7 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
     adam = min(large["adam"], key=lambda a: a["mse"])
     cg = ours["cg_iterations"]
     rows = [
-        c.row(
+        row(
             f"{label}: MSE / Adam's best",
             ours["mse"] / adam["mse"],
             1.0,
@@ -216,7 +219,7 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     growth = large["rss"].get("growth_mib")
     rows.append(
-        c.row(
+        row(
             f"{label}: peak RSS growth of one step",
             growth,
             TARGET_RSS_MIB,
@@ -231,7 +234,7 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
         spent = free["curve"][-1][0]
         dense_time = dense["curve"][-1][0]
         rows.append(
-            c.row(
+            row(
                 f"matrix-free {c.mlp_name(medium['widths'])} (P={medium['params']:,}): "
                 "time to the dense LM's MSE / dense",
                 (reached if reached is not None else spent) / dense_time,
@@ -245,7 +248,7 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
         )
     sinc = e["sinc"]
     rows.append(
-        c.row(
+        row(
             f"matrix-free sinc 1-{SINC_HIDDEN}-1 (P={sinc['params']}): MSE reached / 1e-5",
             sinc["mse"] / SINC_GOAL,
             1.0,
@@ -261,6 +264,8 @@ def summary(e: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def section(e: dict[str, Any]) -> str:
+    if "lm" in e:  # a run on a GPU
+        return device_path.section(e)
     """The RESULTS.md section: the curves' end points, per side."""
     large = e["large"]
     lines = [
@@ -291,42 +296,13 @@ def section(e: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short budgets, no medium problem")
-    parser.add_argument("--budget", type=float, default=45.0, help="seconds per large side")
-    parser.add_argument("--child-rss", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child_rss:
-        print(json.dumps(rss_child()))
-        return
-    if args.quick:
-        results = main(budget_seconds=8.0, dense_seconds=8.0, sinc_seconds=20.0, medium=False)
-    else:
-        results = main(budget_seconds=args.budget)
-    print(c.format_rows(summary(results)))
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    if quick:
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it; on a GPU its device path
+    (``_matrix_free_device.py``: the large network against Adam, ``budget`` seconds each)."""
+    if torch.device(o.device).type == "cuda":
+        return device_path.main(quick=o.quick, device=o.device, budget=o.budget or 10.0)
+    if o.quick:
         return main(
             budget_seconds=8.0, dense_seconds=8.0, sinc_seconds=20.0, medium=False, quick=True
         )
     return main()
-
-
-BENCHMARK = registry.Benchmark(
-    name="matrix_free",
-    title="Matrix-free LM where JᵀJ does not fit",
-    question="Does LM train a network whose JᵀJ does not fit (P = 527k), and how fast where the dense step fits?",
-    peer="Adam at its best learning rate; our dense (`accumulate`) step",
-    target="MSE ≤ Adam's; peak RSS of a step ≤ 1 GiB; time to the dense step's MSE ≤ 1×; sinc to 1e-5",
-    run=_run,
-    rows=summary,
-    section=section,
-)
-
-
-if __name__ == "__main__":
-    _cli()
-    sys.exit(0)

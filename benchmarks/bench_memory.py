@@ -19,19 +19,22 @@ Targets: ``accumulate`` flat in N — its peak at 1M within 1.5× of its peak at
 grows 100× (memory O(N) would grow about 20×: J alone is 29 MiB at 10k, 2.9 GiB at 1M;
 the rest of the 10k peak is one slice's J and activations, and the first step's one-time
 buffers; the median of three processes is taken for ``accumulate``) — and ours at 1M
-≤ 0.5× the peer's peak. ``python benchmarks/bench_memory.py``; ``main()`` writes
-``results/memory.json`` and ``results/memory.png``.
+≤ 0.5× the peer's peak. ``python benchmarks/run_all.py memory``; ``main()`` writes
+``results/memory.png``.
 """
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
+import _child
 import _common as c
-import _registry as registry
+import _machine
 import torch
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import sinc
 
 SIZES = (10_000, 100_000, 1_000_000)
 KINDS = ("ours-accumulate", "ours-explicit", "peer", "peer-sliced")
@@ -48,7 +51,7 @@ TIMEOUT = 400.0
 def child(kind: str, n: int) -> dict[str, Any]:
     """One LM step of ``kind`` on ``n`` points; the peak RSS growth it caused."""
     c.setup_threads()
-    x, y = c.sinc_dataset(n)
+    x, y = sinc(n)
     model = c.sinc_model(256)
     if kind.startswith("ours"):
         from marquardt.solver import LMA
@@ -68,7 +71,7 @@ def child(kind: str, n: int) -> dict[str, Any]:
         def step() -> None:
             module.training_step(x, y)
 
-    return {"kind": kind, "n": n, **c.step_rss(step)}
+    return {"kind": kind, "n": n, **_machine.step_rss(step)}
 
 
 def main(
@@ -79,7 +82,7 @@ def main(
         "problem": f"one LM step, sinc(10x), 1-256-1 tanh MLP (P=769), float32, "
         f"{c.THREADS} threads; ours with slice_size={SLICE}",
         "sizes": list(sizes),
-        "load_average": {"before": c.load_average()},
+        "load_average": {"before": _machine.load_average()},
         "runs": {},
     }
     for kind in kinds:
@@ -88,7 +91,7 @@ def main(
             runs = []
             error = ""
             for _ in range(REPEATS.get(kind, 1)):
-                out, error = c.run_child([__file__, "--child", kind, str(n)], TIMEOUT)
+                out, error = _child.call("bench_memory", "child", [kind, n], timeout=TIMEOUT)
                 if out is not None:
                     runs.append(out)
             if runs:
@@ -105,10 +108,8 @@ def main(
                     "growth_mib": None,
                 }
     results["J_float32_mib"] = {f"N={n}": n * 769 * 4 / 2**20 for n in sizes}
-    results["load_average"]["after"] = c.load_average()
-    suffix = "-quick" if quick else ""
-    c.write_json(f"memory{suffix}", results)
-    _plot(results, f"memory{suffix}.png")
+    results["load_average"]["after"] = _machine.load_average()
+    _plot(results, f"memory{c.suffix(quick)}.png")
     return results
 
 
@@ -117,7 +118,7 @@ def _growth(results: dict[str, Any], kind: str, n: int) -> float | None:
     return None if run is None else run.get("growth_mib")
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The ratios with their targets, for the aggregate table."""
     sizes = results["sizes"]
     lo, hi = sizes[0], sizes[-1]
@@ -135,7 +136,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     flat = None if acc_lo is None or acc_hi is None else acc_hi / max(acc_lo, 1.0)
     rows.append(
-        c.row(
+        row(
             f"memory: accumulate N={hi:,} / N={lo:,} (flat)",
             flat,
             TARGET_FLAT,
@@ -144,7 +145,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     )
     ratio = None if acc_hi is None or peer_hi is None else acc_hi / peer_hi
     rows.append(
-        c.row(
+        row(
             f"memory: accumulate / peer at N={hi:,}",
             ratio,
             TARGET_PEER,
@@ -156,10 +157,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any], png: str) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def _plot(plt: Any, results: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(6, 4))
     sizes = results["sizes"]
     for kind, color in zip(KINDS, ("#4c72b0", "#8172b2", "#dd8452", "#c49a6c"), strict=True):
@@ -186,12 +185,11 @@ def _plot(results: dict[str, Any], png: str) -> None:
     ax.set_ylabel("peak RSS growth of one LM step (MiB)")
     ax.set_title("1-256-1 tanh MLP (P = 769), float32", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / png, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def _print(results: dict[str, Any]) -> None:
+def echo(results: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(results["problem"])
     for name, run in results["runs"].items():
         if run.get("growth_mib") is None:
@@ -201,7 +199,6 @@ def _print(results: dict[str, Any]) -> None:
                 f"  {name:28s} peak growth {run['growth_mib']:8.1f} MiB   step "
                 f"{run['step_seconds']:.2f} s"
             )
-    print(c.format_rows(summary(results)))
 
 
 def section(m: dict[str, Any]) -> str:
@@ -234,26 +231,6 @@ def section(m: dict[str, Any]) -> str:
     )
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(sizes=(10_000, 100_000), quick=True) if quick else main()
-
-
-BENCHMARK = registry.Benchmark(
-    name="memory",
-    title="Memory of one LM step",
-    question="Is the peak memory of a step flat in N, and below the peer's?",
-    peer="torch-levenberg-marquardt",
-    target="≤ 1.5× from 10k to 1M points; ≤ 0.5× the peer at 1M",
-    run=_run,
-    rows=summary,
-    section=section,
-    png="memory.png",
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 3 and sys.argv[1] == "--child":
-        print(json.dumps(child(sys.argv[2], int(sys.argv[3]))))
-    else:
-        _print(main())
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(sizes=(10_000, 100_000), quick=True) if o.quick else main()

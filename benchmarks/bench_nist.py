@@ -19,27 +19,25 @@ non-finite result), our LM steps, SciPy's function evaluations, and each side's 
 accuracy and the steps). A fit "fails" below LRE 4 (NIST's and McCullough's threshold for
 an acceptable answer on these problems).
 
-``--lma key=value`` (repeatable) overrides the options ``curve_fit`` hands to ``LMA`` (e.g.
-``--lma geodesic=0.75``, ``--lma scaling=growing``), to measure a candidate default.
-``python benchmarks/bench_nist.py [--quick] [--lma ...]``; ``main()`` writes
-``results/nist.json`` (``nist-quick.json`` with ``--quick``: start 1 of the higher-
+``main``'s ``lma`` overrides the options ``curve_fit`` hands to ``LMA``, to measure a
+candidate default: ``python benchmarks/_child.py bench_nist main '[false, {"geodesic":
+0.75}]'``. ``python benchmarks/run_all.py nist [--quick]`` (``--quick``: start 1 of the higher-
 difficulty problems only).
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import math
-import sys
 import time
 import warnings
 from typing import Any
 
-import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import row
 
 from marquardt.testing import nist as nist_strd
 
@@ -111,7 +109,7 @@ def scipy_lm(problem: nist_strd.NistProblem, start: int) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False, lma: dict[str, Any] | None = None) -> dict[str, Any]:
+def fits(quick: bool = False, lma: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every fit; the totals."""
     lma = dict(lma or {})
     problems = nist_strd.nist_problems()
@@ -119,7 +117,7 @@ def run(quick: bool = False, lma: dict[str, Any] | None = None) -> dict[str, Any
         problems = tuple(p for p in problems if p.difficulty == "higher")
     starts = (1,) if quick else (1, 2)
     ours(problems[0], 2, lma)  # warm-up: torch's functorch starts on the first call
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     fits = []
     for problem in problems:
         for start in starts:
@@ -141,7 +139,7 @@ def run(quick: bool = False, lma: dict[str, Any] | None = None) -> dict[str, Any
         "quick": quick,
         "fail_below": FAIL_BELOW,
         "load_before": load_before,
-        "load_after": c.load_average(),
+        "load_after": _machine.load_average(),
         "fits": fits,
         "totals": totals(fits),
     }
@@ -168,17 +166,16 @@ def totals(fits: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(quick: bool = False, lma: dict[str, Any] | None = None) -> dict[str, Any]:
     torch.set_num_threads(1)
-    results = run(quick=quick, lma=lma)
-    results["machine"] = c.machine()["cpu"]
-    c.write_json("nist-quick" if quick else "nist", results)
+    results = fits(quick=quick, lma=lma)
+    results["machine"] = _machine.describe()["cpu"]
     return results
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The aggregate rows: fails of each side (target: no more than SciPy's)."""
     t = results["totals"]
     return [
-        c.row(
+        row(
             f"nist: fits with LRE < {FAIL_BELOW:g}, ours (of {t['fits']})",
             float(t["ours_fails"]),
             float(t["scipy_fails"]),
@@ -220,11 +217,6 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _print(results: dict[str, Any]) -> None:
-    print(section(results))
-    print(c.format_rows(summary(results)))
-
-
 def _option(text: str) -> tuple[str, Any]:
     key, _, value = text.partition("=")
     try:
@@ -233,33 +225,6 @@ def _option(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def _cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="start 1 of the hard problems")
-    parser.add_argument(
-        "--lma", action="append", default=[], type=_option, help="an LMA option key=value"
-    )
-    args = parser.parse_args()
-    _print(main(quick=args.quick, lma=dict(args.lma)))
-    return 0
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick)
-
-
-BENCHMARK = registry.Benchmark(
-    name="nist",
-    title="NIST StRD nonlinear regression, both starts",
-    question="Does `curve_fit_result` solve NIST's StRD problems from both starts?",
-    peer="SciPy `curve_fit` (lm)",
-    target="no more failures (LRE < 4) than SciPy",
-    run=_run,
-    rows=summary,
-    section=section,
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    sys.exit(_cli())
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick)

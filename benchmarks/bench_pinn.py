@@ -22,14 +22,12 @@ its memory; with ``--device cuda``, the peak of CUDA memory allocated over the s
 ``results/pinn.json`` and ``results/pinn_error_time.png``, ``pinn_error_field.png``
 (copied to docs/img), and prints the summary rows with their targets.
 
-    flock /tmp/marquardt-bench.lock python benchmarks/bench_pinn.py [--quick] [--device cpu]
-    python benchmarks/bench_pinn.py --orders      # only the Jacobian orders, in-process
+    python benchmarks/run_all.py pinn [--quick] [--device cuda]
+    python benchmarks/_child.py _pinn_orders main '[false, "cpu"]'   # the Jacobian orders
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import os
 import statistics
@@ -38,22 +36,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _child as _child_process
+import _common as c
+import _first_order as first_order
+import _machine
 import _pinn_report as report
-import _registry as registry
 import torch
+from _common import setup_threads
+from _machine import peak_rss_mib, reset_peak_rss, rss_mib
+from _registry import Options
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (
-    format_rows,
-    machine,
-    peak_rss_mib,
-    reset_peak_rss,
-    rss_mib,
-    run_child,
-    setup_threads,
-    write_json,
-)
+from marquardt.testing.problems import poisson_exact, poisson_residual, poisson_source
 
 #: The interpreter the methods' processes run in: this one (``nox -s bench`` installs the
 #: peer beside marquardt), or one named by ``MARQUARDT_BENCH_PYTHON`` whose environment
@@ -63,14 +57,6 @@ ADAM_RATES = (1e-3, 3e-3, 1e-2, 3e-2)
 
 
 # -- the problem ----------------------------------------------------------------------------
-def source(x: torch.Tensor) -> torch.Tensor:
-    return 2 * math.pi**2 * torch.sin(math.pi * x[..., 0]) * torch.sin(math.pi * x[..., 1])
-
-
-def exact(x: torch.Tensor) -> torch.Tensor:
-    return torch.sin(math.pi * x[..., 0]) * torch.sin(math.pi * x[..., 1])
-
-
 def network(hidden: int, device: torch.device) -> nn.Module:
     torch.manual_seed(0)
     return (
@@ -100,27 +86,13 @@ def collocation(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return inner, edge
 
 
-def pde(u: Any, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    return -torch.func.hessian(u)(x).trace() - f
-
-
-def boundary(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
-    return u(x)
-
-
-def point_residual() -> Any:
-    from marquardt.jacobian import PointResidual, ResidualGroup
-
-    return PointResidual(ResidualGroup("pde", pde), ResidualGroup("boundary", boundary))
-
-
 class TestGrid:
     """Relative L2 error of u_θ on a 41 × 41 grid of the closed square."""
 
     def __init__(self, device: torch.device) -> None:
         g = torch.linspace(0, 1, 41, dtype=torch.float64)
         self.x = torch.cartesian_prod(g, g).to(device)
-        self.u = exact(self.x)
+        self.u = poisson_exact(self.x)
 
     def error(self, model: nn.Module) -> float:
         with torch.no_grad():
@@ -157,8 +129,8 @@ def run_method(
     model = network(hidden, device)
     inner, edge = collocation(n)
     grid = TestGrid(device)
-    residual = point_residual()
-    x, y = residual.batch(pde=(inner, source(inner)), boundary=edge)
+    residual = poisson_residual()
+    x, y = residual.batch(pde=(inner, poisson_source(inner)), boundary=edge)
     x, y = x.to(device), y.to(device)
     params = dict(model.named_parameters())
 
@@ -175,28 +147,10 @@ def run_method(
 
         every = 1
     elif method == "adam":
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
-
-        def step() -> None:
-            opt.zero_grad()
-            loss().backward()
-            opt.step()
-
+        step = first_order.adam(model, loss, lr)
         every = 50
     elif method == "lbfgs":
-        opt_l = torch.optim.LBFGS(
-            model.parameters(), lr=1.0, max_iter=20, history_size=50, line_search_fn="strong_wolfe"
-        )
-
-        def closure() -> torch.Tensor:
-            opt_l.zero_grad()
-            value = loss()
-            value.backward()
-            return value
-
-        def step() -> None:
-            opt_l.step(closure)
-
+        step = first_order.lbfgs(model, loss)
         every = 1
     else:
         step = _peer_step(model, x, y)
@@ -238,7 +192,7 @@ def _peer_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> Any:
 
             lap = torch.func.vmap(lambda p: torch.func.hessian(u)(p).trace())(pts)
             value = torch.func.vmap(u)(pts)
-            return torch.where(tag == 0, -lap - source(pts), value).unsqueeze(1)
+            return torch.where(tag == 0, -lap - poisson_source(pts), value).unsqueeze(1)
 
     wrapped = Residuals(model)
     module = tlm.training.LevenbergMarquardtModule(wrapped, use_vmap=False, max_batch_size=256)
@@ -255,148 +209,47 @@ def _field(model: nn.Module, device: torch.device) -> list[list[float]]:
     g = torch.linspace(0, 1, 101, dtype=torch.float64)
     xx = torch.cartesian_prod(g, g).to(device)
     with torch.no_grad():
-        err = (model(xx)[:, 0] - exact(xx)).reshape(101, 101)
+        err = (model(xx)[:, 0] - poisson_exact(xx)).reshape(101, 101)
     return err.cpu().tolist()
 
 
-# -- the Jacobian orders, measured --------------------------------------------------------
-HESSIANS = {
-    "jacfwd(jacrev) (torch.func.hessian)": lambda u: torch.func.jacfwd(torch.func.jacrev(u)),
-    "jacrev(jacrev)": lambda u: torch.func.jacrev(torch.func.jacrev(u)),
-    "jacrev(jacfwd)": lambda u: torch.func.jacrev(torch.func.jacfwd(u)),
-    "jacfwd(jacfwd)": lambda u: torch.func.jacfwd(torch.func.jacfwd(u)),
-}
-
-
-def measure_orders(quick: bool, device: torch.device) -> list[dict[str, Any]]:
-    """Seconds of one J (explicit) and of one JᵀJ (accumulate) of the Poisson residual, per
-    order over θ (``vmap``: reverse, ``jacfwd``: forward) and per order of the input
-    Hessian inside the residual; the J of every combination is checked against the first."""
-    from marquardt.jacobian import JacobianEngine, PointResidual, Replicas, ResidualGroup
-
-    hidden, n = sizes(quick)
-    inner, edge = collocation(n)
-    out: list[dict[str, Any]] = []
-    reference = None
-    for name, hess in HESSIANS.items():
-
-        def laplacian_rows(
-            u: Any, x: torch.Tensor, f: torch.Tensor, hess: Any = hess
-        ) -> torch.Tensor:
-            return -hess(u)(x).trace() - f
-
-        residual = PointResidual(
-            ResidualGroup("pde", laplacian_rows), ResidualGroup("boundary", boundary)
-        )
-        x, y = residual.batch(pde=(inner, source(inner)), boundary=edge)
-        for mode in ("vmap", "jacfwd"):
-            engine = JacobianEngine(
-                Replicas(network(hidden, device), [device]), residual, mode=mode
-            )
-            times = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                jac, _ = engine.jacobian(x, y)
-                times.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            engine.accumulate(x, y)
-            acc = time.perf_counter() - t0
-            if reference is None:
-                reference = jac
-            diff = float((jac - reference).abs().max())
-            out.append(
-                {
-                    "hessian": name,
-                    "order_over_theta": mode,
-                    "explicit_s": min(times),
-                    "accumulate_s": acc,
-                    "max_diff": diff,
-                }
-            )
-            print(
-                f"{name:38s} {mode:7s} J {min(times) * 1e3:8.1f} ms  JᵀJ {acc * 1e3:8.1f} ms"
-                f"  |ΔJ| {diff:.1e}",
-                flush=True,
-            )
-            engine.close()
-    return out
-
-
 # -- the parent: children, rows, figures ------------------------------------------------------
-def _child(
-    args: argparse.Namespace, method: str, budget: float, lr: float = 0.0
-) -> dict[str, Any] | None:
-    python = str(PEER_PYTHON)
-    cmd = [
-        str(Path(__file__).resolve()),
-        "--child",
-        method,
-        "--budget",
-        str(budget),
-        "--device",
-        args.device,
-        "--lr",
-        str(lr),
-    ] + (["--quick"] if args.quick else [])
-    if python != sys.executable:
-        import subprocess
-
-        proc = subprocess.run(
-            [python, *cmd], capture_output=True, text=True, timeout=budget * 4 + 120
-        )
-        lines = proc.stdout.strip().splitlines()
-        if proc.returncode != 0 or not lines:
-            print(f"{method}: failed: {proc.stderr.strip().splitlines()[-3:]}", flush=True)
-            return None
-        return json.loads(lines[-1])  # type: ignore[no-any-return]
-    result, error = run_child(cmd, timeout=budget * 4 + 120)
+def _child(quick: bool, device: str, method: str, budget: float, lr: float = 0.0) -> Any:
+    """``run_method`` in a process of its own (in ``PEER_PYTHON``); None where it failed."""
+    result, error = _child_process.call(
+        "bench_pinn",
+        "child",
+        [method, budget, quick, device, lr],
+        timeout=budget * 4 + 120,
+        launcher=[str(PEER_PYTHON)],
+    )
     if result is None:
         print(f"{method}: failed: {error}", flush=True)
     return result
 
 
-def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--quick", action="store_true", help="small network, 10 s budgets")
-    parser.add_argument("--budget", type=float, default=None, help="seconds per method")
-    parser.add_argument(
-        "--orders", action="store_true", help="only time the Jacobian orders (in-process)"
-    )
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--lr", type=float, default=0.0, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+def child(method: str, budget: float, quick: bool, device: str, lr: float) -> dict[str, Any]:
+    """Inside a method's process: ``run_method`` on ``device`` with two threads."""
     setup_threads()
-    device = torch.device(args.device)
-    if args.child:
-        budget = args.budget or (10.0 if args.quick else 50.0)
-        print(json.dumps(run_method(args.child, budget, args.quick, device, args.lr)))
-        return
-    if args.orders:
-        orders = {"machine": machine(), "quick": args.quick}
-        orders["orders"] = measure_orders(args.quick, device)
-        print(f"wrote {write_json('pinn_orders' + ('-quick' if args.quick else ''), orders)}")
-        return
-    main(quick=args.quick, budget=args.budget, device=args.device)
+    return run_method(method, budget, quick, torch.device(device), lr)
 
 
 def main(quick: bool = False, budget: float | None = None, device: str = "cpu") -> dict[str, Any]:
     """The comparison (each method in its own process); writes the JSON and the figures."""
     setup_threads()
     budget = budget or (10.0 if quick else 50.0)
-    args = argparse.Namespace(quick=quick, device=device)
-    info = machine()
+    info = _machine.describe()
     results: dict[str, Any] = {"machine": info, "budget_s": budget, "quick": quick}
     tuning = {}
     for lr in ADAM_RATES:
-        r = _child(args, "adam", budget / 4, lr)
+        r = _child(quick, device, "adam", budget / 4, lr)
         tuning[lr] = r["trace"][-1][1] if r else float("inf")
         print(f"adam lr={lr:g}: error {tuning[lr]:.3g} after {budget / 4:.0f} s", flush=True)
     best_lr = min(tuning, key=lambda k: tuning[k])
     results["adam_tuning"] = {str(k): v for k, v in tuning.items()}
     runs: dict[str, Any] = {}
     for method in ("ours", "lbfgs", "peer"):
-        runs[method] = _child(args, method, budget)
+        runs[method] = _child(quick, device, method, budget)
         if runs[method]:
             r = runs[method]
             print(
@@ -404,38 +257,24 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
                 f"step {r['step_median_s'] * 1e3:.1f} ms, memory {r['memory_mib']:.0f} MiB",
                 flush=True,
             )
-    runs["adam"] = _child(args, "adam", budget, best_lr)
+    runs["adam"] = _child(quick, device, "adam", budget, best_lr)
     results["adam_lr"] = best_lr
     results["runs"] = {
         k: {kk: vv for kk, vv in v.items() if kk != "error_field"} if v else None
         for k, v in runs.items()
     }
 
-    rows = report.rows(runs)
-    results["rows"] = rows
-    print(format_rows(rows))
-    path = write_json("pinn" + ("-quick" if quick else ""), results)
-    print(f"wrote {path}")
-    report.figures(runs, quick, results)
+    rows = report.run_rows(runs)
+    results["rows"] = [r.record() for r in rows]
+    report.figures(runs, c.suffix(quick, device), results)
     return results
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, budget=budget, device=device)
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, budget=o.budget, device=o.device)
 
 
-BENCHMARK = registry.Benchmark(
-    name="pinn",
-    title="PINN: 2-D Poisson",
-    question="How far does LM train a physics-informed network in a fixed time?",
-    peer="Adam, L-BFGS, torch-levenberg-marquardt's PINN route",
-    target="relative L2 ≤ 1e-5; ≤ 1e-2× Adam's and 1e-1× L-BFGS's error",
-    run=_run,
-    rows=report.summary,
-    section=report.section,
-    devices=("cpu", "cuda"),
-)
-
-
-if __name__ == "__main__":
-    cli()
+#: Its rows (recorded in its results) and its section of the report (``_pinn_report.py``).
+rows = report.summary
+section = report.section

@@ -12,7 +12,7 @@ Methods (each in its own process, float64, the problem's tanh network from one s
 * ``lbfgs``: ``torch.optim.LBFGS`` (strong Wolfe line search, history 50);
 * ``adam_lbfgs``: Adam for half the budget, then L-BFGS (the schedule of DeepXDE, Lu et
   al. 2021, and of most PINN papers);
-* ``lm_tutorial`` (only with ``--methods``): ``lm`` with geodesic acceleration 0.75 and
+* ``lm_tutorial`` (only when named in ``main``'s ``methods``): ``lm`` with geodesic acceleration 0.75 and
   ``scaling_memory=1``.
 
 The clock excludes the error evaluations. The error is the problem's relative L2 error
@@ -20,40 +20,32 @@ against its reference (for the inverse problem: the coefficient's relative error
 ``results/pinn_suite.json`` and prints the rows with their targets (LM ≤ 1e-4, and ≤ 1/100
 of the best first-order method's error).
 
-    flock /tmp/marquardt-bench.lock python benchmarks/bench_pinn_suite.py --budget 25
-    python benchmarks/bench_pinn_suite.py --budget 10 --problems heat,poisson
+    python benchmarks/run_all.py pinn_suite --budget 25
+    python benchmarks/_child.py bench_pinn_suite main '[10, ["heat"], ["lm"], true]'
+
+(the second reruns LM on the heat problem into the recorded results: ``main``'s budget,
+problems, methods and ``update``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
-import sys
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import _registry as registry
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _child
+import _first_order as first_order
+import _machine
 import pinn_suite
-from _common import (
-    RESULTS_DIR,
-    format_rows,
-    load_average,
-    machine,
-    row,
-    run_child,
-    setup_threads,
-    write_json,
-)
+import torch
+from _common import RESULTS_DIR, setup_threads, write_json
+from _registry import Options
+from _rows import Row, row
 
 METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
-#: Run only when named (``--methods``): LM with the PINN tutorial's former settings.
+#: Run only when named in ``main``'s ``methods``: LM with the PINN tutorial's former settings.
 EXTRA_METHODS = ("lm_tutorial",)
 TUTORIAL_SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
 FIRST_ORDER = ("adam", "lbfgs", "adam_lbfgs")
@@ -61,35 +53,6 @@ ADAM_LR = 1e-3
 
 
 # -- one method on one problem (in a child process) ------------------------------------------
-def _adam(model: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR)
-
-    def step() -> None:
-        for _ in range(10):
-            opt.zero_grad()
-            loss().backward()
-            opt.step()
-
-    return step
-
-
-def _lbfgs(model: torch.nn.Module, loss: Callable[[], torch.Tensor]) -> Callable[[], None]:
-    opt = torch.optim.LBFGS(
-        model.parameters(), lr=1.0, max_iter=20, history_size=50, line_search_fn="strong_wolfe"
-    )
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        value = loss()
-        value.backward()
-        return value
-
-    def step() -> None:
-        opt.step(closure)
-
-    return step
-
-
 def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
     """Train ``method`` on problem ``name`` for ``budget`` seconds; its error trace."""
     problem = pinn_suite.problem(name)
@@ -117,8 +80,11 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
 
         step = lm_step
     else:
-        first = _adam(model, loss) if method in ("adam", "adam_lbfgs") else _lbfgs(model, loss)
-        second = _lbfgs(model, loss) if method == "adam_lbfgs" else None
+        if method in ("adam", "adam_lbfgs"):
+            first = first_order.adam(model, loss, ADAM_LR, updates=10)
+        else:
+            first = first_order.lbfgs(model, loss)
+        second = first_order.lbfgs(model, loss) if method == "adam_lbfgs" else None
 
         def fo_step() -> bool:
             (second if second is not None and spent[0] >= budget / 2 else first)()
@@ -161,6 +127,12 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
     }
 
 
+def child(name: str, method: str, budget: float) -> dict[str, Any]:
+    """Inside a method's process: ``run_method`` with two threads."""
+    setup_threads()
+    return run_method(name, method, budget)
+
+
 # -- the parent --------------------------------------------------------------------------------
 def main(
     budget: float = 60.0,
@@ -175,47 +147,44 @@ def main(
     name_json = "pinn_suite-quick" if quick else "pinn_suite"
     setup_threads()
     results: dict[str, Any] = {
-        "machine": machine(),
+        "machine": _machine.describe(),
         "budget_s": budget,
         "adam_lr": ADAM_LR,
         "problems": {},
     }
+    unknown = sorted(set(methods) - set(METHODS + EXTRA_METHODS))
+    if unknown:
+        raise SystemExit(f"unknown methods {unknown}; the known ones are {METHODS + EXTRA_METHODS}")
     if update:
         results = json.loads((RESULTS_DIR / f"{name_json}.json").read_text())
         if results["budget_s"] != budget:
             raise SystemExit(
-                f"--update with --budget {budget} into results of {results['budget_s']} s: "
-                "the runs would not compare. HINT: pass --budget "
+                f"an update with a budget of {budget} s into results of "
+                f"{results['budget_s']} s: the runs would not compare. HINT: pass the budget "
                 f"{results['budget_s']:g}"
             )
+    for name in problems:
+        pinn_suite.problem(name)  # unknown names fail here, before any run
     for name in problems:
         problem = pinn_suite.problem(name)
         entry: dict[str, Any] = results["problems"].get(name) or {
             "published": problem.published,
-            "load_before": load_average(),
+            "load_before": _machine.load_average(),
             "runs": {},
         }
         for method in methods:
-            out, error = run_child(
-                [
-                    str(Path(__file__).resolve()),
-                    "--child",
-                    f"{name}:{method}",
-                    "--budget",
-                    str(budget),
-                ],
-                timeout=budget * 4 + 180,
+            out, error = _child.call(
+                "bench_pinn_suite", "child", [name, method, budget], timeout=budget * 4 + 180
             )
             entry["runs"][method] = out if out is not None else {"failed": error}
             if update:
-                entry["runs"][method]["rerun_load"] = load_average()
+                entry["runs"][method]["rerun_load"] = _machine.load_average()
             shown = f"{out['trace'][-1][1]:.3g} ({out['steps']} steps)" if out else error
             print(f"{name:13s} {method:12s} {shown}", flush=True)
-        entry.setdefault("load_after", load_average())
+        entry.setdefault("load_after", _machine.load_average())
         results["problems"][name] = entry
-    results["rows"] = summary(results)
-    print(format_rows(results["rows"]))
-    print(f"wrote {write_json(name_json, results)}")
+    if update:
+        print(f"wrote {write_json(name_json, results)}")
     return results
 
 
@@ -227,7 +196,7 @@ def _final(run: dict[str, Any] | None) -> float:
     return value if math.isfinite(value) else math.inf
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[Row]:
     """Per problem: LM's error against 1e-4, and LM / the best first-order method against 1/100."""
     rows = []
     for name, entry in results["problems"].items():
@@ -279,54 +248,8 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cli() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budget", type=float, default=60.0, help="seconds per method and problem")
-    parser.add_argument(
-        "--problems", default=",".join(pinn_suite.PROBLEMS), help="comma-separated subset"
-    )
-    parser.add_argument(
-        "--methods",
-        default=",".join(METHODS),
-        help=f"comma-separated subset of {METHODS + EXTRA_METHODS}",
-    )
-    parser.add_argument(
-        "--update", action="store_true", help="replace these runs in the last results only"
-    )
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    setup_threads()
-    if args.child:
-        name, method = args.child.split(":")
-        print(json.dumps(run_method(name, method, args.budget)))
-        return
-    chosen = tuple(p for p in args.problems.split(",") if p)
-    for p in chosen:
-        pinn_suite.problem(p)  # unknown names fail here, before any run
-    methods = tuple(m for m in args.methods.split(",") if m)
-    unknown = sorted(set(methods) - set(METHODS + EXTRA_METHODS))
-    if unknown:
-        parser.error(f"unknown methods {unknown}; the known ones are {METHODS + EXTRA_METHODS}")
-    main(budget=args.budget, problems=chosen, methods=methods, update=args.update)
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    if quick:
-        return main(budget=budget or 5.0, problems=("heat", "poisson"), quick=True)
-    return main() if budget is None else main(budget=budget)
-
-
-BENCHMARK = registry.Benchmark(
-    name="pinn_suite",
-    title="PINN problem suite: LM against Adam, L-BFGS and Adam then L-BFGS",
-    question="Does LM hold on the literature's PINN problems (Poisson, Helmholtz, Burgers, Allen–Cahn, heat, an inverse heat problem)?",
-    peer="Adam, L-BFGS, Adam then L-BFGS; published figures",
-    target="relative L2 ≤ 1e-4 on every problem; ≤ 1e-2× the best first-order method's error",
-    run=_run,
-    rows=summary,
-    section=section,
-)
-
-
-if __name__ == "__main__":
-    cli()
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    if o.quick:
+        return main(budget=o.budget or 5.0, problems=("heat", "poisson"), quick=True)
+    return main() if o.budget is None else main(budget=o.budget)

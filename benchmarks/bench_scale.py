@@ -25,7 +25,10 @@ P × P or N × N system; each kernel is timed up to ``FLOOR_REPEATS`` times with
 
 Peak memory: each side's one LM step in a fresh process, as ``bench_memory.py`` measures
 it — data, model and optimizer built, the peak-RSS mark reset to the current RSS, then the
-growth of the peak over it during the step (CPU only; ``bench_gpu.py`` measures GPU memory).
+growth of the peak over it during the step. On a GPU (``--device cuda``, ``PLANS``): also
+the tutorial's shape, larger N and the largest N whose whole J the planner fits, with each
+side's peak GPU memory and what ours leaves after its deletion (``_device.py``), and the
+host synchronisations in one step.
 
 Targets: ours ≤ 0.67× the peer's median step; ours ≤ 1.5× the floor; our peak RSS growth
 ≤ the peer's.
@@ -34,42 +37,99 @@ Parameter subsets (``_scale_subsets.py``): the 1-512-512-512-1 MLP (P = 526,849)
 N = 10000 with k = 4096 parameters per step, ours by layer and at random against the peer's
 random selection, each for the same wall time, and Adam at its best learning rate; time per
 step, peak RSS and the MSE on the full data after the budget (about 6 minutes in all).
-``--subsets-only`` runs that part alone (``results/scale-subsets.json``). ``python benchmarks/bench_scale.py [--quick] [--device cpu]``; ``main()``
-writes ``results/scale.json`` and ``results/scale.png`` (``scale-quick.*`` with ``--quick``).
+``python benchmarks/_child.py _scale_subsets main`` runs that part alone
+(``results/scale-subsets.json``). ``python benchmarks/run_all.py scale [--quick]
+[--device cuda]``; ``main()`` writes ``results/scale.json`` and ``results/scale.png``
+(``scale-quick.*`` with ``--quick``).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import _child
 import _common as c
-import _registry as registry
+import _device
+import _machine
+import _scale_report as report
 import _scale_subsets as subsets
 import _versus as v
 import torch
+from _registry import Options
+from _rows import Row, row
+from _scale_report import mib, ms
 
-# (widths, N, timed steps)
-SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
-    ((1, 64, 64, 1), 20_000, 5),
-    ((1, 128, 128, 1), 2_000, 7),
-    ((1, 128, 128, 128, 128, 1), 2_000, 5),
-)
-# Development only: the same code paths (one over-, one under-determined) in seconds.
-QUICK_SHAPES: tuple[tuple[tuple[int, ...], int, int], ...] = (
-    ((1, 16, 16, 1), 2_000, 3),
-    ((1, 32, 32, 1), 300, 3),
-)
-CAP_SECONDS = 150.0
-FLOOR_REPEATS = 3
-FLOOR_BUDGET = 4.0
+#: Stands for "the largest N whose whole J the planner fits on the device" in a shape list.
+LARGEST = 0
 RSS_TIMEOUT = 300.0
-TARGET_PEER = 0.67
 TARGET_FLOOR = 1.5
 TARGET_RSS = 1.0
+#: Seconds of a GPU run's shapes when ``--budget`` does not say.
+GPU_BUDGET = 450.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run measures on one kind of device.
+
+    **Arguments:**
+
+    - `shapes`: (widths, N, timed steps) each; N = ``LARGEST`` for the largest N that fits.
+    - `cap`, `largest_cap`: seconds per shape (and for the largest one) at most.
+    - `min_seconds`: a shape with less of the budget left is skipped.
+    - `floor_repeats`, `floor_budget`: the floor's timed calls and their seconds (None: a
+      sixth of what is left of the shape's cap).
+    - `target_peer`: the target of ours / the peer.
+    - `clip`: the largest N at most (None: the planner's).
+    """
+
+    shapes: tuple[tuple[tuple[int, ...], int, int], ...]
+    cap: float
+    largest_cap: float
+    min_seconds: float
+    floor_repeats: int
+    floor_budget: float | None
+    target_peer: float
+    clip: int | None = None
+
+
+#: (device type, quick) -> the plan. On the CPU: the shapes users bring beyond the
+#: tutorial's (``bench_step.py``'s); on a GPU also the tutorial's, larger N and the largest.
+PLANS: dict[tuple[str, bool], Plan] = {
+    ("cpu", False): Plan(
+        (((1, 64, 64, 1), 20_000, 5), ((1, 128, 128, 1), 2_000, 7), ((1, 128, 128, 128, 128, 1), 2_000, 5)),
+        cap=150.0, largest_cap=150.0, min_seconds=0.0, floor_repeats=3, floor_budget=4.0,
+        target_peer=0.67,
+    ),
+    # Development only: the same code paths (one over-, one under-determined) in seconds.
+    ("cpu", True): Plan(
+        (((1, 16, 16, 1), 2_000, 3), ((1, 32, 32, 1), 300, 3)),
+        cap=150.0, largest_cap=150.0, min_seconds=0.0, floor_repeats=3, floor_budget=4.0,
+        target_peer=0.67,
+    ),
+    ("cuda", False): Plan(
+        (
+            ((1, 256, 1), 10_000, 15), ((1, 256, 1), 100_000, 15),
+            ((1, 128, 128, 1), 2_000, 15), ((1, 128, 128, 1), 20_000, 15),
+            ((1, 128, 128, 128, 128, 1), 2_000, 15), ((1, 128, 128, 128, 128, 1), 10_000, 15),
+            ((1, 128, 128, 128, 128, 1), LARGEST, 15),
+        ),
+        cap=30.0, largest_cap=150.0, min_seconds=15.0, floor_repeats=5, floor_budget=None,
+        target_peer=0.5,
+    ),
+    ("cuda", True): Plan(
+        (
+            ((1, 16, 1), 2_000, 15), ((1, 16, 1), 5_000, 15), ((1, 24, 24, 1), 300, 15),
+            ((1, 24, 24, 1), 1_000, 15), ((1, 24, 24, 1), LARGEST, 15),
+        ),
+        cap=6.0, largest_cap=6.0, min_seconds=2.0, floor_repeats=5, floor_budget=None,
+        target_peer=0.5, clip=1_500,
+    ),
+}  # fmt: skip
 
 
 def rss_child(kind: str, widths: Sequence[int], n: int) -> dict[str, Any]:
@@ -78,44 +138,48 @@ def rss_child(kind: str, widths: Sequence[int], n: int) -> dict[str, Any]:
     device = torch.device("cpu")
     ((x, y),) = v.batches(n, 1, device)
     step = (v.make_ours if kind == "ours" else v.make_peer)(widths, device)[0]
-    return {"kind": kind, **c.step_rss(lambda: step(x, y))}
+    return {"kind": kind, **_machine.step_rss(lambda: step(x, y))}
 
 
 def _rss(widths: Sequence[int], n: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for kind in ("ours", "peer"):
-        spec = json.dumps({"kind": kind, "widths": list(widths), "n": n})
-        result, error = c.run_child([__file__, "--child-rss", spec], RSS_TIMEOUT)
+        args = [kind, list(widths), n]
+        result, error = _child.call("bench_scale", "rss_child", args, timeout=RSS_TIMEOUT)
         out[kind] = result if result is not None else {"kind": kind, "error": error}
     return out
 
 
 def measure_shape(
-    widths: Sequence[int], n: int, steps: int, device: torch.device, *, rss: bool
+    widths: Sequence[int], n: int, steps: int, device: torch.device, plan: Plan, cap: float
 ) -> dict[str, Any]:
-    """Interleaved steps of ours and the peer, the floor, and (CPU) each side's peak RSS."""
-    load_before = c.load_average()
+    """Interleaved steps of ours and the peer, the floor, and each side's peak memory
+    (RSS in a fresh process on the CPU; GPU memory over building it and one step)."""
+    load_before = _machine.load_average()
+    gpu = device.type == "cuda"
     entry = v.measure_shape(
         widths,
         n,
         device,
         steps=steps,
-        cap=CAP_SECONDS,
-        floor_repeats=FLOOR_REPEATS,
-        floor_budget=FLOOR_BUDGET,
+        cap=cap,
+        floor_repeats=plan.floor_repeats,
+        floor_budget=plan.floor_budget,
+        step_share=0.6 if gpu else 1.0,
+        memory=_device.gpu_memory if gpu else None,
     )
-    if "error" in entry["floor"]:
+    if "error" in entry["floor"] and not gpu:
         raise RuntimeError(f"the floor failed: {entry['floor']['error']}")
     entry["load_before"] = load_before
-    entry["rss"] = _rss(widths, n) if rss else {}
-    entry["load_after"] = c.load_average()
+    entry["rss"] = {} if gpu else _rss(widths, n)
+    entry["load_after"] = _machine.load_average()
     ours = entry["ours"]["median"].get("step")
     peer = entry["peer"]["median"].get("step")
-    floor = entry["floor"]["floor_seconds"]
+    floor = entry["floor"].get("floor_seconds")
     growth = {k: entry["rss"].get(k, {}).get("growth_mib") for k in ("ours", "peer")}
     entry["ratios"] = {
         "ours_vs_peer": None if ours is None or peer is None else ours / peer,
-        "ours_vs_floor": None if ours is None else ours / floor,
+        "ours_vs_floor": None if ours is None or floor is None else ours / floor,
         "rss_ours_vs_peer": None
         if growth["ours"] is None or growth["peer"] is None
         else growth["ours"] / max(growth["peer"], 1.0),
@@ -123,268 +187,165 @@ def measure_shape(
     return entry
 
 
-def main(quick: bool = False, device: str = "cpu", *, with_subsets: bool = True) -> dict[str, Any]:
-    c.setup_threads()
+def _largest(plan: Plan, device: torch.device) -> dict[str, Any]:
+    """The largest N of the plan's largest network that the planner fits on ``device``."""
+    big = max((c.mlp_params(w) for w, n, _ in plan.shapes if n == LARGEST), default=0)
+    if not big:
+        return {}
+    try:
+        n, lines, note = _device.largest_batch(big, device, plan.clip)
+        return {"params": big, "n": n, "plan": lines, "note": note}
+    except Exception as exc:  # a failure is a result; the other shapes still run
+        return {"params": big, "n": 0, "error": v.describe_error(exc)}
+
+
+def main(
+    quick: bool = False,
+    device: str = "cpu",
+    *,
+    budget: float | None = None,
+    with_subsets: bool = True,
+) -> dict[str, Any]:
+    """Every shape of the device's plan (``PLANS``), within ``budget`` seconds (GPU: its
+    own budget); on a GPU first the largest N and the host synchronisations."""
     where = torch.device(device)
-    shapes = QUICK_SHAPES if quick else SHAPES
+    gpu = where.type == "cuda"
+    plan = PLANS[(where.type, quick)]
+    if not gpu:
+        c.setup_threads()
+    end = time.monotonic() + (budget or (GPU_BUDGET if gpu else float("inf")))
     results: dict[str, Any] = {
         "problem": f"sinc(10x), shuffled batches of N from the seed's {c.DATASET_SIZE} "
-        f"points, tanh MLPs, float32, {c.THREADS} threads, device {where}",
+        f"points, tanh MLPs, float32, "
+        + (f"device {where}" if gpu else f"{c.THREADS} threads, device {where}"),
         "quick": quick,
         "device": str(where),
         "ours_config": "LMA defaults (Nielsen damping, Marquardt scaling, strategy and "
         "backend auto), step(x, y) without slice_size",
         "peer_config": "LevenbergMarquardtModule(solve_method='cholesky'), defaults otherwise",
         "targets": {
-            "ours_vs_peer": TARGET_PEER,
+            "ours_vs_peer": plan.target_peer,
             "ours_vs_floor": TARGET_FLOOR,
             "rss_ours_vs_peer": TARGET_RSS,
         },
-        "load_average": {"before": c.load_average()},
+        "load_average": {"before": _machine.load_average()},
         "shapes": {},
     }
-    for widths, n, steps in shapes:
-        name = f"{c.mlp_name(widths)} N={n}"
-        try:
-            results["shapes"][name] = measure_shape(
-                widths, n, steps, where, rss=where.type == "cpu"
-            )
-        except Exception as exc:  # one shape's failure is a result; the others still run
+    largest = _largest(plan, where)
+    if largest:
+        results["largest"] = largest
+    if gpu:
+        _device.warm(where)
+        results["syncs"] = _device.count_syncs(where)
+    for widths, n, steps in plan.shapes:
+        is_largest = n == LARGEST
+        n = largest.get("n", 0) if is_largest else n
+        name = f"{c.mlp_name(widths)} N={n if n else 'largest'}"
+        left = end - time.monotonic()
+        cap = min(plan.largest_cap if is_largest else plan.cap, left - 5.0)
+        if not n or cap < plan.min_seconds:
             results["shapes"][name] = {
+                "widths": list(widths),
+                "params": c.mlp_params(widths),
+                "n": n,
+                "largest": is_largest,
+                "error": f"skipped: {left:.0f} s of the budget left"
+                if n
+                else largest.get("error", "no N fits on the device"),
+            }
+            continue
+        try:
+            entry = measure_shape(widths, n, steps, where, plan, cap)
+        except Exception as exc:  # one shape's failure is a result; the others still run
+            entry = {
                 "widths": list(widths),
                 "params": c.mlp_params(widths),
                 "n": n,
                 "error": v.describe_error(exc),
             }
-            v.release(where)
-    if with_subsets and not quick and where.type == "cpu":
-        results["subsets"] = subsets.measure(__file__)
-    results["load_average"]["after"] = c.load_average()
-    c.write_json("scale-quick" if quick else "scale", results)
-    _plot(results, "scale-quick.png" if quick else "scale.png")
+        entry["largest"] = is_largest
+        results["shapes"][name] = entry
+        v.release(where)
+    if with_subsets and not quick and not gpu:
+        results["subsets"] = subsets.measure()
+    results["load_average"]["after"] = _machine.load_average()
+    report.plot(results, f"scale{c.suffix(quick, device)}.png")
     return results
 
 
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.2f} s" if value >= 1 else f"{value * 1e3:.0f} ms"
+def _details(e: dict[str, Any]) -> dict[str, str]:
+    """The figures behind each ratio of shape ``e``: the steps, the floor, the peak RSS."""
+    ours, peer, floor, rss = e["ours"], e["peer"], e["floor"], e.get("rss")
+    om, pm = ours["median"], peer["median"]
+    errors = "; ".join(f"{k} failed: {e[k]['error']}" for k in ("ours", "peer") if e[k]["error"])
+    out = {
+        "ours_vs_peer": f"ours {ms(om.get('step'))}, peer {ms(pm.get('step'))} (medians of "
+        f"{len(ours['steps'])} / {len(peer['steps'])} steps; attempts "
+        f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g})"
+        + (f"; {errors}" if errors else ""),
+        "ours_vs_floor": floor.get("error", ""),
+    }
+    if "error" not in floor:
+        best = floor["gram_best_kernel"]
+        out["ours_vs_floor"] = (
+            f"floor {ms(floor['floor_seconds'])} = {floor['product']} by {best} "
+            f"{ms(floor['gram_seconds'][best])} + float64 Cholesky "
+            f"({floor['system_size']:,}²) {ms(floor['cholesky_float64_seconds'])}"
+        )
+    if rss:
+        out["rss_ours_vs_peer"] = (
+            f"ours {mib(rss['ours'])}, peer {mib(rss['peer'])} "
+            "(growth of one step, fresh process each)"
+        )
+    return out
 
 
-def _mib(run: dict[str, Any]) -> str:
-    g = run.get("growth_mib")
-    return "failed" if g is None else f"{g:.0f} MiB"
+#: Each ratio of a shape: its key in the results, its name in the rows.
+RATIOS = {
+    "ours_vs_peer": "ours / peer",
+    "ours_vs_floor": "ours / floor",
+    "rss_ours_vs_peer": "peak RSS ours / peer",
+}
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ratios with their targets, for the aggregate table."""
+def _shape_rows(results: dict[str, Any]) -> list[Row]:
+    """Per shape: ours / the peer, ours / the floor, and each side's peak memory."""
+    targets = results["targets"]
     rows = []
     for e in results["shapes"].values():
-        label = f"scale {c.mlp_name(e['widths'])} (P={e['params']:,}) N={e['n']:,}"
+        largest = " (largest)" if e.get("largest") else ""
+        label = f"scale {c.mlp_name(e['widths'])} (P={e['params']:,}) N={e['n']:,}{largest}"
         if "error" in e:
-            rows.append(c.row(f"{label}: did not complete", None, None, detail=e["error"]))
+            rows.append(row(f"{label}: did not complete", None, None, detail=e["error"]))
             continue
-        ours, peer, floor = e["ours"], e["peer"], e["floor"]
-        om, pm = ours["median"], peer["median"]
-        errors = "; ".join(
-            f"{k} failed: {e[k]['error']}" for k in ("ours", "peer") if e[k]["error"]
-        )
-        rows.append(
-            c.row(
-                f"{label}: ours / peer",
-                e["ratios"]["ours_vs_peer"],
-                TARGET_PEER,
-                detail=f"ours {_ms(om.get('step'))}, peer {_ms(pm.get('step'))} (medians of "
-                f"{len(ours['steps'])} / {len(peer['steps'])} steps; attempts "
-                f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g})"
-                + (f"; {errors}" if errors else ""),
-            )
-        )
-        best = floor["gram_best_kernel"]
-        rows.append(
-            c.row(
-                f"{label}: ours / floor",
-                e["ratios"]["ours_vs_floor"],
-                TARGET_FLOOR,
-                detail=f"floor {_ms(floor['floor_seconds'])} = {floor['product']} by {best} "
-                f"{_ms(floor['gram_seconds'][best])} + float64 Cholesky "
-                f"({floor['system_size']:,}²) {_ms(floor['cholesky_float64_seconds'])}",
-            )
-        )
-        if e.get("rss"):
-            rows.append(
-                c.row(
-                    f"{label}: peak RSS ours / peer",
-                    e["ratios"]["rss_ours_vs_peer"],
-                    TARGET_RSS,
-                    detail=f"ours {_mib(e['rss']['ours'])}, peer {_mib(e['rss']['peer'])} "
-                    "(growth of one step, fresh process each)",
-                )
-            )
+        for key, detail in _details(e).items():
+            value = e["ratios"][key]
+            rows.append(row(f"{label}: {RATIOS[key]}", value, targets[key], detail=detail))
+        if e.get("memory"):
+            rows.extend(_device.memory_rows(label, e["memory"]))
     if "subsets" in results:
         rows.extend(subsets.summary(results["subsets"]))
-    return rows
+    return [*_device.sync_rows(results.get("syncs", {})), *rows]
 
 
-def _plot(results: dict[str, Any], png: str) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
-    shapes = {k: e for k, e in results["shapes"].items() if "error" not in e}
-    if not shapes:
-        return
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    width = 0.27
-    for offset, (key, label, color) in enumerate(
-        (
-            ("ours", "marquardt LMA", "#4c72b0"),
-            ("peer", "torch-levenberg-marquardt", "#dd8452"),
-            ("floor", "floor: Gram + float64 Cholesky", "#999999"),
-        )
-    ):
-        values = []
-        for e in shapes.values():
-            if key == "floor":
-                values.append(e["floor"]["floor_seconds"])
-            else:
-                values.append(e[key]["median"].get("step", float("nan")))
-        xs = [i + (offset - 1) * width for i in range(len(shapes))]
-        ax.bar(xs, values, width, label=label, color=color)
-    ax.set_xticks(
-        range(len(shapes)),
-        [f"{c.mlp_name(e['widths'])}\nP={e['params']:,} N={e['n']:,}" for e in shapes.values()],
-        fontsize=8,
-    )
-    ax.set_yscale("log")
-    ax.set_ylabel("seconds per LM step (median)")
-    ax.set_title(results["problem"], fontsize=8)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    c.RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    fig.savefig(c.RESULTS_DIR / png, dpi=120)
-    plt.close(fig)
-
-
-def _print(results: dict[str, Any]) -> None:
-    print(results["problem"])
-    print(f"  ours: {results['ours_config']}; peer: {results['peer_config']}")
-    for name, e in results["shapes"].items():
-        if "error" in e:
-            print(f"  {name}: failed: {e['error']}")
-            continue
-        om = e["ours"]["median"]
-        parts = ", ".join(f"{k} {_ms(om[k])}" for k in v.PARTS if k in om)
-        f = e["floor"]
-        kernels = ", ".join(
-            f"{k} {_ms(s)} ({f['gram_timed_calls'][k]} timed)" for k, s in f["gram_seconds"].items()
-        )
-        print(
-            f"  {name} (P={e['params']:,}, {e['system']}; {e['warmup']} warm-up + "
-            f"{len(e['ours']['steps'])} timed steps; load {e['load_before']:.1f} → "
-            f"{e['load_after']:.1f}): ours {e['ours_runs']}; parts {parts}"
-        )
-        print(
-            f"    floor: {f['product']} kernels {kernels}; float64 Cholesky "
-            f"{_ms(f['cholesky_float64_seconds'])} ({f['cholesky_timed_calls']} timed)"
-        )
-    print(c.format_rows(summary(results)))
-
-
-def _cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny shapes (development)")
-    parser.add_argument("--device", default="cpu", help="torch device (cpu)")
-    parser.add_argument("--subsets-only", action="store_true", help="the P = 526,849 part alone")
-    parser.add_argument("--child-rss", default="", help=argparse.SUPPRESS)
-    parser.add_argument("--child-subsets", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child_subsets:
-        print(subsets.child(args.child_subsets))
-        return 0
-    if args.subsets_only:
-        part = {"machine": c.machine(), "subsets": subsets.measure(__file__)}
-        c.write_json("scale-subsets", part)
-        print(
-            json.dumps({k: v for k, v in part["subsets"].items() if k != "rss"}, default=str)[:3000]
-        )
-        print(c.format_rows(subsets.summary(part["subsets"])))
-        return 0
-    if args.child_rss:
-        spec = json.loads(args.child_rss)
-        print(json.dumps(rss_child(spec["kind"], spec["widths"], spec["n"])))
-        return 0
-    _print(main(quick=args.quick, device=args.device))
-    return 0
-
-
-def section(sc: dict[str, Any]) -> str:
-    t = c.seconds_text
-
-    out = [
-        f"{sc['problem']}. Ours: {sc['ours_config']}; peer: {sc['peer_config']}. "
-        "Steps interleaved, medians after one warm-up step; floor on a random J of the "
-        "same shape; peak RSS growth of one step in a fresh process per side.",
-        "",
-        "| MLP | P | N | system | ours | peer | floor (kernel + float64 Cholesky) | "
-        "ours: jacobian / assembly / solve / trial | attempts ours / peer | "
-        "peak RSS ours / peer | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for e in sc["shapes"].values():
-        name = "-".join(str(w) for w in e["widths"])
-        if "error" in e:
-            out.append(f"| {name} | {e['params']:,} | {e['n']:,} | failed: {e['error']} |")
-            continue
-        om, pm, f = e["ours"]["median"], e["peer"]["median"], e["floor"]
-        best = f["gram_best_kernel"]
-        rss = e.get("rss") or {}
-        mem = " / ".join(
-            "—" if rss.get(k, {}).get("growth_mib") is None else f"{rss[k]['growth_mib']:.0f} MiB"
-            for k in ("ours", "peer")
-        )
-        parts = " / ".join(t(om.get(k)) for k in ("jacobian", "assembly", "solve", "trial"))
-        out.append(
-            f"| {name} | {e['params']:,} | {e['n']:,} | {e['system']} | "
-            f"{t(om.get('step'))} ({len(e['ours']['steps'])} steps) | "
-            f"{t(pm.get('step'))} ({len(e['peer']['steps'])} steps) | "
-            f"{t(f['floor_seconds'])} ({best} {t(f['gram_seconds'][best])} + "
-            f"{t(f['cholesky_float64_seconds'])}) | {parts} | "
-            f"{om.get('attempts', float('nan')):g} / {pm.get('attempts', float('nan')):g} | "
-            f"{mem} | {e['load_before']:.1f} → {e['load_after']:.1f} |"
-        )
-    return "\n".join(out)
-
-
-def _rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """``summary``, with the subsets part from ``results/scale-subsets.json`` when a full
-    run on the CPU lacks it (``--subsets-only`` was run alone after it)."""
+def rows(results: dict[str, Any]) -> list[Row]:
+    """The ratios with their targets, with the subsets part from
+    ``results/scale-subsets.json`` when a full run on the CPU lacks it (that part was run
+    alone after it)."""
     full_cpu = not results.get("quick") and results.get("device", "cpu") == "cpu"
     if "subsets" not in results and full_cpu:
         path = c.RESULTS_DIR / "scale-subsets.json"
         part = json.loads(path.read_text()) if path.exists() else {}
         if "subsets" in part:
             results = {**results, "subsets": part["subsets"]}
-    return summary(results)
+    return _shape_rows(results)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device)
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, device=o.device, budget=o.budget)
 
 
-BENCHMARK = registry.Benchmark(
-    name="scale",
-    title="LM at the scale users bring",
-    question="Does the step hold at P = 4k–50k, and what do parameter subsets give at P = 527k?",
-    peer="torch-levenberg-marquardt; the floor; Adam for subsets",
-    target="≤ 0.67× the peer, ≤ 1.5× the floor, peak RSS ≤ the peer's",
-    run=_run,
-    rows=_rows,
-    section=section,
-    devices=("cpu", "cuda"),
-    png="scale.png",
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    sys.exit(_cli())
+#: Its section of the report, and what a run prints (``_scale_report.py``).
+section = report.section
+echo = report.echo

@@ -16,13 +16,12 @@ call of ours with a model it has not seen is timed apart, then ``WARM_CALLS`` mo
 
 Targets, ours (tenth call on) / SciPy: ≤ 3× at N = 100, ≤ 1.5× at 10³, ≤ 1× at 10⁴,
 ≤ 0.5× from 10⁵ on; default threads / one thread ≤ 1. The first call is reported beside.
-``python benchmarks/bench_small_fit.py [--quick] [--device cpu|cuda]`` (``cuda``: ours'
-torch-model side gets its data on the GPU); ``main()`` writes ``results/small_fit.json``.
+``python benchmarks/run_all.py small_fit [--quick] [--device cuda]`` (``cuda``: ours' torch-model side gets
+its data on the GPU).
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import time
@@ -31,9 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import numpy as np
 import torch
+from _registry import Options
+from _rows import Row, row
+
+from marquardt.testing.problems import decay, decay_numpy, gaussian, gaussian_numpy
 
 CASES = (
     ("decay", 100),
@@ -55,22 +58,6 @@ DECAY_TRUE, DECAY_P0 = (2.5, 1.3, 0.5), (1.0, 1.0, 0.0)
 GAUSS_TRUE, GAUSS_P0 = (2.0, 0.3, 0.8, 0.5), (1.0, 0.0, 1.0, 0.0)
 
 
-def decay_numpy(x: np.ndarray, a: float, b: float, c0: float) -> np.ndarray:
-    return a * np.exp(-b * x) + c0
-
-
-def decay_torch(x: torch.Tensor, a: Any, b: Any, c0: Any) -> torch.Tensor:
-    return a * torch.exp(-b * x) + c0
-
-
-def gaussian_numpy(x: np.ndarray, a: float, mu: float, s: float, off: float) -> np.ndarray:
-    return a * np.exp(-0.5 * ((x - mu) / s) ** 2) + off
-
-
-def gaussian_torch(x: torch.Tensor, a: Any, mu: Any, s: Any, off: Any) -> torch.Tensor:
-    return a * torch.exp(-0.5 * ((x - mu) / s) ** 2) + off
-
-
 def problem(
     name: str, n: int
 ) -> tuple[Callable[..., Any], Callable[..., Any], np.ndarray, np.ndarray, tuple[float, ...]]:
@@ -78,10 +65,10 @@ def problem(
     if name == "decay":
         x = np.linspace(0.0, 4.0, n)
         y = decay_numpy(x, *DECAY_TRUE) + 0.02 * rng.standard_normal(n)
-        return decay_numpy, decay_torch, x, y, DECAY_P0
+        return decay_numpy, decay, x, y, DECAY_P0
     x = np.linspace(-5.0, 5.0, n)
     y = gaussian_numpy(x, *GAUSS_TRUE) + 0.05 * rng.standard_normal(n)
-    return gaussian_numpy, gaussian_torch, x, y, GAUSS_P0
+    return gaussian_numpy, gaussian, x, y, GAUSS_P0
 
 
 def _timed(call: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
@@ -138,7 +125,7 @@ def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, 
         "ours_torch_model": ours_torch,
         "ours_torch_model_1_thread": ours_torch_one_thread,
     }
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     seconds: dict[str, list[float]] = {k: [] for k in sides}
     popt: dict[str, list[float]] = {}
     first: dict[str, float] = {}
@@ -173,7 +160,7 @@ def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, 
         "max_relative_popt_difference_to_scipy": agreement,
         "threads_default": default_threads,
         "load_before": load_before,
-        "load_after": c.load_average(),
+        "load_after": _machine.load_average(),
     }
 
 
@@ -184,12 +171,11 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
         "Gaussian plus offset (P = 4)",
         "device": str(where),
         "quick": quick,
-        "machine": {k: v for k, v in c.machine().items() if k in ("cpu", "cores", "torch")},
+        "machine": {k: v for k, v in _machine.describe().items() if k in ("cpu", "cores", "torch")},
         "cases": [],
     }
     for name, n in QUICK_CASES if quick else CASES:
         results["cases"].append(measure(name, n, QUICK_REPEATS if quick else REPEATS, where))
-    c.write_json("small_fit-quick" if quick else "small_fit", results)
     return results
 
 
@@ -207,35 +193,27 @@ def _target(n: int) -> float:
     return TARGETS.get(n, TARGET_LARGE)
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[Row]:
+    """Per case: each model's tenth call over SciPy's, and default threads over one."""
     rows = []
     for e in results["cases"]:
         med, r = e["median"], e["ratios"]
         first = e.get("first_call", {})
         label = f"small fit {e['case']} N={e['n']:,}"
         load = f"load {e['load_before']:.1f} → {e['load_after']:.1f}"
-        rows.append(
-            c.row(
-                f"{label}: ours (NumPy model, tenth call) / SciPy",
-                r["numpy_model_vs_scipy"],
-                _target(e["n"]),
-                detail=f"ours {_ms(med['ours_numpy_model'])}"
-                f"{_first(first, 'ours_numpy_model', 'first call ')}, SciPy "
-                f"{_ms(med['scipy'])}; {load}",
+        for model, kind in (("NumPy", "numpy"), ("torch", "torch")):
+            side = f"ours_{kind}_model"
+            rows.append(
+                row(
+                    f"{label}: ours ({model} model, tenth call) / SciPy",
+                    r[f"{kind}_model_vs_scipy"],
+                    _target(e["n"]),
+                    detail=f"ours {_ms(med[side])}{_first(first, side, 'first call ')}, "
+                    f"SciPy {_ms(med['scipy'])}; {load}",
+                )
             )
-        )
         rows.append(
-            c.row(
-                f"{label}: ours (torch model, tenth call) / SciPy",
-                r["torch_model_vs_scipy"],
-                _target(e["n"]),
-                detail=f"ours {_ms(med['ours_torch_model'])}"
-                f"{_first(first, 'ours_torch_model', 'first call ')}, SciPy "
-                f"{_ms(med['scipy'])}; {load}",
-            )
-        )
-        rows.append(
-            c.row(
+            row(
                 f"{label}: torch model, {e['threads_default']} threads / 1 thread",
                 r["default_vs_one_thread"],
                 THREADS_TARGET,
@@ -273,38 +251,6 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _print(results: dict[str, Any]) -> None:
-    print(section(results))
-    print(c.format_rows(summary(results)))
-
-
-def _cli() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="three sizes, three repeats")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    args = parser.parse_args()
-    _print(main(quick=args.quick, device=args.device))
-    return 0
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device)
-
-
-BENCHMARK = registry.Benchmark(
-    name="small_fit",
-    title="Single small fits against SciPy",
-    question="What does one small fit cost, with a NumPy or a torch model?",
-    peer="SciPy `curve_fit`",
-    target="tenth call ≤ 3× at N = 100, 1.5× at 10³, 1× at 10⁴, 0.5× from 10⁵; default threads "
-    "≤ one thread",
-    run=_run,
-    rows=summary,
-    section=section,
-    devices=("cpu", "cuda"),
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_cli())
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick, device=o.device)

@@ -15,21 +15,23 @@ the ``ssyrk`` of the MKL inside torch, where it is exported; ``_floor.py``) plus
 float64 Cholesky factorisation and solve of the P × P system, measured in the same run.
 
 Targets: ours ≤ 0.67× the peer's median step; ours ≤ 1.5× the floor.
-``python benchmarks/bench_step.py [steps]``; ``main()`` returns the results and writes
-``results/step.json`` and ``results/step.png``.
+``python benchmarks/run_all.py step``; ``main()`` returns the results and writes ``results/step.png``.
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 import time
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import torch
 from _floor import floor_seconds
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import sinc
 
 STEPS = 15
 WARMUP = 2
@@ -47,7 +49,7 @@ def main(
     from marquardt.solver import LMA
 
     tlm = c.import_peer()
-    x_all, y_all = c.sinc_dataset()
+    x_all, y_all = sinc()
     batches = c.shuffled_batches(x_all, y_all, batch)
     pairs = [next(batches) for _ in range(WARMUP + steps)]
 
@@ -55,7 +57,7 @@ def main(
     peer = tlm.training.LevenbergMarquardtModule(
         copy.deepcopy(c.sinc_model(hidden)), solve_method="cholesky"
     )
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     ours_s: list[float] = []
     peer_s: list[float] = []
     ours_attempts: list[int] = []
@@ -120,18 +122,14 @@ def main(
             "ours_vs_floor": ours_med / floor["floor_seconds"],
         },
         "targets": {"ours_vs_peer": TARGET_PEER, "ours_vs_floor": TARGET_FLOOR},
-        "load_average": {"before": load_before, "after": c.load_average()},
+        "load_average": {"before": load_before, "after": _machine.load_average()},
     }
-    suffix = "-quick" if quick else ""
-    c.write_json(f"step{suffix}", results)
-    _plot(results, f"step{suffix}.png")
+    _plot(results, f"step{c.suffix(quick)}.png")
     return results
 
 
-def _plot(results: dict[str, Any], png: str) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def _plot(plt: Any, results: dict[str, Any]) -> Any:
     s = results["seconds"]
     parts = s["ours_parts_median"]
     fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -147,18 +145,16 @@ def _plot(results: dict[str, Any], png: str) -> None:
     ax.set_xlabel("milliseconds per LM step (median)")
     ax.set_title(results["problem"], fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / png, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The ratios with their targets, for the aggregate table."""
     s = results["seconds"]
     f = results["floor"]
     attempts = results["attempts_median"]
     return [
-        c.row(
+        row(
             "step: ours / peer (1-256-1, N=10000)",
             results["ratios"]["ours_vs_peer"],
             TARGET_PEER,
@@ -166,7 +162,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{s['peer_step_median'] * 1e3:.0f} ms (median attempts {attempts['ours']:.0f} / "
             f"{attempts['peer']:.0f})",
         ),
-        c.row(
+        row(
             "step: ours / floor (JᵀJ + Cholesky)",
             results["ratios"]["ours_vs_floor"],
             TARGET_FLOOR,
@@ -177,9 +173,9 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _print(results: dict[str, Any]) -> None:
+def echo(results: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(results["problem"])
-    print(c.format_rows(summary(results)))
     s = results["seconds"]
     parts = s["ours_parts_median"]
     print("  ours, median parts: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in parts.items()))
@@ -212,23 +208,6 @@ def section(st: dict[str, Any]) -> str:
     )
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(4 if quick else STEPS, quick=quick)
-
-
-BENCHMARK = registry.Benchmark(
-    name="step",
-    title="LM step time",
-    question="How long is one LM step on the tutorial's network?",
-    peer="torch-levenberg-marquardt's step; the floor (JᵀJ + Cholesky)",
-    target="≤ 0.67× the peer, ≤ 1.5× the floor",
-    run=_run,
-    rows=summary,
-    section=section,
-    png="step.png",
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    _print(main(int(sys.argv[1]) if len(sys.argv) > 1 else STEPS))
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(4 if o.quick else STEPS, quick=o.quick)

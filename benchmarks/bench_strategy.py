@@ -17,45 +17,29 @@ Shapes: sinc 1-256-1 (P = 769) with N = 10000 (rows ≥ P); the same model with 
 per sample) with N = 2000 (6000 rows). float32, 2 threads.
 
 Target: the planner's choice within 1.1× of the fastest combination that fits.
-``python benchmarks/bench_strategy.py``; ``main()`` writes ``results/strategy.json`` and
-``results/strategy.png``.
+``python benchmarks/run_all.py strategy``; ``main()`` writes ``results/strategy.png``.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import torch
+from _registry import Options
+from _rows import row
 from torch import nn
+
+from marquardt.testing.problems import sinc
 
 STRATEGIES = ("accumulate", "explicit")
 MODES = ("layers", "vmap", "jacfwd")
 REPEATS = 3
 LIMIT_SECONDS = 20.0
 TARGET = 1.1
-
-
-def _rss_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return -1
-
-
-def _peak_growth_mib(fn: Callable[[], object]) -> float | None:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return None
-    base = _rss_kib("VmRSS")
-    fn()
-    return (_rss_kib("VmHWM") - base) / 1024
 
 
 def _multi_output_problem(n: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -76,8 +60,8 @@ def _multi_output_problem(n: int) -> tuple[nn.Module, torch.Tensor, torch.Tensor
 
 
 def shapes() -> dict[str, tuple[Callable[[], nn.Module], torch.Tensor, torch.Tensor]]:
-    x10k, y10k = c.sinc_dataset(10_000)
-    x500, y500 = c.sinc_dataset(500)
+    x10k, y10k = sinc(10_000)
+    x500, y500 = sinc(500)
     _m, xm, ym = _multi_output_problem(2000)
     return {
         "sinc 1-256-1, N=10000 (rows ≥ P)": (lambda: c.sinc_model(256), x10k, y10k),
@@ -124,7 +108,7 @@ def _measure(
         out.update(seconds=projected, projected=True, peak_growth_mib=None)
         return out
     start = time.perf_counter()
-    peak = _peak_growth_mib(lambda: step(x, y))
+    peak = _machine.peak_growth_mib(lambda: step(x, y))
     first = time.perf_counter() - start
     # A slow combination is timed once: repeating it would only cost minutes.
     times = c.time_calls(lambda: step(x, y), REPEATS, warmup=0) if first < 2.0 else [first]
@@ -138,14 +122,16 @@ def _measure(
     return out
 
 
-def main() -> dict[str, Any]:
+def main(quick: bool = False) -> dict[str, Any]:
+    """Every shape, strategy and mode; ``quick`` names the plot apart (the sizes are the
+    same)."""
     c.setup_threads()
     from marquardt.jacobian import JacobianEngine, Replicas
 
     results: dict[str, Any] = {
         "problem": f"build the LM system and solve once, float32, {c.THREADS} threads, "
         "slice_size=None (one device)",
-        "load_average": {"before": c.load_average()},
+        "load_average": {"before": _machine.load_average()},
         "shapes": {},
     }
     for name, (make_model, x, y) in shapes().items():
@@ -174,13 +160,12 @@ def main() -> dict[str, Any]:
                 else None
             ),
         }
-    results["load_average"]["after"] = c.load_average()
-    c.write_json("strategy", results)
-    _plot(results)
+    results["load_average"]["after"] = _machine.load_average()
+    _plot(results, f"strategy{c.suffix(quick)}.png")
     return results
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The ratios with their targets, for the aggregate table."""
     rows = []
     for name, entry in results["shapes"].items():
@@ -193,7 +178,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
             else "none fits"
         )
         rows.append(
-            c.row(
+            row(
                 f"strategy: planner / fastest, {name}",
                 entry["ratio_choice_vs_fastest"],
                 TARGET,
@@ -203,10 +188,8 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(results: dict[str, Any]) -> None:
-    plt = c.pyplot()
-    if plt is None:
-        return
+@c.plot
+def _plot(plt: Any, results: dict[str, Any]) -> Any:
     shapes_ = results["shapes"]
     fig, axes = plt.subplots(1, len(shapes_), figsize=(5 * len(shapes_), 3.6), squeeze=False)
     for ax, (name, entry) in zip(axes[0], shapes_.items(), strict=True):
@@ -224,12 +207,11 @@ def _plot(results: dict[str, Any]) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("seconds (red: planner's choice; grey: projected)")
         ax.set_title(name, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(c.RESULTS_DIR / "strategy.png", dpi=120)
-    plt.close(fig)
+    return fig
 
 
-def _print(results: dict[str, Any]) -> None:
+def echo(results: dict[str, Any]) -> None:
+    """What a run prints beside its rows."""
     print(results["problem"])
     for name, entry in results["shapes"].items():
         print(
@@ -240,7 +222,6 @@ def _print(results: dict[str, Any]) -> None:
             mem = "—" if v["peak_growth_mib"] is None else f"{v['peak_growth_mib']:.0f} MiB"
             tag = " (projected from a tenth of the rows)" if v["projected"] else ""
             print(f"    {k:20s} {v['seconds'] * 1e3:9.1f} ms  peak {mem}{tag}")
-    print(c.format_rows(summary(results)))
 
 
 def section(s: dict[str, Any]) -> str:
@@ -261,24 +242,6 @@ def section(s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main()
-
-
-BENCHMARK = registry.Benchmark(
-    name="strategy",
-    title="Planner choices",
-    question="Does the planner pick the fastest strategy and Jacobian mode that fits?",
-    peer="every forced alternative",
-    target="within 1.1× of the fastest",
-    run=_run,
-    rows=summary,
-    section=section,
-    png="strategy.png",
-    echo=_print,
-)
-
-
-if __name__ == "__main__":
-    _print(main())
-    sys.exit(0)
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick)

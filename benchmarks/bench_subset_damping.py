@@ -7,19 +7,21 @@ start and batches, for seeds 0, 1, 2. "shared" is LMA as it is (the damping rule
 one λ); "per block" keeps one damping state per block and loads it before the block's
 step (``damping_rule.load_state_dict``), which is what a per-block λ would do.
 Reported: full-data MSE at the end, rejected attempts and seconds, per variant and seed.
-``python benchmarks/bench_subset_damping.py``; writes ``results/subset_damping.json``
-(``subset_damping-quick.json`` for the quick run: 10 steps, seed 0).
+``python benchmarks/run_all.py subset_damping`` (``--quick``: 10 steps, seed 0).
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import torch
+from _registry import Options
+from _rows import row
+
+from marquardt.testing.problems import sinc, tanh_mlp
 
 WIDTHS = (1, 64, 64, 1)
 N = 2000
@@ -31,9 +33,9 @@ SEEDS = (0, 1, 2)
 def _fit(seed: int, per_block: bool, steps: int) -> dict[str, Any]:
     from marquardt.solver import LMA
 
-    model = c.tanh_mlp(WIDTHS, seed)
+    model = tanh_mlp(WIDTHS, seed)
     lma = LMA(model, ["cpu"], lambda a, b: a - b, params_per_step=K, param_selection="layer")
-    x_all, y_all = c.sinc_dataset()
+    x_all, y_all = sinc()
     batches = c.shuffled_batches(x_all, y_all, N, seed)
     states: dict[int, dict[str, float]] = {}
     rejected = 0
@@ -57,19 +59,22 @@ def _fit(seed: int, per_block: bool, steps: int) -> dict[str, Any]:
 def main(quick: bool = False) -> dict[str, Any]:
     c.setup_threads()
     steps, seeds = (10, SEEDS[:1]) if quick else (STEPS, SEEDS)
-    out: dict[str, Any] = {"machine": c.machine(), "load_before": c.load_average(), "runs": {}}
+    out: dict[str, Any] = {
+        "machine": _machine.describe(),
+        "load_before": _machine.load_average(),
+        "runs": {},
+    }
     out["steps"] = steps
     for seed in seeds:
         for per_block in (False, True):
             name = f"{'per-block' if per_block else 'shared'} seed {seed}"
             out["runs"][name] = _fit(seed, per_block, steps)
             print(name, out["runs"][name], flush=True)
-    out["load_after"] = c.load_average()
-    c.write_json("subset_damping-quick" if quick else "subset_damping", out)
+    out["load_after"] = _machine.load_average()
     return out
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Per seed, the per-block λ's final MSE over the shared λ's (information, no target)."""
     runs = results["runs"]
     rows = []
@@ -81,7 +86,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
         if block is None:
             continue
         rows.append(
-            c.row(
+            row(
                 f"subset_damping: per-block λ / shared λ, final MSE ({seed})",
                 block["mse"] / shared["mse"],
                 None,
@@ -106,23 +111,6 @@ def section(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick)
-
-
-BENCHMARK = registry.Benchmark(
-    name="subset_damping",
-    title="λ for parameter subsets: shared or per block",
-    question="For parameter subsets, one λ shared by all blocks or one per block?",
-    peer="— (the two variants against each other)",
-    target="— (decides a default)",
-    run=_run,
-    rows=summary,
-    section=section,
-    default=False,
-)
-
-
-if __name__ == "__main__":
-    main()
-    sys.exit(0)
+def run(o: Options) -> dict[str, Any]:
+    """The benchmark, as ``run_all.py`` runs it."""
+    return main(quick=o.quick)

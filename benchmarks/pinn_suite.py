@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import _common as c
 import numpy as np
 import torch
 from pinn_references import (
@@ -51,6 +50,7 @@ from pinn_references import (
 from torch import nn
 
 from marquardt.jacobian import Collocation, PointResidual, ResidualGroup
+from marquardt.testing.problems import tanh_mlp
 
 Points = dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
 Sampler = Callable[[int, torch.Generator], torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
@@ -60,7 +60,7 @@ F64 = torch.float64
 def tanh_network(inputs: int, width: int, depth: int, seed: int = 0) -> nn.Module:
     """``depth`` hidden tanh layers of ``width``, one output, float64, Xavier-normal weights
     (Glorot & Bengio 2010, as Raissi et al. 2019 initialise), zero biases."""
-    net = c.tanh_mlp([inputs, *[width] * depth, 1], seed).double()
+    net = tanh_mlp([inputs, *[width] * depth, 1], seed).double()
     for m in net:
         if isinstance(m, nn.Linear):
             nn.init.xavier_normal_(m.weight)

@@ -6,19 +6,20 @@ every name). Each benchmark is a record in ``_registry.py`` and runs in a proces
 own (so that one cannot leave memory, threads or cached kernel choices to the next); this
 script collects the rows of each (its ratios against their targets: PASS / MISS, "open"
 when one side did not reach a goal within its time cap and the bound does not decide,
-"info" for figures without a target) and, after a full run on the CPU, regenerates
-``benchmarks/RESULTS.md`` (``_results_md.py``).
+"info" for figures without a target), writes each benchmark's results to
+``results/<name>.json`` and regenerates ``benchmarks/RESULTS.md`` (``_results_md.py``).
 
-Options: ``--quick`` uses small sizes and short caps (development only; it does not
-rewrite RESULTS.md); ``--device cuda`` (or ``cuda:1``) runs the benchmarks that run on that
-device (without names: every one that does), and leaves RESULTS.md alone — the GPU
-benchmark ``gpu`` writes ``RESULTS-gpu.md``; ``--budget SECONDS`` is the time budget of the
-benchmarks that take one; ``--source TEXT`` says what was measured where the tree is not a
-git checkout; ``--wait-idle SECONDS`` waits up to that long for the 1-minute load average
-to drop below ``IDLE_LOAD`` before starting; ``--render`` rewrites RESULTS.md from the
-recorded results without measuring; ``--index`` prints the README's table of benchmarks;
-``--check`` checks that every record loads, the README's table is ``--index``'s, and every
-recorded result renders (``nox -s bench`` runs it first).
+Options: ``--quick`` uses small sizes and short caps (development only: its files carry
+``-quick`` in their names, ``RESULTS-quick.md`` among them, and git ignores them);
+``--device cuda`` (or ``cuda:1``) runs the same benchmarks on that device (without names:
+every one that runs there), each on its device path, into ``results/<name>-gpu.json`` and
+``RESULTS-gpu.md``; ``--budget SECONDS`` is the time budget of the benchmarks that take one;
+``--source TEXT`` says what was measured where the tree is not a git checkout;
+``--wait-idle SECONDS`` waits up to that long for the 1-minute load average to drop below
+``IDLE_LOAD`` before starting; ``--render`` rewrites RESULTS.md (with ``--device cuda``:
+RESULTS-gpu.md) from the recorded results without measuring; ``--index`` prints the
+README's table of benchmarks; ``--check`` checks that every record loads, the README's table
+is ``--index``'s, and every recorded result renders (``nox -s bench`` runs it first).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import datetime as dt
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,78 +36,67 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _child
 import _common as c
+import _machine
 import _registry as registry
 import _results_md as report
+import torch
+from _rows import Row, Run, row, text
 
 IDLE_LOAD = 1.5
 TIMEOUT = 1500.0
-MARKER = "@@ROWS@@ "
 
 
-def child(name: str, quick: bool, device: str, budget: float | None) -> None:
-    """Inside the child: run the benchmark, print its own report, then the rows as JSON."""
+def child(name: str, quick: bool, device: str, budget: float | None) -> list[dict[str, Any]]:
+    """Inside the child (``_child.py``): run the benchmark, print its report, return its rows."""
     bench = registry.get(name)
-    results = bench.run(quick, device, budget)
-    rows = bench.rows(results)
-    if bench.echo is not None:
+    options = registry.Options(quick, device, budget)
+    results = bench.run(options)
+    print(f"wrote {c.write_json(name + options.suffix, results)}", flush=True)
+    if bench.echo is None:
+        print(bench.section(results), flush=True)
+    else:
         bench.echo(results)
-    sys.stdout.write(MARKER + json.dumps(rows, default=c.jsonable) + "\n")
+    return [r.record() for r in bench.rows(results)]
 
 
-def run_one(name: str, quick: bool, device: str, budget: float | None) -> dict[str, Any]:
+def run_one(name: str, quick: bool, device: str, budget: float | None) -> Run:
     """Run one benchmark in a fresh process, streaming its output; its rows and timing."""
-    load_before = c.load_average()
+    load_before = _machine.load_average()
     start = time.perf_counter()
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--device", device]
-    if quick:
-        command.append("--quick")
-    if budget is not None:
-        command += ["--budget", f"{budget:g}"]
-    rows: list[dict[str, Any]] = []
-    tail: list[str] = []
-    with subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    ) as proc:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                if line.startswith(MARKER):
-                    rows = json.loads(line[len(MARKER) :])
-                    continue
-                print(f"    | {line.rstrip()}", flush=True)
-                tail = ([*tail, line.rstrip()])[-5:]
-            code = proc.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = -9
-        except BaseException:  # stopped (SIGTERM from a time limit, Ctrl-C): so is the child
-            proc.kill()
-            raise
-    seconds = time.perf_counter() - start
-    error = "" if code == 0 and rows else f"exit code {code}: " + " | ".join(tail[-3:])
+    records, error = _child.call(
+        "run_all",
+        "child",
+        [name, quick, device, budget],
+        timeout=TIMEOUT,
+        log=lambda line: print(f"    | {line}", flush=True),
+    )
+    if not records:
+        error = error or "no rows"
+    rows = [Row.load(r) for r in records or []]
     if error:
-        rows = [c.row(f"{name}: did not complete", None, None, detail=error)]
-    return {
-        "name": name,
-        "seconds": seconds,
-        "load_before": load_before,
-        "load_after": c.load_average(),
-        "rows": rows,
-        "error": error,
-    }
+        rows = [row(f"{name}: did not complete", None, None, detail=error)]
+    return Run(
+        name=name,
+        rows=rows,
+        seconds=time.perf_counter() - start,
+        load_before=load_before,
+        load_after=_machine.load_average(),
+        error=error,
+    )
 
 
 def wait_for_idle(limit: float) -> float:
     """Wait (up to ``limit`` seconds) for the 1-minute load average to drop below IDLE_LOAD."""
     deadline = time.monotonic() + limit
-    load = c.load_average()
+    load = _machine.load_average()
     while load >= IDLE_LOAD and time.monotonic() < deadline:
         print(
             f"load average {load:.2f} ≥ {IDLE_LOAD}: waiting for the machine to settle", flush=True
         )
         time.sleep(min(60.0, max(1.0, deadline - time.monotonic())))
-        load = c.load_average()
+        load = _machine.load_average()
     return load
 
 
@@ -119,7 +108,7 @@ def chosen(asked: list[str], device: str) -> list[str]:
         if kind == "cpu":
             return registry.defaults()
         return [n for n in registry.MODULES if kind in registry.get(n).devices]
-    names = registry.expand(asked)
+    names = registry.expand(asked, kind)
     unknown = [n for n in names if n not in registry.MODULES]
     if unknown:
         raise SystemExit(
@@ -148,14 +137,16 @@ def check() -> list[str]:
         problems.append("README.md's table is not run_all.py --index's. HINT: paste it over")
     for name in registry.MODULES:
         bench = registry.get(name)
-        data = report.load(name)
-        if data is None:
-            continue
-        try:
-            bench.rows(data)
-            bench.section(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            problems.append(f"results/{name}.json: {bench.script} cannot read it: {exc!r}")
+        for recorded in (report.CPU, report.Report("-gpu")):
+            data = recorded.load(name)
+            if data is None:
+                continue
+            try:
+                bench.rows(data)
+                bench.section(data)
+            except (KeyError, TypeError, ValueError) as exc:
+                where = f"results/{name}{recorded.suffix}.json"
+                problems.append(f"{where}: {bench.script} cannot read it: {exc!r}")
     return problems
 
 
@@ -168,10 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=float, default=None, metavar="SECONDS")
     parser.add_argument("--source", default="", help="what was measured (default: git)")
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS")
-    parser.add_argument("--render", action="store_true", help="rewrite RESULTS.md only")
+    parser.add_argument("--render", action="store_true", help="rewrite the report only")
     parser.add_argument("--index", action="store_true", help="print the README's table")
     parser.add_argument("--check", action="store_true", help="check the records and README")
-    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     return parser
 
 
@@ -184,9 +174,6 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     if args.source:
         os.environ[c.SOURCE_VARIABLE] = args.source
-    if args.child:
-        child(args.child, args.quick, args.device, args.budget)
-        return 0
     if args.index:
         print(registry.index())
         return 0
@@ -197,15 +184,28 @@ def main() -> int:
             or f"{len(registry.MODULES)} benchmarks: records, README, results agree"
         )
         return 1 if problems else 0
+    written = report.Report(c.suffix(args.quick, args.device))
     if args.render:
-        report.write(json.loads(report.SUMMARY_JSON.read_text()))
-        print(f"wrote {report.RESULTS_MD}")
+        if not written.summary_json.exists():
+            raise SystemExit(
+                f"run_all: --render found no {written.summary_json.name}: no run on that "
+                "device was recorded. HINT: run the benchmarks first (see gpu/README.md)"
+            )
+        recorded = json.loads(written.summary_json.read_text())
+        report.write(report.Summary.load(recorded), written)
+        print(f"wrote {written.markdown}")
         return 0
     names = chosen([n for n in [*args.names, *args.only.split(",")] if n], args.device)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(
+            f"run_all: --device {args.device} was asked but torch.cuda.is_available() is "
+            f"False (torch {torch.__version__}, built for CUDA {torch.version.cuda}). HINT: "
+            "run it on a machine with an NVIDIA GPU, or pass --device cpu --quick for a dry run"
+        )
     if args.wait_idle > 0:
         wait_for_idle(args.wait_idle)
     start = time.perf_counter()
-    machine = c.machine()
+    machine = _machine.describe(args.device)
     print(
         f"machine: {machine['cpu']}, {machine['cores']} cores; torch {machine['torch']} "
         f"({machine['torch_blas']}); numpy {machine['numpy']} ({machine['numpy_blas']}); "
@@ -216,25 +216,23 @@ def main() -> int:
     for name in names:
         print(f"\n== {name} ==", flush=True)
         run = run_one(name, args.quick, args.device, args.budget)
-        print(f"== {name}: {run['seconds']:.0f} s ==", flush=True)
-        print(c.format_rows(run["rows"]), flush=True)
+        print(f"== {name}: {run.seconds:.0f} s ==", flush=True)
+        print(text(run.rows), flush=True)
         runs.append(run)
     total = time.perf_counter() - start
     print("\n== every ratio against its target ==")
-    print(c.format_rows([row for r in runs for row in r["rows"]]))
-    print(f"\ntotal {total / 60:.1f} min; load average now {c.load_average():.2f}")
-    if args.quick or args.device != "cpu":
-        print("(RESULTS.md is written by full runs on the CPU only: left as it was)")
-        return 0
+    print(text([one for r in runs for one in r.rows]))
+    print(f"\ntotal {total / 60:.1f} min; load average now {_machine.load_average():.2f}")
     report.record(
-        {
-            "finished": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            "total_seconds": total,
-            "machine": machine,
-            "runs": runs,
-        }
+        report.Summary(
+            finished=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
+            total_seconds=total,
+            machine=machine,
+            runs=runs,
+        ),
+        written,
     )
-    print(f"wrote {report.RESULTS_MD}")
+    print(f"wrote {written.markdown}")
     return 0
 
 

@@ -157,9 +157,9 @@ def test_the_suite_benchmark_compares_lm_with_the_best_first_order_run() -> None
             }
         },
     }
-    rows = bench.summary(results)
-    assert [r["verdict"] for r in rows] == ["PASS", "PASS"]
-    assert rows[1]["value"] == pytest.approx(3e-5 / 6e-3)
-    assert "adam_lbfgs" in rows[1]["detail"]
+    rows = bench.rows(results)
+    assert [r.verdict for r in rows] == ["PASS", "PASS"]
+    assert rows[1].value == pytest.approx(3e-5 / 6e-3)
+    assert "adam_lbfgs" in rows[1].detail
     text = bench.section(results)
     assert "| heat | 5 | 4 | 3e-05 (3) |" in text and "failed" in text and "a paper" in text

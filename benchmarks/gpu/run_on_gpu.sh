@@ -11,21 +11,24 @@
 #                        processes, and its plan for P=49921 N=10000
 #   gpu-tests-<package>  each package's gpu-marked tests (first: they are what needs the GPU)
 #   integration          integration_tests/test_gpu.py
-#   bench-gpu            benchmarks/run_all.py gpu --device cuda:0: the registered benchmark
-#                        gpu (bench_gpu.py: LM shapes, quality, curve_fit, host
-#                        synchronisations, then the newer benchmarks on the device: small
-#                        fits, batched fits, PINN, matrix-free), within BENCH_BUDGET for the
-#                        first half and NEWER_CAP more for the second
+#   bench-<name>         benchmarks/run_all.py <name> --device cuda:0 for each benchmark of
+#                        BENCH_PARTS, each a part with its own time limit and budget: the
+#                        same benchmarks as on the CPU, each on its device path (LM steps at
+#                        every shape with GPU memory and host synchronisations, time to
+#                        quality, curve_fit, small fits, many fits, PINN, matrix-free); each
+#                        rewrites RESULTS-gpu.md, keeping the others' latest figures
 #   tests-<package>      each package's other tests, spread over the cores with pytest-xdist
 #                        where it is installed (XDIST workers, 8); not in the default PARTS:
 #                        they need no GPU, CI runs them, and they do not fit the 9 minutes
 # The whole run stays within TOTAL seconds. Results go to $OUT: summary.txt (one line per
-# part), RESULTS-gpu.md, gpu.json and gpu.png from the benchmark, and gpu-run.tar.gz with
+# part), RESULTS-gpu.md and summary-gpu.json, each benchmark's <name>-gpu.json and plots,
+# and gpu-run.tar.gz with
 # every part's output (<part>.txt) and the tests' JUnit XML (<part>.xml). The bundle is
 # rewritten after each part, so whatever ran is there even if the run is cut short.
 #
 # Environment: OUT (required), PYTHON (python3), WHEELS (benchmarks/gpu/wheels), SITE
-# (/tmp/marquardt-site), TOTAL (530 s), BENCH_BUDGET (180 s), NEWER_CAP (220 s),
+# (/tmp/marquardt-site), TOTAL (530 s), BENCH_PARTS (name:limit[:budget] each, in seconds;
+# the budget is run_all.py's --budget for that benchmark),
 # GPU_TEST_CAP (60 s per package), TEST_CAP (60 s per package), XDIST (8; 0 runs the suites in
 # one process), PARTS (the parts to run, by name or prefix: "env install devices gpu-tests
 # integration bench" by default; add "tests" for the other tests), PYTEST_ARGS (added to every pytest command, e.g. "-x" or "--collect-only -q"),
@@ -39,8 +42,7 @@ PYTHON="${PYTHON:-python3}"
 WHEELS="${WHEELS:-benchmarks/gpu/wheels}"
 SITE="${SITE:-/tmp/marquardt-site}"
 TOTAL="${TOTAL:-530}"
-BENCH_BUDGET="${BENCH_BUDGET:-180}"
-NEWER_CAP="${NEWER_CAP:-220}"
+BENCH_PARTS="${BENCH_PARTS:-scale:170:120 quality:70:40 curve_fit:40 small_fit:40 batch_fit:60 pinn:80:5 matrix_free:40:8}"
 GPU_TEST_CAP="${GPU_TEST_CAP:-60}"
 TEST_CAP="${TEST_CAP:-60}"
 XDIST="${XDIST:-8}"
@@ -66,7 +68,7 @@ log() {
 bundle() {
     cp "$SUMMARY" "$OUT/summary.txt"
     local f
-    for f in "$WORK"/RESULTS-gpu*.md "$WORK"/gpu*.json "$WORK"/gpu*.png; do
+    for f in "$WORK"/RESULTS*.md "$WORK"/*.json "$WORK"/*.png; do
         if [[ -f "$f" ]]; then
             cp "$f" "$OUT/"
         fi
@@ -205,26 +207,26 @@ done
 run_part integration 120 "$PYTHON" -m pytest integration_tests/test_gpu.py "${pytest_args[@]}" \
     -m "$gpu_marker" --junitxml "$WORK/integration.xml" "${EXTRA_PYTEST[@]}"
 
-# -- the benchmark ------------------------------------------------------------------------------
-left=$((TOTAL - SECONDS - 60))
-budget=$((BENCH_BUDGET < left ? BENCH_BUDGET : left))
+# -- the benchmarks ---------------------------------------------------------------------------
 source_args=()
 if [[ -n "$SOURCE" ]]; then
     source_args=(--source "$SOURCE")
 fi
-# The benchmark writes benchmarks/RESULTS-gpu*.md and benchmarks/results/gpu*; the files it
-# wrote in this run (newer than the stamp) are copied to $WORK.
+# Each part writes benchmarks/results/<name>-gpu* and RESULTS-gpu.md (-quick in the names for
+# a quick run); the files written in this run (newer than the stamp) are copied to $WORK.
 touch "$WORK/bench.stamp"
-if ((budget > 30)); then
-    run_part bench-gpu $((budget + 50 + NEWER_CAP)) "$PYTHON" benchmarks/run_all.py gpu \
-        --device cuda:0 --budget "$budget" "${source_args[@]}" "${EXTRA_BENCH[@]}"
+for part in $BENCH_PARTS; do
+    IFS=: read -r name limit budget <<<"$part"
+    budget_args=()
+    if [[ -n "$budget" ]]; then
+        budget_args=(--budget "$budget")
+    fi
+    run_part "bench-$name" "$limit" "$PYTHON" benchmarks/run_all.py "$name" --device cuda:0 \
+        "${budget_args[@]}" "${source_args[@]}" "${EXTRA_BENCH[@]}"
     find benchmarks -maxdepth 2 -newer "$WORK/bench.stamp" -type f \
-        \( -name 'RESULTS-gpu*.md' -o -name 'gpu*.json' -o -name 'gpu*.png' \) \
-        -exec cp {} "$WORK/" \;
+        \( -name 'RESULTS*.md' -o -name '*.json' -o -name '*.png' \) -exec cp {} "$WORK/" \;
     bundle
-elif wanted bench; then
-    log "bench-gpu: skipped, ${left} s left"
-fi
+done
 
 # -- the other tests -----------------------------------------------------------------------------
 spread=()
@@ -258,9 +260,10 @@ for path in sorted(Path(sys.argv[1]).glob("*.xml")):
 PY
 log "run_on_gpu: done after ${SECONDS} s"
 bundle
-if [[ -f "$WORK/bench-gpu.txt" ]]; then
-    echo "--- bench-gpu (last lines) ---"
-    tail -n 40 "$WORK/bench-gpu.txt"
-fi
+for out in "$WORK"/bench-*.txt; do
+    [[ -f "$out" ]] || continue
+    echo "--- $(basename "$out" .txt) (last lines) ---"
+    tail -n 12 "$out"
+done
 echo "--- summary ---"
 cat "$SUMMARY"

@@ -1,4 +1,4 @@
-"""Matrix-free LM on a device: the large network of ``bench_matrix_free.py`` against Adam.
+"""``bench_matrix_free.py`` on a GPU (``--device cuda``): its large network against Adam.
 
 The 1-512-512-512-1 tanh MLP (P = 526,849; ``quick``: 1-32-32-1) on the seed's sinc data,
 float32, everything on ``device``: ``LMA(strategy="matrix_free")`` on shuffled batches of
@@ -7,8 +7,7 @@ seconds of training from the same start; the full-data MSE at the end, the LM st
 median time, its CG iterations and the peak device memory of its steps (CUDA only).
 
 Targets (issue "LM where JᵀJ does not fit"): the MSE ≤ Adam's at the same budget; the
-peak memory of a step ≤ 1 GiB. Registered as ``matrix_free_gpu``; ``bench_gpu.py`` runs
-it as one of its newer parts.
+peak memory of a step ≤ 1 GiB.
 """
 
 from __future__ import annotations
@@ -18,30 +17,29 @@ import time
 from typing import Any
 
 import _common as c
-import _registry as registry
+import _machine
 import torch
+from _rows import Row, row
 
-LARGE = (1, 512, 512, 512, 1)
+from marquardt.testing.problems import sinc, tanh_mlp
+
 QUICK = (1, 32, 32, 1)
-N = 10_000
 QUICK_N = 1_000
 ADAM_LR = 1e-3
-ADAM_BATCH = 1_000
-SEED = 0
 TARGET_MSE = 1.0
 TARGET_MEMORY_MIB = 1024.0
 
 
 def _batches(x: torch.Tensor, y: torch.Tensor, size: int) -> Any:
-    for xb, yb in c.shuffled_batches(x, y, size, SEED):
+    for xb, yb in c.shuffled_batches(x, y, size, c.SEED):
         yield xb.to(x.device), yb.to(x.device)
 
 
 def _lm(widths: tuple[int, ...], n: int, device: torch.device, budget: float) -> dict[str, Any]:
     from marquardt.solver import LMA
 
-    x, y = (t.to(device) for t in c.sinc_dataset())
-    model = c.tanh_mlp(widths, SEED).to(device)
+    x, y = (t.to(device) for t in sinc())
+    model = tanh_mlp(widths, c.SEED).to(device)
     lma = LMA(model, [device], lambda a, b: a - b, strategy="matrix_free")
     batches = _batches(x, y, n)
     if device.type == "cuda":
@@ -69,10 +67,10 @@ def _lm(widths: tuple[int, ...], n: int, device: torch.device, budget: float) ->
 
 
 def _adam(widths: tuple[int, ...], device: torch.device, budget: float) -> dict[str, Any]:
-    x, y = (t.to(device) for t in c.sinc_dataset())
-    model = c.tanh_mlp(widths, SEED).to(device)
+    x, y = (t.to(device) for t in sinc())
+    model = tanh_mlp(widths, c.SEED).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=ADAM_LR)
-    batches = _batches(x, y, ADAM_BATCH)
+    batches = _batches(x, y, c.ADAM_BATCH)
     steps = 0
     c.synchronize(device)
     start = time.perf_counter()
@@ -90,27 +88,28 @@ def _adam(widths: tuple[int, ...], device: torch.device, budget: float) -> dict[
 def main(quick: bool = False, device: str = "cpu", budget: float = 10.0) -> dict[str, Any]:
     """LM (matrix-free) and Adam, ``budget`` seconds each, on ``device``."""
     where = torch.device(device)
-    widths = QUICK if quick else LARGE
-    n = QUICK_N if quick else N
+    widths = QUICK if quick else c.LARGE_WIDTHS
+    n = QUICK_N if quick else c.LARGE_N
     out: dict[str, Any] = {
         "device": str(where),
         "widths": list(widths),
         "params": c.mlp_params(widths),
         "n": n,
         "budget_seconds": budget,
-        "load_before": c.load_average(),
+        "load_before": _machine.load_average(),
     }
     out["lm"] = _lm(widths, n, where, budget)
     out["adam"] = _adam(widths, where, budget)
-    out["load_after"] = c.load_average()
+    out["load_after"] = _machine.load_average()
     return out
 
 
-def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+def rows(results: dict[str, Any]) -> list[Row]:
+    """LM's MSE over Adam's at the same budget, and the peak device memory of its steps."""
     lm, adam = results["lm"], results["adam"]
     label = f"matrix-free {'-'.join(map(str, results['widths']))} (P={results['params']:,})"
     rows = [
-        c.row(
+        row(
             f"{label}: MSE ours / Adam at {results['budget_seconds']:g} s",
             lm["mse"] / adam["mse"],
             TARGET_MSE,
@@ -120,7 +119,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     if lm["peak_memory_bytes"] is not None:
         rows.append(
-            c.row(
+            row(
                 f"{label}: peak device memory of the steps",
                 lm["peak_memory_bytes"] / 2**20,
                 TARGET_MEMORY_MIB,
@@ -131,6 +130,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def section(results: dict[str, Any]) -> str:
+    """Both sides' steps, MSE and memory."""
     lm, adam = results["lm"], results["adam"]
     cg = lm["cg_iterations"]
     peak = lm["peak_memory_bytes"]
@@ -139,7 +139,7 @@ def section(results: dict[str, Any]) -> str:
             f"{'-'.join(map(str, results['widths']))} tanh MLP (P = {results['params']:,}) on "
             f"the sinc data, float32, on {results['device']}; {results['budget_seconds']:g} s "
             f"of training each; LM matrix-free on batches of {results['n']:,}, Adam "
-            f"(lr {ADAM_LR:g}) on batches of {ADAM_BATCH:,}.",
+            f"(lr {ADAM_LR:g}) on batches of {c.ADAM_BATCH:,}.",
             "",
             "| side | steps | full-data MSE | median step | CG iterations per attempt | "
             "peak memory |",
@@ -151,21 +151,3 @@ def section(results: dict[str, Any]) -> str:
             f"| Adam | {adam['steps']} | {adam['mse']:.3g} | — | — | — |",
         ]
     )
-
-
-def _run(quick: bool, device: str, budget: float | None) -> dict[str, Any]:
-    return main(quick=quick, device=device, budget=budget or 10.0)
-
-
-BENCHMARK = registry.Benchmark(
-    name="matrix_free_gpu",
-    title="Matrix-free LM on a device",
-    question="Does matrix-free LM train the P = 527k network on a GPU, and within what memory?",
-    peer="Adam (learning rate 1e-3) for the same time",
-    target="MSE ≤ Adam's; peak device memory of a step ≤ 1 GiB",
-    run=_run,
-    rows=summary,
-    section=section,
-    devices=("cuda", "cpu"),
-    default=False,
-)

@@ -1,0 +1,85 @@
+"""The benchmarks' rows (``benchmarks/_rows.py``): each figure's verdict against its target,
+bounds from a side that did not reach its goal, and the round trip through ``summary.json``;
+and the records in ``benchmarks.toml``, which every module must serve."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+@pytest.mark.parametrize(
+    ("value", "target", "op", "bound", "verdict"),
+    [
+        (0.4, 0.5, "≤", "", "PASS"),
+        (0.5, 0.5, "≤", "", "PASS"),
+        (0.6, 0.5, "≤", "", "MISS"),
+        (10.0, 10.0, "≥", "", "PASS"),
+        (9.0, 10.0, "≥", "", "MISS"),
+        (0.4, 0.5, "≤", "<", "PASS"),  # below a value already below the target
+        (0.6, 0.5, "≤", "<", "open"),  # below a value above it: undecided
+        (0.6, 0.5, "≤", ">", "MISS"),
+        (0.4, 0.5, "≤", ">", "open"),
+        (12.0, 10.0, "≥", ">", "PASS"),
+        (9.0, 10.0, "≥", "<", "MISS"),
+        (3.0, None, "≤", "", "info"),
+        (None, 0.5, "≤", "", "n/a"),
+        (float("nan"), 0.5, "≤", "", "n/a"),
+    ],
+)
+def test_a_rows_verdict_follows_its_target_and_bound(
+    value: float | None, target: float | None, op: str, bound: str, verdict: str
+) -> None:
+    from _rows import row
+
+    assert row("x", value, target, op=op, bound=bound).verdict == verdict
+
+
+def test_a_side_that_did_not_reach_the_goal_gives_a_bound_from_its_run() -> None:
+    from _rows import time_ratio
+
+    both = time_ratio("x", (2.0, 4.0), (10.0, 10.0), 0.5)
+    assert (both.value, both.bound, both.verdict) == (0.5, "", "PASS")
+    peer_missed = time_ratio("x", (2.0, None), (10.0, 8.0), 0.5)
+    assert (peer_missed.value, peer_missed.bound, peer_missed.verdict) == (0.25, "<", "PASS")
+    ours_missed = time_ratio("x", (None, 4.0), (10.0, 8.0), 0.5)
+    assert (ours_missed.value, ours_missed.bound, ours_missed.verdict) == (2.5, ">", "MISS")
+    assert time_ratio("x", (None, None), (1.0, 1.0), 0.5).verdict == "n/a"
+
+
+def test_rows_and_runs_come_back_from_their_records_unchanged() -> None:
+    from _rows import Run, row
+
+    run = Run("step", [row("a", 0.4, 0.5, detail="ours 4 ms"), row("b", None, None)], 3.0, 0.5)
+    assert Run.load(run.record()) == run
+    assert "0.5 → " not in run.load_text() and "figures from its own last run" in run.load_text()
+
+
+def test_every_record_names_a_module_with_its_three_functions() -> None:
+    import _registry as registry
+
+    for name in registry.MODULES:
+        bench = registry.get(name)
+        assert bench.name == name and set(bench.devices) <= {"cpu", "cuda"}
+    assert "| `quality` | `bench_quality.py` | cpu, cuda |" in registry.index()
+
+
+def test_the_gpu_plans_largest_n_is_bisected_on_the_planner_and_clipped() -> None:
+    import bench_scale
+    import torch
+
+    quick = bench_scale.PLANS[("cuda", True)]
+    largest = bench_scale._largest(quick, torch.device("cpu"))
+    assert largest["n"] == quick.clip and "clipped" in largest["note"]
+    assert bench_scale._largest(bench_scale.PLANS[("cpu", False)], torch.device("cpu")) == {}
+
+
+def test_a_group_stands_for_its_members_that_run_on_the_device() -> None:
+    import _registry as registry
+
+    assert registry.expand(["pinn"]) == ["pinn", "pinn_suite"]
+    assert registry.expand(["pinn", "scale"], "cuda") == ["pinn", "scale"]
