@@ -12,6 +12,7 @@ collocation points that may be redrawn as training goes (``Collocation``).
 
 from __future__ import annotations
 
+from ._activations import Sine
 from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
@@ -64,6 +65,7 @@ __all__ = [
     "ResidualNotDifferentiableError",
     "ResidualNotFiniteError",
     "ResidualShapeError",
+    "Sine",
     "SliceSizeError",
     "SliceStream",
     "UnknownModeError",

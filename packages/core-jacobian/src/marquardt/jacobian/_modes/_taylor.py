@@ -1,0 +1,184 @@
+"""Values, input gradients and second derivatives propagated forward together through
+an MLP: the forward Laplacian (Li et al. 2023, "A computational framework for neural
+network-based variational Monte Carlo with Forward Laplacian", Nat. Mach. Intell. 6).
+
+For ``u = f_L ∘ … ∘ f_1`` at points ``x ∈ ℝᵈ`` each layer maps three channels together:
+the value ``v``, the input gradients ``g_j = ∂v/∂x_j`` and the second derivatives along
+each input ``h_j = ∂²v/∂x_j²`` (their sum is ``Δv``). A ``Linear`` layer maps each
+channel by its weight (the bias enters ``v`` alone); an elementwise ``σ`` maps them by the
+chain rule,
+
+    v ← σ(v),    g_j ← σ'(v)·g_j,    h_j ← σ''(v)·g_j² + σ'(v)·h_j,
+
+starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. One batched pass thus gives
+``u``, ``∇u`` and the diagonal of the Hessian at a chunk of points as ``1 + 2d`` rows per
+point through the same matrix products, where ``torch.func.hessian`` differentiates a
+backward pass ``d`` times at every point. The pre-activations of every ``Linear`` are
+kept (`Channels`): a backward pass from the residuals to them gives each point's
+gradient by each weight as a sum of outer products over the channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .._activations import Sine
+
+__all__ = ["RULES", "Channels", "taylor_forward", "taylor_layers", "taylor_support"]
+
+#: ``σ, σ', σ''`` of an elementwise layer at its input.
+Derivatives = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+
+def _tanh(_m: nn.Module, z: torch.Tensor) -> Derivatives:
+    t = torch.tanh(z)
+    s1 = 1 - t * t
+    return t, s1, -2 * t * s1
+
+
+def _sine(m: nn.Module, z: torch.Tensor) -> Derivatives:
+    w = m.omega if isinstance(m, Sine) else 1.0
+    s, c = torch.sin(w * z), torch.cos(w * z)
+    return s, w * c, -w * w * s
+
+
+def _sigmoid(_m: nn.Module, z: torch.Tensor) -> Derivatives:
+    s = torch.sigmoid(z)
+    s1 = s * (1 - s)
+    return s, s1, s1 * (1 - 2 * s)
+
+
+def _silu(_m: nn.Module, z: torch.Tensor) -> Derivatives:
+    s = torch.sigmoid(z)
+    s1 = s * (1 - s)
+    return z * s, s + z * s1, s1 * (2 + z * (1 - 2 * s))
+
+
+def _softplus(m: nn.Module, z: torch.Tensor) -> Derivatives:
+    assert isinstance(m, nn.Softplus)
+    beta = float(m.beta)
+    # Above the threshold softplus is the identity, as torch computes it.
+    linear = beta * z > m.threshold
+    s = torch.sigmoid(beta * z)
+    value = F.softplus(z, beta=m.beta, threshold=m.threshold)
+    s1 = torch.where(linear, torch.ones_like(z), s)
+    s2 = torch.where(linear, torch.zeros_like(z), beta * s * (1 - s))
+    return value, s1, s2
+
+
+def _gelu(_m: nn.Module, z: torch.Tensor) -> Derivatives:
+    phi = torch.exp(-0.5 * z * z) / (2 * torch.pi) ** 0.5
+    cdf = 0.5 * (1 + torch.erf(z / 2**0.5))
+    return z * cdf, cdf + z * phi, phi * (2 - z * z)
+
+
+def _identity(_m: nn.Module, z: torch.Tensor) -> Derivatives:
+    return z, torch.ones_like(z), torch.zeros_like(z)
+
+
+Rule = Callable[[nn.Module, torch.Tensor], Derivatives]
+
+#: The elementwise layers the forward Laplacian maps, by type, and their derivatives.
+RULES: dict[type[nn.Module], Rule] = {
+    nn.Tanh: _tanh,
+    Sine: _sine,
+    nn.Sigmoid: _sigmoid,
+    nn.SiLU: _silu,
+    nn.Softplus: _softplus,
+    nn.GELU: _gelu,
+    nn.Identity: _identity,
+}
+
+
+def _unsupported(module: nn.Module) -> str | None:
+    """``None`` when ``module`` is a layer the forward Laplacian maps, else why not."""
+    if isinstance(module, nn.Linear):
+        return None
+    if isinstance(module, nn.GELU) and module.approximate != "none":
+        return f"GELU(approximate={module.approximate!r}) has no rule (the exact GELU has)"
+    if type(module) in RULES:
+        return None
+    known = ", ".join(sorted(t.__name__ for t in RULES))
+    return f"{type(module).__name__} has no forward-Laplacian rule (Linear and {known} have)"
+
+
+def taylor_layers(model: nn.Module) -> list[nn.Module]:
+    """The layers of a (nested) ``nn.Sequential``, in order; ``[model]`` for any other."""
+    if not isinstance(model, nn.Sequential):
+        return [model]
+    return [leaf for m in model for leaf in taylor_layers(m)]
+
+
+def taylor_support(model: nn.Module) -> tuple[bool, str]:
+    """Whether ``model`` is an ``nn.Sequential`` of ``Linear`` and elementwise layers with a
+    rule, every trainable parameter in a ``Linear``; and why (or why not)."""
+    if not isinstance(model, nn.Sequential):
+        return False, (
+            f"the model ({type(model).__name__}) is not an nn.Sequential, so its forward "
+            "cannot be mapped layer by layer"
+        )
+    layers = taylor_layers(model)
+    for layer in layers:
+        why = _unsupported(layer)
+        if why is not None:
+            return False, why
+    linears = [m for m in layers if isinstance(m, nn.Linear)]
+    if not linears:
+        return False, "the model has no Linear layer"
+    if len({id(m) for m in linears}) < len(linears):
+        return False, "a Linear layer is used twice (shared weights)"
+    return True, (
+        "a Sequential of Linear and elementwise layers: values, gradients and second "
+        "derivatives propagated forward together (forward Laplacian)"
+    )
+
+
+@dataclass(frozen=True)
+class Channels:
+    """One forward-Laplacian pass over ``b`` points of ``d`` inputs.
+
+    Arguments:
+        value: ``u``, ``b × k``.
+        grad: ``∂u/∂x``, ``b × k × d``.
+        second: ``∂²u/∂x_j²``, ``b × k × d``.
+        linears: each ``Linear`` layer with its input channels ``b × (1 + 2d) × n_in``
+            and its output channels ``b × (1 + 2d) × n_out`` (in the graph from the first).
+    """
+
+    value: torch.Tensor
+    grad: torch.Tensor
+    second: torch.Tensor
+    linears: tuple[tuple[nn.Linear, torch.Tensor, torch.Tensor], ...]
+
+
+def taylor_forward(layers: list[nn.Module], x: torch.Tensor) -> Channels:
+    """The forward Laplacian of the layers at the points ``x`` (``b × d``), with a graph
+    from the first ``Linear``'s output channels (a leaf) to the outputs."""
+    b, d = int(x.shape[0]), int(x.shape[1])
+    eye = torch.eye(d, dtype=x.dtype, device=x.device).expand(b, d, d)
+    z = torch.cat([x.unsqueeze(1), eye, torch.zeros_like(eye)], 1)
+    linears: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
+    for layer in layers:
+        if isinstance(layer, nn.Linear):
+            inputs = z
+            z = inputs @ layer.weight.detach().t()
+            if layer.bias is not None:
+                z = torch.cat([z[:, :1] + layer.bias.detach(), z[:, 1:]], 1)
+            if not linears:
+                z = z.detach().requires_grad_(True)
+            linears.append((layer, inputs.detach(), z))
+            continue
+        v, g, h = z[:, :1], z[:, 1 : 1 + d], z[:, 1 + d :]
+        s0, s1, s2 = RULES[type(layer)](layer, v)
+        z = torch.cat([s0, s1 * g, s2 * g * g + s1 * h], 1)
+    return Channels(
+        value=z[:, 0],
+        grad=z[:, 1 : 1 + d].transpose(1, 2),
+        second=z[:, 1 + d :].transpose(1, 2),
+        linears=tuple(linears),
+    )
