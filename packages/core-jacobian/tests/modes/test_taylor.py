@@ -218,3 +218,20 @@ def test_residuals_that_transform_u_themselves_fall_back_per_group() -> None:
     assert "another tensor than its point" in fallbacks(mixed)["periodic"]
     assert float((jac - j_ref).abs().max()) <= 1e-10
     assert float((res - r_ref).abs().max()) <= 1e-10
+
+
+@pytest.mark.parametrize("mode", ["taylor", "vmap"])
+def test_shuffled_points_written_in_place_keep_their_order(mode: str) -> None:
+    # fill_jacobian hands the mode the rows of J to write: interleaved groups are sorted
+    # for the work and must land back in the points' order there.
+    residual = PointResidual(ResidualGroup("pde", _heat), ResidualGroup("bc", _value))
+    x, y = _batch(residual, "pde", "bc")
+    perm = torch.randperm(int(x.shape[0]), generator=torch.Generator().manual_seed(1))
+    x, y = x[perm], y[perm]
+    j_ref, r_ref, _ = _jacobians(_net(nn.Tanh), residual, x, y, "vmap")
+    engine = JacobianEngine(Replicas(_net(nn.Tanh), ["cpu"]), residual, mode=mode)
+    batch = engine.prepare(x, y, 9, strategy="explicit")
+    jac, res = torch.full_like(j_ref, math.nan), torch.full_like(r_ref, math.nan)
+    engine.fill_jacobian(batch, jac, res)
+    assert float((jac - j_ref).abs().max()) <= 1e-10
+    assert float((res - r_ref).abs().max()) <= 1e-10

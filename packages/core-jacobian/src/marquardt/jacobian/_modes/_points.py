@@ -62,20 +62,19 @@ Rule = Callable[[Replica, PointResidual, ModeCall, Primals], Rows]
 
 def in_point_order(rule: Rule, replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
     """``rule`` on the points sorted by group where the groups are interleaved, the rows
-    handed back in the points' order."""
+    handed back in the points' order (into ``call.out`` where the call gives one)."""
     sorting = residual.grouped(call.y)
     if sorting is None:
         return rule(replica, residual, call, Primals.of(replica, call.columns))
     order, restore = (i.to(call.x.device) for i in sorting)
-    jac, res = in_point_order(
-        rule, replica, residual, replace(call, x=call.x[order], y=call.y[order])
-    )
+    sorted_call = replace(call, x=call.x[order], y=call.y[order], out=None)
+    jac, res = in_point_order(rule, replica, residual, sorted_call)
     b = call.batch
     m = int(res.numel()) // b
-    return (
-        jac.reshape(b, m, -1)[restore].reshape(b * m, -1),
-        res.reshape(b, m)[restore].reshape(-1),
-    )
+    jac = jac.reshape(b, m, -1)[restore].reshape(b * m, -1)
+    if call.out is not None and call.out.shape == jac.shape:
+        jac = call.out.copy_(jac)
+    return jac, res.reshape(b, m)[restore].reshape(-1)
 
 
 def reverse_rows(
