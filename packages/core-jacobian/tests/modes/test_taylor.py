@@ -105,6 +105,8 @@ def test_forward_laplacian_gives_the_j_of_torch_func(equation: str, activation: 
     assert float((jac - j_ref).abs().max()) <= 1e-10
     assert float((res - r_ref).abs().max()) <= 1e-10
     assert not fallbacks(residual)
+    # The loss (the step's trial forward) from the forward pass alone.
+    assert engine.loss(x, y) == pytest.approx(float(r_ref @ r_ref) / len(r_ref), rel=1e-12)
 
 
 def test_derivatives_asked_of_u_equal_those_of_torch_func() -> None:

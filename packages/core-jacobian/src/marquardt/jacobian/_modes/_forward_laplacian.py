@@ -28,11 +28,17 @@ from torch.func import vmap
 from .._points import PointResidual
 from .._replicas import Replica
 from ._common import ModeCall, Primals, Rows
-from ._points import in_point_order, points_reverse, reverse_rows
-from ._taylor import Channels, taylor_forward, taylor_layers
+from ._points import in_point_order, points_residuals, points_reverse, reverse_rows
+from ._taylor import Channels, taylor_forward, taylor_layers, taylor_support
 from ._verify import disagreement, first_points
 
-__all__ = ["PointChannels", "fallbacks", "points_taylor", "verify_taylor"]
+__all__ = [
+    "PointChannels",
+    "fallbacks",
+    "points_taylor",
+    "taylor_residuals",
+    "verify_taylor",
+]
 
 
 class Unserved(Exception):
@@ -173,13 +179,7 @@ def _served(
         x, y = call.x[lo : lo + step], call.y[lo : lo + step]
         with torch.enable_grad():
             channels = taylor_forward(layers, x)
-
-            def one(v: Any, g: Any, h: Any, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-                return rows(PointChannels(xi, v, g, h), xi, yi)
-
-            res = vmap(one, randomness="different")(
-                channels.value, channels.grad, channels.second, x, y
-            )
+            res = _residuals(channels, rows, x, y)
             n, m = int(res.shape[0]), int(res.shape[1])
             dest = sink.rows(first + lo, first + lo + n, m)
             columns = call.columns
@@ -191,6 +191,53 @@ def _served(
                 dest.copy_(whole[:, columns.index.to(whole.device)])
         blocks.append(res.detach())
     return torch.cat(blocks)
+
+
+def _residuals(
+    channels: Channels,
+    rows: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+) -> torch.Tensor:
+    """The ``b × m`` residuals of a group's points from their forward-Laplacian pass."""
+
+    def one(v: Any, g: Any, h: Any, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        return rows(PointChannels(xi, v, g, h), xi, yi)
+
+    out: torch.Tensor = vmap(one, randomness="different")(
+        channels.value, channels.grad, channels.second, x, y
+    )
+    return out
+
+
+def taylor_residuals(
+    replica: Replica, residual: PointResidual, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """The ``b × m`` residuals at the replica's parameters, without a graph: each group's
+    from one forward-Laplacian pass where the model and its ``fn`` allow, else per point
+    (the loss and the trial forward of a step)."""
+    if not taylor_support(replica.module)[0]:
+        return points_residuals(replica, residual, x, y)
+    sorting = residual.grouped(y)
+    if sorting is not None:
+        order, restore = (i.to(x.device) for i in sorting)
+        return taylor_residuals(replica, residual, x[order], y[order])[restore]
+    layers = taylor_layers(replica.module)
+    known = _FALLBACKS.setdefault(residual, {})
+    blocks = []
+    for group, code, lo, hi in residual.runs(y):
+        name = residual.groups[group].name
+        if name not in known:
+            try:
+                with torch.no_grad():
+                    channels = taylor_forward(layers, x[lo:hi])
+                    rows = residual.point_rows(group, code)
+                    blocks.append(_residuals(channels, rows, x[lo:hi], y[lo:hi]))
+                continue
+            except Unserved as why:
+                known[name] = str(why)
+        blocks.append(points_residuals(replica, residual, x[lo:hi], y[lo:hi]))
+    return residual.stack(blocks)
 
 
 def _offset(whole: torch.Tensor, part: torch.Tensor) -> int:
