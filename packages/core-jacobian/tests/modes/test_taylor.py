@@ -14,7 +14,14 @@ import pytest
 import torch
 from torch import nn
 
-from marquardt.jacobian import JacobianEngine, PointResidual, Replicas, ResidualGroup, Sine
+from marquardt.jacobian import (
+    FourierFeatures,
+    JacobianEngine,
+    PointResidual,
+    Replicas,
+    ResidualGroup,
+    Sine,
+)
 from marquardt.jacobian._modes._forward_laplacian import fallbacks
 from marquardt.jacobian._modes._taylor import taylor_support
 
@@ -235,5 +242,22 @@ def test_shuffled_points_written_in_place_keep_their_order(mode: str) -> None:
     batch = engine.prepare(x, y, 9, strategy="explicit")
     jac, res = torch.full_like(j_ref, math.nan), torch.full_like(r_ref, math.nan)
     engine.fill_jacobian(batch, jac, res)
+    assert float((jac - j_ref).abs().max()) <= 1e-10
+    assert float((res - r_ref).abs().max()) <= 1e-10
+
+
+def test_fourier_features_are_fixed_cosines_and_sines_that_taylor_maps() -> None:
+    layer = FourierFeatures(2, 5, scale=2.0, seed=4).to(F64)
+    x = torch.rand(7, 2, dtype=F64)
+    z = 2 * math.pi * x @ layer.B.t()
+    assert torch.equal(layer(x), torch.cat([torch.cos(z), torch.sin(z)], -1))
+    assert not list(layer.parameters())  # B is a buffer: never trained, no columns of J
+    torch.manual_seed(0)
+    model = nn.Sequential(layer, nn.Linear(10, 9), nn.Tanh(), nn.Linear(9, 1)).to(F64)
+    residual = PointResidual(ResidualGroup("pde", _heat), ResidualGroup("bc", _value))
+    x, y = _batch(residual, "pde", "bc")
+    j_ref, r_ref, _ = _jacobians(model, residual, x, y, "vmap")
+    jac, res, engine = _jacobians(model, residual, x, y, "auto")
+    assert engine.last_plan is not None and engine.last_plan.mode == "taylor"
     assert float((jac - j_ref).abs().max()) <= 1e-10
     assert float((res - r_ref).abs().max()) <= 1e-10

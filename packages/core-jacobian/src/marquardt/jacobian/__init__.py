@@ -12,7 +12,7 @@ collocation points that may be redrawn as training goes (``Collocation``).
 
 from __future__ import annotations
 
-from ._activations import Sine
+from ._activations import FourierFeatures, Sine
 from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
@@ -47,6 +47,7 @@ __all__ = [
     "ColumnSubset",
     "DeviceMismatchError",
     "EmptyBatchError",
+    "FourierFeatures",
     "GaussNewtonProducts",
     "JacobianEngine",
     "JacobianError",

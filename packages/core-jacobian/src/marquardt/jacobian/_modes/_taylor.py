@@ -10,7 +10,8 @@ chain rule,
 
     v ← σ(v),    g_j ← σ'(v)·g_j,    h_j ← σ''(v)·g_j² + σ'(v)·h_j,
 
-starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. One batched pass thus gives
+starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. ``FourierFeatures`` is a fixed linear
+map followed by ``cos`` and ``sin``, mapped by the same two rules. One batched pass thus gives
 ``u``, ``∇u`` and the diagonal of the Hessian at a chunk of points as ``1 + 2d`` rows per
 point through the same matrix products, where ``torch.func.hessian`` differentiates a
 backward pass ``d`` times at every point. The pre-activations of every ``Linear`` are
@@ -27,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._activations import Sine
+from .._activations import FourierFeatures, Sine
 
-__all__ = ["RULES", "Channels", "taylor_forward", "taylor_layers", "taylor_support"]
+__all__ = ["LAYERS", "Channels", "taylor_forward", "taylor_layers", "taylor_support"]
 
 #: ``σ, σ', σ''`` of an elementwise layer at its input.
 Derivatives = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -82,16 +83,45 @@ def _identity(_m: nn.Module, z: torch.Tensor) -> Derivatives:
 
 
 Rule = Callable[[nn.Module, torch.Tensor], Derivatives]
+#: A layer's map of the ``1 + 2d`` channels ``b × (1 + 2d) × n`` (``d`` given).
+ChannelMap = Callable[[nn.Module, torch.Tensor, int], torch.Tensor]
 
-#: The elementwise layers the forward Laplacian maps, by type, and their derivatives.
-RULES: dict[type[nn.Module], Rule] = {
-    nn.Tanh: _tanh,
-    Sine: _sine,
-    nn.Sigmoid: _sigmoid,
-    nn.SiLU: _silu,
-    nn.Softplus: _softplus,
-    nn.GELU: _gelu,
-    nn.Identity: _identity,
+
+def _elementwise(rule: Rule) -> ChannelMap:
+    """The channel map of an elementwise layer with derivatives ``rule``."""
+
+    def apply(layer: nn.Module, z: torch.Tensor, d: int) -> torch.Tensor:
+        v, g, h = z[:, :1], z[:, 1 : 1 + d], z[:, 1 + d :]
+        s0, s1, s2 = rule(layer, v)
+        return torch.cat([s0, s1 * g, s2 * g * g + s1 * h], 1)
+
+    return apply
+
+
+def _cosine(_m: nn.Module, z: torch.Tensor) -> Derivatives:
+    c, s = torch.cos(z), torch.sin(z)
+    return c, -s, -c
+
+
+def _fourier(layer: nn.Module, z: torch.Tensor, d: int) -> torch.Tensor:
+    assert isinstance(layer, FourierFeatures)
+    inner = z @ (2 * torch.pi * layer.B).t().to(z.dtype)  # linear, no bias: every channel
+    return torch.cat(
+        [_elementwise(_cosine)(layer, inner, d), _elementwise(_sine)(layer, inner, d)],
+        -1,
+    )
+
+
+#: The layers the forward Laplacian maps (besides ``Linear``), by type.
+LAYERS: dict[type[nn.Module], ChannelMap] = {
+    nn.Tanh: _elementwise(_tanh),
+    Sine: _elementwise(_sine),
+    nn.Sigmoid: _elementwise(_sigmoid),
+    nn.SiLU: _elementwise(_silu),
+    nn.Softplus: _elementwise(_softplus),
+    nn.GELU: _elementwise(_gelu),
+    nn.Identity: _elementwise(_identity),
+    FourierFeatures: _fourier,
 }
 
 
@@ -101,9 +131,9 @@ def _unsupported(module: nn.Module) -> str | None:
         return None
     if isinstance(module, nn.GELU) and module.approximate != "none":
         return f"GELU(approximate={module.approximate!r}) has no rule (the exact GELU has)"
-    if type(module) in RULES:
+    if type(module) in LAYERS:
         return None
-    known = ", ".join(sorted(t.__name__ for t in RULES))
+    known = ", ".join(sorted(t.__name__ for t in LAYERS))
     return f"{type(module).__name__} has no forward-Laplacian rule (Linear and {known} have)"
 
 
@@ -115,7 +145,7 @@ def taylor_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def taylor_support(model: nn.Module) -> tuple[bool, str]:
-    """Whether ``model`` is an ``nn.Sequential`` of ``Linear`` and elementwise layers with a
+    """Whether ``model`` is an ``nn.Sequential`` of ``Linear`` and layers with a
     rule, every trainable parameter in a ``Linear``; and why (or why not)."""
     if not isinstance(model, nn.Sequential):
         return False, (
@@ -173,9 +203,7 @@ def taylor_forward(layers: list[nn.Module], x: torch.Tensor) -> Channels:
                 z = z.detach().requires_grad_(True)
             linears.append((layer, inputs.detach(), z))
             continue
-        v, g, h = z[:, :1], z[:, 1 : 1 + d], z[:, 1 + d :]
-        s0, s1, s2 = RULES[type(layer)](layer, v)
-        z = torch.cat([s0, s1 * g, s2 * g * g + s1 * h], 1)
+        z = LAYERS[type(layer)](layer, z, d)
     return Channels(
         value=z[:, 0],
         grad=z[:, 1 : 1 + d].transpose(1, 2),
