@@ -16,6 +16,7 @@ from torch import nn
 
 from marquardt.jacobian import (
     FourierFeatures,
+    HardBoundary,
     JacobianEngine,
     PointResidual,
     Replicas,
@@ -261,3 +262,31 @@ def test_fourier_features_are_fixed_cosines_and_sines_that_taylor_maps() -> None
     assert engine.last_plan is not None and engine.last_plan.mode == "taylor"
     assert float((jac - j_ref).abs().max()) <= 1e-10
     assert float((res - r_ref).abs().max()) <= 1e-10
+
+
+def _square_distance(x: torch.Tensor) -> torch.Tensor:
+    return (1 - x[:, 0] ** 2) * (1 - x[:, 1] ** 2)  # zero on the edge of [-1, 1]²
+
+
+def _edge_value(x: torch.Tensor) -> torch.Tensor:
+    return torch.sin(x[:, 0]) * x[:, 1]
+
+
+def test_hard_boundary_holds_the_boundary_values_and_taylor_serves_it() -> None:
+    model = HardBoundary(_net(nn.Tanh), _square_distance, _edge_value)
+    edge = torch.tensor([[-1.0, 0.3], [1.0, -0.7], [0.2, 1.0], [-0.4, -1.0]], dtype=F64)
+    with torch.no_grad():
+        assert torch.allclose(model(edge)[:, 0], _edge_value(edge), atol=1e-15, rtol=0)
+    residual = PointResidual(ResidualGroup("pde", _heat))  # no boundary group needed
+    x, y = _batch(residual, "pde")
+    j_ref, r_ref, _ = _jacobians(model, residual, x, y, "vmap")
+    jac, res, engine = _jacobians(model, residual, x, y, "auto")
+    assert engine.last_plan is not None and engine.last_plan.mode == "taylor"
+    assert float((jac - j_ref).abs().max()) <= 1e-10
+    assert float((res - r_ref).abs().max()) <= 1e-10
+    zero_g = HardBoundary(_net(nn.Tanh), _square_distance)
+    j_ref, _, _ = _jacobians(zero_g, residual, x, y, "vmap")
+    jac, _, _ = _jacobians(zero_g, residual, x, y, "taylor")
+    assert float((jac - j_ref).abs().max()) <= 1e-10
+    ok, why = taylor_support(HardBoundary(_net(nn.ReLU), _square_distance))
+    assert not ok and "inside HardBoundary" in why and "ReLU" in why

@@ -13,6 +13,7 @@ collocation points that may be redrawn as training goes (``Collocation``).
 from __future__ import annotations
 
 from ._activations import FourierFeatures, Sine
+from ._boundary import HardBoundary
 from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
@@ -49,6 +50,7 @@ __all__ = [
     "EmptyBatchError",
     "FourierFeatures",
     "GaussNewtonProducts",
+    "HardBoundary",
     "JacobianEngine",
     "JacobianError",
     "JacobianPlan",

@@ -29,7 +29,7 @@ from .._points import PointResidual
 from .._replicas import Replica
 from ._common import ModeCall, Primals, Rows
 from ._points import in_point_order, points_residuals, points_reverse, reverse_rows
-from ._taylor import Channels, taylor_forward, taylor_layers, taylor_support
+from ._taylor import Channels, taylor_forward, taylor_support
 from ._verify import disagreement, first_points
 
 __all__ = [
@@ -118,7 +118,6 @@ def points_taylor(replica: Replica, residual: PointResidual, call: ModeCall) -> 
 
 
 def _taylor(replica: Replica, residual: PointResidual, call: ModeCall, primals: Primals) -> Rows:
-    layers = taylor_layers(replica.module)
     known = _FALLBACKS.setdefault(residual, {})
     sink = _Sink(call, primals.width)
     blocks: list[torch.Tensor] = []
@@ -127,7 +126,7 @@ def _taylor(replica: Replica, residual: PointResidual, call: ModeCall, primals: 
         name = residual.groups[group].name
         if name not in known:
             try:
-                blocks.append(_served(layers, replica, residual.point_rows(group, code), sub, sink))
+                blocks.append(_served(replica, residual.point_rows(group, code), sub, sink))
                 continue
             except Unserved as why:
                 known[name] = str(why)
@@ -164,7 +163,6 @@ class _Sink:
 
 
 def _served(
-    layers: list[torch.nn.Module],
     replica: Replica,
     rows: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor],
     call: ModeCall,
@@ -178,7 +176,7 @@ def _served(
     for lo in range(0, call.batch, step):
         x, y = call.x[lo : lo + step], call.y[lo : lo + step]
         with torch.enable_grad():
-            channels = taylor_forward(layers, x)
+            channels = taylor_forward(replica.module, x)
             res = _residuals(channels, rows, x, y)
             n, m = int(res.shape[0]), int(res.shape[1])
             dest = sink.rows(first + lo, first + lo + n, m)
@@ -222,7 +220,6 @@ def taylor_residuals(
     if sorting is not None:
         order, restore = (i.to(x.device) for i in sorting)
         return taylor_residuals(replica, residual, x[order], y[order])[restore]
-    layers = taylor_layers(replica.module)
     known = _FALLBACKS.setdefault(residual, {})
     blocks = []
     for group, code, lo, hi in residual.runs(y):
@@ -230,7 +227,7 @@ def taylor_residuals(
         if name not in known:
             try:
                 with torch.no_grad():
-                    channels = taylor_forward(layers, x[lo:hi])
+                    channels = taylor_forward(replica.module, x[lo:hi])
                     rows = residual.point_rows(group, code)
                     blocks.append(_residuals(channels, rows, x[lo:hi], y[lo:hi]))
                 continue

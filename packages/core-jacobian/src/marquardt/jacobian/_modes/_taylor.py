@@ -11,7 +11,8 @@ chain rule,
     v ← σ(v),    g_j ← σ'(v)·g_j,    h_j ← σ''(v)·g_j² + σ'(v)·h_j,
 
 starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. ``FourierFeatures`` is a fixed linear
-map followed by ``cos`` and ``sin``, mapped by the same two rules. One batched pass thus gives
+map followed by ``cos`` and ``sin``, mapped by the same two rules; a ``HardBoundary``
+combines its network's channels with those of ``φ`` and ``g`` by the product rule. One batched pass thus gives
 ``u``, ``∇u`` and the diagonal of the Hessian at a chunk of points as ``1 + 2d`` rows per
 point through the same matrix products, where ``torch.func.hessian`` differentiates a
 backward pass ``d`` times at every point. The pre-activations of every ``Linear`` are
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._activations import FourierFeatures, Sine
+from .._boundary import HardBoundary
 
 __all__ = ["LAYERS", "Channels", "taylor_forward", "taylor_layers", "taylor_support"]
 
@@ -146,7 +148,11 @@ def taylor_layers(model: nn.Module) -> list[nn.Module]:
 
 def taylor_support(model: nn.Module) -> tuple[bool, str]:
     """Whether ``model`` is an ``nn.Sequential`` of ``Linear`` and layers with a
-    rule, every trainable parameter in a ``Linear``; and why (or why not)."""
+    rule, every trainable parameter in a ``Linear`` (or a `HardBoundary` around one); and
+    why (or why not)."""
+    if isinstance(model, HardBoundary):
+        ok, why = taylor_support(model.net)
+        return ok, why if ok else f"the network inside HardBoundary: {why}"
     if not isinstance(model, nn.Sequential):
         return False, (
             f"the model ({type(model).__name__}) is not an nn.Sequential, so its forward "
@@ -186,9 +192,13 @@ class Channels:
     linears: tuple[tuple[nn.Linear, torch.Tensor, torch.Tensor], ...]
 
 
-def taylor_forward(layers: list[nn.Module], x: torch.Tensor) -> Channels:
-    """The forward Laplacian of the layers at the points ``x`` (``b × d``), with a graph
-    from the first ``Linear``'s output channels (a leaf) to the outputs."""
+def taylor_forward(model: nn.Module, x: torch.Tensor) -> Channels:
+    """The forward Laplacian of ``model`` (one that `taylor_support` accepts) at the points
+    ``x`` (``b × d``), with a graph from the first ``Linear``'s output channels (a leaf) to
+    the outputs."""
+    if isinstance(model, HardBoundary):
+        return _hard_boundary(model, x, taylor_forward(model.net, x))
+    layers = taylor_layers(model)
     b, d = int(x.shape[0]), int(x.shape[1])
     eye = torch.eye(d, dtype=x.dtype, device=x.device).expand(b, d, d)
     z = torch.cat([x.unsqueeze(1), eye, torch.zeros_like(eye)], 1)
@@ -210,3 +220,29 @@ def taylor_forward(layers: list[nn.Module], x: torch.Tensor) -> Channels:
         second=z[:, 1 + d :].transpose(1, 2),
         linears=tuple(linears),
     )
+
+
+def _point_derivatives(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``f``, ``∂f/∂x_j`` and ``∂²f/∂x_j²`` of a parameter-free ``f`` of points at ``x``:
+    ``(b,)``, ``(b, d)``, ``(b, d)``."""
+
+    def one(xi: torch.Tensor) -> torch.Tensor:
+        return fn(xi.unsqueeze(0)).reshape(())
+
+    second = torch.func.vmap(torch.func.hessian(one))(x).diagonal(dim1=-2, dim2=-1)
+    return fn(x).reshape(-1), torch.func.vmap(torch.func.jacrev(one))(x), second
+
+
+def _hard_boundary(model: HardBoundary, x: torch.Tensor, net: Channels) -> Channels:
+    """The channels of ``g + φ·N`` from those of ``N`` by the product rule."""
+    pv, pg, ph = (t.unsqueeze(1) for t in _point_derivatives(model.distance, x))
+    nv, ng, nh = net.value, net.grad, net.second  # b × k, b × k × d, b × k × d
+    value = pv * nv
+    grad = pg * nv.unsqueeze(-1) + pv.unsqueeze(-1) * ng
+    second = ph * nv.unsqueeze(-1) + 2 * pg * ng + pv.unsqueeze(-1) * nh
+    if model.value is not None:
+        gv, gg, gh = (t.unsqueeze(1) for t in _point_derivatives(model.value, x))
+        value, grad, second = value + gv, grad + gg, second + gh
+    return Channels(value=value, grad=grad, second=second, linears=net.linears)
