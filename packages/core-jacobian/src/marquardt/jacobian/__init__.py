@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from ._activations import FourierFeatures, Sine
 from ._boundary import HardBoundary
+from ._causal import CausalWeights
 from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
@@ -44,6 +45,7 @@ from ._replicas import Replicas
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
+    "CausalWeights",
     "Collocation",
     "ColumnSubset",
     "DeviceMismatchError",
