@@ -103,7 +103,8 @@ class PointModel:
         Returns:
             ``(d,)`` for a model of one output, ``(k, d)`` for ``k`` outputs.
         """
-        return hessian(self)(x).diagonal(dim1=-2, dim2=-1)
+        second: torch.Tensor = hessian(self)(x)
+        return second.diagonal(dim1=-2, dim2=-1)
 
     def laplacian(self, x: torch.Tensor) -> torch.Tensor:
         """``Δu = Σ_j ∂²u/∂x_j²`` at the point ``x``.

@@ -33,7 +33,7 @@ from .._errors import UnknownModeError, message
 from .._points import AnyResidual, PointResidual
 from .._replicas import Replica
 from ._broadcast import BROADCAST_CHUNK, broadcast_jacobian, broadcast_support
-from ._common import ModeCall, ResidualFn, Rows
+from ._common import ModeCall, Rows
 from ._forward_laplacian import points_taylor, verify_taylor
 from ._jacfwd import jacfwd_jacobian
 from ._layers import layers_jacobian, layers_support
@@ -90,8 +90,9 @@ class Sizes:
 ModeFn = Callable[[Replica, Any, ModeCall], Rows]
 #: A model check: ``model -> (whether the mode applies, why or why not)``.
 SupportFn = Callable[[nn.Module], tuple[bool, str]]
-#: A rule check on the first samples: ``None``, or why the mode cannot be used.
-VerifyFn = Callable[[Replica, ResidualFn, torch.Tensor, torch.Tensor], "str | None"]
+#: A rule check on the first samples of a residual of a form the mode serves: ``None``, or
+#: why the mode cannot be used.
+VerifyFn = Callable[[Replica, Any, torch.Tensor, torch.Tensor], "str | None"]
 
 
 def _always(_sizes: Sizes) -> bool:

@@ -160,9 +160,9 @@ def taylor_support(model: nn.Module) -> tuple[bool, str]:
         )
     layers = taylor_layers(model)
     for layer in layers:
-        why = _unsupported(layer)
-        if why is not None:
-            return False, why
+        problem = _unsupported(layer)
+        if problem is not None:
+            return False, problem
     linears = [m for m in layers if isinstance(m, nn.Linear)]
     if not linears:
         return False, "the model has no Linear layer"
