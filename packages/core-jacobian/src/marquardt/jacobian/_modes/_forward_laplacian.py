@@ -251,10 +251,10 @@ def _rows_of_j(replica: Replica, channels: Channels, res: torch.Tensor, jac: tor
     if not res.requires_grad:
         jac.zero_()  # the rows do not depend on θ
         return
-    outs = [z for _layer, _a, z in channels.linears]
-    # One backward pass per residual of a point (m × n × channels × width each).
+    outs = [t for _layer, _a, z in channels.linears for t in z]
+    # One backward pass per residual of a point: ∂r/∂(v, g, h) of every layer.
     if m == 1:
-        deltas = [
+        grads = [
             d.unsqueeze(0)
             for d in torch.autograd.grad(
                 res, outs, torch.ones_like(res), allow_unused=True, materialize_grads=True
@@ -262,20 +262,22 @@ def _rows_of_j(replica: Replica, channels: Channels, res: torch.Tensor, jac: tor
         ]
     else:
         seed = torch.eye(m, dtype=res.dtype, device=res.device).unsqueeze(1).expand(m, n, m)
-        deltas = list(
+        grads = list(
             torch.autograd.grad(
                 res, outs, seed, is_grads_batched=True, allow_unused=True, materialize_grads=True
             )
         )
     offsets = _offsets(replica)
-    for (layer, inputs, _z), delta in zip(channels.linears, deltas, strict=True):
+    for i, (layer, inputs, _z) in enumerate(channels.linears):
+        dv, dg, dh = grads[3 * i : 3 * i + 3]  # m × n × out, m × n × d × out (twice)
         where = offsets.get(id(layer.weight))
         if where is not None:
+            delta = torch.cat([dv.unsqueeze(2), dg, dh], 2)  # m × n × channels × out
             block = jac[:, where[0] : where[1]].view(n, m, *layer.weight.shape)
             block.copy_(torch.einsum("mnco,nci->nmoi", delta, inputs))
         where = offsets.get(id(layer.bias)) if layer.bias is not None else None
         if where is not None:
-            jac[:, where[0] : where[1]] = delta[:, :, 0].transpose(0, 1).reshape(n * m, -1)
+            jac[:, where[0] : where[1]] = dv.transpose(0, 1).reshape(n * m, -1)
 
 
 def _offsets(replica: Replica) -> dict[int, tuple[int, int]]:

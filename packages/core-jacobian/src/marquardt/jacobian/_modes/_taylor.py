@@ -85,17 +85,20 @@ def _identity(_m: nn.Module, z: torch.Tensor) -> Derivatives:
 
 
 Rule = Callable[[nn.Module, torch.Tensor], Derivatives]
-#: A layer's map of the ``1 + 2d`` channels ``b × (1 + 2d) × n`` (``d`` given).
-ChannelMap = Callable[[nn.Module, torch.Tensor, int], torch.Tensor]
+#: The three channels at a layer: ``v`` (``b × n``), ``g`` and ``h`` (``b × d × n``).
+Triple = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+#: A layer's map of the channels.
+ChannelMap = Callable[[nn.Module, Triple], Triple]
 
 
 def _elementwise(rule: Rule) -> ChannelMap:
     """The channel map of an elementwise layer with derivatives ``rule``."""
 
-    def apply(layer: nn.Module, z: torch.Tensor, d: int) -> torch.Tensor:
-        v, g, h = z[:, :1], z[:, 1 : 1 + d], z[:, 1 + d :]
+    def apply(layer: nn.Module, z: Triple) -> Triple:
+        v, g, h = z
         s0, s1, s2 = rule(layer, v)
-        return torch.cat([s0, s1 * g, s2 * g * g + s1 * h], 1)
+        s1, s2 = s1.unsqueeze(1), s2.unsqueeze(1)
+        return s0, s1 * g, s2 * g * g + s1 * h
 
     return apply
 
@@ -105,12 +108,15 @@ def _cosine(_m: nn.Module, z: torch.Tensor) -> Derivatives:
     return c, -s, -c
 
 
-def _fourier(layer: nn.Module, z: torch.Tensor, d: int) -> torch.Tensor:
+def _fourier(layer: nn.Module, z: Triple) -> Triple:
     assert isinstance(layer, FourierFeatures)
-    inner = z @ (2 * torch.pi * layer.B).t().to(z.dtype)  # linear, no bias: every channel
-    return torch.cat(
-        [_elementwise(_cosine)(layer, inner, d), _elementwise(_sine)(layer, inner, d)],
-        -1,
+    b = (2 * torch.pi * layer.B).t().to(z[0].dtype)
+    inner = (z[0] @ b, z[1] @ b, z[2] @ b)  # linear, no bias: every channel
+    cos, sin = _elementwise(_cosine)(layer, inner), _elementwise(_sine)(layer, inner)
+    return (
+        torch.cat([cos[0], sin[0]], -1),
+        torch.cat([cos[1], sin[1]], -1),
+        torch.cat([cos[2], sin[2]], -1),
     )
 
 
@@ -183,42 +189,39 @@ class Channels:
         grad: ``∂u/∂x``, ``b × k × d``.
         second: ``∂²u/∂x_j²``, ``b × k × d``.
         linears: each ``Linear`` layer with its input channels ``b × (1 + 2d) × n_in``
-            and its output channels ``b × (1 + 2d) × n_out`` (in the graph from the first).
+            (value, gradients, second derivatives) and its output channels ``(v, g, h)``
+            (in the graph from the first layer's, which are leaves).
     """
 
     value: torch.Tensor
     grad: torch.Tensor
     second: torch.Tensor
-    linears: tuple[tuple[nn.Linear, torch.Tensor, torch.Tensor], ...]
+    linears: tuple[tuple[nn.Linear, torch.Tensor, Triple], ...]
 
 
 def taylor_forward(model: nn.Module, x: torch.Tensor) -> Channels:
     """The forward Laplacian of ``model`` (one that `taylor_support` accepts) at the points
-    ``x`` (``b × d``), with a graph from the first ``Linear``'s output channels (a leaf) to
+    ``x`` (``b × d``), with a graph from the first ``Linear``'s output channels (leaves) to
     the outputs."""
     if isinstance(model, HardBoundary):
         return _hard_boundary(model, x, taylor_forward(model.net, x))
-    layers = taylor_layers(model)
     b, d = int(x.shape[0]), int(x.shape[1])
     eye = torch.eye(d, dtype=x.dtype, device=x.device).expand(b, d, d)
-    z = torch.cat([x.unsqueeze(1), eye, torch.zeros_like(eye)], 1)
-    linears: list[tuple[nn.Linear, torch.Tensor, torch.Tensor]] = []
-    for layer in layers:
-        if isinstance(layer, nn.Linear):
-            inputs = z
-            z = inputs @ layer.weight.detach().t()
-            if layer.bias is not None:
-                z = torch.cat([z[:, :1] + layer.bias.detach(), z[:, 1:]], 1)
-            if not linears:
-                z = z.detach().requires_grad_(True)
-            linears.append((layer, inputs.detach(), z))
+    z: Triple = (x, eye, torch.zeros_like(eye))
+    linears: list[tuple[nn.Linear, torch.Tensor, Triple]] = []
+    for layer in taylor_layers(model):
+        if not isinstance(layer, nn.Linear):
+            z = LAYERS[type(layer)](layer, z)
             continue
-        z = LAYERS[type(layer)](layer, z, d)
+        inputs = torch.cat([z[0].unsqueeze(1), z[1], z[2]], 1).detach()
+        w = layer.weight.detach().t()
+        v = z[0] @ w if layer.bias is None else torch.addmm(layer.bias.detach(), z[0], w)
+        z = (v, z[1] @ w, z[2] @ w)
+        if not linears:
+            z = (z[0].requires_grad_(True), z[1].requires_grad_(True), z[2].requires_grad_(True))
+        linears.append((layer, inputs, z))
     return Channels(
-        value=z[:, 0],
-        grad=z[:, 1 : 1 + d].transpose(1, 2),
-        second=z[:, 1 + d :].transpose(1, 2),
-        linears=tuple(linears),
+        value=z[0], grad=z[1].transpose(1, 2), second=z[2].transpose(1, 2), linears=tuple(linears)
     )
 
 
