@@ -126,7 +126,7 @@ def _taylor(replica: Replica, residual: PointResidual, call: ModeCall, primals: 
         name = residual.groups[group].name
         if name not in known:
             try:
-                blocks.append(_served(replica, residual.point_rows(group, code), sub, sink))
+                blocks.append(_served(replica, residual.point_rows(group, code), sub, sink, lo))
                 continue
             except Unserved as why:
                 known[name] = str(why)
@@ -167,11 +167,11 @@ def _served(
     rows: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor],
     call: ModeCall,
     sink: _Sink,
+    first: int,
 ) -> torch.Tensor:
-    """The ``b × m`` residuals of one group's points (the points of ``call``, at offset
-    ``call.x`` in the sink's call), chunk by chunk, their rows of ``J`` written to ``sink``."""
+    """The ``b × m`` residuals of one group's points (the points of ``call``, from point
+    ``first`` of the sink's call on), chunk by chunk, their rows of ``J`` written to ``sink``."""
     step = max(1, call.samples_per_call)
-    first = _offset(sink.call.x, call.x)
     blocks = []
     for lo in range(0, call.batch, step):
         x, y = call.x[lo : lo + step], call.y[lo : lo + step]
@@ -235,12 +235,6 @@ def taylor_residuals(
                 known[name] = str(why)
         blocks.append(points_residuals(replica, residual, x[lo:hi], y[lo:hi]))
     return residual.stack(blocks)
-
-
-def _offset(whole: torch.Tensor, part: torch.Tensor) -> int:
-    """The first point of ``part``, a slice of the points ``whole``, in ``whole``."""
-    row = whole.stride(0) * whole.element_size()
-    return (part.data_ptr() - whole.data_ptr()) // row if part.numel() else 0
 
 
 def _rows_of_j(replica: Replica, channels: Channels, res: torch.Tensor, jac: torch.Tensor) -> None:
