@@ -93,7 +93,9 @@ def test_the_engine_runs_the_function_of_the_table(fake: list[ModeCall]) -> None
 
 
 def test_an_unknown_mode_names_the_table(fake: list[ModeCall]) -> None:
-    with pytest.raises(UnknownModeError, match=r"auto, fake, broadcast, layers, jacfwd, vmap"):
+    with pytest.raises(
+        UnknownModeError, match=r"auto, fake, broadcast, layers, taylor, jacfwd, vmap"
+    ):
         _plan(mode="jacrevv")
     model = nn.Linear(2, 1).double()
     with pytest.raises(UnknownModeError, match=r"mode='jacrevv'.*fake"):

@@ -12,6 +12,9 @@ collocation points that may be redrawn as training goes (``Collocation``).
 
 from __future__ import annotations
 
+from ._activations import FourierFeatures, Sine
+from ._boundary import HardBoundary
+from ._causal import CausalWeights
 from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
@@ -42,11 +45,14 @@ from ._replicas import Replicas
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
+    "CausalWeights",
     "Collocation",
     "ColumnSubset",
     "DeviceMismatchError",
     "EmptyBatchError",
+    "FourierFeatures",
     "GaussNewtonProducts",
+    "HardBoundary",
     "JacobianEngine",
     "JacobianError",
     "JacobianPlan",
@@ -64,6 +70,7 @@ __all__ = [
     "ResidualNotDifferentiableError",
     "ResidualNotFiniteError",
     "ResidualShapeError",
+    "Sine",
     "SliceSizeError",
     "SliceStream",
     "UnknownModeError",

@@ -137,7 +137,7 @@ class BatchPlanner:
         for name, (ok, _why) in self._checks.items():
             verify = MODE_TABLE[name].verify
             if ok is None and verify is not None and self.mode in (AUTO, name):
-                why = verify(self.replicas[0], residual_fn, inputs, targets)  # type: ignore[arg-type]
+                why = verify(self.replicas[0], residual_fn, inputs, targets)
                 self._checks[name] = (why is None, _why if why is None else why)
 
 

@@ -14,7 +14,7 @@ import torch
 
 from ._errors import message
 from ._modes._common import rows_of
-from ._modes._points import points_residuals
+from ._modes._forward_laplacian import taylor_residuals
 from ._points import AnyResidual, PointResidual
 from ._replicas import Replicas
 from ._slicing import DeviceWorkers, slice_ranges, to_device, to_host_fresh
@@ -62,7 +62,7 @@ def forward_slices(
         y = to_device(targets[lo:hi], replica.device)
         with torch.no_grad():
             if isinstance(residual_fn, PointResidual):
-                out, res = None, points_residuals(replica, residual_fn, x, y)
+                out, res = None, taylor_residuals(replica, residual_fn, x, y)
             else:
                 out = replica.module(x)
                 res = rows_of(residual_fn(out, y), hi - lo)

@@ -292,7 +292,9 @@ def choose_mode(
     for entry in MODE_TABLE.values():
         ok, why = applies(entry)
         if not ok:
-            passed = why
+            if entry.serves(form) or not passed:
+                # The reason of the last mode passed by that serves the form says most.
+                passed = why or passed
         elif entry.chosen_when(sizes):
             own = why or entry.why(sizes)
             return entry, f"{entry.name}: " + "; ".join(t for t in (own, passed) if t)

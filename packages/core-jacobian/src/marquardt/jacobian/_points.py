@@ -9,9 +9,13 @@ PDE by residuals that differentiate the model by its inputs: for ``−Δu = f`` 
 
 and ``J = ∂r/∂θ`` differentiates *through* ``Δu_θ``. Each group of points has its own
 function ``fn(u, x, y)`` of the model at one point (``u``, a function of a point ``x``
-of shape ``(d,)``, for ``torch.func.jacrev`` / ``jacfwd`` / ``hessian``), the point and
-its target row ``y``; the engine maps it over the points of a slice by ``vmap`` and
-differentiates it with respect to ``θ`` by ``torch.func``. A batch for such a residual
+of shape ``(d,)``), the point and its target row ``y``; the engine maps it over the points
+of a slice by ``vmap`` and differentiates it with respect to ``θ`` by ``torch.func``.
+Derivatives at the point are asked of ``u`` itself, ``u.grad(x)``, ``u.laplacian(x)``,
+``u.hessian_diagonal(x)``: for an MLP the engine then takes them from one forward pass of
+values and derivatives together (the forward Laplacian), much cheaper than
+``torch.func.hessian(u)(x)``, which ``fn`` may still call (as any ``torch.func``
+transform of ``u``, or ``u`` at other points), at the cost of the generic path. A batch for such a residual
 holds every group's points one after the other (`PointResidual.batch`); the first
 two columns of its targets name each point's group and the shape of its target, so any
 slice of the batch, on any device or rank, knows which function its points take.
@@ -31,7 +35,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.func import functional_call, vmap
+from torch.func import functional_call, hessian, jacrev, vmap
 
 from ._errors import ParameterDtypeError, ResidualShapeError, message
 
@@ -77,6 +81,42 @@ class PointModel:
         out = out.squeeze(0)
         return out.squeeze(0) if out.dim() == 1 and out.shape[0] == 1 else out
 
+    def grad(self, x: torch.Tensor) -> torch.Tensor:
+        """``∂u/∂x`` at the point ``x``.
+
+        Arguments:
+            x: the point, shape ``(d,)``.
+
+        Returns:
+            ``(d,)`` for a model of one output, ``(k, d)`` for ``k`` outputs.
+        """
+        out: torch.Tensor = jacrev(self)(x)
+        return out
+
+    def hessian_diagonal(self, x: torch.Tensor) -> torch.Tensor:
+        """``∂²u/∂x_j²`` for every input ``j`` at the point ``x`` (the diagonal of the
+        Hessian; ``u_xx`` of an equation in space and time is its first entry).
+
+        Arguments:
+            x: the point, shape ``(d,)``.
+
+        Returns:
+            ``(d,)`` for a model of one output, ``(k, d)`` for ``k`` outputs.
+        """
+        second: torch.Tensor = hessian(self)(x)
+        return second.diagonal(dim1=-2, dim2=-1)
+
+    def laplacian(self, x: torch.Tensor) -> torch.Tensor:
+        """``Δu = Σ_j ∂²u/∂x_j²`` at the point ``x``.
+
+        Arguments:
+            x: the point, shape ``(d,)``.
+
+        Returns:
+            A 0-dim tensor for a model of one output, ``(k,)`` for ``k`` outputs.
+        """
+        return self.hessian_diagonal(x).sum(-1)
+
 
 PointFn = Callable[[PointModel, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -108,7 +148,7 @@ class PointResidual:
     ``residual_fn(outputs, targets)``, with the batch built by `batch`::
 
         def pde(u, x, y):      # −Δu − f at one interior point
-            return -torch.func.hessian(u)(x).trace() - y
+            return -u.laplacian(x) - y
         def boundary(u, x, y):
             return u(x)
         residual = PointResidual(ResidualGroup("pde", pde), ResidualGroup("bc", boundary, 10.0))
@@ -286,12 +326,23 @@ class PointResidual:
         """``f(module, params, x_i, y_i) -> r_i`` (a vector of ``m``) of one point of
         ``group`` whose target has ``code`` (see `batch`), with the leading columns
         dropped and the weight applied."""
-        g = self.groups[group]
+        rows = self.point_rows(group, code)
 
         def one(module: nn.Module, params: Any, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+            return rows(PointModel(module, params), xi, yi)
+
+        return one
+
+    def point_rows(
+        self, group: int, code: int
+    ) -> Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """``f(u, x_i, y_i) -> r_i`` (a vector of ``m``) of one point of ``group`` whose
+        target has ``code`` (see `batch`), for any ``u`` that answers as a `PointModel`."""
+        g = self.groups[group]
+
+        def one(u: Any, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
             target = yi[2] if code < 0 else yi[2 : 2 + code]
-            r = g.fn(PointModel(module, params), xi, target)
-            return (g.weight * r).reshape(-1)
+            return (g.weight * g.fn(u, xi, target)).reshape(-1)
 
         return one
 

@@ -20,10 +20,9 @@ from ._errors import ResidualNotDifferentiableError, ResidualShapeError, message
 from ._modes import ModeCall, ResidualFn
 from ._modes._common import require_graph, rows_of
 from ._modes._points import points_reverse
-from ._modes._verify import PROBE_SAMPLES, first_samples
+from ._modes._verify import PROBE_SAMPLES, first_points, first_samples, group_firsts
 from ._points import PointResidual, piecewise_linear_layers
 from ._replicas import Replica
-from ._slicing import to_device
 from ._validate import check_finite_residuals
 
 __all__ = ["PROBE_SAMPLES", "default_budget", "probe", "probe_points"]
@@ -121,15 +120,8 @@ def probe_points(
     not bad luck, and it is refused before any work. Activations called as functions
     (``F.relu`` inside a ``forward``) are not seen as layers and not refused.
     """
-    residual.check_targets(targets)
-    tags = targets[:, 0].detach().to("cpu", torch.int64)
-    firsts = [
-        (int(g), torch.nonzero(tags == g).reshape(-1)[:PROBE_SAMPLES])
-        for g in torch.unique(tags).tolist()
-    ]  # the first points of every group, wherever they sit in the batch
-    index = torch.cat([i for _g, i in firsts])
-    x = to_device(inputs[index], replica.device)
-    y = to_device(targets[index], replica.device)
+    x, y = first_points(replica, residual, inputs, targets)
+    firsts = group_firsts(targets)
     with _counting_activations(replica.module) as activations, torch.no_grad():
         replica.module(x)
     k = int(x.shape[0])

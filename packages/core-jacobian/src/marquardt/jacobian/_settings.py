@@ -2,7 +2,7 @@
 
 ``MARQUARDT_JACOBIAN_MODE``
     Forces the Jacobian mode of every engine built with ``mode="auto"``: a mode of the
-    mode table (``vmap``, ``jacfwd``, ``layers``, ``broadcast``). Unset: the planner
+    mode table (``vmap``, ``jacfwd``, ``layers``, ``broadcast``, ``taylor``). Unset: the planner
     chooses.
 ``MARQUARDT_JACOBIAN_MEMORY_BUDGET``
     Bytes of intermediate memory one device may use for one Jacobian chunk (the

@@ -28,7 +28,13 @@ from .._points import PointResidual
 from .._replicas import Replica
 from ._common import ModeCall, Primals, Rows, forward_columns
 
-__all__ = ["points_forward", "points_residuals", "points_reverse"]
+__all__ = [
+    "in_point_order",
+    "points_forward",
+    "points_residuals",
+    "points_reverse",
+    "reverse_rows",
+]
 
 
 def points_residuals(
@@ -42,37 +48,40 @@ def points_residuals(
 def points_reverse(replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
     """``(J, r)`` for the ``b`` points of ``call.x`` by per-point reverse mode over θ:
     ``J`` is ``(b·m) × P`` (or ``× k``)."""
-    return _in_point_order(_reverse, replica, residual, call)
+    return in_point_order(reverse_rows, replica, residual, call)
 
 
 def points_forward(replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
     """``(J, r)`` for the ``b`` points of ``call.x`` by forward mode over θ, ``c`` unit
     tangents at once: ``J`` is ``(b·m) × P`` (or ``× k``)."""
-    return _in_point_order(_forward, replica, residual, call)
+    return in_point_order(_forward, replica, residual, call)
 
 
 Rule = Callable[[Replica, PointResidual, ModeCall, Primals], Rows]
 
 
-def _in_point_order(rule: Rule, replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
+def in_point_order(rule: Rule, replica: Replica, residual: PointResidual, call: ModeCall) -> Rows:
     """``rule`` on the points sorted by group where the groups are interleaved, the rows
-    handed back in the points' order."""
+    handed back in the points' order (into ``call.out`` where the call gives one)."""
     sorting = residual.grouped(call.y)
     if sorting is None:
         return rule(replica, residual, call, Primals.of(replica, call.columns))
     order, restore = (i.to(call.x.device) for i in sorting)
-    jac, res = _in_point_order(
-        rule, replica, residual, replace(call, x=call.x[order], y=call.y[order])
-    )
+    sorted_call = replace(call, x=call.x[order], y=call.y[order], out=None)
+    jac, res = in_point_order(rule, replica, residual, sorted_call)
     b = call.batch
     m = int(res.numel()) // b
-    return (
-        jac.reshape(b, m, -1)[restore].reshape(b * m, -1),
-        res.reshape(b, m)[restore].reshape(-1),
-    )
+    jac = jac.reshape(b, m, -1)[restore].reshape(b * m, -1)
+    if call.out is not None and call.out.shape == jac.shape:
+        jac = call.out.copy_(jac)
+    return jac, res.reshape(b, m)[restore].reshape(-1)
 
 
-def _reverse(replica: Replica, residual: PointResidual, call: ModeCall, primals: Primals) -> Rows:
+def reverse_rows(
+    replica: Replica, residual: PointResidual, call: ModeCall, primals: Primals
+) -> Rows:
+    """``(J, r)`` of the points of ``call`` (in runs by group) by per-point reverse mode
+    over the tensors of ``primals``."""
     module = replica.module
     x, y = call.x, call.y
     grads: list[tuple[torch.Tensor, ...]] = []

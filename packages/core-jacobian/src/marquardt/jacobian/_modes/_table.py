@@ -14,6 +14,7 @@ input-derivative graph of a `PointResidual`):
 
 * ``broadcast``: ``(m+1)·P + 3a``, in chunks of at most ``BROADCAST_CHUNK`` samples;
 * ``layers``: ``m·P + 2a·m``;
+* ``taylor``: ``2·m·P + 3a`` (``a`` counts the ``1 + 2d`` channels of each activation);
 * ``jacfwd``: the ``m·P`` rows of ``J``, plus ``2a + m`` for each column pushed at once
   (forward mode is chunked over columns as well as samples);
 * ``vmap``: ``3·m·P + (m+1)·a``.
@@ -32,11 +33,13 @@ from .._errors import UnknownModeError, message
 from .._points import AnyResidual, PointResidual
 from .._replicas import Replica
 from ._broadcast import BROADCAST_CHUNK, broadcast_jacobian, broadcast_support
-from ._common import ModeCall, ResidualFn, Rows
+from ._common import ModeCall, Rows
+from ._forward_laplacian import points_taylor, verify_taylor
 from ._jacfwd import jacfwd_jacobian
 from ._layers import layers_jacobian, layers_support
 from ._points import points_forward, points_reverse
 from ._subset import subset_jacfwd, subset_layers, subset_vmap
+from ._taylor import taylor_support
 from ._verify import verify_broadcast, verify_layers
 from ._vmap import vmap_jacobian
 
@@ -87,8 +90,9 @@ class Sizes:
 ModeFn = Callable[[Replica, Any, ModeCall], Rows]
 #: A model check: ``model -> (whether the mode applies, why or why not)``.
 SupportFn = Callable[[nn.Module], tuple[bool, str]]
-#: A rule check on the first samples: ``None``, or why the mode cannot be used.
-VerifyFn = Callable[[Replica, ResidualFn, torch.Tensor, torch.Tensor], "str | None"]
+#: A rule check on the first samples of a residual of a form the mode serves: ``None``, or
+#: why the mode cannot be used.
+VerifyFn = Callable[[Replica, Any, torch.Tensor, torch.Tensor], "str | None"]
 
 
 def _always(_sizes: Sizes) -> bool:
@@ -180,6 +184,17 @@ _LAYERS = JacobianMode(
     why=lambda _s: "every layer has a per-sample rule",
     fallback="vmap",
 )
+_TAYLOR = JacobianMode(
+    name="taylor",
+    forms={POINTS: points_taylor},
+    # J of the chunk and its copy into place, the input and output channels of each layer.
+    memory=lambda s: s.item * (2 * s.outputs * s.params + 3 * s.activations),
+    writes_out=True,
+    support=taylor_support,
+    verify=verify_taylor,
+    assumed=False,
+    fallback="vmap",
+)
 _JACFWD = JacobianMode(
     name="jacfwd",
     forms={OUTPUTS: _outputs(jacfwd_jacobian, subset_jacfwd), POINTS: points_forward},
@@ -197,7 +212,9 @@ _VMAP = JacobianMode(
 )
 
 #: Every mode, in the order ``auto`` prefers them.
-MODE_TABLE: dict[str, JacobianMode] = {m.name: m for m in (_BROADCAST, _LAYERS, _JACFWD, _VMAP)}
+MODE_TABLE: dict[str, JacobianMode] = {
+    m.name: m for m in (_BROADCAST, _LAYERS, _TAYLOR, _JACFWD, _VMAP)
+}
 
 
 def mode_names() -> tuple[str, ...]:

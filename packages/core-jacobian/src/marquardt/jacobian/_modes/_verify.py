@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from .._points import PointResidual
 from .._replicas import Replica
 from .._slicing import to_device
 from ._broadcast import broadcast_jacobian
@@ -17,7 +18,15 @@ from ._common import ModeCall, ResidualFn
 from ._layers import layers_jacobian
 from ._reference import reference_jacobian
 
-__all__ = ["PROBE_SAMPLES", "first_samples", "verify_broadcast", "verify_layers"]
+__all__ = [
+    "PROBE_SAMPLES",
+    "disagreement",
+    "first_points",
+    "first_samples",
+    "group_firsts",
+    "verify_broadcast",
+    "verify_layers",
+]
 
 #: Samples the probe and the rule checks run on.
 PROBE_SAMPLES = 4
@@ -31,7 +40,26 @@ def first_samples(
     return to_device(inputs[:k], replica.device), to_device(targets[:k], replica.device), k
 
 
-def _disagreement(jac: torch.Tensor, reference: torch.Tensor) -> tuple[float, float] | None:
+def group_firsts(targets: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+    """``(group, indices)``: the first ``PROBE_SAMPLES`` points of every group of a
+    `PointResidual` batch, wherever they sit in it."""
+    tags = targets[:, 0].detach().to("cpu", torch.int64)
+    return [
+        (int(g), torch.nonzero(tags == g).reshape(-1)[:PROBE_SAMPLES])
+        for g in torch.unique(tags).tolist()
+    ]
+
+
+def first_points(
+    replica: Replica, residual: PointResidual, inputs: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first points of every group (`group_firsts`) on the replica's device."""
+    residual.check_targets(targets)
+    index = torch.cat([i for _g, i in group_firsts(targets)])
+    return to_device(inputs[index], replica.device), to_device(targets[index], replica.device)
+
+
+def disagreement(jac: torch.Tensor, reference: torch.Tensor) -> tuple[float, float] | None:
     """``None`` when ``jac`` matches ``reference``, else ``(the largest difference, the
     tolerance)``."""
     scale = max(1.0, float(reference.abs().max()))
@@ -52,7 +80,7 @@ def verify_layers(
     """
     x, y, _k = first_samples(replica, inputs, targets)
     j_rules, _ = layers_jacobian(replica, residual_fn, ModeCall.whole(replica, x, y))
-    off = _disagreement(j_rules, reference_jacobian(replica, residual_fn, x, y)[0])
+    off = disagreement(j_rules, reference_jacobian(replica, residual_fn, x, y)[0])
     if off is None:
         return None
     return (
@@ -83,7 +111,7 @@ def verify_broadcast(
             f"per-sample parameters gave a Jacobian of shape {tuple(j_rule.shape)}, "
             f"plain reverse mode {tuple(j_ref.shape)}"
         )
-    off = _disagreement(j_rule, j_ref)
+    off = disagreement(j_rule, j_ref)
     if off is None:
         return None
     return (
