@@ -155,14 +155,13 @@ def _square_edge(n: int, lo: float, hi: float, g: torch.Generator) -> torch.Tens
 
 # -- derivatives at one point -------------------------------------------------------------
 def _laplacian(u: Any, x: torch.Tensor) -> torch.Tensor:
-    return torch.func.hessian(u)(x).trace()
+    return u.laplacian(x)
 
 
 def _space_time(u: Any, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(u_x, u_t, u_xx) at a point p = (x, t)."""
-    grad = torch.func.jacrev(u)(p)
-    hess = torch.func.hessian(u)(p)
-    return grad[0], grad[1], hess[0, 0]
+    grad = u.grad(p)
+    return grad[0], grad[1], u.hessian_diagonal(p)[0]
 
 
 def _line_in_time(

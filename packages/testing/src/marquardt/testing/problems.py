@@ -143,8 +143,9 @@ def poisson_exact(x: torch.Tensor) -> torch.Tensor:
 
 
 def poisson_pde(u: Any, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-    """−Δu − f at one interior point ``x`` (``u`` a function of one point)."""
-    return -torch.func.hessian(u)(x).trace() - f
+    """−Δu − f at one interior point ``x`` (``u`` the network at one point, a ``PointModel``:
+    ``u.laplacian`` lets the engine propagate Δu forward with the values)."""
+    return -u.laplacian(x) - f
 
 
 def poisson_boundary(u: Any, x: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
