@@ -19,7 +19,10 @@ from .damping import _NU_MAX, DampingRule, FixedDamping, NielsenDamping
 
 __all__ = ["TensorRule", "tensor_rule"]
 
-Pair = tuple[torch.Tensor, torch.Tensor]
+Tensor = torch.Tensor
+Pair = tuple[Tensor, Tensor]
+#: (λ on acceptance, ν on acceptance, λ on rejection, ν on rejection), before clamping.
+Updates = tuple[Tensor, Tensor, Tensor, Tensor]
 
 
 def _clamp(value: torch.Tensor, minimum: float, maximum: float) -> torch.Tensor:
@@ -63,7 +66,7 @@ class TensorRule:
         """(λ, ν) after the attempt: the rule's ``on_accept`` where ``accepted``, its
         ``on_reject`` where ``rejected``, unchanged elsewhere."""
         lam_accept, nu_accept, lam_reject, nu_reject = _UPDATES[self.name](
-            self, damping, nu, actual, predicted
+            self, damping, nu, actual / predicted
         )
         lam = torch.where(
             accepted,
@@ -83,30 +86,14 @@ def _fixed_accepts(actual: torch.Tensor, predicted: torch.Tensor) -> torch.Tenso
     return torch.isfinite(actual) & (actual > 0.0)
 
 
-def _nielsen_updates(
-    rule: TensorRule,
-    damping: torch.Tensor,
-    nu: torch.Tensor,
-    actual: torch.Tensor,
-    predicted: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    lam_reject, nu_reject = nielsen_reject(damping, nu)
-    return (
-        nielsen_accept(damping, actual / predicted),
-        torch.full_like(nu, NU_START),
-        lam_reject,
-        nu_reject.clamp(max=_NU_MAX),
-    )
+def _nielsen_updates(rule: TensorRule, lam: Tensor, nu: Tensor, ratio: Tensor) -> Updates:
+    lam_reject, nu_reject = nielsen_reject(lam, nu)
+    nu_accept = torch.full_like(nu, NU_START)
+    return nielsen_accept(lam, ratio), nu_accept, lam_reject, nu_reject.clamp(max=_NU_MAX)
 
 
-def _fixed_updates(
-    rule: TensorRule,
-    damping: torch.Tensor,
-    nu: torch.Tensor,
-    actual: torch.Tensor,
-    predicted: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return damping * rule.down, nu, damping * rule.up, nu
+def _fixed_updates(rule: TensorRule, lam: Tensor, nu: Tensor, ratio: Tensor) -> Updates:
+    return lam * rule.down, nu, lam * rule.up, nu
 
 
 _ACCEPTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
