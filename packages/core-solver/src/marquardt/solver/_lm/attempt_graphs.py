@@ -73,7 +73,7 @@ class CapturedAttempt:
 
     def __init__(self, fn: Runner, args: tuple[Any, ...]) -> None:
         self._inputs = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
-        side = torch.cuda.Stream()
+        side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream())
         # Kernels choose workspaces and libraries load on first use: never inside a capture.
         with torch.cuda.stream(side), torch.no_grad():

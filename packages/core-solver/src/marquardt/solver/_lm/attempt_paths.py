@@ -180,7 +180,10 @@ class AttemptPaths:
             return AttemptChoice(None, "eager", _CPU_AUTO)
         spec = AttemptSpec(
             trial_loss=trial_loss_fn(
-                replica.module, replica.param_dict, options.residual_fn, options.loss_fn
+                replica.module,
+                replica.param_dict,
+                options.residual_fn,  # type: ignore[arg-type]  # a PointResidual is refused
+                options.loss_fn,
             ),
             rule=tensor_rule(rule),  # type: ignore[arg-type]
             learning_rate=options.learning_rate,
