@@ -157,6 +157,8 @@ class AttemptPaths:
         if self._failed:
             return AttemptChoice(None, "eager", self._failed)
         replica = replicas[0]
+        if self.mode == "auto" and replica.device.type == "cpu":
+            return AttemptChoice(None, "eager", _CPU_AUTO)
         args = (
             replica.flat,
             *(torch.zeros((), dtype=torch.float64, device=replica.device),) * 3,
@@ -176,8 +178,6 @@ class AttemptPaths:
         static, self._last = key == self._last, key
         if self.mode == "auto" and not static:
             return AttemptChoice(None, "eager", "shapes not yet seen twice (auto)")
-        if self.mode == "auto" and replica.device.type == "cpu":
-            return AttemptChoice(None, "eager", _CPU_AUTO)
         spec = AttemptSpec(
             trial_loss=trial_loss_fn(
                 replica.module,
