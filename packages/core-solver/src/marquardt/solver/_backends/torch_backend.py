@@ -25,7 +25,7 @@ from .base import FAILED_CHOLESKY, FAILED_NON_FINITE, ArrayBackend, LinearSystem
 from .scaling import scaling_diagonal_torch
 from .systems import ArrayOps, gather_slices, normal_system, system_from_matrix
 
-__all__ = ["TorchBackend", "create_backend"]
+__all__ = ["TorchBackend", "create_backend", "factor_solve"]
 
 #: Rows of J per block of the one-pass column terms: a block (≤ 4 MiB at P = 16k in
 #: float32) is read once for its squares and its share of Jᵀr while it is in cache.
@@ -123,42 +123,11 @@ class TorchBackend:
         if system.underdetermined:
             m.diagonal().add_(float(damping))  # D = I for (JJᵀ/N + λI) u = r/N
         else:
-            m.diagonal().add_(d, alpha=float(damping))
-        # A non-finite diagonal can pass the factorisation (an infinite pivot): refuse it
-        # as LAPACK refuses a pivot that is not positive. Read before m is overwritten.
-        diagonal_finite = torch.isfinite(m.diagonal()).all()
-        # Factorised in place: the damped copy becomes its factor, so the step holds two
-        # S × S matrices (the system and this one), not three.
-        info = torch.empty((), dtype=torch.int32, device=m.device)
-        lower, info = torch.linalg.cholesky_ex(m, out=(m, info))
-        # Two triangular solves: on the CPU torch.cholesky_solve copies the factor first,
-        # several times slower at large P.
-        half = torch.linalg.solve_triangular(lower, g.reshape(-1, 1), upper=False)
-        solved = torch.linalg.solve_triangular(lower.mT, half, upper=True).reshape(-1)
-        if system.underdetermined:
-            jac = system.jacobian
-            assert isinstance(jac, torch.Tensor)
-            delta = (jac.T @ solved.to(jac.dtype)).to(torch.float64)
-            bu = a @ solved
-            n = system.rows
-            gradient_dot, curvature = n * (bu @ g), n * (bu @ bu)
-        else:
-            delta = solved
-            gradient_dot, curvature = solved @ g, solved @ (a @ solved)
-        finite = (
-            torch.isfinite(delta).all() & torch.isfinite(gradient_dot) & torch.isfinite(curvature)
-        )
-        not_factored = (info != 0) | ~diagonal_finite
-
-        # Filled on the device: torch.tensor(value, device=cuda) would copy from the host,
-        # and on CUDA every such copy waits for the queue.
-        def code(value: float) -> torch.Tensor:
-            return torch.full((), value, dtype=torch.float64, device=a.device)
-
-        status = torch.where(
-            not_factored,
-            code(FAILED_CHOLESKY),
-            torch.where(finite, code(0.0), code(FAILED_NON_FINITE)),
+            # λ·D rounded before the sum (no fused multiply-add), as the tensor attempt forms it.
+            m.diagonal().add_(d * float(damping))
+        jac = system.jacobian if system.underdetermined else None
+        delta, gradient_dot, curvature, status = factor_solve(
+            m, a, g, jacobian=jac, rows=system.rows
         )
         return Solution(
             delta=delta,
@@ -172,6 +141,63 @@ class TorchBackend:
         """Wait for queued CUDA work on this device (nothing to do on the CPU)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def factor_solve(
+    m: torch.Tensor,
+    a: torch.Tensor,
+    g: torch.Tensor,
+    *,
+    jacobian: torch.Tensor | None,
+    rows: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """δ, δᵀg, δᵀAδ and the solve's status from the damped matrix ``m`` = A + λD.
+
+    The float64 Cholesky factorisation of ``m`` (``cholesky_ex``, which reports failure
+    through ``info`` instead of raising) and two triangular solves give the solution of
+    m·x = g; under-determined (``jacobian`` given), x is u and δ = Jᵀu. Nothing is read
+    back: the status (0, ``FAILED_CHOLESKY`` or ``FAILED_NON_FINITE``) is a 0-dim tensor.
+    ``m`` is factorised in place: the step holds two matrices (the system and this one),
+    not three, and the factor's row-major layout gives both callers the same triangular
+    solves. The eager backend and the tensor attempt (``_lm/attempt_tensor.py``) share it.
+
+    Arguments:
+        m: A + λD (P × P, or N × N under-determined), float64.
+        a: the undamped A (JᵀJ/N, or JJᵀ/N).
+        g: the right-hand side (Jᵀr/N, or r/N).
+        jacobian: J when the system is under-determined, else None.
+        rows: N.
+
+    Returns:
+        (δ float64 (P,), δᵀg, δᵀAδ, status), all tensors on ``m``'s device.
+    """
+    # A non-finite diagonal can pass the factorisation (an infinite pivot): refuse it
+    # as LAPACK refuses a pivot that is not positive. Read before m is overwritten.
+    diagonal_finite = torch.isfinite(m.diagonal()).all()
+    info = torch.empty((), dtype=torch.int32, device=m.device)
+    lower, info = torch.linalg.cholesky_ex(m, out=(m, info))
+    # Two triangular solves: on the CPU torch.cholesky_solve copies the factor first,
+    # several times slower at large P.
+    half = torch.linalg.solve_triangular(lower, g.reshape(-1, 1), upper=False)
+    solved = torch.linalg.solve_triangular(lower.mT, half, upper=True).reshape(-1)
+    if jacobian is not None:
+        delta = (jacobian.T @ solved.to(jacobian.dtype)).to(torch.float64)
+        bu = a @ solved
+        gradient_dot, curvature = rows * (bu @ g), rows * (bu @ bu)
+    else:
+        delta = solved
+        gradient_dot, curvature = solved @ g, solved @ (a @ solved)
+    finite = torch.isfinite(delta).all() & torch.isfinite(gradient_dot) & torch.isfinite(curvature)
+    not_factored = (info != 0) | ~diagonal_finite
+    # Filled on the device: torch.tensor(value, device=cuda) would copy from the host,
+    # and on CUDA every such copy waits for the queue.
+    zero = torch.zeros((), dtype=torch.float64, device=m.device)
+    status = torch.where(
+        not_factored,
+        zero + FAILED_CHOLESKY,
+        torch.where(finite, zero, zero + FAILED_NON_FINITE),
+    )
+    return delta, gradient_dot, curvature, status
 
 
 def create_backend(device: torch.device) -> ArrayBackend:

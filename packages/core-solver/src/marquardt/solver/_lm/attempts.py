@@ -37,7 +37,16 @@ from .matrix_free import FAILED_CURVATURE
 from .report import StepReport
 from .stopping import StoppingCriteria
 
-__all__ = ["NOISE_ULPS", "Attempts", "run_attempts"]
+__all__ = [
+    "NOISE_ULPS",
+    "Attempts",
+    "accepted_stop",
+    "ceiling_stop",
+    "finish_report",
+    "rejection_reason",
+    "rounding_stop",
+    "run_attempts",
+]
 
 #: A trial loss must be lower than the loss at the start of the step by more than this many
 #: units of rounding (machine epsilon of the parameters' dtype, relative to the loss) to
@@ -167,6 +176,7 @@ def run_attempts(
                 moved = True
                 t = time.perf_counter()
                 trial = _evaluate(solution, replicas, lr, trial_loss)
+                report.host_reads += 1
                 seconds_trial += time.perf_counter() - t
                 failed = trial.status != 0.0 or not math.isfinite(trial.delta_norm)
                 predicted = predicted_reduction(trial.gradient_dot, trial.curvature, lr) * scale
@@ -187,49 +197,87 @@ def run_attempts(
                     accepted = True
                     loss_after = trial.loss
                     last_delta_norm = lr * trial.delta_norm
-                    if stopping.ftol_met(loss_before, actual, predicted):
-                        terminated, report.termination = True, "ftol"
-                        report.reason = "ftol: relative reductions of the loss ≤ ftol"
-                    elif stopping.xtol_met(last_delta_norm, param_norm):
-                        terminated, report.termination = True, "xtol"
-                        report.reason = "xtol: relative change of the parameters ≤ xtol"
+                    terminated = accepted_stop(
+                        stopping, report, actual, predicted, last_delta_norm, param_norm
+                    )
                     break
                 replicas.restore()
                 moved = False
-                if failed:
-                    report.rejections.append(_FAILURES.get(trial.status, "non-finite step"))
-                else:
+                report.rejections.append(rejection_reason(failed, trial.status, trial.loss, actual))
+                if not failed:
                     report.predicted_reduction = predicted
                     report.gain_ratio = reported_gain_ratio(actual, predicted)
-                    report.rejections.append(_rejection(trial.loss, actual))
                     if 0.0 <= predicted <= noise * abs(loss_before):
                         # More damping only shrinks the predicted decrease: no attempt can
                         # pass the rounding test, so stop here instead of climbing to the
                         # ceiling one trial forward at a time.
-                        terminated, report.termination = True, "rounding"
-                        report.reason = (
-                            f"the quadratic model predicts a decrease of {predicted:.3g}, "
-                            f"below the rounding of the loss ({noise * abs(loss_before):.3g}): "
-                            "no damped step can lower it"
-                        )
+                        terminated = rounding_stop(report, predicted, noise * abs(loss_before))
                         break
                 rule.on_reject()
             if rule.at_ceiling:
-                terminated, report.termination = True, "damping_max"
-                report.reason = (
-                    f"damping reached its ceiling {rule.maximum:g} without lowering the loss "
-                    f"({report.attempts} attempts: {', '.join(report.rejections)})"
-                )
+                terminated = ceiling_stop(report, rule.maximum)
                 break
     finally:
         if moved:
             replicas.restore()
 
-    report.accepted = accepted
-    report.loss_after = loss_after
-    report.step_norm = last_delta_norm
+    finish_report(report, accepted, loss_after, last_delta_norm)
     report.seconds_solve = seconds_solve
     report.seconds_trial = seconds_trial
+    return loss_after, terminated
+
+
+def accepted_stop(
+    stopping: StoppingCriteria,
+    report: StepReport,
+    actual: float,
+    predicted: float,
+    step_norm: float,
+    param_norm: float,
+) -> bool:
+    """Whether an accepted attempt meets MINPACK's ftol or xtol test (Moré 1978); the
+    report receives the termination and its sentence."""
+    if stopping.ftol_met(report.loss_before, actual, predicted):
+        report.termination = "ftol"
+        report.reason = "ftol: relative reductions of the loss ≤ ftol"
+        return True
+    if stopping.xtol_met(step_norm, param_norm):
+        report.termination = "xtol"
+        report.reason = "xtol: relative change of the parameters ≤ xtol"
+        return True
+    return False
+
+
+def rounding_stop(report: StepReport, predicted: float, rounding: float) -> bool:
+    """The step stops: a rejected attempt predicted less than the loss's rounding."""
+    report.termination = "rounding"
+    report.reason = (
+        f"the quadratic model predicts a decrease of {predicted:.3g}, "
+        f"below the rounding of the loss ({rounding:.3g}): no damped step can lower it"
+    )
+    return True
+
+
+def ceiling_stop(report: StepReport, maximum: float) -> bool:
+    """The step stops: λ reached its ceiling."""
+    report.termination = "damping_max"
+    report.reason = (
+        f"damping reached its ceiling {maximum:g} without lowering the loss "
+        f"({report.attempts} attempts: {', '.join(report.rejections)})"
+    )
+    return True
+
+
+def rejection_reason(failed: bool, status: float, trial: float, actual: float) -> str:
+    """Why an evaluated attempt was rejected: its failed solve, or its trial loss."""
+    return _FAILURES.get(status, "non-finite step") if failed else _rejection(trial, actual)
+
+
+def finish_report(report: StepReport, accepted: bool, loss_after: float, step_norm: float) -> None:
+    """The report's outcome, and its sentence when no stopping test gave one."""
+    report.accepted = accepted
+    report.loss_after = loss_after
+    report.step_norm = step_norm
     if not report.reason:
         report.reason = (
             f"accepted after {report.attempts} attempt(s)"
@@ -237,4 +285,3 @@ def run_attempts(
             else f"no attempt lowered the loss in {report.attempts} attempts "
             f"({', '.join(report.rejections)}); parameters unchanged"
         )
-    return loss_after, terminated

@@ -25,6 +25,7 @@ from marquardt.jacobian import ColumnSubset, JacobianEngine, PreparedBatch, Repl
 from .._backends.base import ArrayBackend
 from .._backends.systems import host_vector
 from .assembly import Assembly
+from .attempt_paths import AttemptPaths
 from .attempts import Attempts, run_attempts
 from .damping import DampingRule
 from .geodesic import GeodesicAcceleration
@@ -33,6 +34,7 @@ from .options import Options
 from .report import StepReport
 from .scaling import remembered
 from .subsets import SubsetBackend
+from .tensor_attempts import run_tensor_attempts
 
 __all__ = ["damped_step"]
 
@@ -51,6 +53,7 @@ def damped_step(
     diag: Any,
     step: int,
     strategy_reason: str,
+    paths: AttemptPaths,
 ) -> tuple[StepReport, float, bool, Any]:
     """The attempts of one step on the assembled system ``built``.
 
@@ -67,6 +70,7 @@ def damped_step(
         diag: the remembered D of the last step (None: none).
         step: the steps taken before this one.
         strategy_reason: why the planner left the dense strategies ("" when it did not).
+        paths: chooses the attempts' path (eager, compiled or captured).
 
     Returns:
         The step's report (its seconds, ``terminated`` and λ not yet final), the loss at
@@ -143,9 +147,26 @@ def damped_step(
         stopping=stopping,
         accelerate=accelerate,
     )
-    loss_after, terminated = run_attempts(
-        how, system, replicas, trial_loss, report, scale=scale, seconds_trial=seconds_trial
+    choice = paths.choose(
+        system,
+        batch,
+        subset=columns is not None,
+        accelerated=accelerate is not None,
+        replicas=replicas,
+        options=options,
+        rule=rule,
+        scaling=scaling.name,
     )
+    report.attempt_path, report.attempt_reason = choice.path, choice.reason
+    if choice.runner is not None:
+        loss_after, terminated = run_tensor_attempts(
+            choice.runner, how, system, replicas, batch, report, scale=scale
+        )
+        report.seconds_trial += seconds_trial
+    else:
+        loss_after, terminated = run_attempts(
+            how, system, replicas, trial_loss, report, scale=scale, seconds_trial=seconds_trial
+        )
     if matrix_free:
         report.products = system.a.products.products
         if report.accepted:

@@ -27,6 +27,7 @@ from .._backends.base import ArrayBackend
 from .._backends.choice import resolve_backend
 from .._errors import BatchNotFiniteError
 from .assembly import SystemRequest
+from .attempt_paths import AttemptPaths
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
 from .damped_step import damped_step
@@ -102,6 +103,10 @@ class LMA:
         scaling_memory: γ ∈ [0, 1] of D_k = max(diag_k, γ·D_{k−1}) (1: MINPACK's running
             maximum).
         cg: the matrix-free step's ``TruncatedCG`` (budget, tolerance, warm start, probes).
+        compile_attempt: "auto" (the planner), "on" or "off": each damped attempt as one
+            tensor function, compiled on CPUs (``torch.compile``) and captured as a CUDA
+            graph on GPUs, or the eager attempts; models it cannot trace run eagerly, and
+            ``report.attempt_path`` / ``attempt_reason`` say which ran and why.
 
     Raises:
         SolverConfigError: an argument is out of range, of the wrong kind, or cannot be
@@ -144,6 +149,7 @@ class LMA:
         geodesic_after: int = 0,
         scaling_memory: float = 0.0,
         cg: TruncatedCG | None = None,
+        compile_attempt: str = "auto",
     ) -> None:
         # Every argument is checked before anything is built or the model is touched.
         options = lma_options(
@@ -179,6 +185,7 @@ class LMA:
             geodesic_after=geodesic_after,
             scaling_memory=scaling_memory,
             cg=cg,
+            compile_attempt=compile_attempt,
         )
         if any(str(d).startswith("cuda") for d in options.devices):
             # A model GPU that Legate also holds would be shared by two allocators (Legate
@@ -199,6 +206,9 @@ class LMA:
         self._strategy = options.strategy  # the planner may switch it
         self._strategy_reason = ""  # why the planner left the dense strategies, when it did
         self._cg_solver = ConjugateGradients(options.cg)
+        self._attempt_paths = AttemptPaths(
+            options.compile_attempt, world_size=self._scope.world_size
+        )
         self._diag: Any = None  # the remembered D of the last step (scaling_memory)
         self._steps = 0
         self._scans = FiniteScans()  # the same batch, unchanged, is scanned once
@@ -355,6 +365,7 @@ class LMA:
             diag=self._diag,
             step=self._steps,
             strategy_reason=self._strategy_reason,
+            paths=self._attempt_paths,
         )
         return self._finish(report, t_begin, loss, terminated=terminated)
 

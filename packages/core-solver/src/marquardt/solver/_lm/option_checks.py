@@ -30,12 +30,14 @@ from .matrix_free import TruncatedCG
 from .stopping import StoppingCriteria
 
 __all__ = [
+    "ATTEMPT_MODES",
     "DAMPING_RULES",
     "STRATEGIES",
     "LossFn",
     "ResidualFn",
     "check_callables",
     "check_choices",
+    "check_compile_attempt",
     "check_matrix_free_options",
     "check_poor_start_backend",
     "check_poor_start_options",
@@ -51,6 +53,9 @@ LossFn = Callable[..., Any]
 
 #: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
 DAMPING_RULES: tuple[str, ...] = ("fixed", "nielsen")
+#: Names accepted by ``LMA(compile_attempt=...)``: the planner decides, wherever a step
+#: allows it, never (``attempt_paths.py``).
+ATTEMPT_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: Names accepted by ``LMA(strategy=...)``.
 STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate", "matrix_free")
 
@@ -163,6 +168,20 @@ def damping_rule(
             "pass damping='fixed'",
         )
     )
+
+
+def check_compile_attempt(mode: object) -> str:
+    """``compile_attempt``, one of ``ATTEMPT_MODES``."""
+    if not isinstance(mode, str) or mode not in ATTEMPT_MODES:
+        raise SolverConfigError(
+            message(
+                f"LMA(compile_attempt={mode!r}) names how the attempts run",
+                f"the known ones are {ATTEMPT_MODES}",
+                "use 'auto' (the planner), 'on' (compiled on CPUs, captured on GPUs, "
+                "wherever a step allows it) or 'off' (the eager attempts)",
+            )
+        )
+    return mode
 
 
 def check_choices(

@@ -31,6 +31,7 @@ from .option_checks import (
     ResidualFn,
     check_callables,
     check_choices,
+    check_compile_attempt,
     check_matrix_free_options,
     check_poor_start_backend,
     check_poor_start_options,
@@ -113,6 +114,7 @@ class Options:
     process_group: object
     acceleration: Acceleration | None
     cg: TruncatedCG
+    compile_attempt: str = "auto"
 
     @property
     def auto_subsets(self) -> bool:
@@ -178,6 +180,7 @@ def lma_options(
     geodesic_after: int,
     scaling_memory: float,
     cg: TruncatedCG | None,
+    compile_attempt: str = "auto",
 ) -> Options:
     """Every ``LMA`` keyword checked (see ``LMA`` for their meaning), as option objects.
 
@@ -231,4 +234,5 @@ def lma_options(
         if alpha is None
         else Acceleration(alpha, reject=geodesic_reject, after=geodesic_after),
         cg=truncated_cg,
+        compile_attempt=check_compile_attempt(compile_attempt),
     )

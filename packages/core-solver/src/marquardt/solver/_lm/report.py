@@ -64,6 +64,15 @@ class StepReport:
             "curvature" or "non-finite").
         products: a matrix-free step's products ``JᵀJv``, the warm starts' included (0 for
             the dense strategies).
+        attempt_path: how the attempts ran: ``"eager"`` (one backend solve and one trial
+            forward each), ``"tensor"`` (one pure tensor function, uncompiled),
+            ``"compiled"`` (that function by ``torch.compile``) or ``"captured"`` (replayed
+            as a CUDA graph). Off the eager path, ``seconds_solve`` holds each attempt whole
+            (the solve and the trial forward in one function) and ``seconds_trial`` only
+            what ran outside it.
+        attempt_reason: why the attempts ran on ``attempt_path``.
+        host_reads: the reads of device values by the attempts (one per evaluated attempt:
+            the trial loss with the solve's terms, or the whole attempt's outcome).
     """
 
     damping: float
@@ -95,6 +104,9 @@ class StepReport:
     cg_iterations: list[int] = field(default_factory=list)
     cg_stops: list[str] = field(default_factory=list)
     products: int = 0
+    attempt_path: str = "eager"
+    attempt_reason: str = ""
+    host_reads: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain Python values (for logging).
