@@ -64,6 +64,8 @@ class StepReport:
             "curvature" or "non-finite").
         products: a matrix-free step's products ``JᵀJv``, the warm starts' included (0 for
             the dense strategies).
+        curvature_samples: the samples a matrix-free step's products ``JᵀJv`` used (its
+            curvature subsample; 0 for the dense strategies).
     """
 
     damping: float
@@ -95,6 +97,7 @@ class StepReport:
     cg_iterations: list[int] = field(default_factory=list)
     cg_stops: list[str] = field(default_factory=list)
     products: int = 0
+    curvature_samples: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain Python values (for logging).
