@@ -53,7 +53,7 @@ def test_plan_recommends_matrix_free_when_p_squared_does_not_fit(
     four_gpus_nvml: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # JtJ of P = 2e6 is 32 TB, J of N = 1e6 is 8 TB: neither fits in 40 GiB GPUs; the
-    # matrix-free step (2e6 x 648 B = 1.3 GB) does, and is recommended over subsets.
+    # matrix-free step (2e6 x 624 B = 1.2 GB) does, and is recommended over subsets.
     code, out, _ = run(["--params", "2000000", "--batch", "1000000", "--script", "t.py"], capsys)
     assert code == 0
     assert "the dense step does not fit" in out and "neither strategy fits" not in out

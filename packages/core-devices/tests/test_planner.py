@@ -111,10 +111,10 @@ def test_no_gpu_too_little_ram() -> None:
 
 def test_matrix_free_past_the_dense_wall() -> None:
     # P = 200,000, N = 1e6 in 1 GiB: neither JtJ (320 GB) nor J fits; the matrix-free step
-    # needs P x (2 x 4 + 8) + 79 x P x 8 = 129.6 MB: it is recommended, not subsets.
+    # needs P x (2 x 4 + 8) + 76 x P x 8 = 124.8 MB: it is recommended, not subsets.
     result = plan(200_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"))
     assert (result.strategy, result.params_per_step, result.fits) == ("matrix_free", None, True)
-    assert result.solver_bytes == 79 * 8 * 200_000
+    assert result.solver_bytes == 76 * 8 * 200_000
     assert result.command("train.py") == (
         "python train.py --slice-size 1000000 --strategy matrix_free"
     )
@@ -126,7 +126,7 @@ def test_matrix_free_past_the_dense_wall() -> None:
 
 
 def test_subsets_when_neither_strategy_nor_matrix_free_fits() -> None:
-    # P = 2e6 in 1 GiB: the matrix-free step needs 2e6 x 648 = 1.3 GB > 858993459.2 B usable.
+    # P = 2e6 in 1 GiB: the matrix-free step needs 2e6 x 624 = 1.2 GB > 858993459.2 B usable.
     # theta, backup, delta: 2e6 x 16 = 32 MB; half the rest / 24 -> isqrt 4150 -> 4096.
     result = plan(2_000_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"))
     assert (result.strategy, result.params_per_step, result.backend) == ("subsets", 4096, "numpy")

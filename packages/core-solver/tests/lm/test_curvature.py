@@ -25,6 +25,9 @@ def test_the_subsample_size_follows_the_budget() -> None:
     assert curvature_size(0.25, 1_000, 40) == 250
     assert curvature_size(1.0, 1_000, 40) == 1_000
     assert curvature_size(64, 1_000, 40) == 64 and curvature_size(5_000, 1_000, 40) == 1_000
+    # Capped where the engine forms J_S explicitly; an asked size is kept.
+    assert curvature_size(None, 100_000, 40, explicit=300) == 300
+    assert curvature_size(2_000, 100_000, 40, explicit=300) == 2_000
     gen = torch.Generator().manual_seed(0)
     index = draw_samples(1_000, 100, gen)
     assert index is not None and index.numel() == 100 and index.unique().numel() == 100

@@ -14,15 +14,15 @@ from __future__ import annotations
 from ._discovery import GpuInfo
 from ._machine import MachineConstants
 from ._memory import HostMemory
-from ._plan_split import verdict
+from ._plan_split import first_device, verdict
 from ._plan_types import Plan, fmt_bytes
 from ._step_time import DENSE_STEP_WORTH, StepTime, step_seconds
 
 __all__ = ["MATRIX_FREE_VECTORS_HELD", "matrix_free_bytes", "plan_matrix_free"]
 
-#: Float64 P-vectors a matrix-free step holds: CG's 11, 4 probes, 4 per unit of the sketch's
+#: Float64 P-vectors a matrix-free step holds: CG's 11, 1 probe, 4 per unit of the sketch's
 #: rank 16 (``marquardt.solver``'s ``CG_VECTORS``, ``probes``, ``SKETCH_VECTORS·rank``).
-MATRIX_FREE_VECTORS_HELD = 11 + 4 + 4 * 16
+MATRIX_FREE_VECTORS_HELD = 11 + 1 + 4 * 16
 
 
 def matrix_free_bytes(params: int, item: int) -> int:
@@ -42,12 +42,7 @@ def plan_matrix_free(
     ``times``: the predicted steps of the dense strategy and the matrix-free one."""
     dense, free = times
     lines = list(full.lines)
-    if visible:
-        usable = min(gpu.memory_free for gpu in visible) * keep
-        where = f"on cuda:{visible[0].ordinal}"
-    else:
-        usable = host.available * keep
-        where = "in RAM"
+    usable, where = first_device(visible, host, keep)
     need = matrix_free_bytes(full.params, item)
     why = (
         "the dense step does not fit"

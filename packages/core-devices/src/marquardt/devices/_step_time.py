@@ -58,7 +58,7 @@ TRIAL_FORWARDS = 2
 #: Gauss-Newton products over the whole batch's rows a matrix-free step is counted with.
 MATRIX_FREE_PRODUCTS = 4
 #: Diagonal probes of a matrix-free step (``TruncatedCG.probes``' default).
-PROBES = 4
+PROBES = 1
 #: Float64 P-vectors a matrix-free product reads and writes (CG's vectors and the sketch).
 MATRIX_FREE_VECTORS = 12
 

@@ -12,6 +12,10 @@ matrix-vector products") needs only
   mini-batch): ``(N/|S|)·J_SᵀJ_S v``, whose expectation over uniform draws without
   replacement is ``JᵀJv`` (each sample is in ``S`` with probability ``|S|/N``), exact when
   ``S`` is every sample (``GaussNewtonProducts.use_samples``);
+* for a subsample small enough that its rows of ``J`` take at most
+  ``EXPLICIT_CURVATURE_BYTES`` (``explicit_samples``), ``J_S`` itself, formed once by the
+  engine's fastest Jacobian mode: every later product is then two matrix products
+  ``J_Sᵀ(J_S v)``, far cheaper than a ``jvp`` and a ``vjp`` through the model;
 * ``k`` products at once, ``JᵀJV`` for a block ``V`` (k × P), by one ``vmap`` over the
   tangents of the ``jvp`` and the cotangents of the ``vjp`` (a randomized sketch);
 * an estimate of ``diag(JᵀJ)`` for the preconditioner and Marquardt's scaling, by
@@ -41,7 +45,15 @@ from ._replicas import Replica, Replicas
 from ._slicing import DeviceWorkers, slice_ranges, to_device
 from ._validate import check_finite_residuals
 
-__all__ = ["GaussNewtonProducts", "gauss_newton_products", "probe_signs"]
+__all__ = [
+    "EXPLICIT_CURVATURE_BYTES",
+    "GaussNewtonProducts",
+    "gauss_newton_products",
+    "probe_signs",
+]
+
+#: The most bytes a curvature subsample's rows of ``J`` may take to be formed explicitly.
+EXPLICIT_CURVATURE_BYTES = 256 << 20
 
 BlockProduct = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
@@ -105,6 +117,10 @@ class GaussNewtonProducts:
         timings: seconds spent: ``jacobian`` (the ``Jᵀr`` pass), ``products`` (all
             ``JᵀJv`` so far).
         _index: the samples the products use (None: all; set by ``use_samples``).
+        _jacobian_of: the rows of ``J`` of the samples of an index (None: products only).
+        explicit_samples: the most samples whose rows of ``J`` ``use_samples`` forms
+            explicitly (0: never).
+        _rows: the subsample's rows of ``J``, when formed.
     """
 
     jtr: torch.Tensor
@@ -116,6 +132,9 @@ class GaussNewtonProducts:
     products: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     _index: torch.Tensor | None = field(default=None, repr=False)
+    _jacobian_of: Callable[[torch.Tensor], torch.Tensor] | None = field(default=None, repr=False)
+    explicit_samples: int = 0
+    _rows: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def probes(self) -> int:
@@ -136,8 +155,19 @@ class GaussNewtonProducts:
 
     def use_samples(self, index: torch.Tensor | None) -> None:
         """Form every later product from the samples ``index`` only (int64, distinct, in
-        ``[0, samples)``), scaled by ``N/|index|``; None: from every sample."""
+        ``[0, samples)``), scaled by ``N/|index|``; None: from every sample. Where the
+        subsample holds at most ``explicit_samples``, its rows of ``J`` are formed here."""
         self._index = None if index is None else index.to(torch.int64).cpu()
+        self._rows = None
+        if (
+            self._index is not None
+            and self._jacobian_of is not None
+            and self._index.numel() <= self.explicit_samples
+        ):
+            t = time.perf_counter()
+            self._rows = self._jacobian_of(self._index).to(self.jtr.device)
+            spent = time.perf_counter() - t
+            self.timings["products"] = self.timings.get("products", 0.0) + spent
 
     def product(self, v: torch.Tensor) -> torch.Tensor:
         """``JᵀJv`` for ``v`` (P,), float64 on ``devices[0]`` (of the subsample, scaled,
@@ -147,7 +177,11 @@ class GaussNewtonProducts:
     def block(self, vs: torch.Tensor) -> torch.Tensor:
         """``JᵀJv`` for each row ``v`` of ``vs`` (k × P), as rows (k × P, float64)."""
         t = time.perf_counter()
-        out = self._product(vs, self._index)
+        if self._rows is not None:
+            rows = self._rows
+            out = (rows.T @ (rows @ vs.T.to(rows.dtype))).T.double()
+        else:
+            out = self._product(vs, self._index)
         if self._index is not None:
             out = out * (self.samples / max(1, int(self._index.numel())))
         self.products += int(vs.shape[0])
@@ -187,11 +221,13 @@ def gauss_newton_products(
     probes: int,
     seed: int,
     row_offset: int = 0,
+    jacobian_of: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> GaussNewtonProducts:
     """``Jᵀr``, ``rᵀr``, the diagonal estimate and the ``JᵀJv`` operator of ``batch``.
 
     ``probes`` ±1 vectors estimate ``diag(JᵀJ)`` (0: none); their signs
-    come from ``seed`` and the global row index (``row_offset`` + the local row). Raises
+    come from ``seed`` and the global row index (``row_offset`` + the local row).
+    ``jacobian_of`` forms the rows of ``J`` of a subsample (None: products only). Raises
     ``ResidualNotFiniteError`` when a residual is NaN or infinite.
     """
     home = replicas.devices[0]
@@ -225,6 +261,7 @@ def gauss_newton_products(
     rss = float(summed[-1])
 
     def product(vs: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+        ranges: list[tuple[int, int, torch.Tensor | None]]
         if index is None:
             ranges = [(lo, hi, None) for lo, hi in chunks]
         else:
@@ -268,5 +305,9 @@ def gauss_newton_products(
         rows=batch.rows,
         _product=product,
         samples=batch.samples,
+        _jacobian_of=jacobian_of,
+        explicit_samples=EXPLICIT_CURVATURE_BYTES // max(1, m * params * replicas.dtype.itemsize)
+        if jacobian_of is not None
+        else 0,
         timings={"jacobian": time.perf_counter() - t0, "products": 0.0},
     )

@@ -9,7 +9,10 @@ step spends ``iterations + rank`` products (CG's budget and the preconditioner's
 so |S| = ⌈``CURVATURE_PASSES``·N / (iterations + rank)⌉ makes all of them cost about as
 much as ``CURVATURE_PASSES`` products over the whole batch, never fewer than
 ``MIN_CURVATURE_SAMPLES`` samples (nor more than N: small batches use every sample, and
-the products are then exact).
+the products are then exact). Where the engine can form the subsample's rows of J
+explicitly (``explicit``: at most that many samples, within its memory cap), the size is
+capped there: each product is then two matrix products instead of a pass through the
+model, and the budget buys many more of them.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ CURVATURE_PASSES = 2.0
 MIN_CURVATURE_SAMPLES = 512
 
 
-def curvature_size(option: int | float | None, samples: int, products: int) -> int:
+def curvature_size(
+    option: int | float | None, samples: int, products: int, explicit: int = 0
+) -> int:
     """|S|: how many of ``samples`` the step's curvature products use.
 
     Arguments:
@@ -34,6 +39,8 @@ def curvature_size(option: int | float | None, samples: int, products: int) -> i
             docstring), a fraction in (0, 1] of the samples, or a count ≥ 1.
         samples: N, the batch's samples.
         products: the products a step may spend (CG's budget and the sketch's rank).
+        explicit: the most samples whose rows of J the engine forms explicitly (0: none);
+            caps the size chosen from the budget.
 
     Returns:
         |S|, in [1, N].
@@ -42,6 +49,8 @@ def curvature_size(option: int | float | None, samples: int, products: int) -> i
     if option is None:
         size = math.ceil(CURVATURE_PASSES * n / max(1, products))
         size = max(size, MIN_CURVATURE_SAMPLES)
+        if explicit >= 1:
+            size = min(size, explicit)
     elif isinstance(option, float):
         size = math.ceil(option * n)
     else:

@@ -100,7 +100,7 @@ class TruncatedCG:
     iterations: int = 20
     tolerance: float = 1e-4
     warm_start: float = 0.95
-    probes: int = 4
+    probes: int = 1
     preconditioner: str = "nystrom"
     rank: int = 16
     curvature_samples: int | float | None = None
@@ -317,7 +317,12 @@ class ConjugateGradients:
             return
         opts = self.options
         samples = op.products.samples
-        size = curvature_size(opts.curvature_samples, samples, opts.iterations + opts.rank)
+        size = curvature_size(
+            opts.curvature_samples,
+            samples,
+            opts.iterations + opts.rank,
+            op.products.explicit_samples,
+        )
         op.products.use_samples(draw_samples(samples, size, self._generator))
 
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution:

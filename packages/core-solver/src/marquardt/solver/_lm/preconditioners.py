@@ -113,16 +113,6 @@ def nystrom_sketch(
     return u, values
 
 
-def _jacobi(
-    block: Callable[[torch.Tensor], torch.Tensor],
-    estimate: torch.Tensor,
-    d: torch.Tensor,
-    rank: int,
-    generator: torch.Generator,
-) -> Preconditioner:
-    return Jacobi(estimate, d)
-
-
 def _nystrom(
     block: Callable[[torch.Tensor], torch.Tensor],
     estimate: torch.Tensor,
@@ -139,11 +129,12 @@ def _nystrom(
     return Nystrom(scale, u, values)
 
 
+Builder = Callable[
+    [Callable[[torch.Tensor], torch.Tensor], torch.Tensor, torch.Tensor, int, torch.Generator],
+    Preconditioner,
+]
 #: name -> builder(block, d̂, D, rank, generator): the preconditioner of one step.
-PRECONDITIONERS: dict[
-    str,
-    Callable[
-        [Callable[[torch.Tensor], torch.Tensor], torch.Tensor, torch.Tensor, int, torch.Generator],
-        Preconditioner,
-    ],
-] = {"jacobi": _jacobi, "nystrom": _nystrom}
+PRECONDITIONERS: dict[str, Builder] = {
+    "jacobi": lambda block, estimate, d, rank, generator: Jacobi(estimate, d),
+    "nystrom": _nystrom,
+}
