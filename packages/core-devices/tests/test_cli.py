@@ -49,16 +49,16 @@ def test_plan_on_four_gpus(four_gpus_nvml: Any, capsys: pytest.CaptureFixture[st
     assert "legate --gpus 1 --fbmem 32768 --sysmem 256 train.py --slice-size 33333" in out
 
 
-def test_plan_recommends_subsets_when_p_squared_does_not_fit(
+def test_plan_recommends_matrix_free_when_p_squared_does_not_fit(
     four_gpus_nvml: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # JtJ of P = 2e6 is 32 TB, J of N = 1e6 is 8 TB: neither fits in 40 GiB GPUs.
+    # JtJ of P = 2e6 is 32 TB, J of N = 1e6 is 8 TB: neither fits in 40 GiB GPUs; the
+    # matrix-free step (2e6 x 624 B = 1.2 GB) does, and is recommended over subsets.
     code, out, _ = run(["--params", "2000000", "--batch", "1000000", "--script", "t.py"], capsys)
     assert code == 0
-    assert "neither strategy fits" in out
-    # 40 GiB x 0.8 = 34359738368 B; less 2e6 x 16 B, halved, / 24 -> isqrt 26742 -> 26688.
-    assert "strategy=subsets, params_per_step=26688, backend=torch" in out
-    assert "python t.py --slice-size " in out and "--params-per-step 26688" in out
+    assert "the dense step does not fit" in out and "neither strategy fits" not in out
+    assert "strategy=matrix_free, backend=torch" in out
+    assert "python t.py --slice-size " in out and "--strategy matrix_free" in out
 
 
 def test_no_nvml_says_so_and_plans_for_cpu(

@@ -109,23 +109,34 @@ def test_no_gpu_too_little_ram() -> None:
     assert not big.fits  # JtJ alone is 2 x 200000^2 x 8 bytes
 
 
-def test_subsets_when_neither_strategy_fits() -> None:
-    # 1 GiB x 0.8 = 858993459.2 B usable; theta, backup, delta: 200000 x (2 x 4 + 8) = 3.2 MB;
-    # half the rest / 24 = 17829030.4 -> isqrt 4222 -> 4160 (a multiple of 64).
+def test_matrix_free_past_the_dense_wall() -> None:
+    # P = 200,000, N = 1e6 in 1 GiB: neither JtJ (320 GB) nor J fits; the matrix-free step
+    # needs P x (2 x 4 + 8) + 76 x P x 8 = 124.8 MB: it is recommended, not subsets.
     result = plan(200_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"))
-    assert (result.strategy, result.params_per_step, result.backend) == ("subsets", 4160, "numpy")
-    assert result.solver_bytes == 24 * 4160**2 and result.fits
-    # Slices: (858993459.2 - 3.2e6 - 415334400) // (3 x 4160 x 4) = 8823 samples.
-    assert result.slice_size == 8823
+    assert (result.strategy, result.params_per_step, result.fits) == ("matrix_free", None, True)
+    assert result.solver_bytes == 76 * 8 * 200_000
     assert result.command("train.py") == (
-        "python train.py --slice-size 8823 --params-per-step 4160"
+        "python train.py --slice-size 1000000 --strategy matrix_free"
     )
-    text = result.explain()
-    assert "neither strategy fits" in text and "k = 4160 (a multiple of 64)" in text
-    # On one GPU the subsets run on it, in torch.
+    assert "the dense step does not fit" in result.explain()
+    assert result.step_seconds is not None and result.step_seconds > 0
     on_gpu = plan(200_000, 1_000_000, gpus=[gpu(0, free=GiB)])
+    assert on_gpu.strategy == "matrix_free" and on_gpu.backend == "torch"
+    assert on_gpu.model_devices == ("cuda:0",) and on_gpu.legate_gpus == 0
+
+
+def test_subsets_when_neither_strategy_nor_matrix_free_fits() -> None:
+    # P = 2e6 in 1 GiB: the matrix-free step needs 2e6 x 624 = 1.2 GB > 858993459.2 B usable.
+    # theta, backup, delta: 2e6 x 16 = 32 MB; half the rest / 24 -> isqrt 4150 -> 4096.
+    result = plan(2_000_000, 1_000_000, gpus=[], host=HostMemory(GiB, "test"))
+    assert (result.strategy, result.params_per_step, result.backend) == ("subsets", 4096, "numpy")
+    assert result.solver_bytes == 24 * 4096**2 and result.fits
+    assert result.command("train.py").endswith("--params-per-step 4096")
+    text = result.explain()
+    assert "neither strategy fits" in text and "k = 4096 (a multiple of 64)" in text
+    on_gpu = plan(2_000_000, 1_000_000, gpus=[gpu(0, free=GiB)])
     assert on_gpu.strategy == "subsets" and on_gpu.backend == "torch"
-    assert on_gpu.params_per_step == 4160 and on_gpu.model_devices == ("cuda:0",)
+    assert on_gpu.params_per_step == 4096 and on_gpu.model_devices == ("cuda:0",)
     # Nothing fits: not even the parameters.
     hopeless = plan(200_000_000, 10, gpus=[], host=HostMemory(GiB, "test"))
     assert hopeless.params_per_step == 0 and not hopeless.fits

@@ -50,12 +50,14 @@ CONFIGS: dict[str, tuple[int, int, dict[str, Any]]] = {
     "subsets-layer": (40, 23, {"params_per_step": 20, "param_selection": "layer"}),
     # Products all-reduced per CG iteration; probes' signs by global row. Where CG stops
     # on its tolerance is a discontinuous function of rounding (one iteration more or
-    # less): a tight tolerance makes δ the converged one, comparable to 1e-8.
+    # less): a tight tolerance makes δ the converged one, comparable to 1e-8. The first
+    # with the default (Nyström) preconditioner, whose sketch is all-reduced too; the
+    # second with the Jacobi one.
     "matrix-free": (200, 100, {"strategy": "matrix_free", "cg": "tight"}),
     "matrix-free-uneven-fixed": (
         200,
         130,
-        {"strategy": "matrix_free", "damping": "fixed", "cg": "tight"},
+        {"strategy": "matrix_free", "damping": "fixed", "cg": "tight-jacobi"},
     ),
 }
 
@@ -83,8 +85,9 @@ def build(options: dict[str, Any], group: bool) -> LMA:
     opts = dict(options)
     if opts.get("loss_fn") == "half-mse":
         opts["loss_fn"] = _half_mse
-    if opts.get("cg") == "tight":
-        opts["cg"] = TruncatedCG(iterations=200, tolerance=1e-10)
+    if opts.get("cg") in ("tight", "tight-jacobi"):
+        preconditioner = "jacobi" if opts["cg"] == "tight-jacobi" else "nystrom"
+        opts["cg"] = TruncatedCG(iterations=200, tolerance=1e-10, preconditioner=preconditioner)
     if opts.get("seed") == "rank-0-wins":
         opts["seed"] = 5 if not group or dist.get_rank() == 0 else 6
     return LMA(

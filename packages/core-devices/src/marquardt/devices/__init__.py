@@ -9,22 +9,27 @@ from __future__ import annotations
 from ._discovery import GpuInfo, GpuProcess, discover_gpus
 from ._errors import DeviceError, LegateConfigError, NvmlError
 from ._legate import LegateShare, legate_gpu_count, legate_share
+from ._machine import DEFAULT_CONSTANTS, MachineConstants, load_constants, store_constants
 from ._memory import HostMemory, device_memory, host_memory
 from ._plan_subsets import subset_size
 from ._plan_types import Plan
 from ._planner import plan
 from ._split import Split, check_model_devices, current_split, get_available_gpus
+from ._step_time import StepTime, prefers_matrix_free, step_seconds
 
 __all__ = [
+    "DEFAULT_CONSTANTS",
     "DeviceError",
     "GpuInfo",
     "GpuProcess",
     "HostMemory",
     "LegateConfigError",
     "LegateShare",
+    "MachineConstants",
     "NvmlError",
     "Plan",
     "Split",
+    "StepTime",
     "check_model_devices",
     "current_split",
     "device_memory",
@@ -33,6 +38,10 @@ __all__ = [
     "host_memory",
     "legate_gpu_count",
     "legate_share",
+    "load_constants",
     "plan",
+    "prefers_matrix_free",
+    "step_seconds",
+    "store_constants",
     "subset_size",
 ]

@@ -20,7 +20,15 @@ from ._plan_types import (
     fmt_bytes,
 )
 
-__all__ = ["Split", "kept_besides", "plan_cpu", "plan_gpus", "slice_lines", "verdict"]
+__all__ = [
+    "Split",
+    "first_device",
+    "kept_besides",
+    "plan_cpu",
+    "plan_gpus",
+    "slice_lines",
+    "verdict",
+]
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,14 @@ def plan_cpu(host: HostMemory, split: Split) -> Plan:
         size, fits, backend="numpy", legate_gpus=0, model_devices=("cpu",), fbmem_mib=None,
         sysmem_mib=None,
     )  # fmt: skip
+
+
+def first_device(visible: list[GpuInfo], host: HostMemory, keep: float) -> tuple[float, str]:
+    """The usable bytes where a step without Legate runs (the tightest visible GPU, or RAM),
+    and where that is in words."""
+    if visible:
+        return min(gpu.memory_free for gpu in visible) * keep, f"on cuda:{visible[0].ordinal}"
+    return host.available * keep, "in RAM"
 
 
 def verdict(fits: bool, where: str, need: float, have: float) -> str:

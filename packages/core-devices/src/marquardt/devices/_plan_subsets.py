@@ -8,7 +8,7 @@ import math
 
 from ._discovery import GpuInfo
 from ._memory import HostMemory
-from ._plan_split import kept_besides, slice_lines, verdict
+from ._plan_split import first_device, kept_besides, slice_lines, verdict
 from ._plan_types import SLICE_FACTOR, Plan, fmt_bytes
 
 __all__ = ["SUBSET_ROUNDING", "plan_subsets", "subset_size"]
@@ -45,12 +45,7 @@ def plan_subsets(
     """Parameter subsets per step, solved on the first model device (torch) or in RAM."""
     params, batch, outputs = full.params, full.batch, full.outputs
     lines = list(full.lines)
-    if visible:
-        usable = min(gpu.memory_free for gpu in visible) * keep
-        where = f"on cuda:{visible[0].ordinal}"
-    else:
-        usable = host.available * keep
-        where = "in RAM"
+    usable, where = first_device(visible, host, keep)
     k = subset_size(usable, params, item)
     fixed = params * (2 * item + 8)
     system = 24 * k * k

@@ -19,7 +19,7 @@ __all__ = [
     "fmt_bytes",
 ]
 
-Strategy = Literal["explicit", "accumulate", "subsets"]
+Strategy = Literal["explicit", "accumulate", "subsets", "matrix_free"]
 Backend = Literal["cupynumeric", "torch", "numpy"]
 
 MiB = 1 << 20
@@ -67,7 +67,8 @@ class Plan:
         dtype: the Jacobian's dtype, by name (``"float32"``).
         rows: ``R = N·m``, the Jacobian's rows.
         strategy: ``"accumulate"`` (``JᵀJ`` summed slice by slice), ``"explicit"`` (``J``
-            held whole) or ``"subsets"`` (``params_per_step`` columns of ``J`` a step).
+            held whole), ``"matrix_free"`` (CG on products ``JᵀJv``) or ``"subsets"``
+            (``params_per_step`` columns of ``J`` a step).
         backend: the solver's array backend: ``"cupynumeric"``, ``"torch"`` or ``"numpy"``.
         legate_gpus: ``K``, the GPUs Legate takes for the solver (0: none).
         model_devices: the devices that compute the Jacobian (``("cpu",)`` without GPUs).
@@ -81,6 +82,8 @@ class Plan:
         sysmem_mib: Legate's ``--sysmem`` in MiB (``None`` without Legate GPUs).
         lines: the arithmetic in words, one line per step (`explain` joins them).
         params_per_step: ``k`` for the ``"subsets"`` strategy, else ``None``.
+        step_seconds: one step's predicted seconds (``marquardt.devices.step_seconds``;
+            None for subsets).
     """
 
     params: int
@@ -102,6 +105,7 @@ class Plan:
     sysmem_mib: int | None
     lines: tuple[str, ...] = field(default=(), repr=False)
     params_per_step: int | None = None
+    step_seconds: float | None = None
 
     def command(self, script: str = "script.py") -> str:
         """The command line that runs ``script`` with this split.
@@ -117,6 +121,8 @@ class Plan:
                 f"python {script} --slice-size {self.slice_size} "
                 f"--params-per-step {self.params_per_step}"
             )
+        if self.strategy == "matrix_free":
+            return f"python {script} --slice-size {self.slice_size} --strategy matrix_free"
         if self.legate_gpus == 0:
             return f"python {script} --slice-size {self.slice_size}"
         return (

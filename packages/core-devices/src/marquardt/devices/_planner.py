@@ -30,8 +30,16 @@ its residuals) goes through a fresh pinned host buffer that Legate attaches and 
 its ``J``; the Jacobian engine keeps at most 2 slices per model device in flight. Either way
 δ (``P`` float64) comes back through the host once per attempt.
 
-When neither fits (and the strategy was not forced), the plan is a step on parameter
-subsets (``LMA(params_per_step=k)``, ``_plan_subsets.py``): each step forms only ``k``
+Time (``_step_time.py``): each strategy's step is predicted in seconds from the machine's
+rates (``machine``; where none are given, `DEFAULT_CONSTANTS` give an indication in the
+lines and the choice is by memory alone). With ``strategy="auto"`` the plan is matrix-free (``_plan_matrix_free.py``: CG on products JᵀJv, memory linear in
+``P``) where the dense step is predicted ``DENSE_STEP_WORTH`` times slower (a dense step
+solves exactly, a matrix-free one truncates), or where the dense step
+does not fit and the matrix-free one does: past the dense wall, matrix-free steps move
+every parameter in seconds, where a subset step moves ``k`` of them.
+
+When neither dense strategy nor the matrix-free step fits (and the strategy was not
+forced), the plan is a step on parameter subsets (``LMA(params_per_step=k)``, ``_plan_subsets.py``): each step forms only ``k``
 columns of ``J`` and solves a ``k × k`` system, on the first model device (or in RAM).
 Besides ``θ``, its backup and the scattered δ (``P·(2b + 8)`` bytes), half of the usable
 memory goes to the system, ``3·8·k²`` bytes (the accumulated ``J_SᵀJ_S`` in float64, the
@@ -42,13 +50,17 @@ matrix the backend factorises and its damped copy), and the rest to slices of
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 from ._discovery import GpuInfo, survey
+from ._machine import DEFAULT_CONSTANTS, MachineConstants
 from ._memory import HostMemory, host_memory
+from ._plan_matrix_free import plan_matrix_free, predicted
 from ._plan_split import Split, plan_cpu, plan_gpus
 from ._plan_subsets import plan_subsets
 from ._plan_types import ITEMSIZE, SLICE_FACTOR, Plan, Strategy, fmt_bytes
+from ._step_time import prefers_matrix_free
 
 __all__ = ["plan"]
 
@@ -101,6 +113,7 @@ def plan(
     strategy: Literal["auto", "explicit", "accumulate"] = "auto",
     headroom: float = 0.2,
     host: HostMemory | None = None,
+    machine: MachineConstants | None = None,
 ) -> Plan:
     """Plan one LM step of ``params`` parameters over ``batch`` samples of ``outputs`` residuals.
 
@@ -121,6 +134,9 @@ def plan(
             forced; a forced strategy never falls back to parameter subsets.
         headroom: the fraction of each device's free memory left untouched, in [0, 1).
         host: the host's memory (``None``: read from the system).
+        machine: the machine's rates for the step-time prediction; with them a slow dense
+            step gives way to a matrix-free one (``None``: `DEFAULT_CONSTANTS`, a modest
+            CPU, for the lines only; the choice is by memory alone).
 
     Returns:
         The `Plan`; where neither strategy fits and nothing was forced, a plan on
@@ -184,7 +200,17 @@ def plan(
     partial = normal if chosen == "accumulate" else 0
     host = host or host_memory()
     split = Split(keep, per_sample, partial, lines, common)
+    rates = machine or DEFAULT_CONSTANTS
+    times = predicted(chosen, rows, params, item, rates)
+    lines.append(f"time ({rates.source} machine rates): {times[0].words()}; {times[1].words()}.")
     full = plan_gpus(visible, legate_gpus, split) if visible else plan_cpu(host, split)
-    if full.fits or strategy != "auto" or legate_gpus is not None:
+    full = replace(full, step_seconds=times[0].seconds)
+    if strategy != "auto" or legate_gpus is not None:
+        return full
+    if not full.fits or (machine is not None and prefers_matrix_free(*times)):
+        free = plan_matrix_free(full, visible, host, keep, item, times)
+        if free.fits:
+            return free
+    if full.fits:
         return full
     return plan_subsets(full, visible, host, keep, item)

@@ -39,6 +39,11 @@ ENVIRONMENT: dict[str, str] = {
         "GPU indices Slurm allocated to the job (Slurm also sets CUDA_VISIBLE_DEVICES); "
         "shown by the CLI to explain the visible set"
     ),
+    "MARQUARDT_CACHE_DIR": (
+        "the folder where per-machine measurements (the step-time planner's constants) are "
+        "cached; default: $XDG_CACHE_HOME/marquardt, else ~/.cache/marquardt"
+    ),
+    "XDG_CACHE_HOME": "the user's cache folder (freedesktop), under which marquardt/ is used",
 }
 
 
@@ -57,6 +62,16 @@ def cuda_visible_devices() -> str | None:
 def cuda_device_order() -> str:
     """``CUDA_DEVICE_ORDER``, upper-cased; ``FASTEST_FIRST`` when unset, as CUDA assumes."""
     return (_get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST").strip().upper()
+
+
+def cache_folder() -> str:
+    """The folder for per-machine measurements: ``MARQUARDT_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/marquardt``, else ``~/.cache/marquardt`` (never created here)."""
+    own = _get("MARQUARDT_CACHE_DIR")
+    if own:
+        return own
+    base = _get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "marquardt")
 
 
 def legate_config() -> str:

@@ -350,6 +350,7 @@ class JacobianEngine:
             probes=probes,
             seed=seed,
             row_offset=row_offset,
+            jacobian_of=lambda index: self.jacobian(batch.inputs[index], batch.targets[index])[0],
         )
 
     @keeps_grad_mode

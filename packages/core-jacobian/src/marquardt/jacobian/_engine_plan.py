@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ._forward import forward_samples
+from ._machine_probe import machine_constants
 from ._modes import MODE_TABLE, form_of
 from ._modes._table import AUTO, FORMS
 from ._plan_memo import PlanMemo
@@ -124,6 +125,9 @@ class BatchPlanner:
             cap_slices=cap,
             input_graph=input_graph(residual_fn, inputs),
             form=form_of(residual_fn),
+            machine=machine_constants(self.replicas.devices[0], self.replicas.dtype)
+            if strategy == "auto" and params is None
+            else None,
         )
         self.last_plan = plan
         self._memo.keep(inputs, targets, settings, plan)

@@ -27,9 +27,16 @@ budget's worth of ``J_s`` and workspace whatever ``N`` is: peak memory is flat i
 ``matrix_free`` never forms ``J``: each conjugate-gradient iteration of the step takes one
 Jacobian-vector and one vector-Jacobian product per chunk (``_gauss_newton``). A chunk
 holds ``≈ b·(PRODUCT_ACTIVATIONS·a + m)`` numbers besides a few ``P``-vectors, so memory
-is ``O(P + b·a)``; slices are capped at one chunk as for ``accumulate``. The planner only
-makes it when asked (``strategy="matrix_free"``): whether ``P × P`` or ``R × R`` fits is
-the solver's question (it knows the memory of the device it solves on).
+is ``O(P + b·a)``; slices are capped at one chunk as for ``accumulate``.
+
+Time. Given the machine's rates (``machine``, a ``marquardt.devices.MachineConstants``),
+``auto`` predicts one step's seconds of the dense strategy of the shape and of
+``matrix_free`` (``marquardt.devices.step_seconds``: products, factorisations, memory
+traffic) and takes the matrix-free one where it wins (``prefers_matrix_free``: the dense
+step is predicted several times slower, since it solves exactly), saying both figures: a dense step of
+minutes is not chosen where a matrix-free one takes seconds. Without rates, ``auto``
+keeps the dense strategy. Whether ``P × P`` or ``R × R`` fits is the solver's question
+(it knows the memory of the device it solves on, and goes matrix-free when neither does).
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+
+from marquardt.devices import MachineConstants, prefers_matrix_free, step_seconds
 
 from ._errors import UnknownModeError, message
 from ._modes._table import AUTO, FORMS, MODE_TABLE, OUTPUTS, JacobianMode, Sizes, check_mode
@@ -128,6 +137,7 @@ def plan_jacobian(
     input_graph: int = 1,
     form: str = OUTPUTS,
     support: Mapping[str, tuple[bool, str]] | None = None,
+    machine: MachineConstants | None = None,
 ) -> JacobianPlan:
     """Choose ``strategy`` and ``mode`` for ``rows`` residual rows and ``params`` parameters.
 
@@ -160,6 +170,8 @@ def plan_jacobian(
             it may be chosen.
         support: for modes with a model check, by name, whether the model passed it and
             why (or why not); it completes the ``layers_*`` and ``broadcast_*`` keywords.
+        machine: the machine's rates: ``auto`` then takes ``matrix_free`` where its step is
+            predicted faster than the dense one (None: the dense strategy).
 
     Returns:
         The plan, with its reasons in words.
@@ -185,6 +197,8 @@ def plan_jacobian(
         else:
             strategy = "accumulate"
             reasons.append(f"accumulate: {rows} rows >= {params} parameters (JᵀJ is O(P²))")
+        if machine is not None:
+            strategy = _fastest(strategy, rows, params, item, machine, reasons)
     else:
         reasons.append(f"{strategy}: forced")
 
@@ -248,6 +262,20 @@ def plan_jacobian(
             f"Cholesky ≈{factor_flops / 1e9:.3g} GFLOP per attempt"
         ),
     )
+
+
+def _fastest(
+    dense: str, rows: int, params: int, item: int, machine: MachineConstants, reasons: list[str]
+) -> str:
+    """``dense``, or ``matrix_free`` where it wins (``prefers_matrix_free``), the figures
+    said."""
+    times = [step_seconds(s, rows, params, item, machine) for s in (dense, "matrix_free")]
+    best = "matrix_free" if prefers_matrix_free(*times) else dense
+    reasons.append(
+        f"{best}: by the predicted steps ({'; '.join(t.words() for t in times)}; "
+        f"{machine.source} machine rates)"
+    )
+    return best
 
 
 def choose_mode(

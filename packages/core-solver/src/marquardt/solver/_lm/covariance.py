@@ -32,6 +32,7 @@ from marquardt.jacobian import JacobianEngine
 
 from .._errors import CovarianceWarning, user_stacklevel
 from .._rules import covariance_scale, pseudo_inverse_gram, singular_cut
+from .batch import check_batch
 
 __all__ = [
     "Covariance",
@@ -175,9 +176,14 @@ def batch_covariance(
 ) -> Covariance:
     """The covariance at the engine's current parameters on one batch (2C = Σr²).
 
-    J comes slice by slice from the engine (its residual rows and the flat parameters of
-    its model, in ``model.parameters()`` order) and is reduced as it arrives.
+    The batch is checked first (`check_batch`, against the engine's replicas). J comes
+    slice by slice from the engine (its residual rows and the flat parameters of its model,
+    in ``model.parameters()`` order) and is reduced as it arrives.
     """
+    replicas = engine.replicas
+    inputs, targets, slice_size = check_batch(
+        inputs, targets, slice_size, dtype=replicas.dtype, home=replicas.devices
+    )
     reduced = TriangularFactor()
     rss = 0.0
     for piece in engine.slices(inputs, targets, slice_size):

@@ -169,6 +169,7 @@ def damped_step(
         )
     if matrix_free:
         report.products = system.a.products.products
+        report.curvature_samples = system.a.products.curvature_samples
         if report.accepted:
             cg_solver.accept()
     return report, loss_after, terminated, diag

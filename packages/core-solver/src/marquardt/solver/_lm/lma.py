@@ -205,7 +205,7 @@ class LMA:
         self._rule = options.rule  # holds λ, which carries over from step to step
         self._strategy = options.strategy  # the planner may switch it
         self._strategy_reason = ""  # why the planner left the dense strategies, when it did
-        self._cg_solver = ConjugateGradients(options.cg)
+        self._cg_solver = ConjugateGradients(options.cg, seed=self._seed)
         self._attempt_paths = AttemptPaths(
             options.compile_attempt, world_size=self._scope.world_size
         )
@@ -337,6 +337,7 @@ class LMA:
             backend=self._backend.name,
             memory_limit=self._options.memory_limit,
             probes=self._options.cg.probes,
+            rank=self._options.cg.rank,
             auto_subsets=self._options.auto_subsets,
         )
         if refit is not None:
@@ -399,9 +400,6 @@ class LMA:
         whose P × P matrix fits in memory.
         """
         self._options.check_covariance()
-        inputs, targets, slice_size = check_batch(
-            inputs, targets, slice_size, dtype=self._replicas.dtype, home=self._replicas.devices
-        )
         return batch_covariance(
             self._engine, inputs, targets, slice_size, absolute_sigma=absolute_sigma
         ).pcov
@@ -424,7 +422,8 @@ class LMA:
 
         The model's parameters are not included (save ``lma.model.state_dict()``). With
         ``params_per_step``, ``"param_selection"`` holds the selection's state (the layer
-        cursor, the random generator), so a resumed run selects what it would have.
+        cursor, the random generator), so a resumed run selects what it would have; after a
+        matrix-free step, ``"matrix_free"`` the CG warm start and random generator.
         """
         return solver_state(
             self._rule,
@@ -432,11 +431,12 @@ class LMA:
             self._options.learning_rate,
             self._options.scaling.name,
             self._selection,
+            self._cg_solver.state_dict() if self._cg_solver.used else None,
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what ``state_dict`` returned; checks everything before changing anything."""
-        self._selection, damping_state, self._steps = restored(
+        self._selection, damping_state, self._steps, cg_state = restored(
             state,
             self._rule,
             self._selection,
@@ -445,3 +445,5 @@ class LMA:
             seed=self._seed,
         )
         self._rule.load_state_dict(damping_state)
+        if cg_state is not None:
+            self._cg_solver.load_state_dict(cg_state)

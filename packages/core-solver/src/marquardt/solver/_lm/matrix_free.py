@@ -9,8 +9,12 @@ Jacobian engine forms from one Jacobian-vector and one vector-Jacobian product p
 (``marquardt.jacobian.GaussNewtonProducts``; Schraudolph 2002; Martens 2010). A is never
 formed. The pieces:
 
-* preconditioner M = d̂ + λD, with d̂ the Hutchinson estimate of diag(JᵀJ)/N (floored as
-  Marquardt's scaling is), a Jacobi preconditioner of the damped matrix;
+* the curvature from a subsample (``curvature.py``; Martens 2010): g from the whole
+  batch, the products Av from |S| samples drawn afresh each step, scaled by N/|S|;
+* a preconditioner built once per step (``preconditioners.py``): the randomized Nyström
+  preconditioner of Frangella, Tropp & Udell 2023 (``"nystrom"``, a rank-k sketch from
+  one block of k products) or M = d̂ + λD (``"jacobi"``), with d̂ the Hutchinson estimate
+  of diag(JᵀJ)/N (floored as Marquardt's scaling is);
 * D is the step's scaling (``scaling="marquardt"``: d̂ floored; "identity": I), and I
   when N < P, as in the dense under-determined step (JJᵀ/N + λI)u = r/N, whose δ = Jᵀu
   solves (JᵀJ/N + λI)δ = Jᵀr/N: the damping rules, the attempts and the stopping tests
@@ -25,6 +29,9 @@ formed. The pieces:
   relative-residual test pass at once, near the step just rejected), dropped for x₀ = 0
   when it models no decrease (q(x₀) ≥ 0); it costs one product.
 
+The subsample's and the sketch's random draws come from one generator, seeded by the
+solver's seed, whose state (with the warm start) is the solver's ``state_dict``.
+
 δᵀg and δᵀAδ of the returned δ are tracked through the iterations (Ax is updated with
 each Ap), so the gain ratio's prediction is exact for the truncated δ at no extra product.
 """
@@ -34,6 +41,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -41,7 +49,9 @@ from marquardt.jacobian import GaussNewtonProducts, JacobianSlice, NormalProduct
 
 from .._backends.base import FAILED_NON_FINITE, LinearSystem, Solution
 from .._backends.scaling import scaling_diagonal_torch
-from .._errors import SolverConfigError, message
+from .._errors import SolverConfigError, SolverStateError, message
+from .curvature import curvature_size, draw_samples
+from .preconditioners import PRECONDITIONERS, Preconditioner
 
 __all__ = [
     "CG_STOPS",
@@ -58,8 +68,12 @@ FAILED_CURVATURE = 3.0
 #: Why a solve's iterations stopped (``StepReport.cg_stops``).
 CG_STOPS: tuple[str, ...] = ("tolerance", "budget", "curvature", "non-finite")
 #: P-sized float64 vectors a matrix-free step holds at once (x, r, z, p, Ap, Ax, g, the
-#: estimate d̂, D, M, the warm start), besides the probes' Jᵀz: its memory is O(P).
+#: estimate d̂, D, M, the warm start), besides the probes' Jᵀz and the preconditioner's
+#: sketch (``SKETCH_VECTORS`` per unit of rank): its memory is O(P).
 CG_VECTORS = 11
+#: P-sized float64 vectors per unit of the Nyström rank while the sketch is formed (the
+#: test matrix, its products, the factor, the basis kept).
+SKETCH_VECTORS = 4
 
 
 @dataclass(frozen=True)
@@ -72,27 +86,59 @@ class TruncatedCG:
         warm_start: x₀ = warm_start × the last accepted δ (0: always from x₀ = 0).
         probes: Hutchinson probes of diag(JᵀJ) per step (one reverse pass each); at least
             1, since the preconditioner and Marquardt's scaling use the estimate.
+        preconditioner: "nystrom" (randomized Nyström of rank ``rank``) or "jacobi"
+            (``preconditioners.py``).
+        rank: the Nyström sketch's rank k: k products per step, O(P·k) memory.
+        curvature_samples: the samples the products JᵀJv use (``curvature.py``): None
+            (from the budget: ``iterations + rank`` products cost about two products over
+            the whole batch), a float fraction in (0, 1] of the batch, or an int count.
 
     Raises:
         SolverConfigError: at construction, for values out of range.
     """
 
-    iterations: int = 50
+    iterations: int = 20
     tolerance: float = 1e-4
     warm_start: float = 0.95
-    probes: int = 4
+    probes: int = 1
+    preconditioner: str = "nystrom"
+    rank: int = 16
+    curvature_samples: int | float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "probes"):
+        for name in ("iterations", "probes", "rank"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SolverConfigError(
                     message(
                         f"TruncatedCG({name}=...) expects an integer ≥ 1",
                         f"got {value!r}",
-                        f"pass e.g. {name}={50 if name == 'iterations' else 4}",
+                        f"pass e.g. {name}={20 if name == 'iterations' else 4}",
                     )
                 )
+        if self.preconditioner not in PRECONDITIONERS:
+            raise SolverConfigError(
+                message(
+                    f"TruncatedCG(preconditioner=...) expects one of {', '.join(PRECONDITIONERS)}",
+                    f"got {self.preconditioner!r}",
+                    "pass preconditioner='nystrom' or 'jacobi'",
+                )
+            )
+        sample = self.curvature_samples
+        if sample is not None and (
+            isinstance(sample, bool)
+            or not isinstance(sample, (int, float))
+            or (isinstance(sample, float) and not 0.0 < sample <= 1.0)
+            or (isinstance(sample, int) and sample < 1)
+        ):
+            raise SolverConfigError(
+                message(
+                    "TruncatedCG(curvature_samples=...) expects None, a fraction in (0, 1] "
+                    "or a count ≥ 1",
+                    f"got {sample!r}",
+                    "pass e.g. curvature_samples=0.1, or None to size it from the budget",
+                )
+            )
         for name, hi in (("tolerance", math.inf), ("warm_start", 1.0)):
             value = getattr(self, name)
             ok = (
@@ -128,7 +174,11 @@ class GaussNewtonOperator:
         self._reduce = reduce
 
     def __call__(self, v: torch.Tensor) -> torch.Tensor:
-        out = self.products.product(v)
+        return self.block(v.reshape(1, -1)).reshape(-1)
+
+    def block(self, vs: torch.Tensor) -> torch.Tensor:
+        """A applied to each row of ``vs`` (k × P), as rows."""
+        out = self.products.block(vs)
         if self._reduce is not None:
             out = self._reduce(out)
         return out / self.rows
@@ -156,14 +206,19 @@ def matrix_free_system(
 class ConjugateGradients:
     """The damped solve of a matrix-free system (the ``ArrayBackend`` seam of the attempt
     loop): truncated preconditioned CG, warm-started from the last accepted δ
-    (``accept`` tells it which δ that was)."""
+    (``accept`` tells it which δ that was); its random draws come from a generator seeded
+    by ``seed`` (None: 0)."""
 
     name = "cg"
 
-    def __init__(self, options: TruncatedCG) -> None:
+    def __init__(self, options: TruncatedCG, seed: int | None = None) -> None:
         self.options = options
         self._previous: torch.Tensor | None = None  # the warm start's δ
         self._last: torch.Tensor | None = None  # the last solve's δ
+        self._generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self._used = False  # whether a step has drawn from the generator
+        # The step's preconditioner, built once per (system, scaling).
+        self._prepared: tuple[object, str, Preconditioner] | None = None
 
     def system_from_products(self, products: NormalProducts) -> LinearSystem:
         raise SolverConfigError(
@@ -196,6 +251,80 @@ class ConjugateGradients:
         """Drop the warm start (the next solve starts from x₀ = 0)."""
         self._previous = self._last = None
 
+    @property
+    def used(self) -> bool:
+        """Whether a matrix-free step was taken (the state is then worth saving)."""
+        return self._used
+
+    def state_dict(self) -> dict[str, Any]:
+        """The warm start (a float64 CPU tensor, or None) and the generator's state."""
+        previous = None if self._previous is None else self._previous.detach().cpu().clone()
+        return {"warm_start": previous, "generator": self._generator.get_state()}
+
+    @staticmethod
+    def check_state(state: object) -> None:
+        """Refuse a state that ``state_dict`` cannot have returned (nothing changes)."""
+        ok = (
+            isinstance(state, dict)
+            and set(state) == {"warm_start", "generator"}
+            and (state["warm_start"] is None or isinstance(state["warm_start"], torch.Tensor))
+            and isinstance(state["generator"], torch.Tensor)
+            and state["generator"].dtype == torch.uint8
+        )
+        if not ok:
+            raise SolverStateError(
+                message(
+                    "load_state_dict expects 'matrix_free' as {'warm_start', 'generator'}",
+                    f"got {type(state).__name__}"
+                    + (f" with keys {sorted(state)}" if isinstance(state, dict) else ""),
+                    "pass what LMA.state_dict() returned, unedited",
+                )
+            )
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned (checked by ``check_state`` first)."""
+        self.check_state(state)
+        self._generator.set_state(state["generator"])
+        warm = state["warm_start"]
+        self._previous = None if warm is None else warm.to(torch.float64)
+        self._last = None
+        self._prepared = None
+        self._used = True
+
+    def _preconditioner(
+        self, system: LinearSystem, scaling: str, d: torch.Tensor
+    ) -> Preconditioner:
+        """The step's preconditioner; drawing the step's curvature subsample first (once
+        per system: every attempt of a step solves with the same operator)."""
+        if self._prepared is not None and self._prepared[0] is system.a:
+            if self._prepared[1] == scaling:
+                return self._prepared[2]
+        else:
+            self._draw(system)
+        opts = self.options
+        op = system.a
+        block = op.block if isinstance(op, GaussNewtonOperator) else _rows_of(op)
+        estimate = system.scale("marquardt", scaling_diagonal_torch)
+        built = PRECONDITIONERS[opts.preconditioner](block, estimate, d, opts.rank, self._generator)
+        self._prepared = (system.a, scaling, built)
+        return built
+
+    def _draw(self, system: LinearSystem) -> None:
+        """The step's curvature subsample (``curvature.py``), where the operator has one."""
+        self._used = True
+        op = system.a
+        if not isinstance(op, GaussNewtonOperator) or op.products.samples < 1:
+            return
+        opts = self.options
+        samples = op.products.samples
+        size = curvature_size(
+            opts.curvature_samples,
+            samples,
+            opts.iterations + opts.rank,
+            op.products.explicit_samples,
+        )
+        op.products.use_samples(draw_samples(samples, size, self._generator))
+
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution:
         """δ ≈ (A + λD)⁻¹g by truncated PCG; the solution's ``iterations`` and ``stop``
         say how it ended. Never raises for a numerically bad system: a non-finite
@@ -207,7 +336,7 @@ class ConjugateGradients:
         if system.rows < system.params:
             scaling = "identity"  # the dense under-determined step's D (module docstring)
         d = system.scale(scaling, scaling_diagonal_torch)
-        precondition = system.scale("marquardt", scaling_diagonal_torch) + lam * d
+        precondition = self._preconditioner(system, scaling, d)
         x = torch.zeros_like(g)
         ax = torch.zeros_like(g)
         r = g.clone()
@@ -222,7 +351,7 @@ class ConjugateGradients:
         if not math.isfinite(g_norm):
             return self._finish(x, ax, g, lam, 0, "non-finite", FAILED_NON_FINITE)
         goal = opts.tolerance * g_norm
-        z = r / precondition
+        z = precondition.apply(r, lam)
         p = z.clone()
         rz = float(r @ z)
         done = 0
@@ -249,7 +378,7 @@ class ConjugateGradients:
             x = x.add(p, alpha=alpha)
             ax = ax.add(ap, alpha=alpha)
             r = r.sub(bp, alpha=alpha)
-            z = r / precondition
+            z = precondition.apply(r, lam)
             rz_next = float(r @ z)
             p = z.add(p, alpha=rz_next / rz) if rz != 0.0 else z.clone()
             rz = rz_next
@@ -282,3 +411,8 @@ class ConjugateGradients:
             iterations=iterations,
             stop=stop,
         )
+
+
+def _rows_of(op: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A block product (rows of V ↦ rows of AV) from a product of one vector."""
+    return lambda vs: torch.stack([op(v) for v in vs])

@@ -9,8 +9,9 @@ parameters, ``b`` bytes per element) holds, besides the chunks of ``J`` the engi
   factorises and its damped copy), as ``marquardt.devices.plan`` counts it;
 * explicit: ``J`` whole, ``R·S·b``, and ``2·8·min(R, S)²`` for the normal matrix and its
   damped copy;
-* matrix_free: no matrix, ``8·S·(CG_VECTORS + probes)`` for the conjugate gradients'
-  vectors and the diagonal probes (``_lm/matrix_free.py``): linear in ``P``.
+* matrix_free: no matrix, ``8·S·(CG_VECTORS + probes + SKETCH_VECTORS·rank)`` for the
+  conjugate gradients' vectors, the diagonal probes and the Nyström sketch of rank ``rank``
+  (``_lm/matrix_free.py``): linear in ``P``.
 
 The usable memory is ``memory_limit`` when given, else 0.8 × the free memory of the
 solver's device (``marquardt.devices.device_memory``: the driver's free memory plus what
@@ -33,7 +34,7 @@ from marquardt.devices import device_memory, subset_size
 from marquardt.jacobian import JacobianPlan
 
 from .._errors import SolverConfigError, message
-from .matrix_free import CG_VECTORS
+from .matrix_free import CG_VECTORS, SKETCH_VECTORS
 
 __all__ = ["HEADROOM", "StepMemory", "check_limit", "step_memory", "usable_memory"]
 
@@ -111,9 +112,10 @@ def step_memory(
     usable: tuple[int, str],
     *,
     probes: int = 1,
+    rank: int = 0,
 ) -> StepMemory:
     """What the step of ``plan`` needs against ``usable`` (see the module docstring);
-    ``probes`` counts for a matrix-free plan only."""
+    ``probes`` and ``rank`` count for a matrix-free plan only."""
     cols, rows = plan.params, plan.rows
     fixed = params * (2 * item + 8)
     chunks = plan.chunk_bytes * devices
@@ -121,8 +123,9 @@ def step_memory(
         system = 24 * cols * cols
         words = f"3 x 8 x {cols}^2 (the system)"
     elif plan.strategy == "matrix_free":
-        system = 8 * cols * (CG_VECTORS + probes)
-        words = f"8 x {cols} x {CG_VECTORS + probes} (CG vectors and diagonal probes)"
+        vectors = CG_VECTORS + probes + SKETCH_VECTORS * rank
+        system = 8 * cols * vectors
+        words = f"8 x {cols} x {vectors} (CG vectors, diagonal probes, sketch)"
     else:
         side = min(rows, cols)
         system = rows * cols * item + 16 * side * side

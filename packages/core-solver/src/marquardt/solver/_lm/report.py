@@ -73,6 +73,8 @@ class StepReport:
         attempt_reason: why the attempts ran on ``attempt_path``.
         host_reads: the reads of device values by the attempts (one per evaluated attempt:
             the trial loss with the solve's terms, or the whole attempt's outcome).
+        curvature_samples: the samples a matrix-free step's products ``JᵀJv`` used (its
+            curvature subsample; 0 for the dense strategies).
     """
 
     damping: float
@@ -107,6 +109,7 @@ class StepReport:
     attempt_path: str = "eager"
     attempt_reason: str = ""
     host_reads: int = 0
+    curvature_samples: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain Python values (for logging).

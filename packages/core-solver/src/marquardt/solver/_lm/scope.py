@@ -59,11 +59,13 @@ class StepScope:
         columns: ColumnSubset | None = None,
     ) -> PreparedBatch:
         """The local batch, planned with the strategy the *global* batch needs: with
-        ``strategy="auto"``, accumulate when the rows of all ranks reach P, else explicit."""
+        ``strategy="auto"``, in one process the planner's (which may time the strategies
+        and go matrix-free); in a process group accumulate when the rows of all ranks
+        reach P, else explicit (the same on every rank)."""
         batch = engine.prepare(
             inputs, targets, slice_size, strategy=strategy, checked=True, columns=columns
         )
-        if strategy != "auto":
+        if strategy != "auto" or self.world_size == 1:
             return batch
         wanted = "accumulate" if self.global_rows(batch) >= batch.params else "explicit"
         if wanted == batch.strategy:

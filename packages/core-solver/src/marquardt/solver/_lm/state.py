@@ -7,7 +7,9 @@ A state is checked whole before anything is restored, so a bad one changes nothi
 strictly, as ``torch.nn.Module.load_state_dict`` is: a missing or an unexpected key (a
 misspelt one) at the top level or in the damping rule's state is refused. With parameter
 subsets, ``"param_selection"`` holds the selection's state (the layer cursor, the random
-generator), so a resumed run selects what it would have.
+generator), so a resumed run selects what it would have. After a matrix-free step,
+``"matrix_free"`` holds the conjugate gradients' warm start and the generator of their
+curvature subsamples and sketches, so a resumed run takes the step it would have.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from .._errors import SolverStateError, message
 from .damping import DampingRule
+from .matrix_free import ConjugateGradients
 from .subsets import ParamSelection
 
 __all__ = ["STATE_FORMAT", "STATE_KEYS", "checked_state", "restored", "solver_state"]
@@ -50,8 +53,10 @@ def solver_state(
     learning_rate: float,
     scaling: str,
     selection: ParamSelection | None = None,
+    matrix_free: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The dict ``LMA.state_dict`` returns."""
+    """The dict ``LMA.state_dict`` returns (``matrix_free``: the conjugate gradients'
+    state, after a matrix-free step)."""
     state: dict[str, Any] = {
         "format": STATE_FORMAT,
         "damping_rule": rule.name,
@@ -62,6 +67,8 @@ def solver_state(
     }
     if selection is not None:
         state["param_selection"] = selection.state_dict()
+    if matrix_free is not None:
+        state["matrix_free"] = matrix_free
     return state
 
 
@@ -73,7 +80,7 @@ def restored(
     resumable: bool,
     sizes: Sequence[int],
     seed: int | None,
-) -> tuple[ParamSelection | None, dict[str, float], int]:
+) -> tuple[ParamSelection | None, dict[str, float], int, dict[str, Any] | None]:
     """What ``LMA.load_state_dict`` restores, checked whole before anything changes.
 
     Arguments:
@@ -86,11 +93,16 @@ def restored(
         seed: the random selection's seed.
 
     Returns:
-        The selection, its state restored; the damping rule's state; the step count.
+        The selection, its state restored; the damping rule's state; the step count; the
+        conjugate gradients' state (None: none saved).
 
     Raises:
         SolverStateError: the state does not fit this solver.
     """
+    cg_state = state.get("matrix_free") if isinstance(state, dict) else None
+    if cg_state is not None and isinstance(state, dict):
+        ConjugateGradients.check_state(cg_state)
+        state = {k: v for k, v in state.items() if k != "matrix_free"}
     saved = state.get("param_selection") if isinstance(state, dict) else None
     if selection is None and resumable and saved is not None:
         # Saved after the planner switched to subsets: resume the same way.
@@ -100,7 +112,7 @@ def restored(
     damping_state, steps = checked_state(state, rule)
     if selection is not None:
         selection.load_state_dict(saved)
-    return selection, damping_state, steps
+    return selection, damping_state, steps, cg_state
 
 
 def checked_state(state: object, rule: DampingRule) -> tuple[dict[str, float], int]:

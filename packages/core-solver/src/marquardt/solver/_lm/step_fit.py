@@ -47,6 +47,7 @@ def fit_step(
     backend: str,
     memory_limit: int | None,
     probes: int,
+    rank: int = 0,
     auto_subsets: bool,
 ) -> Refit | None:
     """None when the step of ``batch`` fits; else the `Refit` the planner chose.
@@ -59,6 +60,7 @@ def fit_step(
         backend: the name of the solver's array backend.
         memory_limit: the usable bytes (None: 0.8 × the free memory).
         probes: the matrix-free step's diagonal probes.
+        rank: the matrix-free step's Nyström sketch rank.
         auto_subsets: whether the planner may choose (nothing was forced).
 
     Raises:
@@ -99,6 +101,7 @@ def fit_step(
             len(devices),
             usable_memory(devices[0], memory_limit),
             probes=probes,
+            rank=rank,
         )
         (free_fits,) = scope.least((int(free.fits),))
         if free_fits:
