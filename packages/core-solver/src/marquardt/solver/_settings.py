@@ -14,7 +14,9 @@
 ``MARQUARDT_SOLVER_CACHE_DIR``
     The folder where compiled kernels are kept between processes (``curve_fit_batch``'s
     compiled iteration; listed and cleared by ``python -m marquardt.solver.cache``).
-    Unset or empty (the default): ``marquardt/compiled`` in the platform's cache folder,
+    Unset or empty (the default): ``compiled`` in ``MARQUARDT_CACHE_DIR`` where that is set
+    (the folder every package of marquardt caches in), else ``marquardt/compiled`` in the
+    platform's cache folder,
     ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
     ``%LOCALAPPDATA%`` on Windows. A folder inside a git work tree is refused (kernels are
     then kept in the process only): compiled artifacts never go into a repository.
@@ -34,6 +36,8 @@ __all__ = ["BACKEND_NAMES", "CACHE_DIR_ENV", "backend_override", "cache_dir", "c
 
 #: The variable that moves the folder of compiled kernels.
 CACHE_DIR_ENV = "MARQUARDT_SOLVER_CACHE_DIR"
+#: The variable that moves every cache folder of the packages (``marquardt-devices``' too).
+ROOT_CACHE_ENV = "MARQUARDT_CACHE_DIR"
 
 #: Names accepted for ``MARQUARDT_SOLVER_BACKEND`` and ``LMA(backend=...)`` (plus ``auto``).
 BACKEND_NAMES: tuple[str, ...] = ("numpy", "torch", "cupynumeric")
@@ -62,11 +66,15 @@ def check_ranks() -> bool:
 
 
 def cache_dir() -> Path:
-    """The folder of compiled kernels: ``MARQUARDT_SOLVER_CACHE_DIR``, else ``marquardt/
-    compiled`` in the platform's cache folder (module docstring). Not created here."""
+    """The folder of compiled kernels: ``MARQUARDT_SOLVER_CACHE_DIR``, else ``compiled`` in
+    ``MARQUARDT_CACHE_DIR``, else ``marquardt/compiled`` in the platform's cache folder
+    (module docstring). Not created here."""
     value = os.environ.get(CACHE_DIR_ENV, "").strip()
     if value:
         return Path(value).expanduser()
+    root = os.environ.get(ROOT_CACHE_ENV, "").strip()
+    if root:
+        return Path(root).expanduser() / "compiled"
     if sys.platform == "win32":
         base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
     elif sys.platform == "darwin":
