@@ -43,6 +43,7 @@ __all__ = [
     "held_at_bounds",
     "nielsen_accept",
     "nielsen_reject",
+    "predicted_reduction",
     "pseudo_inverse_gram",
     "robust_scaling",
     "singular_cut",
@@ -105,6 +106,20 @@ def nielsen_accept(lam: A, ratio: A) -> A:
 def nielsen_reject(lam: A, nu: A) -> tuple[A, A]:
     """(λ, ν) after a rejected step: (λ·ν, 2ν)."""
     return lam * nu, 2.0 * nu
+
+
+def predicted_reduction(offset: A, gs: A, curvature: A) -> A:
+    """The linear model's reduction of the cost at a step s, C − ½‖r̃ + J̃s‖², written
+    (C − ½‖r̃‖²) − gᵀs − ½‖J̃s‖² with g = J̃ᵀr̃ as SciPy's ``least_squares`` forms it: the
+    offset is 0 for the linear loss, and no difference of two near-equal costs is taken.
+
+    **Arguments:**
+
+    - ``offset``: C − ½‖r̃‖² (0 for the linear loss); ``gs``: gᵀs; ``curvature``: ‖J̃s‖².
+
+    **Returns:** the predicted reduction.
+    """
+    return offset - gs - 0.5 * curvature
 
 
 def gain_ratio(actual: A, predicted: A) -> A:

@@ -11,6 +11,7 @@ data's device.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +31,7 @@ from ..small.batched import (
     TOO_FEW_POINTS,
     BatchData,
     BatchState,
+    scaled_jacobian,
     solve_batch,
 )
 from ..small.compiled import CompiledIterations, check_compile, iterations
@@ -46,8 +48,10 @@ __all__ = [
     "curve_fit_batch",
 ]
 
-#: ``traced.gram_inverse`` or its compiled kernel: js ↦ ((JᵀJ)⁻¹, trusted).
+#: ``traced.gram_inverse`` or its compiled kernel: JᵀJ ↦ ((JᵀJ)⁻¹, trusted).
 Inverse = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+#: J̃ (rows scaled) at the current p of the fits of an index (``batched.scaled_jacobian``).
+Jacobian = Callable[[torch.Tensor], torch.Tensor]
 
 #: Elements per fit held per element of J (N·P) during an iteration: J, its row-scaled
 #: copy, the trial's J and its scaled copy, and forward mode's P tangents of f's
@@ -88,31 +92,42 @@ def _unscaled_pseudo_inverse(js: torch.Tensor, kept: torch.Tensor) -> torch.Tens
     return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
 
 
-def _unscaled(js: torch.Tensor, kept: torch.Tensor, inverse: Inverse) -> torch.Tensor:
+def _unscaled(
+    gram: torch.Tensor, kept: torch.Tensor, inverse: Inverse, jacobian: Jacobian
+) -> torch.Tensor:
     """(JᵀJ)⁻¹ per fit: ``inverse``'s (``traced.gram_inverse``, from the Cholesky factor of
     the equilibrated Gram matrix) where it is trusted, else from J's SVD as SciPy forms
-    it. The factor costs a fraction of the SVD, which only the fits that need it pay for."""
-    out, good = inverse(js)
+    it, J formed again (``jacobian``) for those fits only. The factor costs a fraction of
+    the SVD, which only the fits that need it pay for."""
+    out, good = inverse(gram)
     rest = torch.nonzero(~good).reshape(-1)
     if rest.numel():
+        js = jacobian(rest)
+        js = torch.where(torch.isfinite(js).all(-1).all(-1)[:, None, None], js, 0.0)
         out = out.clone()
-        out[rest] = _unscaled_pseudo_inverse(js[rest], kept[rest])
+        out[rest] = _unscaled_pseudo_inverse(js, kept[rest])
     return out
 
 
 def _pcov(
-    state: BatchState, data: BatchData, absolute_sigma: bool, inverse: Inverse
+    state: BatchState,
+    data: BatchData,
+    absolute_sigma: bool,
+    inverse: Inverse,
+    jacobian: Jacobian,
 ) -> torch.Tensor:
-    """SciPy's covariance per fit (module docstring)."""
-    fits, points, params = state.js.shape
+    """SciPy's covariance per fit (module docstring); ``jacobian`` gives J̃ of the fits
+    asked for, at their p."""
+    fits, params = state.p.shape
+    points = state.r.shape[1]
     kept = (
         torch.full((fits,), points, device=state.p.device)
         if data.mask is None
         else data.mask.sum(1)
     ).to(state.p.dtype)
-    finite = torch.isfinite(state.js.sum((1, 2)))
-    js = torch.where(finite[:, None, None], state.js, torch.zeros_like(state.js))
-    unscaled = _unscaled(js, kept, inverse)
+    finite = torch.isfinite(state.gram.sum((1, 2)))
+    gram = torch.where(finite[:, None, None], state.gram, torch.zeros_like(state.gram))
+    unscaled = _unscaled(gram, kept, inverse, jacobian)
     bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1) | (kept < params)
     if not absolute_sigma:
         scale = covariance_scale(2.0 * state.cost, kept, params)
@@ -328,7 +343,8 @@ def curve_fit_batch(
             )
             state = _too_few_points(state, data)
             inverse = gram_inverse if iterate is None else iterate.gram_inverse
-            parts.append((state, _pcov(state, data, absolute_sigma, inverse)))
+            jacobian = functools.partial(scaled_jacobian, model, state, data)
+            parts.append((state, _pcov(state, data, absolute_sigma, inverse, jacobian)))
     popt = torch.cat([s.p for s, _ in parts])
     pcov = torch.cat([c for _, c in parts])
     status = torch.cat([s.status for s, _ in parts])

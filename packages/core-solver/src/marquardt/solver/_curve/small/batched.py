@@ -33,6 +33,7 @@ import torch
 
 from ... import _rules
 from ..._lm.robust import rho
+from . import normal
 
 __all__ = [
     "CHECK_EVERY",
@@ -41,6 +42,7 @@ __all__ = [
     "TOO_FEW_POINTS",
     "BatchData",
     "BatchState",
+    "scaled_jacobian",
     "solve_batch",
 ]
 
@@ -119,14 +121,16 @@ class BatchData:
 @dataclass(frozen=True)
 class BatchState:
     """Every fit's LM state (leading axis M). ``rows`` scales J's rows for a robust loss
-    (ones for the linear one); ``js`` is J with its rows scaled, ``rs`` the scaled r."""
+    (ones for the linear one), ``rs`` is the scaled r; with J̃ the Jacobian with its rows
+    scaled, ``gram`` is J̃ᵀJ̃ (M × P × P) and ``g`` is J̃ᵀr̃ (M × P): J itself is not kept."""
 
     p: torch.Tensor
     r: torch.Tensor
     cost: torch.Tensor
     rows: torch.Tensor
     rs: torch.Tensor
-    js: torch.Tensor
+    gram: torch.Tensor
+    g: torch.Tensor
     d: torch.Tensor
     lam: torch.Tensor
     nu: torch.Tensor
@@ -183,17 +187,37 @@ def _scaled_rows(j: torch.Tensor, rows: torch.Tensor, data: BatchData) -> torch.
     return j if data.losses == ("linear",) else j * rows[..., None]
 
 
+def scaled_jacobian(
+    model: BatchModel, state: BatchState, data: BatchData, index: torch.Tensor
+) -> torch.Tensor:
+    """J̃ (rows scaled) at the current p of the fits ``index``: the state keeps only J̃ᵀJ̃
+    and J̃ᵀr̃, and the covariance's pseudo-inverse of the rare ill-conditioned fit needs
+    J̃'s singular values."""
+    part = data.take(index, model.x_per_fit)
+    values, jac = model.values_and_jacobian(state.p[index], part.x)
+    return _scaled_rows(_residuals(values, jac, part)[1], state.rows[index], part)
+
+
+def _normal(
+    j: torch.Tensor, rows: torch.Tensor, rs: torch.Tensor, data: BatchData
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(J̃ᵀJ̃, J̃ᵀr̃) per fit from J (M × N × P): the reductions over the points that J's
+    producer fuses into (``normal.products``), so that a compiled iteration never writes
+    J to memory."""
+    return normal.products(_scaled_rows(j, rows, data), rs)
+
+
 def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
     """The state at p0 (clipped into the bounds): one evaluation, one Jacobian."""
     p = torch.clamp(p0, data.lower, data.upper)
     values, jac = model.values_and_jacobian(p, data.x)
     r, j = _residuals(values, jac, data)
     cost, rows, rs = _measure(r, data)
-    js = _scaled_rows(j, rows, data)
-    norms = _rules.column_norms(js)
+    gram, g = _normal(j, rows, rs, data)
+    norms = normal.column_norms(gram)
     d = _rules.start_scaling(norms)
     lam = _rules.start_damping(norms, d)
-    finite = torch.isfinite(r.sum(1) + j.sum((1, 2)))
+    finite = normal.finite(r, gram, g)
     count = torch.ones(p.shape[0], dtype=torch.int64, device=p.device)
     status = torch.where(finite, RUNNING, -2)
     return BatchState(
@@ -202,7 +226,8 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
         cost,
         rows,
         rs,
-        js,
+        gram,
+        g,
         d,
         lam,
         torch.full_like(cost, _rules.NU_START),
@@ -213,12 +238,11 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
     )
 
 
-def _damped_step(
-    s: BatchState, held: torch.Tensor, g: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _damped_step(s: BatchState, held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """δ (M × P) from the scaled damped system, and whether each fit's factorisation held."""
     free = ~held
-    gram = torch.bmm(s.js.transpose(1, 2), s.js) / (s.d[:, :, None] * s.d[:, None, :])
+    g = s.g
+    gram = s.gram / (s.d[:, :, None] * s.d[:, None, :])
     both = free[:, :, None] & free[:, None, :]
     eye = torch.eye(s.p.shape[1], dtype=s.p.dtype, device=s.p.device)
     diagonal = torch.where(free, s.lam[:, None], torch.ones_like(s.lam[:, None]))
@@ -234,22 +258,22 @@ def _iterate(
     model: BatchModel, s: BatchState, data: BatchData, tol: dict[str, float], max_nfev: int
 ) -> BatchState:
     """One trial for every running fit (module docstring)."""
-    g = torch.einsum("mnp,mn->mp", s.js, s.rs)
+    g = s.g
     held = _rules.held_at_bounds(s.p, data.lower, data.upper, g)
     running = s.status == RUNNING
     small_gradient = _rules.gtol_met(g, held, s.cost, tol["gtol"])
     status = torch.where(running & small_gradient, 1, s.status)
     status = torch.where((status == RUNNING) & (s.nfev >= max_nfev), 0, status)
     running = status == RUNNING
-    delta, solved = _damped_step(s, held, g)
+    delta, solved = _damped_step(s, held)
     trial = torch.clamp(s.p - delta, data.lower, data.upper)
     step = trial - s.p
     values, jac = model.values_and_jacobian(trial, data.x)
     r_new, j_new = _residuals(values, jac, data)
     cost_new, rows_new, rs_new = _measure(r_new, data)
-    finite = torch.isfinite(r_new.sum(1) + j_new.sum((1, 2)))
-    linear = s.rs + torch.bmm(s.js, step[:, :, None])[:, :, 0]
-    predicted = s.cost - 0.5 * (linear * linear).sum(1)
+    gram_new, g_new = _normal(j_new, rows_new, rs_new, data)
+    finite = normal.finite(r_new, gram_new, g_new)
+    predicted = normal.predicted(s.cost, s.rs, s.gram, s.g, step, data.losses == ("linear",))
     actual = s.cost - cost_new
     ratio = _rules.gain_ratio(actual, predicted)
     small_step = _rules.xtol_met(s.d, step, s.p, tol["xtol"])
@@ -260,7 +284,6 @@ def _iterate(
     stop_small = small_step & tried & finite
     done = _rules.stop_status(ftol_ok, small_step)
     status = torch.where(stop_small | ftol_ok, done, status)
-    js_new = _scaled_rows(j_new, rows_new, data)
     raised, doubled = _rules.nielsen_reject(s.lam, s.nu)
     lam = torch.where(
         accept, _rules.nielsen_accept(s.lam, ratio), torch.where(reject, raised, s.lam)
@@ -270,14 +293,16 @@ def _iterate(
     )
     status = torch.where(running & ~solved & (lam > _LAMBDA_MAX), -1, status)
     a1, a3 = accept[:, None], accept[:, None, None]
+    norms_new = normal.column_norms(gram_new)
     return BatchState(
         p=torch.where(a1, trial, s.p),
         r=torch.where(a1, r_new, s.r),
         cost=torch.where(accept, cost_new, s.cost),
         rows=torch.where(a1, rows_new, s.rows),
         rs=torch.where(a1, rs_new, s.rs),
-        js=torch.where(a3, js_new, s.js),
-        d=torch.where(a1, _rules.updated_scaling(s.d, _rules.column_norms(js_new)), s.d),
+        gram=torch.where(a3, gram_new, s.gram),
+        g=torch.where(a1, g_new, s.g),
+        d=torch.where(a1, _rules.updated_scaling(s.d, norms_new), s.d),
         lam=lam,
         nu=nu,
         nfev=s.nfev + tried.to(s.nfev.dtype),

@@ -218,26 +218,26 @@ class CompiledIterations:
         out = kernel.run(p0, *data_listed(data))
         return BatchState(*(t[:fits] for t in out))
 
-    def gram_inverse(self, js: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def gram_inverse(self, gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``traced.gram_inverse`` for the covariance, compiled as the start is (a kernel
         for a full chunk, shared by every model of these shapes)."""
-        fits = js.shape[0]
-        shapes = ("covariance", None, *js.shape[1:], js.dtype, js.device)
+        fits = gram.shape[0]
+        shapes = ("covariance", None, *gram.shape[1:], gram.dtype, gram.device)
         shapes += (torch.get_num_threads(),)
         kernel = _serving(shapes, fits)
         if kernel is None and fits == self.chunk:
 
             def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
-                return traced.gram_inverse, [js]
+                return traced.gram_inverse, [gram]
 
-            described = kernel_key.covariance(shapes, fits, js.device)
-            kernel = self._kernel(shapes, fits, described, js.device, trace)
+            described = kernel_key.covariance(shapes, fits, gram.device)
+            kernel = self._kernel(shapes, fits, described, gram.device, trace)
         if kernel is None:
-            return traced.gram_inverse(js)
+            return traced.gram_inverse(gram)
         if fits != kernel.fits:
-            index = torch.arange(kernel.fits, device=js.device)
-            js = js[torch.where(index < fits, index, 0)]
-        out, good = kernel.run(js)
+            index = torch.arange(kernel.fits, device=gram.device)
+            gram = gram[torch.where(index < fits, index, 0)]
+        out, good = kernel.run(gram)
         return out[:fits], good[:fits]
 
     def _kernel(

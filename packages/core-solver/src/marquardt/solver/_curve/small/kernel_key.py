@@ -24,7 +24,7 @@ import torch
 
 from ... import _rules
 from ..._lm import robust
-from . import artifacts, batched, traced, unrolled
+from . import artifacts, batched, normal, traced, unrolled
 from .batched import BatchData, BatchModel
 from .fingerprint import fingerprint
 
@@ -111,7 +111,7 @@ def description(
 
 def covariance(kernel_shapes: tuple[Any, ...], fits: int, device: torch.device) -> dict[str, Any]:
     """What a kept kernel of ``traced.gram_inverse`` is keyed by: no model (it has none),
-    ``kernel_shapes`` ("covariance", None, N, P, dtype, device, threads) and the rest of
+    ``kernel_shapes`` ("covariance", None, P, P, dtype, device, threads) and the rest of
     ``description``'s parts."""
     return {
         "format": artifacts.FORMAT,
@@ -161,7 +161,7 @@ def solver_code(model_type: type | None) -> str:
     model class's module too, where there is one)."""
     if model_type not in _SOURCES:
         digest = hashlib.sha256()
-        modules = {batched, traced, unrolled, _rules, robust}
+        modules = {batched, normal, traced, unrolled, _rules, robust}
         if model_type is not None:
             modules.add(sys.modules[model_type.__module__])
         for module in sorted(modules, key=lambda m: m.__name__):

@@ -149,8 +149,9 @@ def solve_small(
                 lam, nu = _rules.nielsen_reject(lam, nu)
                 continue
             cost_new, rows_new, rs_new = measure(r_new)
-            model = rs + js @ step
-            predicted = cost - 0.5 * float(model @ model)
+            moved = js @ step
+            offset = 0.0 if linear else cost - 0.5 * float(rs @ rs)
+            predicted = _rules.predicted_reduction(offset, float(g @ step), float(moved @ moved))
             actual = cost - cost_new
             ratio = _rules.gain_ratio(actual, predicted)
             small_step = bool(_rules.xtol_met(d, step, p, xtol))

@@ -4,7 +4,8 @@ state, as functions of flat lists of tensors, and the inverse of JᵀJ for the c
 ``make_fx`` and AOTInductor see tensors only, so a ``BatchState`` and a ``BatchData`` are
 passed as their tensors in a fixed order (``state_listed``, ``data_listed``; an empty
 tensor for a w or mask that is None) and rebuilt inside (``data_built``). The arithmetic
-is ``batched``'s own (``_iterate``, ``start_state``), not a second copy.
+is ``batched``'s own (``_iterate``, ``start_state``), not a second copy, traced under
+``normal.fused`` so that JᵀJ and Jᵀr̃ are sums the compiler fuses with J's producer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import fields
 
 import torch
 
+from . import normal
 from .batched import BatchData, BatchModel, BatchState, _iterate, start_state
 
 __all__ = [
@@ -73,7 +75,8 @@ def iteration(
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         state = BatchState(*tensors[: len(STATE)])
-        new = _iterate(model, state, data_built(tensors[len(STATE) :], like), tol, max_nfev)
+        with normal.fused():
+            new = _iterate(model, state, data_built(tensors[len(STATE) :], like), tol, max_nfev)
         return tuple(getattr(new, name) for name in STATE)
 
     return run
@@ -83,13 +86,14 @@ def start(model: BatchModel, like: BatchData) -> Callable[..., tuple[torch.Tenso
     """``start_state`` as a function of p0's and the data's tensors."""
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        new = start_state(model, tensors[0], data_built(tensors[1:], like))
+        with normal.fused():
+            new = start_state(model, tensors[0], data_built(tensors[1:], like))
         return tuple(getattr(new, name) for name in STATE)
 
     return run
 
 
-def gram_inverse(js: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def gram_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(JᵀJ)⁻¹ per fit from the Cholesky factor of the equilibrated Gram matrix
     D⁻¹JᵀJD⁻¹ (D = its diagonal's square root), and whether that is trusted: the factor
     exists and no singular value of J is near SciPy's cut (the ratio of the factor's
@@ -97,18 +101,17 @@ def gram_inverse(js: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     **Arguments:**
 
-    - ``js``: J per fit (M × N × P), finite.
+    - ``gram``: JᵀJ per fit (M × P × P), finite.
 
     **Returns:** ((JᵀJ)⁻¹ (M × P × P), meaningful where trusted; trusted (M,)).
     """
-    gram = torch.einsum("mnp,mnq->mpq", js, js)
     scale = torch.sqrt(torch.diagonal(gram, dim1=1, dim2=2))
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     factor, info = torch.linalg.cholesky_ex(gram / (scale[:, :, None] * scale[:, None, :]))
     diagonal = torch.diagonal(factor, dim1=1, dim2=2)
     ratio = diagonal.amin(1) / diagonal.amax(1)
-    eps = torch.finfo(js.dtype).eps
+    eps = torch.finfo(gram.dtype).eps
     good = (info == 0) & (ratio > eps**0.25) & torch.isfinite(ratio)
-    eye = torch.eye(js.shape[2], dtype=js.dtype, device=js.device).expand_as(gram)
+    eye = torch.eye(gram.shape[2], dtype=gram.dtype, device=gram.device).expand_as(gram)
     inverse = torch.cholesky_solve(eye, torch.where(good[:, None, None], factor, eye))
     return inverse / (scale[:, :, None] * scale[:, None, :]), good
