@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import pytest
 import torch
-from problems import cpu_lma, problem, residual_fn
+from problems import cpu_lma, problem, residual_fn, run_to_convergence
 from torch import nn
 
 from marquardt.solver import LMA, ArrayBackend, LinearSystem, Solution
@@ -181,12 +181,8 @@ def test_converged_run_ends_at_rounding_without_moving() -> None:
     )
     lma.step(prob.x, prob.y)  # lands on the solution
     solution = flat(model)
-    terminated = False
-    for _ in range(10):
-        _, terminated = lma.step(prob.x, prob.y)
-        if terminated:
-            break
-    assert terminated and lma.report is not None
+    run_to_convergence(lma, prob, max_steps=10)
+    assert lma.report is not None
     # At the solution the quadratic model predicts no decrease beyond rounding: the step
     # ends after its first attempt instead of climbing to the ceiling.
     assert lma.report.termination == "rounding" and lma.report.attempts == 1

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from problems import cpu_lma, linear_solution, problem, residual_fn
+from problems import cpu_lma, linear_solution, problem, residual_fn, run_to_convergence
 from torch import nn
 
 from marquardt.solver import (
@@ -129,13 +129,8 @@ def test_custom_loss_decides_acceptance() -> None:
 def test_minpack_criteria_terminate_with_their_reason(option: str, reason: str) -> None:
     prob = problem("exponential")
     lma = LMA(prob.make_model(), ["cpu"], residual_fn, backend="numpy", **{option: 1e-6})  # type: ignore[arg-type]
-    terminated = False
-    for _ in range(200):
-        _, terminated = lma.step(prob.x, prob.y)
-        if terminated:
-            break
-    assert terminated and lma.report is not None
-    assert lma.report.termination == reason
+    run_to_convergence(lma, prob, max_steps=200)
+    assert lma.report is not None and lma.report.termination == reason
 
 
 def test_state_dict_round_trip() -> None:
