@@ -18,11 +18,11 @@ import os
 import signal
 import sys
 import time
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from file_store_group import join_file_store_group
 from torch import nn
 
 from marquardt.solver import (
@@ -195,12 +195,7 @@ def _killed_mid_step(out: str) -> None:
 
 
 def main() -> None:
-    rank, world, store_path, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    torch.set_num_threads(1)
-    store = dist.FileStore(store_path, world)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=20)
-    )
+    rank, out = join_file_store_group(timeout_s=20)
     results = {name: run_config(name, group=True) for name in CONFIGS}
     results["_disagreement"] = _disagreement()
     results["_refused_together"] = _refused_together()

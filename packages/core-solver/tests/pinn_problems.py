@@ -13,12 +13,11 @@ iterates to ``OUT``; :func:`run_config` with ``group=False`` is the one-process 
 from __future__ import annotations
 
 import math
-import sys
-from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from file_store_group import join_file_store_group
 from torch import nn
 
 from marquardt.jacobian import PointResidual, ResidualGroup
@@ -111,12 +110,7 @@ def run_config(name: str, *, group: bool) -> dict[str, Any]:
 
 
 def main() -> None:
-    rank, world, store_path, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    torch.set_num_threads(1)
-    store = dist.FileStore(store_path, world)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=30)
-    )
+    rank, out = join_file_store_group(timeout_s=30)
     results = {name: run_config(name, group=True) for name in CONFIGS}
     if rank == 0:
         torch.save(results, out)

@@ -272,6 +272,17 @@ def suite_lma(
     )
 
 
+def cpu_lma(prob: Problem, **options: object) -> tuple[Any, nn.Module]:
+    """An LMA over a fresh model of ``prob`` (at its start) on the CPU, with ``options``.
+
+    Returns (lma, model).
+    """
+    from marquardt.solver import LMA
+
+    model = prob.make_model()
+    return LMA(model, ["cpu"], residual_fn, **options), model  # type: ignore[arg-type]
+
+
 def solve_problem(
     name: str, *, backend: str, damping: str, strategy: str, **options: object
 ) -> tuple[object, Problem, nn.Module, int]:

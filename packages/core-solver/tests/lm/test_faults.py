@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import pytest
 import torch
-from problems import problem, residual_fn
+from problems import cpu_lma, problem, residual_fn, run_to_convergence
 from torch import nn
 
 from marquardt.solver import LMA, ArrayBackend, LinearSystem, Solution
@@ -70,10 +70,7 @@ class ScriptedBackend:
 
 
 def _lma(backend: ArrayBackend, **kwargs: object) -> tuple[LMA, nn.Module]:
-    prob = problem("exponential")
-    model = prob.make_model()
-    lma = LMA(model, ["cpu"], residual_fn, backend=backend, **kwargs)  # type: ignore[arg-type]
-    return lma, model
+    return cpu_lma(problem("exponential"), backend=backend, **kwargs)
 
 
 def test_failed_factorisation_is_a_rejected_attempt() -> None:
@@ -175,11 +172,8 @@ def test_parameters_are_those_of_the_last_accepted_step() -> None:
 
 def test_converged_run_ends_at_rounding_without_moving() -> None:
     prob = problem("linear")
-    model = prob.make_model()
-    lma = LMA(
-        model,
-        ["cpu"],
-        residual_fn,
+    lma, model = cpu_lma(
+        prob,
         damping_start=1e-12,
         damping_min=1e-12,
         damping_max=1e4,
@@ -187,12 +181,8 @@ def test_converged_run_ends_at_rounding_without_moving() -> None:
     )
     lma.step(prob.x, prob.y)  # lands on the solution
     solution = flat(model)
-    terminated = False
-    for _ in range(10):
-        _, terminated = lma.step(prob.x, prob.y)
-        if terminated:
-            break
-    assert terminated and lma.report is not None
+    run_to_convergence(lma, prob, max_steps=10)
+    assert lma.report is not None
     # At the solution the quadratic model predicts no decrease beyond rounding: the step
     # ends after its first attempt instead of climbing to the ceiling.
     assert lma.report.termination == "rounding" and lma.report.attempts == 1

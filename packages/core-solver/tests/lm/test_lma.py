@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from problems import linear_solution, problem, residual_fn
+from problems import cpu_lma, linear_solution, problem, residual_fn, run_to_convergence
 from torch import nn
 
 from marquardt.solver import (
@@ -23,18 +23,15 @@ from marquardt.testing.models import flat
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_learning_rate_moves_part_of_the_way(backend: str) -> None:
     prob = problem("linear")
-    model = prob.make_model()
-    start = flat(model)
-    lma = LMA(
-        model,
-        ["cpu"],
-        residual_fn,
+    lma, model = cpu_lma(
+        prob,
         learning_rate=0.5,
         damping="nielsen",
         damping_start=1e-14,
         damping_min=1e-15,
         backend=backend,
     )
+    start = flat(model)
     lma.step(prob.x, prob.y)
     expected = start + 0.5 * (linear_solution(prob) - start)
     torch.testing.assert_close(flat(model), expected, rtol=1e-8, atol=1e-10)
@@ -104,11 +101,8 @@ def test_report_fields() -> None:
 
 def test_custom_loss_decides_acceptance() -> None:
     prob = problem("exponential")
-    model = prob.make_model()
-    lma = LMA(
-        model,
-        ["cpu"],
-        residual_fn,
+    lma, model = cpu_lma(
+        prob,
         loss_fn=lambda out, y: 3.0 * ((out - y) ** 2).mean(),
         damping="nielsen",
         backend="numpy",
@@ -119,16 +113,10 @@ def test_custom_loss_decides_acceptance() -> None:
         mse = float(((model(prob.x) - prob.y) ** 2).mean())
     assert loss == pytest.approx(3.0 * mse, rel=1e-10)
 
-    frozen = prob.make_model()
-    before = flat(frozen)
-    stuck = LMA(
-        frozen,
-        ["cpu"],
-        residual_fn,
-        loss_fn=lambda out, y: out.sum() * 0.0 + 1.0,
-        attempts=3,
-        backend="numpy",
+    stuck, frozen = cpu_lma(
+        prob, loss_fn=lambda out, y: out.sum() * 0.0 + 1.0, attempts=3, backend="numpy"
     )
+    before = flat(frozen)
     stuck.step(prob.x, prob.y)
     assert stuck.report is not None and not stuck.report.accepted
     assert stuck.report.rejections == ["loss did not decrease"] * 3
@@ -141,13 +129,8 @@ def test_custom_loss_decides_acceptance() -> None:
 def test_minpack_criteria_terminate_with_their_reason(option: str, reason: str) -> None:
     prob = problem("exponential")
     lma = LMA(prob.make_model(), ["cpu"], residual_fn, backend="numpy", **{option: 1e-6})  # type: ignore[arg-type]
-    terminated = False
-    for _ in range(200):
-        _, terminated = lma.step(prob.x, prob.y)
-        if terminated:
-            break
-    assert terminated and lma.report is not None
-    assert lma.report.termination == reason
+    run_to_convergence(lma, prob, max_steps=200)
+    assert lma.report is not None and lma.report.termination == reason
 
 
 def test_state_dict_round_trip() -> None:

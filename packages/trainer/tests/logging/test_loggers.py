@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from marquardt.trainer import (
     ConfigError,
@@ -25,22 +23,19 @@ from marquardt.trainer import (
 from marquardt.trainer._persistence import _files as ckpt
 
 from ..conftest import read_csv
+from ..training import make_config, make_model, sinc_loader
 
 
 def _fit(tmp_path: Path, tracking: Any, max_iter: int = 4, **kw: Any) -> Trainer:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
-    x = torch.linspace(-1, 1, 32).unsqueeze(1)
-    loader = DataLoader(TensorDataset(x, torch.sin(3 * x)), batch_size=16)  # 2 steps an epoch
-    config = TrainConfig(
+    model = make_model()
+    loader = sinc_loader(batch_size=16, n=32)  # 2 steps an epoch
+    config = make_config(
+        tmp_path,
         max_iter=max_iter,
-        log_folder=tmp_path,
-        verbose=False,
-        write_every=1,
         val_every=2,
         checkpoint_every=2,
         tracking_tool=tracking,
-        hyperparams={"width": 4},
+        hyperparams={"width": 8},
         **kw,
     )
     trainer = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), config)
@@ -80,10 +75,10 @@ def test_a_logger_of_ones_own_gets_every_call_in_order(tmp_path: Path) -> None:
     # training, written at train_start); the end writes the last epoch again, as perceptrain.
     assert memory.calls == [
         ("start", 0),
-        ("params", {"width": 4}),
+        ("params", {"width": 8}),
         ("val", 0),
         ("train", 4), ("train", 6), ("val", 6), ("train", 8), ("train", 10), ("val", 10),
-        ("params", {"width": 4}),
+        ("params", {"width": 8}),
         ("train", 10),
         ("artifact", ckpt.checkpoint_name(10)),
         ("close", None),
@@ -144,8 +139,8 @@ def test_mlflow_file_store_holds_params_metrics_per_epoch_and_the_final_model(
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(logger.run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == "unit"
-    assert run.data.params["hyperparams.width"] == "4"
-    assert run.data.params["config.max_iter"] == "4" and run.data.params["width"] == "4"
+    assert run.data.params["hyperparams.width"] == "8"
+    assert run.data.params["config.max_iter"] == "4" and run.data.params["width"] == "8"
     history = client.get_metric_history(logger.run_id, "train_loss")
     csv_losses = [
         float(r["train_loss"])
@@ -161,7 +156,7 @@ def test_mlflow_file_store_holds_params_metrics_per_epoch_and_the_final_model(
     (saved,) = (a.path for a in client.list_artifacts(logger.run_id, "checkpoints"))
     assert saved == f"checkpoints/{ckpt.checkpoint_name(10)}"
     local = Path(client.download_artifacts(logger.run_id, saved, str(tmp_path / "dl")))
-    model = nn.Sequential(nn.Linear(1, 4), nn.Tanh(), nn.Linear(4, 1))
+    model = make_model()
     model.load_state_dict(ckpt.read_checkpoint(local)["model"])
     trained = trainer.model.state_dict()
     assert all(torch.equal(v, trained[k]) for k, v in model.state_dict().items())

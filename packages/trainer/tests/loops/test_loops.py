@@ -27,23 +27,27 @@ from marquardt.trainer._persistence import _files as ckpt
 from marquardt.trainer.optimize_step import optimize_step
 
 from ..conftest import read_csv
-
-
-def _model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+from ..training import make_model, sinc_data
 
 
 def _batches(n: int = 32, batch: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    x = torch.linspace(-1, 1, n).unsqueeze(1)
-    y = torch.sinc(3 * x)
+    x, y = sinc_data(n)
     return [(x[i : i + batch], y[i : i + batch]) for i in range(0, n, batch)]
 
 
+def _gradient_loop(
+    model: nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig | None = None
+) -> GradientLoop:
+    """A gradient loop of ``model`` with the mean squared error and the default step."""
+    return GradientLoop(
+        model, optimizer, resolve_loss("mse"), optimize_step, config or TrainConfig()
+    )
+
+
 def test_gradient_loop_takes_a_step_and_reports_it() -> None:
-    model = _model()
+    model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    loop = GradientLoop(model, optimizer, resolve_loss("mse"), optimize_step, TrainConfig())
+    loop = _gradient_loop(model, optimizer)
     assert loop.kind == "ddp" and loop.describe("gloo") == "DDP loop (gloo)"
     device = loop.pick_device(False, lambda: 0)
     loop.setup(device, world_size=1)
@@ -53,7 +57,7 @@ def test_gradient_loop_takes_a_step_and_reports_it() -> None:
     assert isinstance(result, StepResult) and result.stop_reason is None
     x, y = _batches()[0]
     with torch.no_grad():
-        start = float(nn.functional.mse_loss(_model()(x), y))
+        start = float(nn.functional.mse_loss(make_model()(x), y))
     assert result.loss == pytest.approx(start)  # the loss at the parameters it started from
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     saved = loop.state_dict()
@@ -61,33 +65,21 @@ def test_gradient_loop_takes_a_step_and_reports_it() -> None:
 
 
 def test_gradient_loop_accumulates_and_restores_its_optimizer() -> None:
-    model = _model()
+    model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    loop = GradientLoop(
-        model, optimizer, resolve_loss("mse"), optimize_step, TrainConfig(accumulate_grad_batches=2)
-    )
+    loop = _gradient_loop(model, optimizer, TrainConfig(accumulate_grad_batches=2))
     assert loop.batches_per_step == 2
     loop.step(_batches()[:2], torch.device("cpu"))
-    fresh = _model()
-    other = GradientLoop(
-        fresh,
-        torch.optim.Adam(fresh.parameters(), lr=0.01),
-        resolve_loss("mse"),
-        optimize_step,
-        TrainConfig(),
-    )
+    fresh = make_model()
+    other = _gradient_loop(fresh, torch.optim.Adam(fresh.parameters(), lr=0.01))
     other.load_state_dict(loop.state_dict())
     assert other.optimizer.state_dict()["state"][0]["step"] == 1
 
 
 def test_gradient_loop_casts_batches_but_keeps_labels() -> None:
-    model = _model()
-    loop = GradientLoop(
-        model,
-        torch.optim.SGD(model.parameters(), lr=0.1),
-        resolve_loss("mse"),
-        optimize_step,
-        TrainConfig(dtype="float64"),
+    model = make_model()
+    loop = _gradient_loop(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), TrainConfig(dtype="float64")
     )
     batch = (torch.zeros(2, 1), torch.tensor([1, 2]))
     inputs, labels = loop.prepare_batch(batch, torch.device("cpu"))
@@ -97,7 +89,7 @@ def test_gradient_loop_casts_batches_but_keeps_labels() -> None:
 def test_lm_loop_takes_steps_asks_to_stop_and_restores_the_lma() -> None:
     from marquardt.solver import LMA
 
-    model = _model()
+    model = make_model()
     lma = LMA(model, [torch.device("cpu")], lambda a, b: a - b)
     loop = LMLoop(model, lma, TrainConfig(slice_size=100))
     assert loop.kind == "lm" and loop.describe("gloo") == "LM loop"
@@ -127,12 +119,12 @@ def test_each_loop_answers_for_its_dtype_scheduler_and_spawned_optimizer() -> No
     from marquardt.solver import LMA
 
     config = TrainConfig(dtype=torch.float64)
-    model = _model()
+    model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    gradient = GradientLoop(model, optimizer, resolve_loss("mse"), optimize_step, config)
+    gradient = _gradient_loop(model, optimizer, config)
     assert gradient.dtype is torch.float64
     gradient.check_scheduler(torch.optim.lr_scheduler.StepLR(optimizer, step_size=2), config)
-    copy = _model()
+    copy = make_model()
     rebuilt = gradient.portable_optimizer().build(copy)
     assert isinstance(rebuilt, torch.optim.Adam)
     assert [p for g in rebuilt.param_groups for p in g["params"]] == list(copy.parameters())
@@ -218,7 +210,7 @@ def test_reduce_on_plateau_follows_the_validation_metric(tmp_path: Path) -> None
 
 
 def test_a_plateau_scheduler_without_validation_is_refused(tmp_path: Path) -> None:
-    model = _model()
+    model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ConfigError, match=r"ReduceLROnPlateau watches.*val_every is 0.*HINT"):
         Trainer(
@@ -232,7 +224,9 @@ def test_a_plateau_scheduler_without_validation_is_refused(tmp_path: Path) -> No
             model,
             opt,
             TrainConfig(root_folder=tmp_path),
-            scheduler=torch.optim.lr_scheduler.StepLR(torch.optim.SGD(_model().parameters()), 1),
+            scheduler=torch.optim.lr_scheduler.StepLR(
+                torch.optim.SGD(make_model().parameters()), 1
+            ),
         )
 
 
@@ -282,7 +276,7 @@ def test_wall_clock_budget_stops_every_rank_with_a_checkpoint(tmp_path: Path) ->
 
     budget = WallClockBudget(seconds=0.2)
     torch.manual_seed(0)
-    model = _model()
+    model = make_model()
     config = TrainConfig(
         max_iter=1000,
         log_folder=tmp_path,
@@ -305,7 +299,7 @@ def test_an_lma_factory_builds_the_lma_in_the_process_and_is_checked(tmp_path: P
     from marquardt.solver import LMA
 
     try:
-        model = _model()
+        model = make_model()
         make_lma = functools.partial(LMA, devices=[torch.device("cpu")], residual_fn=torch.sub)
         config = TrainConfig(max_iter=2, log_folder=tmp_path, checkpoint_every=1, verbose=False)
         x = torch.linspace(-1, 1, 64).unsqueeze(1)
@@ -320,12 +314,12 @@ def test_an_lma_factory_builds_the_lma_in_the_process_and_is_checked(tmp_path: P
             return torch.optim.SGD(model.parameters(), lr=0.1)
 
         with pytest.raises(ConfigError, match=r"returned a SGD, not an LMA.*HINT"):
-            Trainer(_model(), not_an_lma, config).fit(loader)
+            Trainer(make_model(), not_an_lma, config).fit(loader)
 
         def other_model(model: nn.Module, process_group: Any = None) -> Any:
-            return LMA(_model(), [torch.device("cpu")], torch.sub)
+            return LMA(make_model(), [torch.device("cpu")], torch.sub)
 
         with pytest.raises(ConfigError, match=r"an LMA for another model.*HINT"):
-            Trainer(_model(), other_model, config).fit(loader)
+            Trainer(make_model(), other_model, config).fit(loader)
     finally:
         Trainer.set_use_grad(True)

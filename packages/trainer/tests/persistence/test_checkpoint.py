@@ -52,6 +52,14 @@ def _train(tmp_path: Path, model: nn.Module, **kw: object) -> Trainer:
     return trainer
 
 
+def _assert_resume_refused(
+    folder: Path, model: nn.Module, checkpoint: Path, error: type[Exception], match: str
+) -> None:
+    """Assert that resuming ``model`` from ``checkpoint`` raises ``error`` and trains nothing."""
+    with _weights_kept(model), pytest.raises(error, match=match):
+        _train(folder, model, resume_from=checkpoint)
+
+
 def test_atomic_save_crash_before_rename_keeps_previous(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -107,12 +115,13 @@ def test_checkpoint_has_no_ddp_prefix_and_loads_weights_only(tmp_path: Path) -> 
 
 
 def test_missing_checkpoint_fails_before_work(tmp_path: Path) -> None:
-    model = _model()
-    with (
-        _weights_kept(model),
-        pytest.raises(CheckpointNotFoundError, match=r"no such checkpoint file\. HINT"),
-    ):
-        _train(tmp_path, model, resume_from=tmp_path / "nope.pt")
+    _assert_resume_refused(
+        tmp_path,
+        _model(),
+        tmp_path / "nope.pt",
+        CheckpointNotFoundError,
+        r"no such checkpoint file\. HINT",
+    )
     assert not (tmp_path / "metrics.csv").exists()
 
 
@@ -121,16 +130,14 @@ def test_truncated_checkpoint_is_refused_and_names_an_older_one(tmp_path: Path) 
     folder = tmp_path / ckpt.CHECKPOINT_DIR
     latest = folder / ckpt.checkpoint_name(6)
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])
-    model = _model()
-    with (
-        _weights_kept(model),
-        pytest.raises(
-            CheckpointCorruptError,
-            match=r"cannot be read: it is truncated.*HINT: resume from an earlier "
-            r"checkpoint \(ckpt_000000004.pt\)",
-        ),
-    ):
-        _train(tmp_path / "other", model, resume_from=latest)
+    _assert_resume_refused(
+        tmp_path / "other",
+        _model(),
+        latest,
+        CheckpointCorruptError,
+        r"cannot be read: it is truncated.*HINT: resume from an earlier "
+        r"checkpoint \(ckpt_000000004.pt\)",
+    )
     # "latest" skips the damaged file with a warning and resumes from the one before.
     with pytest.warns(RuntimeWarning, match="trying an older checkpoint"):
         assert ckpt.find_latest(tmp_path) == folder / ckpt.checkpoint_name(4)
@@ -139,16 +146,13 @@ def test_truncated_checkpoint_is_refused_and_names_an_older_one(tmp_path: Path) 
 def test_checkpoint_of_another_model_is_refused(tmp_path: Path) -> None:
     _train(tmp_path, _model(hidden=8))
     path = tmp_path / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(4)
-    model = _model(hidden=5)
-    with (
-        _weights_kept(model),
-        pytest.raises(
-            CheckpointMismatchError,
-            match=r"written for another model \(different shapes: 0.bias \[8\] vs "
-            r"\[5\].*HINT",
-        ),
-    ):
-        _train(tmp_path / "b", model, resume_from=path)
+    _assert_resume_refused(
+        tmp_path / "b",
+        _model(hidden=5),
+        path,
+        CheckpointMismatchError,
+        r"written for another model \(different shapes: 0.bias \[8\] vs \[5\].*HINT",
+    )
 
 
 def test_checkpoint_of_another_optimizer_is_refused(tmp_path: Path) -> None:

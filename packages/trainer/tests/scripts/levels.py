@@ -16,10 +16,10 @@ import sys
 import threading
 
 import torch
-from torch import nn, optim
+from tiny_run import tiny_trainer
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from marquardt.trainer import TrainConfig, Trainer
+from marquardt.trainer import Trainer
 
 ITEMS = 48
 #: Something a dataset factory closes over that pickle refuses (module-level, per process).
@@ -79,20 +79,8 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=0)
     args = p.parse_args(argv)
 
-    torch.manual_seed(0)
-    model = nn.Linear(1, 1)
-    config = TrainConfig(
-        max_iter=0,  # one epoch: 48 items, 2 ranks, batches of 4
-        nprocs=args.nprocs,
-        backend="gloo",
-        compute_setup="cpu",
-        root_folder="runs",
-        print_every=0,
-        write_every=0,
-        seed=0,
-        dist_timeout=30,
-    )
-    trainer = Recording(model, optim.SGD(model.parameters(), lr=1e-6), config, loss_fn="mse")
+    # max_iter=0: one epoch, 48 items, 2 ranks, batches of 4.
+    trainer = tiny_trainer(Recording, args.nprocs, max_iter=0, dist_timeout=30)
     if args.level == 1:
         trainer.fit(DataLoader(TensorDataset(*tensors()), batch_size=4, shuffle=True))
     elif args.level == 2:

@@ -11,10 +11,10 @@ import json
 import sys
 
 import torch
-from torch import nn, optim
+from tiny_run import tiny_trainer
 from torch.utils.data import DataLoader, IterableDataset
 
-from marquardt.trainer import TrainConfig, Trainer
+from marquardt.trainer import Trainer
 
 
 class Stream(IterableDataset):
@@ -69,22 +69,10 @@ def main(argv=None):
     p.add_argument("--dist-timeout", type=float, default=20.0)
     args = p.parse_args(argv)
 
-    torch.manual_seed(0)
     dataset = (UnevenSelfSharding if args.self_sharding else Stream)(args.items)
     loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.workers)
-    model = nn.Linear(1, 1)
-    config = TrainConfig(
-        max_iter=args.max_iter,
-        nprocs=args.nprocs,
-        backend="gloo",
-        compute_setup="cpu",
-        root_folder="runs",
-        print_every=0,
-        write_every=0,
-        seed=0,
-        dist_timeout=args.dist_timeout,
-    )
-    Recording(model, optim.SGD(model.parameters(), lr=1e-6), config, loss_fn="mse").fit(loader)
+    trainer = tiny_trainer(Recording, args.nprocs, args.max_iter, args.dist_timeout)
+    trainer.fit(loader)
     sys.stdout.flush()
 
 

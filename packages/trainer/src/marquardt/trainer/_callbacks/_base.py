@@ -60,6 +60,21 @@ def _unchanged(opt_result: Any) -> Any:
     return opt_result
 
 
+def check_mode(who: str, mode: str) -> None:
+    """Refuse a monitoring ``mode`` other than ``"min"`` or ``"max"``.
+
+    **Arguments:**
+
+    - ``who``: the callback class that was given ``mode``, for the message.
+    - ``mode``: the mode it was given.
+    """
+    if mode not in ("min", "max"):
+        raise ValueError(
+            f"{who}(mode={mode!r}): mode must be 'min' or 'max'. HINT: 'min' for losses, "
+            "'max' for accuracies"
+        )
+
+
 class Callback:
     """Run ``callback(trainer, config, writer)`` (or ``run_callback``) at the stage ``on``.
 

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ConfigError
-from ._base import Callback, TrainingStage
+from ._base import Callback, TrainingStage, check_mode
 
 logger = logging.getLogger("marquardt.trainer")
 
@@ -69,14 +69,6 @@ def _metric(trainer: Any, monitor: str) -> float:
             "it (train_loss at train_epoch_end, val_loss at val_epoch_end)"
         )
     return float(value)
-
-
-def _check_mode(who: str, mode: str) -> None:
-    if mode not in ("min", "max"):
-        raise ValueError(
-            f"{who}(mode={mode!r}): mode must be 'min' or 'max'. HINT: 'min' for losses, "
-            "'max' for accuracies"
-        )
 
 
 class LRSchedulerStepDecay(Callback):
@@ -210,7 +202,7 @@ class LRSchedulerReduceOnPlateau(Callback):
         verbose: bool = True,
     ) -> None:
         super().__init__(on=on, called_every=called_every)
-        _check_mode(type(self).__name__, mode)
+        check_mode(type(self).__name__, mode)
         self.monitor = monitor
         self.mode = mode
         self.patience = patience

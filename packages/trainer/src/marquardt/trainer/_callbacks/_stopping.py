@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._base import Callback, TrainingStage
+from ._base import Callback, TrainingStage, check_mode
 
 logger = logging.getLogger("marquardt.trainer")
 
@@ -64,11 +64,7 @@ class EarlyStopping(Callback):
                 f"EarlyStopping(patience={patience!r}): patience must be a whole number >= 1. "
                 "HINT: the number of calls without improvement to tolerate, e.g. 5"
             )
-        if mode not in ("min", "max"):
-            raise ValueError(
-                f"EarlyStopping(mode={mode!r}): mode must be 'min' or 'max'. "
-                "HINT: 'min' for losses, 'max' for accuracies"
-            )
+        check_mode("EarlyStopping", mode)
         if not math.isfinite(min_delta) or min_delta < 0:
             raise ValueError(
                 f"EarlyStopping(min_delta={min_delta!r}): min_delta must be finite and >= 0. "

@@ -88,9 +88,10 @@ class LaunchEnvironment(ABC):
         """The layout of this process, or of each process to spawn when ``spawns``."""
 
     @property
-    @abstractmethod
     def world_size(self) -> int:
-        """The number of training processes of the whole run."""
+        """The number of training processes of the whole run: ``nprocs`` unless the launcher
+        fixed it."""
+        return self.nprocs
 
     @property
     def local_processes(self) -> int:

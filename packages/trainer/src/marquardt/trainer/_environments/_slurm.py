@@ -15,6 +15,7 @@ others; ``MASTER_ADDR`` / ``MASTER_PORT``, if set, win.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping
 
 from .. import _settings
@@ -55,6 +56,12 @@ class _SlurmBase(LaunchEnvironment):
         """``nprocs`` is a multiple (> 1) of the tasks: each task spawns its share."""
         ntasks = cls._ntasks(env) or 1
         return nprocs > ntasks and nprocs % ntasks == 0
+
+    @classmethod
+    def detect(cls, env: Mapping[str, str], nprocs: int) -> bool:
+        # Anything that is not a clean multiple lands in one task per process, where
+        # validate() explains it.
+        return cls._under_srun(env) and cls._tasks_spawn(env, nprocs) == cls.spawns
 
     @property
     def ntasks(self) -> int:
@@ -113,8 +120,18 @@ class _SlurmBase(LaunchEnvironment):
             return explicit
         return port_from_job_id(_settings.get("SLURM_JOB_ID", self.env))
 
-    def _task_layouts(self, k: int) -> list[ProcessLayout]:
-        """The ``k`` processes of this task: global rank ``p·k + i``, local ``l·k + i``."""
+    @property
+    def per_task(self) -> int:
+        """How many training processes each srun task runs."""
+        return 1
+
+    @property
+    def local_processes(self) -> int:
+        return self.tasks_on_this_node * self.per_task
+
+    def layouts(self) -> list[ProcessLayout]:
+        """This task's ``k = per_task`` processes: global rank ``p·k + i``, local ``l·k + i``."""
+        k = self.per_task
         return [
             ProcessLayout(
                 rank=self.procid * k + i,
@@ -127,6 +144,16 @@ class _SlurmBase(LaunchEnvironment):
             )
             for i in range(k)
         ]
+
+    def validate(self) -> None:
+        self._check_common()
+        if not self._tasks_fit():
+            raise self._mismatch()
+        self._check_gpus()
+
+    @abstractmethod
+    def _tasks_fit(self) -> bool:
+        """Whether ``nprocs`` processes fit the tasks srun started."""
 
     def _check_common(self) -> None:
         ntasks = self.ntasks
@@ -166,27 +193,12 @@ class SlurmTaskPerProcess(_SlurmBase):
     name = "slurm (one task per process)"
     per_task_gpu_binding = True
 
-    @classmethod
-    def detect(cls, env: Mapping[str, str], nprocs: int) -> bool:
-        # Anything that is not a clean multiple lands here, where validate() explains it.
-        return cls._under_srun(env) and not cls._tasks_spawn(env, nprocs)
-
-    def validate(self) -> None:
-        self._check_common()
-        if self.nprocs != self.ntasks:
-            raise self._mismatch()
-        self._check_gpus()
+    def _tasks_fit(self) -> bool:
+        return self.nprocs == self.ntasks
 
     @property
     def world_size(self) -> int:
         return self.ntasks
-
-    @property
-    def local_processes(self) -> int:
-        return self.tasks_on_this_node
-
-    def layouts(self) -> list[ProcessLayout]:
-        return self._task_layouts(1)
 
 
 @with_lists(ENVIRONMENT_LISTS)
@@ -196,27 +208,9 @@ class SlurmTaskPerNode(_SlurmBase):
     name = "slurm (one task per node, spawning)"
     spawns = True
 
-    @classmethod
-    def detect(cls, env: Mapping[str, str], nprocs: int) -> bool:
-        return cls._under_srun(env) and cls._tasks_spawn(env, nprocs)
-
     @property
     def per_task(self) -> int:
         return self.nprocs // self.ntasks
 
-    def validate(self) -> None:
-        self._check_common()
-        if self.nprocs % self.ntasks != 0 or self.nprocs <= self.ntasks:
-            raise self._mismatch()
-        self._check_gpus()
-
-    @property
-    def world_size(self) -> int:
-        return self.nprocs
-
-    @property
-    def local_processes(self) -> int:
-        return self.tasks_on_this_node * self.per_task
-
-    def layouts(self) -> list[ProcessLayout]:
-        return self._task_layouts(self.per_task)
+    def _tasks_fit(self) -> bool:
+        return self._tasks_spawn(self.env, self.nprocs)

@@ -48,10 +48,6 @@ class SpawnEnvironment(LaunchEnvironment):
         self._check_gpus()
 
     @property
-    def world_size(self) -> int:
-        return self.nprocs
-
-    @property
     def local_processes(self) -> int:
         return self.nprocs
 
