@@ -91,4 +91,5 @@ def predicted(
     """
     curvature = ((gram * step[:, :, None]).sum(1) * step).sum(1)
     offset = torch.zeros_like(cost) if linear else cost - 0.5 * (rs * rs).sum(1)
-    return _rules.predicted_reduction(offset, (g * step).sum(1), curvature)
+    reduction: torch.Tensor = _rules.predicted_reduction(offset, (g * step).sum(1), curvature)
+    return reduction
