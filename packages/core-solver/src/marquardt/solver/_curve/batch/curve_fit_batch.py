@@ -15,7 +15,7 @@ import functools
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -74,6 +74,8 @@ def chunk_fits(
     free memory of the GPU, or of the host's MemAvailable) over the bytes one fit holds,
     item·(16·N·P + (24 + k)·N + 4·P² + 16·P), at least 1 and at most M (on the CPU at
     most ``CPU_CHUNK_FITS``)."""
+    if fits == 1:
+        return 1
     per_fit = item * (
         BYTES_PER_FIT_J * points * params
         + (BYTES_PER_FIT_POINT + inputs) * points
@@ -196,6 +198,95 @@ def _finishing(iterate: CompiledIterations | None) -> Iterator[None]:
             iterate.finish()
 
 
+@dataclass(frozen=True)
+class BatchRun:
+    """How a checked call runs: its model, the fits per chunk, the iteration (None: the
+    eager one) and the torch threads on the CPU (None: as set)."""
+
+    model: BatchModel
+    size: int
+    iterate: CompiledIterations | None
+    threads: int | None
+
+
+def planned(
+    f: Callable[..., Any],
+    args: BatchArgs,
+    compile_mode: str | bool,
+    chunk_size: int | None,
+    threads: int | None,
+) -> BatchRun:
+    """The chunks, the iteration and the threads of a call (``curve_fit_batch``'s docstring
+    gives the rules); ``threads`` as given, None for the default."""
+    fits, points = args.y.shape
+    params = args.p0.shape[1]
+    model = BatchModel(f, points, args.x_per_fit)
+    inputs = args.x.shape[-2] if args.x.dim() == (3 if args.x_per_fit else 2) else 1
+    size = chunk_fits(
+        fits,
+        points,
+        params,
+        inputs if args.x_per_fit else 0,
+        args.y.element_size(),
+        args.y.device,
+    )
+    size = min(size, int(chunk_size)) if chunk_size is not None else size
+    iterate = iterations(f, compile_mode, args.y.device, fits * points * params, size)
+    if args.y.device.type != "cpu":
+        threads = None
+    elif threads is None:
+        fused = iterate is not None and iterate.may_compile
+        crossover = batch_crossover(points, params, args.y.element_size(), fused)
+        threads = choose_threads(min(size, fits) * points * params, crossover)
+    return BatchRun(model, size, iterate, None if threads is None else int(threads))
+
+
+def kernel_ready(run: BatchRun, args: BatchArgs) -> bool:
+    """Whether the first chunk's iteration has a compiled kernel, in this process or kept
+    on disk (loaded by the asking): then f was traced at these shapes before, and
+    ``check_model`` has nothing left to find."""
+    if run.iterate is None:
+        return False
+    start, data = _chunk(args, slice(0, run.size))
+    with torch_threads(run.threads):
+        return run.iterate.ready(
+            run.model, start, data, args.tests.tolerances(), args.tests.max_nfev
+        )
+
+
+def solved(
+    run: BatchRun, args: BatchArgs, absolute_sigma: bool
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """Every chunk of a planned call solved: (p̂ (M × P), pcov (M × P × P), the per-fit
+    ``status``, ``cost``, ``nfev``, ``njev`` and ``steps``, with ``compile_seconds`` and
+    ``compiled``), on the fits' device."""
+    iterate, model, size = run.iterate, run.model, run.size
+    parts: list[tuple[BatchState, torch.Tensor]] = []
+    with torch_threads(run.threads), _finishing(iterate):
+        for begin in range(0, args.y.shape[0], size):
+            start, data = _chunk(args, slice(begin, begin + size))
+            state = solve_batch(
+                model,
+                start,
+                data,
+                max_nfev=args.tests.max_nfev,
+                iterate=iterate,
+                initial=None if iterate is None else iterate.start,
+                **args.tests.tolerances(),
+            )
+            state = _too_few_points(state, data)
+            inverse = gram_inverse if iterate is None else iterate.gram_inverse
+            jacobian = functools.partial(scaled_jacobian, model, state, data)
+            parts.append((state, _pcov(state, data, absolute_sigma, inverse, jacobian)))
+    info: dict[str, Any] = {
+        name: torch.cat([getattr(s, name) for s, _ in parts])
+        for name in ("status", "cost", "nfev", "njev", "steps")
+    }
+    info["compile_seconds"] = 0.0 if iterate is None else iterate.compile_seconds
+    info["compiled"] = iterate is not None and iterate.compiled
+    return torch.cat([s.p for s, _ in parts]), torch.cat([c for _, c in parts]), info
+
+
 @keeps_grad_mode
 def curve_fit_batch(
     f: Callable[..., Any],
@@ -303,59 +394,15 @@ def curve_fit_batch(
         device,
         dtype,
     )
-    fits, points = args.y.shape
-    params = args.p0.shape[1]
-    model = BatchModel(f, points, args.x_per_fit)
-    check_model(model, args.p0, args.x)
     if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
         raise ValueError(
             f"chunk_size must be a positive integer, got {chunk_size!r}. HINT: pass e.g. 10000"
         )
-    inputs = args.x.shape[-2] if args.x.dim() == (3 if args.x_per_fit else 2) else 1
-    size = chunk_fits(
-        fits,
-        points,
-        params,
-        inputs if args.x_per_fit else 0,
-        args.y.element_size(),
-        args.y.device,
-    )
-    size = min(size, int(chunk_size)) if chunk_size is not None else size
-    iterate = iterations(f, compile_mode, args.y.device, fits * points * params, size)
-    parts: list[tuple[BatchState, torch.Tensor]] = []
-    if args.y.device.type != "cpu":
-        threads = None
-    elif threads is None:
-        fused = iterate is not None and iterate.may_compile
-        crossover = batch_crossover(points, params, args.y.element_size(), fused)
-        threads = choose_threads(min(size, fits) * points * params, crossover)
-    with torch_threads(None if threads is None else int(threads)), _finishing(iterate):
-        for begin in range(0, fits, size):
-            start, data = _chunk(args, slice(begin, begin + size))
-            state = solve_batch(
-                model,
-                start,
-                data,
-                max_nfev=args.tests.max_nfev,
-                iterate=iterate,
-                initial=None if iterate is None else iterate.start,
-                **args.tests.tolerances(),
-            )
-            state = _too_few_points(state, data)
-            inverse = gram_inverse if iterate is None else iterate.gram_inverse
-            jacobian = functools.partial(scaled_jacobian, model, state, data)
-            parts.append((state, _pcov(state, data, absolute_sigma, inverse, jacobian)))
-    popt = torch.cat([s.p for s, _ in parts])
-    pcov = torch.cat([c for _, c in parts])
-    status = torch.cat([s.status for s, _ in parts])
-    _warn(status, pcov)
-    info = {
-        "status": status,
-        "cost": torch.cat([s.cost for s, _ in parts]),
-        "nfev": torch.cat([s.nfev for s, _ in parts]),
-        "njev": torch.cat([s.njev for s, _ in parts]),
-        "steps": torch.cat([s.steps for s, _ in parts]),
-    }
+    run = planned(f, args, compile_mode, chunk_size, threads)
+    if not kernel_ready(run, args):
+        check_model(run.model, args.p0, args.x)
+    popt, pcov, info = solved(run, args, absolute_sigma)
+    _warn(info["status"], pcov)
 
     def out(t: torch.Tensor) -> Any:
         if args.torch_out:
@@ -368,9 +415,9 @@ def curve_fit_batch(
         out(popt),
         out(pcov),
         {
-            **{k: out(v) for k, v in info.items()},
+            **{k: out(v) for k, v in info.items() if isinstance(v, torch.Tensor)},
             "messages": STATUS_MESSAGES,
-            "compile_seconds": 0.0 if iterate is None else iterate.compile_seconds,
-            "compiled": iterate is not None and iterate.compiled,
+            "compile_seconds": info["compile_seconds"],
+            "compiled": info["compiled"],
         },
     )

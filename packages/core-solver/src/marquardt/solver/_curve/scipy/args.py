@@ -42,6 +42,15 @@ def hinted(kind: type[Exception], scipy_text: str, hint: str) -> Exception:
     return kind(with_hint(scipy_text, hint))
 
 
+def not_found(message: str, max_nfev: int) -> RuntimeError:
+    """SciPy's error for a fit that ran out of evaluations (``message``: the status's)."""
+    return RuntimeError(
+        "Optimal parameters not found: "
+        + message
+        + f" HINT: raise maxfev (it was {max_nfev}) or start nearer the optimum"
+    )
+
+
 def parameter_count(f: Callable[..., Any]) -> int:
     try:
         sig = inspect.signature(f)

@@ -9,7 +9,7 @@ import numpy as np
 from ..._errors import CovarianceWarning, user_stacklevel
 from ..._rules import covariance_scale, pseudo_inverse_gram
 
-__all__ = ["columns_dependent", "pcov", "pivoted_qr"]
+__all__ = ["columns_dependent", "leastsq_info", "pcov", "pivoted_qr"]
 
 #: ε^½: beyond a condition number of 1/ε^½ for J's scaled columns, the condition number of
 #: (JᵀJ)⁻¹ passes 1/ε and its float64 rounding reaches its smallest eigenvalues.
@@ -84,3 +84,10 @@ def pcov(
             stacklevel=user_stacklevel(),
         )
     return pcov
+
+
+def leastsq_info(final: np.ndarray, residuals: np.ndarray) -> dict[str, np.ndarray]:
+    """leastsq's ``infodict`` entries of J at p̂: R of its pivoted QR factor (transposed),
+    the pivots (from 1) and Qᵀr."""
+    q, r, piv = pivoted_qr(final)
+    return {"fjac": r.T, "ipvt": piv + 1, "qtf": q.T @ residuals}

@@ -29,8 +29,10 @@ import torch
 from marquardt.jacobian import keeps_grad_mode
 
 from ..._backends.blas_threads import one_blas_thread
+from ..small.compiled import check_compile
 from ..threads import choose_threads, torch_threads
 from .args import hinted, numpy_array, omit_nan, refuse_non_finite, whitening
+from .compiled_path import compiled_fit, serves
 from .engine import engine_fit
 from .options import ENGINE_KEYWORDS, SCIPY_KEYWORDS, FitOptions, fit_options
 from .providers import model_kind
@@ -63,6 +65,21 @@ def takes_engine(
     return kind == "torch" and wanted and not options.differences and not covariance
 
 
+def takes_compiled(
+    mode: str | bool, on_device: bool, options: FitOptions, untracked: list[int]
+) -> bool:
+    """Whether a torch model's fit may run through the compiled core (``compiled_path``):
+    ``compile`` allows it, the data are on the CPU, no engine keyword or J other than
+    autodiff's is asked for, and autodiff sees every parameter."""
+    return (
+        mode is not False
+        and not on_device
+        and not options.engine
+        and not options.differences
+        and not untracked
+    )
+
+
 @keeps_grad_mode
 def curve_fit(
     f: Callable[..., Any],
@@ -78,6 +95,7 @@ def curve_fit(
     *,
     full_output: bool = False,
     nan_policy: str | None = None,
+    compile: str | bool = "auto",
     **kwargs: Any,
 ) -> Any:
     """Fit ``f(xdata, *p)`` to ``ydata`` as ``scipy.optimize.curve_fit`` does.
@@ -111,6 +129,13 @@ def curve_fit(
         full_output: also return SciPy's ``infodict``, ``mesg`` and ``ier``.
         nan_policy: with ``check_finite`` off, ``"raise"`` or ``"omit"`` (drops the NaN
             points, and sigma's rows and columns); ``"propagate"`` is refused.
+        compile: ``"auto"``, True or False, as in `curve_fit_batch`: a torch model's fit
+            runs as a batch of one through its compiled core (``_curve.scipy.compiled_path``:
+            f, J, JᵀJ and Jᵀr in one fused pass per iteration) when a kernel for this model
+            and these shapes is kept on disk or in this process, or one is to be compiled
+            (True; ``"auto"`` from ``COMPILE_WORK`` elements of J); else, and for what that
+            core does not serve (``jac``, ``diff_step``, numeric ``x_scale``, a covariance
+            matrix as ``sigma``, the engine's keywords, data on a GPU), on the paths below.
         **kwargs: SciPy's ``maxfev`` / ``max_nfev`` (the evaluation budget), ``ftol``,
             ``xtol``, ``gtol`` (1e-8 each), ``x_scale`` (``"jac"`` or positive numbers),
             ``diff_step``, ``loss``, ``f_scale``, leastsq's ``epsfcn`` (step √epsfcn) and
@@ -160,6 +185,7 @@ def curve_fit(
             f"curve_fit() got an unexpected keyword argument {unknown[0]!r}.",
             f"the keywords beyond SciPy's signature are {sorted(SCIPY_KEYWORDS | ENGINE_KEYWORDS)}",
         )
+    mode = check_compile(compile)
     options = fit_options(
         f,
         p0,
@@ -224,7 +250,13 @@ def curve_fit(
     blas = one_blas_thread() if y.size >= BLAS_POINTS else nullcontext()
     with torch_threads(1), blas:
         kind, _, untracked, first = model_kind(f, x, options.start)
-        on_device = out_device is not None and out_device.type != "cpu"
+    on_device = out_device is not None and out_device.type != "cpu"
+    compiled = kind == "torch" and takes_compiled(mode, on_device, options, untracked)
+    if compiled and serves(x, y, weights, options):
+        fitted = compiled_fit(f, x, y, weights, options, torch_out, out_device, mode)
+        if fitted is not None:
+            return fitted
+    with torch_threads(1), blas:
         if not takes_engine(kind, y.size, on_device, options, weights.factor is not None):
             return small_fit(
                 f, x, y, weights, options, torch_out, out_device, kind, untracked, first

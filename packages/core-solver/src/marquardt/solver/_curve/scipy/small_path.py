@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from ..small.single import solve_small
-from .covariance import columns_dependent, pivoted_qr
+from .args import not_found
+from .covariance import columns_dependent, leastsq_info
 from .covariance import pcov as scipy_pcov
 from .options import FitOptions
 from .providers import DifferenceProvider, TorchProvider, Whitening
@@ -78,11 +79,7 @@ def small_fit(
         **options.tests.tolerances(),
     )
     if fit.status == 0:
-        raise RuntimeError(
-            "Optimal parameters not found: "
-            + fit.message
-            + f" HINT: raise maxfev (it was {options.tests.max_nfev}) or start nearer the optimum"
-        )
+        raise not_found(fit.message, options.tests.max_nfev)
     final = fit.jacobian
     if isinstance(provider, TorchProvider) and jac is None and options.loss == "linear":
         # The steps used differences; pcov is autodiff's J at p̂, unless that J's columns are
@@ -102,9 +99,8 @@ def small_fit(
     if not options.full_output:
         return result
     info: dict[str, Any] = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
-    if options.method == "lm":  # leastsq's factor of J at p̂: R (transposed), pivots, Qᵀr
-        q, r, piv = pivoted_qr(final)
-        info.update(fjac=r.T, ipvt=piv + 1, qtf=q.T @ fit.residuals)
+    if options.method == "lm":
+        info.update(leastsq_info(final, fit.residuals))
     return (*result, info, fit.message, fit.status)
 
 

@@ -195,7 +195,28 @@ class CompiledIterations:
         if fits != kernel.fits:
             state, data = _padded(state, data, kernel.fits, model)
         out = kernel.run(*state_listed(state), *data_listed(data))
-        return BatchState(*(t[:fits] for t in out))
+        return BatchState(*(out if fits == kernel.fits else (t[:fits] for t in out)))
+
+    def ready(
+        self,
+        model: BatchModel,
+        p0: torch.Tensor,
+        data: BatchData,
+        tol: dict[str, float],
+        max_nfev: int,
+    ) -> bool:
+        """Whether the iteration for these fits has a kernel without compiling one: in this
+        process's cache, or kept on disk (then loaded and cached for the call), as ``__call__``
+        would find it."""
+        fits = p0.shape[0]
+        shapes = kernel_key.shapes(self.f, p0, data, tol, max_nfev, model.x_per_fit)
+        if _serving(shapes, fits) is not None:
+            return True
+        size = _size(self.chunk, fits)
+        if not size:
+            return False
+        described = kernel_key.description(self.f, shapes, size, model, p0.device)
+        return self._kernel(shapes, size, described, p0.device, None) is not None
 
     def start(self, model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
         """``start_state``, compiled as the iteration is (same key, chunk and padding)."""
@@ -246,18 +267,21 @@ class CompiledIterations:
         fits: int,
         description: dict[str, Any] | None,
         device: torch.device,
-        trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
+        trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]] | None,
     ) -> _Kernel | None:
         """The kernel for ``shapes`` and ``fits`` fits (``description``: its key's parts,
         None where it has none): kept on disk, or compiled (when ``may_compile``) from
-        ``trace()``'s function and inputs; None: run eagerly."""
+        ``trace()``'s function and inputs; None: run eagerly. Without ``trace`` it only
+        looks (a bad kept kernel is left for a call that can rebuild it)."""
         looked = (shapes, fits) in _ABSENT
         if shapes in _FAILED or (looked and not self.may_compile):
             return None
         key = None if description is None else artifacts.key_of(description)
-        run, bad = None, False
-        if key is not None and not looked:
+        run, bad = None, key in _BAD
+        if key is not None and not (looked or bad):
             run, bad = artifacts.load(key, device)
+            if bad:
+                _BAD.add(key)
         if description is not None and run is None and not (bad or looked or self.may_compile):
             for other in kernel_key.other_threads(description, device):
                 run, _ = artifacts.load(artifacts.key_of(other), device)
@@ -269,9 +293,10 @@ class CompiledIterations:
                 _ABSENT.popitem(last=False)
         # A kept kernel that cannot be trusted was worth compiling once: it is rebuilt.
         rebuild = bad and compiler_available(device)
-        if run is None and (self.may_compile or rebuild):
+        if run is None and trace is not None and (self.may_compile or rebuild):
             run = self._build(shapes, key, description or {}, device, trace)
             _ABSENT.pop((shapes, fits), None)
+            _BAD.discard(key)
         if run is None:
             return None
         kernel = _Kernel(fits, run, self.f)
@@ -358,6 +383,9 @@ def _padded(
 
 _CACHE: OrderedDict[tuple[Any, ...], _Kernel] = OrderedDict()
 _FAILED: set[tuple[Any, ...]] = set()
+#: Keys of kept kernels found untrustworthy and not rebuilt yet by this process (a look
+#: without a trace, ``ready``, leaves the rebuild to the call that follows).
+_BAD: set[str | None] = set()
 #: (shapes, fits) looked for on disk and not found by this process, most recent last.
 _ABSENT: OrderedDict[tuple[Any, ...], None] = OrderedDict()
 _WARNED: OrderedDict[Any, None] = OrderedDict()
@@ -407,5 +435,5 @@ def no_compiler(f: Callable[..., Any], device: torch.device) -> None:
 def forget() -> None:
     """Empty this process's caches of kernels, failures, disk misses and warnings (the
     kept kernels on disk stay)."""
-    for cache in (_CACHE, _FAILED, _ABSENT, _WARNED):
+    for cache in (_CACHE, _FAILED, _BAD, _ABSENT, _WARNED):
         cache.clear()
