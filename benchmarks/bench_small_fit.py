@@ -1,34 +1,54 @@
-"""Single small fits as a SciPy user runs them: ours against scipy.optimize.curve_fit.
+"""Single small fits as a SciPy user runs them: ours against scipy.optimize.curve_fit and JAXFit.
 
 The same data, p0 and float64 on every side; NumPy data in, as SciPy takes it:
 
 * exponential decay a·exp(−b·x) + c (P = 3), N = 100, x in [0, 4];
 * Gaussian plus offset (``bench_curve_fit``'s problem, P = 4), N = 10³, 10⁴, 10⁵, 10⁶.
 
-Sides, interleaved, median of ``REPEATS`` calls from each side's tenth call on (the first
-call of ours with a model it has not seen is timed apart, then ``WARM_CALLS`` more):
+Each case is measured (``measure``) in a fresh process, twice, one process after the
+other (``_child.call``), as a scientist runs the same script twice: both processes use the
+user's cache folder as it is (``MARQUARDT_CACHE_DIR`` or the platform's, whatever the
+benchmark runs under), so the second finds what the first left there. The second process
+gives the row's figures; the first process's first calls are shown beside them. In each
+process, sides interleaved, each side's first call is timed apart (torch model first, so
+that its first call is the process's first fit), then ``WARM_CALLS`` more, then the median
+of ``REPEATS`` calls from the tenth on:
 
+* ours, torch model: ``marquardt.solver.curve_fit`` with the model written with torch
+  operations (autodiff), default arguments (``compile`` and threads included), and again
+  with one thread (the default must never be slower);
+* ours, NumPy model: ``marquardt.solver.curve_fit`` with f written with NumPy (finite
+  differences), default arguments;
 * SciPy: ``scipy.optimize.curve_fit(f, x, y, p0)`` with its defaults ("lm": MINPACK's
   lmdif, finite differences), f written with NumPy;
-* ours, NumPy model: ``marquardt.solver.curve_fit`` with the same f (finite differences);
-* ours, torch model: the same model written with torch operations (autodiff), with torch's
-  default thread count, and again with one thread (the default must never be slower).
+* JAXFit (``CurveFit().curve_fit``, the JAX-compiled SciPy-compatible ``curve_fit``, its
+  model in ``jax.numpy``), on the CPU, in a process of the interpreter named by
+  ``JAXFIT_PYTHON`` (``_jaxfit_side.py``; JAXFit pins JAX, NumPy and SciPy versions of its
+  own, so it lives in an environment of its own) on the same x, y, p0: its first call
+  (it compiles per data length), then the tenth-call median. Without ``JAXFIT_PYTHON``,
+  or when its run fails, the JAXFit columns say why and everything else runs.
 
-Targets, ours (tenth call on) / SciPy: ≤ 3× at N = 100, ≤ 1.5× at 10³, ≤ 1× at 10⁴,
-≤ 0.5× from 10⁵ on; default threads / one thread ≤ 1. The first call is reported beside.
-``python benchmarks/run_all.py small_fit [--quick] [--device cuda]`` (``cuda``: ours' torch-model side gets
-its data on the GPU).
+Targets, ours (tenth call of the second process) / SciPy, torch and NumPy models: ≤ 3× at
+N = 100, ≤ 1.5× at 10³, ≤ 1× at 10⁴, ≤ 0.5× from 10⁵ on; default threads / one thread
+≤ 1. First calls and JAXFit are reported beside. ``JAXFIT_PYTHON=PATH python
+benchmarks/run_all.py small_fit [--quick] [--device cuda]`` (``cuda``: ours' torch-model
+side gets its data on the GPU; JAXFit stays on the CPU). A JAXFit environment:
+``python3 -m venv VENV && VENV/bin/pip install jaxfit==0.0.5 jax==0.4.20 jaxlib==0.4.20
+"numpy<2" "scipy<1.12"``, then ``JAXFIT_PYTHON=VENV/bin/python``.
 """
 
 from __future__ import annotations
 
-import functools
+import os
 import statistics
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import _child
 import _common as c
 import _machine
 import numpy as np
@@ -53,6 +73,12 @@ TARGET_LARGE = 0.5
 THREADS_TARGET = 1.0
 #: Calls of each side after the first and before the timed ones (timing starts at the tenth).
 WARM_CALLS = 8
+#: Seconds one process of one case may take (its first fits may compile).
+CHILD_TIMEOUT = 900.0
+#: The interpreter of a JAXFit install (module docstring).
+JAXFIT_ENV = "JAXFIT_PYTHON"
+#: The processes each case runs in, in order (module docstring).
+PROCESSES = ("first_process", "second_process")
 
 DECAY_TRUE, DECAY_P0 = (2.5, 1.3, 0.5), (1.0, 1.0, 0.0)
 GAUSS_TRUE, GAUSS_P0 = (2.0, 0.3, 0.8, 0.5), (1.0, 0.0, 1.0, 0.0)
@@ -77,26 +103,18 @@ def _timed(call: Callable[[], np.ndarray]) -> tuple[float, np.ndarray]:
     return time.perf_counter() - start, out
 
 
-def _fresh(f: Callable[..., Any]) -> Callable[..., Any]:
-    """A new function object that calls ``f``: a model no cache has seen (same signature)."""
-
-    @functools.wraps(f)
-    def model(*args: Any) -> Any:
-        return f(*args)
-
-    return model
-
-
-def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, Any]:
+def measure(name: str, n: int, repeats: int, device: str) -> dict[str, Any]:
+    """One case in this process (run by ``_child``, module docstring): every side's first
+    call, then the medians of ``repeats`` interleaved calls from the tenth on."""
     from scipy.optimize import curve_fit as scipy_curve_fit
 
     from marquardt.solver import curve_fit
 
+    where = torch.device(device)
     f_np, f_t, x, y, p0 = problem(name, n)
-    f_np, f_t = _fresh(f_np), _fresh(f_t)
     default_threads = torch.get_num_threads()
-    xt, yt = (torch.from_numpy(x).to(device), torch.from_numpy(y).to(device))
-    torch_x, torch_y = (x, y) if device.type == "cpu" else (xt, yt)
+    xt, yt = (torch.from_numpy(x).to(where), torch.from_numpy(y).to(where))
+    torch_x, torch_y = (x, y) if where.type == "cpu" else (xt, yt)
 
     def as_numpy(p: Any) -> np.ndarray:
         return p.cpu().numpy() if isinstance(p, torch.Tensor) else np.asarray(p)
@@ -109,7 +127,7 @@ def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, 
 
     def ours_torch() -> np.ndarray:
         out = as_numpy(curve_fit(f_t, torch_x, torch_y, list(p0))[0])
-        c.synchronize(device)
+        c.synchronize(where)
         return out
 
     def ours_torch_one_thread() -> np.ndarray:
@@ -120,9 +138,9 @@ def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, 
             torch.set_num_threads(default_threads)
 
     sides = {
-        "scipy": scipy,
-        "ours_numpy_model": ours_numpy,
         "ours_torch_model": ours_torch,
+        "ours_numpy_model": ours_numpy,
+        "scipy": scipy,
         "ours_torch_model_1_thread": ours_torch_one_thread,
     }
     load_before = _machine.load_average()
@@ -142,26 +160,80 @@ def measure(name: str, n: int, repeats: int, device: torch.device) -> dict[str, 
                 seconds[key].append(t)
                 popt[key] = [float(v) for v in p]
     med = {k: statistics.median(v) for k, v in seconds.items()}
-    ref = np.asarray(popt["scipy"])
-    agreement = {
-        k: float(np.max(np.abs(np.asarray(v) - ref) / np.abs(ref))) for k, v in popt.items()
-    }
     return {
         "case": name,
         "n": n,
         "repeats": repeats,
         "median": med,
         "first_call": first,
-        "ratios": {
-            "numpy_model_vs_scipy": med["ours_numpy_model"] / med["scipy"],
-            "torch_model_vs_scipy": med["ours_torch_model"] / med["scipy"],
-            "default_vs_one_thread": med["ours_torch_model"] / med["ours_torch_model_1_thread"],
-        },
-        "max_relative_popt_difference_to_scipy": agreement,
+        "popt": popt,
         "threads_default": default_threads,
         "load_before": load_before,
         "load_after": _machine.load_average(),
     }
+
+
+def jaxfit(name: str, n: int, repeats: int) -> dict[str, Any]:
+    """JAXFit on the case's data, in a process of ``JAXFIT_PYTHON`` (``_jaxfit_side``).
+
+    **Returns:** its ``first_call``, ``median``, ``popt`` and versions, or ``error``
+    saying why there are none.
+    """
+    python = os.environ.get(JAXFIT_ENV, "").strip()
+    if not python:
+        return {"error": f"{JAXFIT_ENV} not set"}
+    _, _, x, y, p0 = problem(name, n)
+    with tempfile.TemporaryDirectory() as folder:
+        data = Path(folder) / "case.npz"
+        np.savez(data, x=x, y=y, p0=np.asarray(p0, dtype=np.float64))
+        try:
+            result, error = _child.call(
+                "_jaxfit_side",
+                "measure",
+                [str(data), name, WARM_CALLS, repeats],
+                timeout=CHILD_TIMEOUT,
+                launcher=[python],
+            )
+        except OSError as exc:  # not an interpreter
+            result, error = None, str(exc)
+    return result if error == "" else {"error": f"{JAXFIT_ENV}={python}: {error}"}
+
+
+def _agreement(popt: dict[str, list[float]], reference: list[float]) -> dict[str, float]:
+    """Each side's largest relative difference of popt to ``reference`` (SciPy's)."""
+    ref = np.asarray(reference)
+    return {k: float(np.max(np.abs(np.asarray(v) - ref) / np.abs(ref))) for k, v in popt.items()}
+
+
+def case(name: str, n: int, repeats: int, device: str) -> dict[str, Any]:
+    """One case: ``measure`` in a first and a second process, and JAXFit; the second
+    process's figures at the top level, the first's under ``first_process``."""
+    runs: dict[str, Any] = {}
+    for process in PROCESSES:
+        result, error = _child.call(
+            "bench_small_fit", "measure", [name, n, repeats, device], timeout=CHILD_TIMEOUT
+        )
+        if error:
+            raise RuntimeError(f"small_fit {name} N={n}, {process.replace('_', ' ')}: {error}")
+        runs[process] = result
+    out = runs["second_process"]
+    med, popt = out["median"], out.pop("popt")
+    peer = jaxfit(name, n, repeats)
+    if "popt" in peer:
+        popt["jaxfit"] = peer.pop("popt")
+    out["ratios"] = {
+        "numpy_model_vs_scipy": med["ours_numpy_model"] / med["scipy"],
+        "torch_model_vs_scipy": med["ours_torch_model"] / med["scipy"],
+        "default_vs_one_thread": med["ours_torch_model"] / med["ours_torch_model_1_thread"],
+    }
+    if "median" in peer:
+        out["ratios"]["jaxfit_vs_scipy"] = peer["median"] / med["scipy"]
+    out["max_relative_popt_difference_to_scipy"] = _agreement(popt, popt["scipy"])
+    out["first_process"] = {
+        k: runs["first_process"][k] for k in ("median", "first_call", "load_before", "load_after")
+    }
+    out["jaxfit"] = peer
+    return out
 
 
 def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
@@ -175,18 +247,33 @@ def main(quick: bool = False, device: str = "cpu") -> dict[str, Any]:
         "cases": [],
     }
     for name, n in QUICK_CASES if quick else CASES:
-        results["cases"].append(measure(name, n, QUICK_REPEATS if quick else REPEATS, where))
+        results["cases"].append(case(name, n, QUICK_REPEATS if quick else REPEATS, str(where)))
     return results
 
 
-def _ms(value: float) -> str:
+def _ms(value: float | None) -> str:
     """A duration in milliseconds with the digits a sub-millisecond fit needs."""
-    return f"{value * 1e3:.3g} ms"
+    return "—" if value is None else f"{value * 1e3:.3g} ms"
 
 
-def _first(first: dict[str, float], key: str, label: str = "") -> str:
-    """`` (first call …)`` of a side, or "" for a record without first calls."""
-    return f" ({label}{_ms(first[key])})" if key in first else ""
+def _first_calls(e: dict[str, Any], process: str) -> dict[str, float]:
+    """The first calls of ``process`` (``PROCESSES``); none for a record of one process."""
+    if "first_process" not in e:
+        return {}
+    return e["first_call"] if process == "second_process" else e[process]["first_call"]
+
+
+def _pair(first: dict[str, float]) -> str:
+    """The NumPy and torch models' first calls, "NumPy / torch"."""
+    return " / ".join(_ms(first.get(f"ours_{k}_model")) for k in ("numpy", "torch"))
+
+
+def _jaxfit_text(e: dict[str, Any]) -> str:
+    """JAXFit's tenth call (first call), or why there is none."""
+    peer = e.get("jaxfit") or {"error": "not measured"}
+    if "median" not in peer:
+        return f"— ({peer['error']})"
+    return f"{_ms(peer['median'])} (first call {_ms(peer['first_call'])})"
 
 
 def _target(n: int) -> float:
@@ -194,13 +281,14 @@ def _target(n: int) -> float:
 
 
 def rows(results: dict[str, Any]) -> list[Row]:
-    """Per case: each model's tenth call over SciPy's, and default threads over one."""
+    """Per case: each model's tenth call (second process) over SciPy's, default threads
+    over one, and JAXFit's tenth call over SciPy's (no target)."""
     rows = []
     for e in results["cases"]:
         med, r = e["median"], e["ratios"]
-        first = e.get("first_call", {})
         label = f"small fit {e['case']} N={e['n']:,}"
         load = f"load {e['load_before']:.1f} → {e['load_after']:.1f}"
+        firsts = {p: _first_calls(e, p) for p in PROCESSES}
         for model, kind in (("NumPy", "numpy"), ("torch", "torch")):
             side = f"ours_{kind}_model"
             rows.append(
@@ -208,8 +296,10 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     f"{label}: ours ({model} model, tenth call) / SciPy",
                     r[f"{kind}_model_vs_scipy"],
                     _target(e["n"]),
-                    detail=f"ours {_ms(med[side])}{_first(first, side, 'first call ')}, "
-                    f"SciPy {_ms(med['scipy'])}; {load}",
+                    detail=f"ours {_ms(med[side])} (first call: second process "
+                    f"{_ms(firsts['second_process'].get(side))}, first process "
+                    f"{_ms(firsts['first_process'].get(side))}), SciPy {_ms(med['scipy'])}; "
+                    f"{load}",
                 )
             )
         rows.append(
@@ -221,31 +311,53 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 f"{_ms(med['ours_torch_model_1_thread'])}",
             )
         )
+        rows.append(
+            row(
+                f"{label}: JAXFit (tenth call) / SciPy",
+                r.get("jaxfit_vs_scipy"),
+                None,
+                detail=f"JAXFit {_jaxfit_text(e)}, SciPy {_ms(med['scipy'])}",
+            )
+        )
     return rows
 
 
 def section(results: dict[str, Any]) -> str:
+    versions = next(
+        (e["jaxfit"]["versions"] for e in results["cases"] if "versions" in e.get("jaxfit", {})),
+        None,
+    )
+    jaxfit = (
+        "JAXFit " + ", ".join(f"{k} {v}" for k, v in versions.items())
+        if versions
+        else "JAXFit not measured"
+    )
     out = [
         f"{results['problem']}; device {results['device']}. SciPy: curve_fit(f, x, y, p0) "
-        "defaults ('lm'); ours: marquardt.solver.curve_fit with the same f (NumPy model, "
-        "finite differences) and with f in torch (autodiff), default threads and one thread. "
-        f"Interleaved calls from each side's tenth on, medians (first call: a model ours has "
-        f"not seen, in a process that has fitted before).",
+        "defaults ('lm'); ours: marquardt.solver.curve_fit, default arguments, with the same f "
+        "(NumPy model, finite differences) and with f in torch (autodiff), default threads and "
+        f"one thread; JAXFit: CurveFit().curve_fit, f in jax.numpy, on the CPU ({jaxfit}). "
+        "Each case ran twice, in two processes one after the other sharing the user's cache "
+        "folder; figures from the second process: interleaved calls from each side's tenth "
+        "on, medians; first calls (NumPy / torch model) of both processes beside them.",
         "",
-        "| case | N | SciPy | ours, NumPy model (first call) | ours, torch model (first call) "
-        "| torch, 1 thread | NumPy / SciPy | torch / SciPy | max rel. popt diff | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| case | N | SciPy | ours, NumPy model | ours, torch model | torch, 1 thread "
+        "| NumPy / SciPy | torch / SciPy | first call, second process | first call, first process "
+        "| JAXFit | JAXFit / SciPy | max rel. popt diff | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in results["cases"]:
         med, r = e["median"], e["ratios"]
-        first = e.get("first_call", {})
         diff = max(e["max_relative_popt_difference_to_scipy"].values())
+        vs_jaxfit = r.get("jaxfit_vs_scipy")
         out.append(
             f"| {e['case']} | {e['n']:,} | {_ms(med['scipy'])} | "
-            f"{_ms(med['ours_numpy_model'])}{_first(first, 'ours_numpy_model')} | "
-            f"{_ms(med['ours_torch_model'])}{_first(first, 'ours_torch_model')} | "
+            f"{_ms(med['ours_numpy_model'])} | {_ms(med['ours_torch_model'])} | "
             f"{_ms(med['ours_torch_model_1_thread'])} | "
-            f"{r['numpy_model_vs_scipy']:.2f}× | {r['torch_model_vs_scipy']:.2f}× | {diff:.1e} | "
+            f"{r['numpy_model_vs_scipy']:.2f}× | {r['torch_model_vs_scipy']:.2f}× | "
+            f"{_pair(_first_calls(e, 'second_process'))} | "
+            f"{_pair(_first_calls(e, 'first_process'))} | {_jaxfit_text(e)} | "
+            f"{'—' if vs_jaxfit is None else f'{vs_jaxfit:.2f}×'} | {diff:.1e} | "
             f"{e['load_before']:.1f} → {e['load_after']:.1f} |"
         )
     return "\n".join(out)

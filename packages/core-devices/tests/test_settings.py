@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
-from marquardt.devices import _settings
+from marquardt.devices import _settings, cache_folder
 
 PACKAGE = Path(_settings.__file__).parent
 
@@ -53,3 +55,33 @@ def test_device_order_and_auto_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LEGATE_AUTO_CONFIG", "0")
     assert not _settings.legate_auto_config()
     assert _settings.describe_visible() == "CUDA_VISIBLE_DEVICES unset"
+
+
+@pytest.mark.parametrize(
+    "platform,variable,expected",
+    [
+        ("linux", None, (".cache", "marquardt")),
+        ("linux", "XDG_CACHE_HOME", ("xdg", "marquardt")),
+        ("darwin", None, ("Library", "Caches", "marquardt")),
+        ("darwin", "XDG_CACHE_HOME", ("Library", "Caches", "marquardt")),
+        ("win32", None, ("AppData", "Local", "marquardt")),
+        ("win32", "LOCALAPPDATA", ("xdg", "marquardt")),
+        ("freebsd14", "XDG_CACHE_HOME", ("xdg", "marquardt")),
+    ],
+)
+def test_cache_folder_is_the_platforms(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    platform: str,
+    variable: str | None,
+    expected: tuple[str, ...],
+) -> None:
+    # The home folder and the platform's variable point into tmp_path; the root override
+    # then wins over both, with ~ expanded and surrounding blanks dropped.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if variable is not None:
+        monkeypatch.setenv(variable, str(tmp_path / "xdg"))
+    monkeypatch.setattr(sys, "platform", platform)
+    assert _settings.cache_folder() == os.path.join(tmp_path, *expected)
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", " ~/own ")
+    assert cache_folder() == os.path.join(tmp_path, "own")

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import marquardt.solver._curve.small.artifacts as artifacts
+from marquardt.devices import cache_folder
 from marquardt.solver import cache
 from marquardt.solver._curve.batch.model import BatchModel
 from marquardt.solver._curve.small import kernel_key
@@ -269,3 +270,17 @@ def test_a_kernel_for_fewer_threads_is_offered_never_one_for_more() -> None:
     assert all(0 < n < 3 for n in offered)
     assert kernel_key.other_threads({"threads": 1}, CPU) == []
     assert kernel_key.other_threads(described, torch.device("meta")) == []
+
+
+def test_the_kernels_folder_is_compiled_in_the_devices_cache_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("MARQUARDT_SOLVER_CACHE_DIR")
+    monkeypatch.delenv("MARQUARDT_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert cache.folder() == tmp_path / "xdg" / "marquardt" / "compiled"
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path / "root"))
+    assert cache.folder() == Path(cache_folder()) / "compiled" == tmp_path / "root" / "compiled"
+    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path / "own"))
+    assert cache.folder() == tmp_path / "own"

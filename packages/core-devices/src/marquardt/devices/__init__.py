@@ -14,6 +14,7 @@ from ._memory import HostMemory, device_memory, host_memory
 from ._plan_subsets import subset_size
 from ._plan_types import Plan
 from ._planner import plan
+from ._settings import cache_folder
 from ._split import Split, check_model_devices, current_split, get_available_gpus
 from ._step_time import StepTime, prefers_matrix_free, step_seconds
 
@@ -30,6 +31,7 @@ __all__ = [
     "Plan",
     "Split",
     "StepTime",
+    "cache_folder",
     "check_model_devices",
     "current_split",
     "device_memory",

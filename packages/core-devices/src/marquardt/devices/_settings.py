@@ -7,6 +7,8 @@ never at import, so a value changed by a launcher before the first call is honou
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 #: name -> meaning, for documentation and for ``marquardt-devices --env``.
@@ -40,10 +42,17 @@ ENVIRONMENT: dict[str, str] = {
         "shown by the CLI to explain the visible set"
     ),
     "MARQUARDT_CACHE_DIR": (
-        "the folder where per-machine measurements (the step-time planner's constants) are "
-        "cached; default: $XDG_CACHE_HOME/marquardt, else ~/.cache/marquardt"
+        "the folder every package of marquardt caches in: per-machine measurements (the "
+        "step-time planner's constants) and, under compiled/, the solver's compiled kernels; "
+        "default: marquardt/ in the platform's cache folder ($XDG_CACHE_HOME or ~/.cache on "
+        "Linux, ~/Library/Caches on macOS, %LOCALAPPDATA% on Windows)"
     ),
-    "XDG_CACHE_HOME": "the user's cache folder (freedesktop), under which marquardt/ is used",
+    "XDG_CACHE_HOME": (
+        "the user's cache folder (freedesktop; Linux and other Unix systems), under which "
+        "marquardt/ is used"
+    ),
+    "LOCALAPPDATA": "the user's local application-data folder (Windows), under which "
+    "marquardt/ is used",
 }
 
 
@@ -64,13 +73,42 @@ def cuda_device_order() -> str:
     return (_get("CUDA_DEVICE_ORDER") or "FASTEST_FIRST").strip().upper()
 
 
+def _windows_cache() -> str:
+    home = os.path.expanduser("~")
+    return _get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+
+
+def _macos_cache() -> str:
+    return os.path.join(os.path.expanduser("~"), "Library", "Caches")
+
+
+def _freedesktop_cache() -> str:
+    return _get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+
+
+#: ``sys.platform`` -> the user's cache folder there; any other platform: freedesktop's.
+_PLATFORM_CACHE: dict[str, Callable[[], str]] = {
+    "win32": _windows_cache,
+    "darwin": _macos_cache,
+}
+
+
 def cache_folder() -> str:
-    """The folder for per-machine measurements: ``MARQUARDT_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/marquardt``, else ``~/.cache/marquardt`` (never created here)."""
-    own = _get("MARQUARDT_CACHE_DIR")
+    """The folder every package of marquardt caches in (never created here).
+
+    ``MARQUARDT_CACHE_DIR`` where it is set, else ``marquardt`` in the platform's cache
+    folder: ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux (and other Unix systems),
+    ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows. The step-time planner's
+    measurements are kept in it; ``marquardt.solver`` keeps its compiled kernels in its
+    ``compiled`` folder.
+
+    Returns:
+        The folder's path, with ``~`` expanded.
+    """
+    own = (_get("MARQUARDT_CACHE_DIR") or "").strip()
     if own:
-        return own
-    base = _get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.expanduser(own)
+    base = _PLATFORM_CACHE.get(sys.platform, _freedesktop_cache)()
     return os.path.join(base, "marquardt")
 
 

@@ -14,30 +14,28 @@
 ``MARQUARDT_SOLVER_CACHE_DIR``
     The folder where compiled kernels are kept between processes (``curve_fit_batch``'s
     compiled iteration; listed and cleared by ``python -m marquardt.solver.cache``).
-    Unset or empty (the default): ``compiled`` in ``MARQUARDT_CACHE_DIR`` where that is set
-    (the folder every package of marquardt caches in), else ``marquardt/compiled`` in the
-    platform's cache folder,
-    ``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
-    ``%LOCALAPPDATA%`` on Windows. A folder inside a git work tree is refused (kernels are
-    then kept in the process only): compiled artifacts never go into a repository.
+    Unset or empty (the default): ``compiled`` in the folder every package of marquardt
+    caches in, ``marquardt.devices.cache_folder()`` (``MARQUARDT_CACHE_DIR``, else
+    ``marquardt`` in the platform's cache folder; the rule is written there). A folder
+    inside a git work tree is refused (kernels are then kept in the process only):
+    compiled artifacts never go into a repository.
 
-Nothing else is read here. Which GPUs Legate holds is answered by ``marquardt.devices``
-(see ``marquardt.devices._settings``); Legate's own variables (``LEGATE_CONFIG``,
-``CUPYNUMERIC_*``) are read by Legate. Values are read when asked for, never at import.
+Nothing else is read here. Which GPUs Legate holds, and where the user's cache folder is,
+are answered by ``marquardt.devices`` (see ``marquardt.devices._settings``); Legate's own
+variables (``LEGATE_CONFIG``, ``CUPYNUMERIC_*``) are read by Legate. Values are read when asked for, never at import.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
+
+from marquardt.devices import cache_folder
 
 __all__ = ["BACKEND_NAMES", "CACHE_DIR_ENV", "backend_override", "cache_dir", "check_ranks"]
 
 #: The variable that moves the folder of compiled kernels.
 CACHE_DIR_ENV = "MARQUARDT_SOLVER_CACHE_DIR"
-#: The variable that moves every cache folder of the packages (``marquardt-devices``' too).
-ROOT_CACHE_ENV = "MARQUARDT_CACHE_DIR"
 
 #: Names accepted for ``MARQUARDT_SOLVER_BACKEND`` and ``LMA(backend=...)`` (plus ``auto``).
 BACKEND_NAMES: tuple[str, ...] = ("numpy", "torch", "cupynumeric")
@@ -66,19 +64,13 @@ def check_ranks() -> bool:
 
 
 def cache_dir() -> Path:
-    """The folder of compiled kernels: ``MARQUARDT_SOLVER_CACHE_DIR``, else ``compiled`` in
-    ``MARQUARDT_CACHE_DIR``, else ``marquardt/compiled`` in the platform's cache folder
-    (module docstring). Not created here."""
+    """The folder of compiled kernels (not created here).
+
+    Returns:
+        ``MARQUARDT_SOLVER_CACHE_DIR`` where it is set, else ``compiled`` in
+        ``marquardt.devices.cache_folder()``, the folder every package of marquardt caches in.
+    """
     value = os.environ.get(CACHE_DIR_ENV, "").strip()
     if value:
         return Path(value).expanduser()
-    root = os.environ.get(ROOT_CACHE_ENV, "").strip()
-    if root:
-        return Path(root).expanduser() / "compiled"
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-    elif sys.platform == "darwin":
-        base = Path.home() / "Library" / "Caches"
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "marquardt" / "compiled"
+    return Path(cache_folder()) / "compiled"
