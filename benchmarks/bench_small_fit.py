@@ -19,6 +19,9 @@ of ``REPEATS`` calls from the tenth on:
   with one thread (the default must never be slower);
 * ours, NumPy model: ``marquardt.solver.curve_fit`` with f written with NumPy (finite
   differences), default arguments;
+* ours, torch model, ``compile=True``: the fit through the compiled core
+  (``_curve.scipy.compiled_path``): the first process compiles its kernels (its first
+  call), the second loads them (no target: what a kept kernel gives);
 * SciPy: ``scipy.optimize.curve_fit(f, x, y, p0)`` with its defaults ("lm": MINPACK's
   lmdif, finite differences), f written with NumPy;
 * JAXFit (``CurveFit().curve_fit``, the JAX-compiled SciPy-compatible ``curve_fit``, its
@@ -130,6 +133,11 @@ def measure(name: str, n: int, repeats: int, device: str) -> dict[str, Any]:
         c.synchronize(where)
         return out
 
+    def ours_torch_compiled() -> np.ndarray:
+        out = as_numpy(curve_fit(f_t, torch_x, torch_y, list(p0), compile=True)[0])
+        c.synchronize(where)
+        return out
+
     def ours_torch_one_thread() -> np.ndarray:
         torch.set_num_threads(1)
         try:
@@ -142,6 +150,7 @@ def measure(name: str, n: int, repeats: int, device: str) -> dict[str, Any]:
         "ours_numpy_model": ours_numpy,
         "scipy": scipy,
         "ours_torch_model_1_thread": ours_torch_one_thread,
+        "ours_torch_model_compiled": ours_torch_compiled,
     }
     load_before = _machine.load_average()
     seconds: dict[str, list[float]] = {k: [] for k in sides}
@@ -226,6 +235,8 @@ def case(name: str, n: int, repeats: int, device: str) -> dict[str, Any]:
         "torch_model_vs_scipy": med["ours_torch_model"] / med["scipy"],
         "default_vs_one_thread": med["ours_torch_model"] / med["ours_torch_model_1_thread"],
     }
+    if "ours_torch_model_compiled" in med:
+        out["ratios"]["compiled_vs_scipy"] = med["ours_torch_model_compiled"] / med["scipy"]
     if "median" in peer:
         out["ratios"]["jaxfit_vs_scipy"] = peer["median"] / med["scipy"]
     out["max_relative_popt_difference_to_scipy"] = _agreement(popt, popt["scipy"])
@@ -276,6 +287,10 @@ def _jaxfit_text(e: dict[str, Any]) -> str:
     return f"{_ms(peer['median'])} (first call {_ms(peer['first_call'])})"
 
 
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
 def _target(n: int) -> float:
     return TARGETS.get(n, TARGET_LARGE)
 
@@ -311,6 +326,18 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 f"{_ms(med['ours_torch_model_1_thread'])}",
             )
         )
+        if "compiled_vs_scipy" in r:
+            rows.append(
+                row(
+                    f"{label}: ours (torch model, compile=True, tenth call) / SciPy",
+                    r["compiled_vs_scipy"],
+                    None,
+                    detail=f"ours {_ms(med['ours_torch_model_compiled'])} (first call: second "
+                    f"process {_ms(firsts['second_process'].get('ours_torch_model_compiled'))}, "
+                    f"first process, compiling "
+                    f"{_ms(firsts['first_process'].get('ours_torch_model_compiled'))})",
+                )
+            )
         rows.append(
             row(
                 f"{label}: JAXFit (tenth call) / SciPy",
@@ -342,9 +369,9 @@ def section(results: dict[str, Any]) -> str:
         "on, medians; first calls (NumPy / torch model) of both processes beside them.",
         "",
         "| case | N | SciPy | ours, NumPy model | ours, torch model | torch, 1 thread "
-        "| NumPy / SciPy | torch / SciPy | first call, second process | first call, first process "
+        "| torch, compile=True | NumPy / SciPy | torch / SciPy | compile=True / SciPy | first call, second process | first call, first process "
         "| JAXFit | JAXFit / SciPy | max rel. popt diff | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for e in results["cases"]:
         med, r = e["median"], e["ratios"]
@@ -354,10 +381,12 @@ def section(results: dict[str, Any]) -> str:
             f"| {e['case']} | {e['n']:,} | {_ms(med['scipy'])} | "
             f"{_ms(med['ours_numpy_model'])} | {_ms(med['ours_torch_model'])} | "
             f"{_ms(med['ours_torch_model_1_thread'])} | "
+            f"{_ms(med.get('ours_torch_model_compiled'))} | "
             f"{r['numpy_model_vs_scipy']:.2f}× | {r['torch_model_vs_scipy']:.2f}× | "
+            f"{_ratio(r.get('compiled_vs_scipy'))} | "
             f"{_pair(_first_calls(e, 'second_process'))} | "
             f"{_pair(_first_calls(e, 'first_process'))} | {_jaxfit_text(e)} | "
-            f"{'—' if vs_jaxfit is None else f'{vs_jaxfit:.2f}×'} | {diff:.1e} | "
+            f"{_ratio(vs_jaxfit)} | {diff:.1e} | "
             f"{e['load_before']:.1f} → {e['load_after']:.1f} |"
         )
     return "\n".join(out)
