@@ -184,7 +184,38 @@ def test_the_machine_seen_by_a_busy_process_leaves_out_its_own_load(
 ) -> None:
     monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (1.1, 1.0, 1.0))
     monkeypatch.setattr(threads_module, "own_load", lambda *args: 1.0)
+    monkeypatch.setattr(threads_module, "_others_now", lambda: None)
     load = threads_module._machine()[1]
     assert load == pytest.approx(0.1)
     monkeypatch.setattr(threads_module, "own_load", lambda *args: 3.0)
     assert threads_module._machine()[1] == 0.0
+
+
+def test_the_runnable_threads_now_leave_out_this_process() -> None:
+    text = "0.52 0.61 0.70 4/612 31337\n"
+    assert threads_module.runnable_others(text, ["R", "S", "R"]) == 2
+    assert threads_module.runnable_others(text, ["R", "R", "R", "R", "R"]) == 0
+
+
+def test_a_load_left_by_an_ended_process_is_capped_by_the_threads_runnable_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A first run ended a moment ago: the minute's load still counts it, /proc sees no one.
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (1.0, 0.8, 0.5))
+    monkeypatch.setattr(threads_module, "own_load", lambda *args: 0.0)
+    monkeypatch.setattr(threads_module, "_others_now", lambda: 0)
+    assert threads_module._machine()[1] == 0.0
+    assert choose_threads(10, 1, most=2, machine=threads_module._machine()) == 2
+    # A neighbour that keeps a core busy: runnable now and in the minute's load.
+    monkeypatch.setattr(threads_module, "_others_now", lambda: 1)
+    assert threads_module._machine()[1] == 1.0
+    assert choose_threads(10, 1, most=2, machine=threads_module._machine()) == 1
+    # A neighbour that only just started counts as the load has seen it so far.
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (0.2, 0.1, 0.0))
+    monkeypatch.setattr(threads_module, "_others_now", lambda: 2)
+    assert threads_module._machine()[1] == pytest.approx(0.2)
+
+
+def test_this_machine_answers_the_runnable_threads_now() -> None:
+    now = threads_module._others_now()
+    assert now is None or now >= 0

@@ -10,7 +10,10 @@ both the work per kernel and the idle cores allow (``choose_threads``).
 The load average counts this process's own threads too: a script that has been fitting
 for a minute adds about one to it. ``own_load`` estimates that share from this process's
 CPU time, with the kernel's one-minute weighting, so that an otherwise idle machine is
-seen as idle by the process that keeps it busy.
+seen as idle by the process that keeps it busy. And it lags: a process that ended a
+moment ago (a script's first run, before its second) still counts for most of a minute,
+so the load is capped by the threads of other processes runnable now
+(``runnable_others``, from ``/proc``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "choose_threads",
     "idle_cores",
     "own_load",
+    "runnable_others",
     "torch_threads",
 ]
 
@@ -110,9 +114,51 @@ def own_load(samples: deque[tuple[float, float]], now: float, cpu: float) -> flo
     return share
 
 
+#: Reads of the runnable threads now (``runnable_others``), the most of which counts: a
+#: busy neighbour is runnable at almost every instant.
+NOW_READS = 3
+
+
+def runnable_others(loadavg: str, own_states: list[str]) -> int:
+    """Threads of other processes runnable at this instant: the running count of
+    ``/proc/loadavg`` (its fourth field, "running/total") less this process's threads in
+    state R (the reading thread among them).
+
+    Arguments:
+        loadavg: the text of ``/proc/loadavg``.
+        own_states: the state letter of each of this process's threads.
+
+    Returns:
+        The other processes' runnable threads now (≥ 0).
+    """
+    running = int(loadavg.split()[3].split("/")[0])
+    return max(0, running - sum(state == "R" for state in own_states))
+
+
+def _others_now() -> int | None:
+    """``runnable_others`` read ``NOW_READS`` times, the most; None where /proc is absent."""
+    most = None
+    try:
+        for _ in range(NOW_READS):
+            states = []
+            for task in os.listdir("/proc/self/task"):
+                with open(f"/proc/self/task/{task}/stat") as fh:
+                    stat = fh.read()
+                states.append(stat[stat.rindex(")") + 2])
+            with open("/proc/loadavg") as fh:
+                now = runnable_others(fh.read(), states)
+            most = now if most is None else max(most, now)
+    except (OSError, ValueError, IndexError):
+        return None
+    return most
+
+
 def _machine() -> tuple[int, float | None]:
-    """(cores this process may run on, the one-minute load average less this process's own
-    share of it, or None)."""
+    """(cores this process may run on, the other processes' load, or None): the one-minute
+    load average less this process's own share of it (``own_load``), and no more than the
+    threads of other processes runnable now (``runnable_others``), so that the minute-long
+    tail of a process that has just ended (a script's first run, before its second) does
+    not count as a neighbour."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
@@ -122,7 +168,11 @@ def _machine() -> tuple[int, float | None]:
     except (AttributeError, OSError):  # pragma: no cover - Windows has no load average
         load = None
     own = own_load(_SAMPLES, time.monotonic(), _cpu_seconds())
-    return cores, None if load is None else max(0.0, load - own)
+    if load is None:
+        return cores, None
+    others = max(0.0, load - own)
+    now = _others_now()
+    return cores, others if now is None else min(others, float(now))
 
 
 def choose_threads(
