@@ -51,8 +51,9 @@ def full_mse(
     if x is None or y is None:
         x, y = sinc(DATASET_SIZE)
     total = 0.0
-    for lo in range(0, x.shape[0], 20_000):
-        total += float(((model(x[lo : lo + 20_000]) - y[lo : lo + 20_000]) ** 2).sum())
+    with torch.no_grad():
+        for lo in range(0, x.shape[0], 20_000):
+            total += float(((model(x[lo : lo + 20_000]) - y[lo : lo + 20_000]) ** 2).sum())
     return total / x.shape[0]
 
 

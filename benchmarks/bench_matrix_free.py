@@ -1,6 +1,6 @@
 """Matrix-free LM where JᵀJ does not fit: against Adam, the dense step and the sinc goal.
 
-Three problems, float32, 2 threads, every side from the same initial parameters:
+Four problems, float32, 2 threads, every side from the same initial parameters:
 
 * large: the 1-512-512-512-1 tanh MLP (P = 526,849; JᵀJ would be 2 TiB in float64) on
   ``sinc(10 x)``, shuffled batches of N = 10,000 (the subsets benchmark's data,
@@ -9,6 +9,10 @@ Three problems, float32, 2 threads, every side from the same initial parameters:
   1000 at each of ``ADAM_LRS``, each for ``budget_seconds`` of wall time, scored by the MSE
   on the full 100,000 points; targets: our MSE ≤ Adam's best, and the peak RSS growth of
   one matrix-free step (a fresh process, ``_common.step_rss``) ≤ 1 GiB.
+* regression: a 2-256-256-256-1 tanh MLP (P = 132,609) on 20,000 points of a smooth
+  2-D function (``regression``), ``LMA`` with its defaults (the planner's strategy) on
+  every point each step, against Adam on minibatches of 1000 at each of
+  ``REGRESSION_LRS``, ``budget_seconds`` each; target: our full-data MSE ≤ Adam's best.
 * medium (``medium=True``): 1-128-128-128-128-1 (P = 49,921), where the dense step fits.
   The dense LM (``strategy="auto"``: accumulate) runs ``dense_seconds``; its final
   full-data MSE is the goal, and the matrix-free LM runs until it reaches that goal or
@@ -48,6 +52,11 @@ TARGET_RSS_MIB = 1024.0
 #: The CG budget per attempt at P = 526,849: one product there costs about a second on two
 #: cores, so the default 50 would leave a 45 s budget one step.
 LARGE_CG_ITERATIONS = 10
+#: The regression network past 10⁵ parameters (P = 132,609): ``LMA``'s defaults (the
+#: planner's choice) on every point each step, against Adam at ``REGRESSION_LRS``.
+REGRESSION = (2, 256, 256, 256, 1)
+REGRESSION_N = 20_000
+REGRESSION_LRS = (1e-2, 3e-3, 1e-3)
 
 
 def _residual(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -61,20 +70,36 @@ def _lma(model: torch.nn.Module, strategy: str, iterations: int | None = None) -
     return LMA(model, ["cpu"], _residual, strategy=strategy, cg=cg)
 
 
+def regression() -> tuple[torch.Tensor, torch.Tensor]:
+    """The regression problem's data: ``REGRESSION_N`` points uniform on [−1, 1]², y =
+    sin(3x₁)·cos(2x₂) + ½x₁x₂, float32 (seeded)."""
+    gen = torch.Generator().manual_seed(SEED)
+    x = 2.0 * torch.rand(REGRESSION_N, 2, generator=gen) - 1.0
+    y = torch.sin(3 * x[:, :1]) * torch.cos(2 * x[:, 1:]) + 0.5 * x[:, :1] * x[:, 1:]
+    return x, y
+
+
+def _data(problem: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return regression() if problem == "regression" else sinc()
+
+
 def train_lm(
     widths: tuple[int, ...],
     strategy: str,
     seconds: float,
     goal: float | None = None,
     iterations: int | None = None,
+    problem: str = "sinc",
 ) -> dict[str, Any]:
     """LM (``strategy``; ``iterations``: the CG budget, None: the default) on shuffled
-    batches of N for ``seconds`` (or until the full MSE reaches ``goal``, checked after
-    every step); the MSE curve over time."""
+    batches of N of ``problem``'s data (``regression``: the whole set each step) for
+    ``seconds`` (or until the full MSE reaches ``goal``, checked after every step); the
+    MSE curve over time."""
     model = tanh_mlp(widths, SEED)
     lma = _lma(model, strategy, iterations)
-    batches = c.shuffled_batches(*sinc(), N, SEED)
-    curve: list[tuple[float, float]] = [(0.0, c.full_mse(model))]
+    x, y = _data(problem)
+    batches = c.shuffled_batches(x, y, N if problem == "sinc" else x.shape[0], SEED)
+    curve: list[tuple[float, float]] = [(0.0, c.full_mse(model, x, y))]
     cg: list[int] = []
     attempts = 0
     reached: float | None = None
@@ -87,7 +112,7 @@ def train_lm(
         attempts += report.attempts
         t = time.perf_counter()
         elapsed = t - start - scoring
-        mse = c.full_mse(model)
+        mse = c.full_mse(model, x, y)
         scoring += time.perf_counter() - t
         curve.append((elapsed, mse))
         if goal is not None and mse <= goal:
@@ -104,11 +129,15 @@ def train_lm(
     }
 
 
-def train_adam(widths: tuple[int, ...], lr: float, seconds: float) -> dict[str, Any]:
-    """Adam at ``lr`` on minibatches of ``c.ADAM_BATCH`` for ``seconds``; its full MSE."""
+def train_adam(
+    widths: tuple[int, ...], lr: float, seconds: float, problem: str = "sinc"
+) -> dict[str, Any]:
+    """Adam at ``lr`` on minibatches of ``c.ADAM_BATCH`` of ``problem``'s data for
+    ``seconds``; its full MSE."""
     model = tanh_mlp(widths, SEED)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    batches = c.shuffled_batches(*sinc(), c.ADAM_BATCH, SEED)
+    x, y = _data(problem)
+    batches = c.shuffled_batches(x, y, c.ADAM_BATCH, SEED)
     steps = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -117,7 +146,7 @@ def train_adam(widths: tuple[int, ...], lr: float, seconds: float) -> dict[str, 
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         steps += 1
-    return {"lr": lr, "steps": steps, "mse": c.full_mse(model)}
+    return {"lr": lr, "steps": steps, "mse": c.full_mse(model, x, y)}
 
 
 def train_sinc(seconds: float) -> dict[str, Any]:
@@ -151,7 +180,7 @@ def rss_child() -> dict[str, Any]:
 
 
 def main(
-    budget_seconds: float = 45.0,
+    budget_seconds: float = 60.0,
     dense_seconds: float = 60.0,
     sinc_seconds: float = 60.0,
     medium: bool = True,
@@ -174,6 +203,14 @@ def main(
     print("large matrix_free", json.dumps(large["matrix_free"]["mse"]), flush=True)
     large["adam"] = [train_adam(LARGE, lr, budget_seconds) for lr in c.ADAM_LRS]
     print("large adam", [a["mse"] for a in large["adam"]], flush=True)
+    reg = {"widths": list(REGRESSION), "params": c.mlp_params(REGRESSION), "n": REGRESSION_N}
+    reg["lm"] = train_lm(REGRESSION, "auto", budget_seconds, problem="regression")
+    reg["adam"] = [
+        train_adam(REGRESSION, lr, budget_seconds, problem="regression")
+        for lr in (REGRESSION_LRS[:1] if quick else REGRESSION_LRS)
+    ]
+    out["regression"] = reg
+    print("regression", reg["lm"]["mse"], [a["mse"] for a in reg["adam"]], flush=True)
     result, error = _child.call("bench_matrix_free", "rss_child", timeout=RSS_TIMEOUT)
     large["rss"] = result if result is not None else {"error": error}
     if medium:
@@ -217,6 +254,21 @@ def rows(e: dict[str, Any]) -> list[Row]:
             f"start {large['initial_mse']:.3g}",
         )
     ]
+    reg = e.get("regression")
+    if reg is not None:
+        lm, best = reg["lm"], min(reg["adam"], key=lambda a: a["mse"])
+        rows.append(
+            row(
+                f"LM defaults {c.mlp_name(reg['widths'])} (P={reg['params']:,}) "
+                f"N={reg['n']:,}: MSE / Adam's best",
+                lm["mse"] / best["mse"],
+                1.0,
+                detail=f"full-data MSE after {e['budget_seconds']:.0f} s: ours {lm['mse']:.3g} "
+                f"({lm['strategy']}, {lm['steps']} steps, {sum(lm['cg_iterations'])} CG "
+                f"iterations), Adam {best['mse']:.3g} (lr {best['lr']:g}, best of "
+                f"{', '.join(format(a['lr'], 'g') for a in reg['adam'])})",
+            )
+        )
     growth = large["rss"].get("growth_mib")
     rows.append(
         row(
@@ -281,6 +333,13 @@ def section(e: dict[str, Any]) -> str:
             f"| {c.mlp_name(large['widths'])} | Adam lr {a['lr']:g} | {a['steps']} | "
             f"{_fmt(a['mse'])} |"
         )
+    reg = e.get("regression")
+    if reg is not None:
+        name = c.mlp_name(reg["widths"])
+        lines.append(f"| {name} | LM ({reg['lm']['strategy']}) | {reg['lm']['steps']} | "
+                     f"{_fmt(reg['lm']['mse'])} |")  # fmt: skip
+        for a in reg["adam"]:
+            lines.append(f"| {name} | Adam lr {a['lr']:g} | {a['steps']} | {_fmt(a['mse'])} |")
     medium = e.get("medium")
     if medium is not None:
         for side in ("dense", "matrix_free"):

@@ -32,7 +32,8 @@ of ``REPEATS`` calls from the tenth on:
   or when its run fails, the JAXFit columns say why and everything else runs.
 
 Targets, ours (tenth call of the second process) / SciPy, torch and NumPy models: ≤ 3× at
-N = 100, ≤ 1.5× at 10³, ≤ 1× at 10⁴, ≤ 0.5× from 10⁵ on; default threads / one thread
+N = 100, ≤ 1.5× at 10³, ≤ 1× at 10⁴, ≤ 0.5× from 10⁵ on, and the same for ours' first
+call in the second process against SciPy's first call there; default threads / one thread
 ≤ 1. First calls and JAXFit are reported beside. ``JAXFIT_PYTHON=PATH python
 benchmarks/run_all.py small_fit [--quick] [--device cuda]`` (``cuda``: ours' torch-model
 side gets its data on the GPU; JAXFit stays on the CPU). A JAXFit environment:
@@ -317,6 +318,19 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     f"{load}",
                 )
             )
+        second = firsts["second_process"]
+        for model, kind in (("NumPy", "numpy"), ("torch", "torch")):
+            side = f"ours_{kind}_model"
+            if side in second and "scipy" in second:
+                rows.append(
+                    row(
+                        f"{label}: ours ({model} model, first call of a second process) / "
+                        "SciPy's first call",
+                        second[side] / second["scipy"],
+                        _target(e["n"]),
+                        detail=f"ours {_ms(second[side])}, SciPy {_ms(second['scipy'])}",
+                    )
+                )
         rows.append(
             row(
                 f"{label}: torch model, {e['threads_default']} threads / 1 thread",
