@@ -142,8 +142,11 @@ def _others_now() -> int | None:
         for _ in range(NOW_READS):
             states = []
             for task in os.listdir("/proc/self/task"):
-                with open(f"/proc/self/task/{task}/stat") as fh:
-                    stat = fh.read()
+                try:
+                    with open(f"/proc/self/task/{task}/stat") as fh:
+                        stat = fh.read()
+                except OSError:  # a thread that ended since the listing
+                    continue
                 states.append(stat[stat.rindex(")") + 2])
             with open("/proc/loadavg") as fh:
                 now = runnable_others(fh.read(), states)
