@@ -14,7 +14,7 @@ Four problems, float32, 2 threads, every side from the same initial parameters:
   every point each step, against Adam on minibatches of 1000 at each of
   ``REGRESSION_LRS``, ``budget_seconds`` each; target: our full-data MSE ≤ Adam's best.
 * medium (``medium=True``): 1-128-128-128-128-1 (P = 49,921), where the dense step fits.
-  The dense LM (``strategy="accumulate"``, forced: the planner now picks matrix-free
+  The dense LM (``strategy="explicit"``, forced: the planner now picks matrix-free
   here) runs ``dense_seconds``; its final
   full-data MSE is the goal, and the matrix-free LM runs until it reaches that goal or
   the same time; target: its time to the goal ≤ 1 × the dense LM's.
@@ -215,7 +215,7 @@ def main(
     result, error = _child.call("bench_matrix_free", "rss_child", timeout=RSS_TIMEOUT)
     large["rss"] = result if result is not None else {"error": error}
     if medium:
-        dense = train_lm(MEDIUM, "accumulate", dense_seconds)
+        dense = train_lm(MEDIUM, "explicit", dense_seconds)
         free = train_lm(MEDIUM, "matrix_free", dense_seconds, goal=dense["mse"])
         out["medium"] = {
             "widths": list(MEDIUM),
