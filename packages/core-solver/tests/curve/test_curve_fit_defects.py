@@ -120,7 +120,7 @@ def test_optimize_and_covariance_warnings_name_the_callers_line() -> None:
 def test_the_engines_covariance_warning_names_the_callers_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import marquardt.solver._curve.scipy.curve_fit as scipy_face
+    import marquardt.solver._curve.curve_fit as scipy_face
 
     monkeypatch.setattr(scipy_face, "SMALL_POINTS", 10)
     caught = _recorded(

@@ -19,7 +19,7 @@ import pytest
 import scipy.optimize as scipy_optimize
 import torch
 
-import marquardt.solver._curve.scipy.curve_fit as scipy_face
+import marquardt.solver._curve.curve_fit as scipy_face
 from marquardt.solver import OptimizeWarning, curve_fit, curve_fit_batch
 
 RNG = np.random.default_rng(1)

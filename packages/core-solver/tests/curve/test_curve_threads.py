@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from marquardt.solver import curve_fit, curve_fit_batch
+from marquardt.solver._curve import curve_fit as scipy_edge
 from marquardt.solver._curve import threads as threads_module
 from marquardt.solver._curve.batch import curve_fit_batch as batch_module
-from marquardt.solver._curve.scipy import curve_fit as scipy_edge
-from marquardt.solver._curve.scipy.curve_fit import ENGINE_ONE_THREAD_POINTS
+from marquardt.solver._curve.curve_fit import ENGINE_ONE_THREAD_POINTS
 from marquardt.solver._curve.threads import (
     BATCH_THREAD_WORK,
     FIT_THREAD_BYTES,

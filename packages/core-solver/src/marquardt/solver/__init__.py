@@ -29,8 +29,8 @@ from marquardt.jacobian import ResidualNotFiniteError
 
 from ._backends.base import ArrayBackend, LinearSystem, Solution
 from ._curve.batch.curve_fit_batch import curve_fit_batch
+from ._curve.curve_fit import curve_fit
 from ._curve.large.fit import CurveFitResult, curve_fit_result
-from ._curve.scipy.curve_fit import curve_fit
 from ._errors import (
     BackendUnavailableError,
     BatchNotFiniteError,

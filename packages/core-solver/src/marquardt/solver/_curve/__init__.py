@@ -1,6 +1,9 @@
 """Curve fitting, laid out by entry point over one small-problem LM.
 
-* ``scipy/``: ``curve_fit``, SciPy's face: its arguments translated once into the
+* ``curve_fit.py``: ``curve_fit``, which sends each fit to its path: the host path
+  (``scipy/small_path.py``), the sliced engine (``scipy/engine.py``) or the compiled core
+  of the batched fits as a batch of one (``compiled_path.py``).
+* ``scipy/``: SciPy's face of ``curve_fit``: its arguments translated once into the
   ``FitOptions`` every path reads (a new SciPy keyword is a line in ``scipy/options.py``,
   its check in ``scipy/args.py``), the providers of J,
   SciPy's covariance, and the hand-over of large fits to the sliced engine.

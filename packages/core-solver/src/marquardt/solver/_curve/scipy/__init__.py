@@ -1,4 +1,4 @@
-"""``curve_fit``: SciPy's signature, meanings, errors and returns (``curve_fit.py``).
+"""SciPy's face of ``curve_fit`` (the function itself is ``_curve/curve_fit.py``).
 
 SciPy's arguments are checked (``args.py``) and translated here, once, into the
 ``FitOptions`` of ``options.py``, which the small path, the sliced engine and

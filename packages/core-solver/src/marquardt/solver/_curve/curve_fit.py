@@ -28,15 +28,15 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from ..._backends.blas_threads import one_blas_thread
-from ..small.compiled import check_compile
-from ..threads import choose_threads, torch_threads
-from .args import hinted, numpy_array, omit_nan, refuse_non_finite, whitening
+from .._backends.blas_threads import one_blas_thread
 from .compiled_path import compiled_fit, serves
-from .engine import engine_fit
-from .options import ENGINE_KEYWORDS, SCIPY_KEYWORDS, FitOptions, fit_options
-from .providers import model_kind
-from .small_path import small_fit
+from .scipy.args import hinted, numpy_array, omit_nan, refuse_non_finite, whitening
+from .scipy.engine import engine_fit
+from .scipy.options import ENGINE_KEYWORDS, SCIPY_KEYWORDS, FitOptions, fit_options
+from .scipy.providers import model_kind
+from .scipy.small_path import small_fit
+from .small.compiled import check_compile
+from .threads import choose_threads, torch_threads
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
 
@@ -130,7 +130,7 @@ def curve_fit(
         nan_policy: with ``check_finite`` off, ``"raise"`` or ``"omit"`` (drops the NaN
             points, and sigma's rows and columns); ``"propagate"`` is refused.
         compile: ``"auto"``, True or False, as in `curve_fit_batch`: a torch model's fit
-            runs as a batch of one through its compiled core (``_curve.scipy.compiled_path``:
+            runs as a batch of one through its compiled core (``_curve.compiled_path``:
             f, J, JᵀJ and Jᵀr in one fused pass per iteration) when a kernel for this model
             and these shapes is kept on disk or in this process, or one is to be compiled
             (True; ``"auto"`` from ``COMPILE_WORK`` elements of J); else, and for what that

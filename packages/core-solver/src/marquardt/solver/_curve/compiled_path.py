@@ -23,15 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..._errors import CovarianceWarning, user_stacklevel
-from ..batch.args import BatchArgs
-from ..batch.curve_fit_batch import kernel_ready, planned, solved
-from ..batch.model import check_model
-from ..small.batched import STATUS_MESSAGES
-from .args import not_found
-from .covariance import leastsq_info
-from .options import FitOptions
-from .providers import Whitening
+from .._errors import CovarianceWarning, user_stacklevel
+from .batch.args import BatchArgs
+from .batch.curve_fit_batch import kernel_ready, planned, solved
+from .batch.model import check_model
+from .scipy.args import not_found
+from .scipy.covariance import leastsq_info
+from .scipy.options import FitOptions
+from .scipy.providers import Whitening
+from .small.batched import STATUS_MESSAGES
 
 __all__ = ["compiled_fit", "serves"]
 
@@ -120,9 +120,9 @@ def compiled_fit(
     if not options.full_output:
         return result
     values, jac = run.model.values_and_jacobian(popt_t, args.x)
-    w = 1.0 if args.w is None else args.w[0]
+    w = torch.ones_like(args.y[0]) if args.w is None else args.w[0]
     residuals = ((values[0] - args.y[0]) * w).numpy()
-    final = (jac[0] * (w if args.w is None else w[:, None])).numpy()
+    final = (jac[0] * w[:, None]).numpy()
     infodict: dict[str, Any] = {
         "nfev": int(info["nfev"][0]),
         "njev": int(info["njev"][0]),
