@@ -81,38 +81,36 @@ def test_auto_without_a_kernel_takes_the_host_path_and_compiles_nothing(
     np.testing.assert_array_equal(popt, want)
 
 
+@pytest.fixture
+def host_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The host path's calls, counted (it still runs)."""
+    called: list[bool] = []
+    host = curve_fit_module.small_fit
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        called.append(True)
+        return host(*args, **kwargs)
+
+    monkeypatch.setattr(curve_fit_module, "small_fit", counted)
+    return called
+
+
 @pytest.mark.parametrize(
     "keywords",
     [{"jac": "3-point"}, {"diff_step": 1e-6}, {"x_scale": [1.0, 1.0, 1.0]}],
     ids=["jac", "diff_step", "x_scale"],
 )
 def test_what_the_core_does_not_serve_takes_the_host_path(
-    fits: dict[str, Any], keywords: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    fits: dict[str, Any], keywords: dict[str, Any], host_calls: list[bool]
 ) -> None:
-    called: list[bool] = []
-    host = curve_fit_module.small_fit
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        called.append(True)
-        return host(*args, **kwargs)
-
-    monkeypatch.setattr(curve_fit_module, "small_fit", counted)
     popt, _ = curve_fit(decay, X, Y, P0, compile=True, **keywords)
-    assert called
+    assert host_calls
     np.testing.assert_allclose(popt, fits["host"][0], rtol=1e-6)
 
 
-def test_a_covariance_matrix_as_sigma_takes_the_host_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    called: list[bool] = []
-    host = curve_fit_module.small_fit
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        called.append(True)
-        return host(*args, **kwargs)
-
-    monkeypatch.setattr(curve_fit_module, "small_fit", counted)
+def test_a_covariance_matrix_as_sigma_takes_the_host_path(host_calls: list[bool]) -> None:
     curve_fit(decay, X, Y, P0, sigma=np.eye(X.size) * 0.01, compile=True)
-    assert called
+    assert host_calls
 
 
 def test_the_compile_keyword_is_checked_before_any_work() -> None:
