@@ -16,19 +16,17 @@ tests' reach, pcov is SciPy's formula at p̂.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from .._errors import CovarianceWarning, user_stacklevel
 from .batch.args import BatchArgs
 from .batch.curve_fit_batch import kernel_ready, planned, solved
 from .batch.model import check_model
 from .scipy.args import not_found
-from .scipy.covariance import leastsq_info
+from .scipy.covariance import leastsq_info, warn_indeterminate
 from .scipy.options import FitOptions
 from .scipy.providers import Whitening
 from .small.batched import STATUS_MESSAGES
@@ -109,11 +107,7 @@ def compiled_fit(
         raise not_found(STATUS_MESSAGES[status], options.tests.max_nfev)
     popt, pcov = popt_t[0].numpy(), pcov_t[0].numpy()
     if not np.isfinite(pcov).all():
-        warnings.warn(
-            "Covariance of the parameters could not be estimated",
-            CovarianceWarning,
-            stacklevel=user_stacklevel(),
-        )
+        warn_indeterminate()
     result: tuple[Any, ...] = (popt, pcov)
     if torch_out:
         result = (torch.from_numpy(popt).to(out_device), torch.from_numpy(pcov).to(out_device))

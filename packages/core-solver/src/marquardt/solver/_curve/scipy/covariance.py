@@ -9,7 +9,7 @@ import numpy as np
 from ..._errors import CovarianceWarning, user_stacklevel
 from ..._rules import covariance_scale, pseudo_inverse_gram
 
-__all__ = ["columns_dependent", "leastsq_info", "pcov", "pivoted_qr"]
+__all__ = ["columns_dependent", "leastsq_info", "pcov", "pivoted_qr", "warn_indeterminate"]
 
 #: ε^½: beyond a condition number of 1/ε^½ for J's scaled columns, the condition number of
 #: (JᵀJ)⁻¹ passes 1/ε and its float64 rounding reaches its smallest eigenvalues.
@@ -78,12 +78,17 @@ def pcov(
         scale = covariance_scale(cost2, n_points, n_params)
         pcov = unscaled * scale if np.isfinite(scale) else indeterminate
     if pcov is indeterminate:
-        warnings.warn(
-            "Covariance of the parameters could not be estimated",
-            CovarianceWarning,
-            stacklevel=user_stacklevel(),
-        )
+        warn_indeterminate()
     return pcov
+
+
+def warn_indeterminate() -> None:
+    """SciPy's warning for a pcov that could not be estimated, pointing at the user's line."""
+    warnings.warn(
+        "Covariance of the parameters could not be estimated",
+        CovarianceWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def leastsq_info(final: np.ndarray, residuals: np.ndarray) -> dict[str, np.ndarray]:

@@ -177,18 +177,13 @@ class CompiledIterations:
         max_nfev: int,
     ) -> BatchState:
         fits = state.p.shape[0]
-        shapes = kernel_key.shapes(self.f, state.p, data, tol, max_nfev, model.x_per_fit)
-        kernel = _serving(shapes, fits)
-        size = _size(self.chunk, fits)
-        if kernel is None and size:
 
-            def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
-                padded, part = _padded(state, data, size, model)
-                run = traced.iteration(model, data, tol, max_nfev)
-                return run, state_listed(padded) + data_listed(part)
+        def trace(size: int) -> tuple[Callable[..., Any], list[torch.Tensor]]:
+            padded, part = _padded(state, data, size, model)
+            run = traced.iteration(model, data, tol, max_nfev)
+            return run, state_listed(padded) + data_listed(part)
 
-            described = kernel_key.description(self.f, shapes, size, model, state.p.device)
-            kernel = self._kernel(shapes, size, described, state.p.device, trace)
+        kernel = self._iteration(model, state.p, data, tol, max_nfev, trace)
         if kernel is None:
             return _iterate(model, state, data, tol, max_nfev)
         self.compiled = True
@@ -208,15 +203,28 @@ class CompiledIterations:
         """Whether the iteration for these fits has a kernel without compiling one: in this
         process's cache, or kept on disk (then loaded and cached for the call), as ``__call__``
         would find it."""
-        fits = p0.shape[0]
-        shapes = kernel_key.shapes(self.f, p0, data, tol, max_nfev, model.x_per_fit)
-        if _serving(shapes, fits) is not None:
-            return True
+        return self._iteration(model, p0, data, tol, max_nfev, None) is not None
+
+    def _iteration(
+        self,
+        model: BatchModel,
+        p: torch.Tensor,
+        data: BatchData,
+        tol: dict[str, float],
+        max_nfev: int,
+        trace: Callable[[int], tuple[Callable[..., Any], list[torch.Tensor]]] | None,
+    ) -> _Kernel | None:
+        """The iteration's kernel for the fits of ``p``: cached, kept on disk, or compiled
+        from ``trace(size)`` (None: only looked for); None where they run eagerly."""
+        fits = p.shape[0]
+        shapes = kernel_key.shapes(self.f, p, data, tol, max_nfev, model.x_per_fit)
+        kernel = _serving(shapes, fits)
         size = _size(self.chunk, fits)
-        if not size:
-            return False
-        described = kernel_key.description(self.f, shapes, size, model, p0.device)
-        return self._kernel(shapes, size, described, p0.device, None) is not None
+        if kernel is not None or not size:
+            return kernel
+        described = kernel_key.description(self.f, shapes, size, model, p.device)
+        built = None if trace is None else (lambda: trace(size))
+        return self._kernel(shapes, size, described, p.device, built)
 
     def start(self, model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
         """``start_state``, compiled as the iteration is (same key, chunk and padding)."""
