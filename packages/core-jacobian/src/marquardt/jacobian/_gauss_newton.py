@@ -179,7 +179,8 @@ class GaussNewtonProducts:
         t = time.perf_counter()
         if self._rows is not None:
             rows = self._rows
-            out = (rows.T @ (rows @ vs.T.to(rows.dtype))).T.double()
+            # (JVᵀ)ᵀJ: the k × P result laid out as rows, as the callers read it.
+            out = ((rows @ vs.T.to(rows.dtype)).T @ rows).double()
         else:
             out = self._product(vs, self._index)
         if self._index is not None:

@@ -81,6 +81,16 @@ def nystrom_sketch(
     """(U, Λ̂) of the rank-``rank`` Nyström approximation of the SPD operator whose
     products of a block (k × P rows) ``block`` forms (Frangella, Tropp & Udell 2023, Alg. 2.1).
 
+    With Y_ν = Y + νΩ (the shifted products) and ΩᵀY_ν = FFᵀ, the approximation is BBᵀ with
+    B = Y_νF⁻ᵀ. Every P-sized array is held as k rows and every factorisation is of a
+    k × k matrix, so a step makes a few passes over k × P numbers instead of a tall QR and
+    SVD (several times the cost): Ω is orthonormalised by one Cholesky QR (a Gaussian
+    P × k block is well conditioned); B's left singular vectors are read from the
+    eigenvectors of BᵀB (k × k), then re-orthonormalised from the rows actually formed
+    (Cholesky QR) and rotated to the eigenvectors of BBᵀ in their span (Rayleigh-Ritz),
+    which is the SVD in exact arithmetic. Where a k × k Cholesky factor fails (a sketch of
+    numerical rank below k), the tall SVD is taken instead.
+
     Arguments:
         block: V (k × P) ↦ the products of its rows, as rows (k × P, float64).
         params: P.
@@ -89,28 +99,53 @@ def nystrom_sketch(
         device: where U and Λ̂ live.
 
     Returns:
-        U (P × k) and Λ̂ (k,), descending, clamped at 0.
+        U (P × k, orthonormal columns) and Λ̂ (k,), descending, clamped at 0.
     """
     k = max(1, min(rank, params))
-    omega = torch.randn(params, k, generator=generator, dtype=torch.float64)
-    omega = torch.linalg.qr(omega.to(device)).Q
-    y = block(omega.T.contiguous()).T
+    eye = torch.eye(k, dtype=torch.float64, device=device)
+    # Drawn in float32: a Gaussian's precision does not matter once orthonormalised.
+    omega = torch.randn(k, params, generator=generator).to(device, torch.float64)
+    omega = _lower_inverse(torch.linalg.cholesky(omega @ omega.T), eye) @ omega
+    y = block(omega)
     shift = params**0.5 * torch.finfo(torch.float64).eps * float(y.norm())
-    y = y + shift * omega
-    small = omega.T @ y
-    small = 0.5 * (small + small.T)
+    small = omega @ y.T
+    small = 0.5 * (small + small.T) + shift * eye  # Ωᵀ(Y + νΩ), ΩΩᵀ = I
     factor, info = torch.linalg.cholesky_ex(small)
     if int(info) != 0:
         # Rounding made ΩᵀY indefinite: a larger shift, once.
         shift_more = float(torch.linalg.eigvalsh(small)[0].abs()) + shift
-        y = y + shift_more * omega
-        small = small + shift_more * torch.eye(k, dtype=small.dtype, device=small.device)
+        small = small + shift_more * eye
         factor = torch.linalg.cholesky(small)
         shift += shift_more
-    b = torch.linalg.solve_triangular(factor, y.T, upper=False).T
-    u, sigma, _ = torch.linalg.svd(b, full_matrices=False)
-    values = (sigma.pow(2) - shift).clamp_min(0.0)
-    return u, values
+    z = y.add_(omega, alpha=shift)  # Y_ν, in place of the products
+    f_inv = _lower_inverse(factor, eye)
+    u, sigma2 = _left_singular(z, f_inv, eye)
+    return u.T, (sigma2 - shift).clamp_min(0.0)
+
+
+def _lower_inverse(factor: torch.Tensor, eye: torch.Tensor) -> torch.Tensor:
+    """L⁻¹ of a k × k lower-triangular factor (applied to k × P rows as one product)."""
+    return torch.linalg.solve_triangular(factor, eye, upper=False)
+
+
+def _left_singular(
+    z: torch.Tensor, f_inv: torch.Tensor, eye: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The left singular vectors of B = zᵀF⁻ᵀ (P × k; ``z`` k × P, ``f_inv`` F⁻¹), as
+    rows (k × P), and the squared singular values, descending (see `nystrom_sketch`)."""
+    zz = z @ z.T
+    sigma2, v = torch.linalg.eigh(f_inv @ zz @ f_inv.T)  # BᵀB
+    tiny = torch.finfo(z.dtype).eps * float(sigma2[-1].abs()) + torch.finfo(z.dtype).tiny
+    to_rows = (v / sigma2.clamp_min(tiny).sqrt()).T @ f_inv  # rows ≈ Uᵀ = to_rows · z
+    rows = to_rows @ z
+    factor, info = torch.linalg.cholesky_ex(rows @ rows.T)
+    if int(info) != 0:
+        u, sigma, _ = torch.linalg.svd((f_inv @ z).T, full_matrices=False)
+        return u.T, sigma.pow(2)
+    q_of_rows = _lower_inverse(factor, eye)  # Q = q_of_rows · rows, QQᵀ = I
+    c = q_of_rows @ (rows @ z.T) @ f_inv.T  # QB
+    values, w = torch.linalg.eigh(c @ c.T)
+    return (w.flip(1).T @ q_of_rows) @ rows, values.flip(0)
 
 
 def _nystrom(
