@@ -162,6 +162,9 @@ sources=()
 # marquardt-testing: the suites' helpers and pytest plugin (their markers), never published.
 for pkg in "${PACKAGES[@]}" testing; do
     cp -r "packages/$pkg" "$BUILD/$pkg"
+    # A build/ left by an earlier local build would put its stale modules (a file since
+    # moved or deleted) into the wheel beside the current ones.
+    rm -rf "$BUILD/$pkg/build" "$BUILD/$pkg"/src/*.egg-info
     sources+=("$BUILD/$pkg")
 done
 run_part install 120 "$PYTHON" -m pip install --no-index --no-deps --no-build-isolation \
