@@ -14,6 +14,10 @@ Methods (each in its own process, float64, the problem's tanh network from one s
   al. 2021, and of most PINN papers);
 * ``lm_tutorial`` (only when named in ``main``'s ``methods``): ``lm`` with geodesic acceleration 0.75 and
   ``scaling_memory=1``.
+* ``lm_hard``, ``lm_causal`` (only when named): ``lm`` with the problem's side conditions
+  built into the network (``pinn_suite.with_built_in``: its ``HardBoundary``), or with its
+  equation's rows weighed by time (``pinn_suite.with_causal_weights``: ``CausalWeights``,
+  updated before every step); each only on the problems that have what it needs.
 
 The clock excludes the error evaluations. The error is the problem's relative L2 error
 against its reference (for the inverse problem: the coefficient's relative error). Writes
@@ -46,7 +50,8 @@ from _rows import Row, row
 
 METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
 #: Run only when named in ``main``'s ``methods``: LM with the PINN tutorial's former settings.
-EXTRA_METHODS = ("lm_tutorial",)
+EXTRA_METHODS = ("lm_tutorial", "lm_hard", "lm_causal")
+LM_METHODS = ("lm", "lm_resample", *EXTRA_METHODS)
 TUTORIAL_SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
 FIRST_ORDER = ("adam", "lbfgs", "adam_lbfgs")
 ADAM_LR = 1e-3
@@ -56,6 +61,11 @@ ADAM_LR = 1e-3
 def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
     """Train ``method`` on problem ``name`` for ``budget`` seconds; its error trace."""
     problem = pinn_suite.problem(name)
+    causal = None
+    if method == "lm_hard":
+        problem = pinn_suite.with_built_in(problem)
+    elif method == "lm_causal":
+        problem, causal = pinn_suite.with_causal_weights(problem)
     model = problem.network()
     generator = torch.Generator().manual_seed(0)
     batch = list(problem.batch(generator))
@@ -65,7 +75,7 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
     def loss() -> torch.Tensor:
         return residual.rows(model, params, batch[0], batch[1]).pow(2).mean()
 
-    if method in ("lm", "lm_resample", "lm_tutorial"):
+    if method in LM_METHODS:
         from marquardt.solver import LMA
 
         settings: dict[str, Any] = TUTORIAL_SETTINGS if method == "lm_tutorial" else {}
@@ -75,6 +85,8 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
         def lm_step() -> bool:
             if points is not None:
                 batch[:] = points.next_batch()
+            if causal is not None:
+                causal.update(residual, model, batch[0], batch[1])
             _, terminated = lma.step(batch[0], batch[1])
             return bool(terminated) and points is None
 
@@ -245,6 +257,20 @@ def section(results: dict[str, Any]) -> str:
         "",
         "(steps in parentheses; a first-order step is 10 Adam updates or one L-BFGS call of ≤ 20 iterations)",
     ]
+    extra = [
+        (name, method, entry["runs"][method])
+        for name, entry in results["problems"].items()
+        for method in EXTRA_METHODS
+        if "trace" in entry["runs"].get(method, {})
+    ]
+    if extra:
+        lines += ["", "LM's switchable settings, each beside `lm` on the same problem:", ""]
+        lines += ["| problem | setting | error (steps) | lm |", "|---|---|---|---|"]
+        for name, method, r in extra:
+            lm = results["problems"][name]["runs"].get("lm") or {}
+            lines.append(
+                f"| {name} | {method} | {_final(r):.2g} ({r['steps']}) | {_final(lm):.2g} |"
+            )
     return "\n".join(lines)
 
 

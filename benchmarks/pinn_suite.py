@@ -33,6 +33,7 @@ here (``pinn_references.py``, never downloaded):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,7 +50,13 @@ from pinn_references import (
 )
 from torch import nn
 
-from marquardt.jacobian import Collocation, PointResidual, ResidualGroup
+from marquardt.jacobian import (
+    CausalWeights,
+    Collocation,
+    HardBoundary,
+    PointResidual,
+    ResidualGroup,
+)
 from marquardt.testing.problems import tanh_mlp
 
 Points = dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
@@ -82,6 +89,16 @@ class WithCoefficient(nn.Module):
         return out
 
 
+@dataclass(frozen=True)
+class BuiltIn:
+    """Dirichlet and initial conditions a `HardBoundary` makes exact: u = ``value`` + ``distance``·N,
+    with ``distance`` zero where the conditions hold; the residual groups it makes needless."""
+
+    distance: Callable[[torch.Tensor], torch.Tensor]
+    value: Callable[[torch.Tensor], torch.Tensor] | None
+    groups: tuple[str, ...]
+
+
 @dataclass
 class Problem:
     """One problem of the suite (see the module docstring for the equations and sources).
@@ -103,6 +120,12 @@ class Problem:
     inputs: int = 2
     coefficient: float | None = None
     published: list[tuple[str, float, str]] = field(default_factory=list)
+    #: The side conditions a `HardBoundary` can build in (None: none the suite builds in).
+    built_in: BuiltIn | None = None
+    #: Whether the last input is time on [0, 1] (what `CausalWeights` weighs by).
+    in_time: bool = False
+    #: Wraps the network (`with_built_in`'s `HardBoundary`); None: the plain network.
+    wrap: Callable[[nn.Module], nn.Module] | None = None
 
     def draw(self, generator: torch.Generator, rows: dict[str, int] | None = None) -> Points:
         return self.sampler(rows or self.rows, generator)
@@ -124,6 +147,8 @@ class Problem:
 
     def network(self, seed: int = 0) -> nn.Module:
         net = tanh_network(self.inputs, self.width, self.depth, seed)
+        if self.wrap is not None:
+            net = self.wrap(net)
         return net if self.coefficient is None else WithCoefficient(net, 1.0)
 
     def relative_l2(self, model: nn.Module) -> float:
@@ -224,6 +249,11 @@ def _square(
             "boundary": _square_edge(counts["boundary"], lo, hi, g),
         }
 
+    def distance(p: torch.Tensor) -> torch.Tensor:
+        # Zero on the edge, 1 at the centre.
+        half = ((hi - lo) / 2) ** 2
+        return ((p - lo) * (hi - p)).prod(-1) / half**2
+
     t = torch.linspace(lo, hi, 101, dtype=F64)
     x = torch.cartesian_prod(t, t)
     return Problem(
@@ -233,6 +263,7 @@ def _square(
         rows,
         x,
         exact(x),
+        built_in=BuiltIn(distance, None, ("boundary",)),
         **network,
     )
 
@@ -308,6 +339,12 @@ def burgers() -> Problem:
         published=[
             ("PINN, L-BFGS (9 × 20, 10⁴ points)", 6.7e-4, "Raissi et al. 2019, §3.1"),
         ],
+        built_in=BuiltIn(
+            lambda p: (1 - p[..., 0] ** 2) * p[..., 1],
+            lambda p: -torch.sin(math.pi * p[..., 0]),
+            ("initial", "boundary"),
+        ),
+        in_time=True,
     )
 
 
@@ -366,6 +403,12 @@ def allen_cahn() -> Problem:
         published=[
             ("discrete-time PINN, RK q = 100", 6.99e-3, "Raissi et al. 2019, §4.2"),
         ],
+        built_in=BuiltIn(
+            lambda p: p[..., 1],
+            lambda p: p[..., 0] ** 2 * torch.cos(math.pi * p[..., 0]),
+            ("initial",),
+        ),
+        in_time=True,
     )
 
 
@@ -410,6 +453,12 @@ def heat() -> Problem:
         u,
         width=20,
         depth=2,
+        built_in=BuiltIn(
+            lambda p: 4 * p[..., 0] * (1 - p[..., 0]) * p[..., 1],
+            lambda p: torch.sin(math.pi * p[..., 0]),
+            ("initial", "boundary"),
+        ),
+        in_time=True,
     )
 
 
@@ -447,3 +496,41 @@ def problem(name: str) -> Problem:
     if name not in PROBLEMS:
         raise ValueError(f"unknown PINN problem {name!r}; the suite has {sorted(PROBLEMS)}")
     return PROBLEMS[name]()
+
+
+# -- the switchable remedies ----------------------------------------------------------------
+def with_built_in(problem: Problem) -> Problem:
+    """``problem`` with its side conditions built into the network (`HardBoundary`; Lagaris
+    et al. 1998, Sukumar & Srivastava 2022) and the groups they make exact dropped."""
+    built = problem.built_in
+    if built is None:
+        raise ValueError(f"the problem {problem.name!r} has no conditions the suite builds in")
+    dropped = built.groups
+
+    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
+        points = problem.sampler({**problem.rows, **rows}, g)
+        return {k: v for k, v in points.items() if k not in dropped}
+
+    return dataclasses.replace(
+        problem,
+        residual=PointResidual(*(g for g in problem.residual.groups if g.name not in dropped)),
+        sampler=sampler,
+        rows={k: n for k, n in problem.rows.items() if k not in dropped},
+        built_in=None,
+        wrap=lambda net: HardBoundary(net, built.distance, built.value),
+    )
+
+
+def with_causal_weights(
+    problem: Problem, bins: int = 32, epsilon: float = 1.0
+) -> tuple[Problem, CausalWeights]:
+    """``problem`` with its equation's rows weighed by time bin (`CausalWeights`; Wang,
+    Sankaran & Perdikaris 2022), and the weights to update before each step."""
+    if not problem.in_time:
+        raise ValueError(f"the problem {problem.name!r} has no time to weigh causally")
+    causal = CausalWeights((0.0, 1.0), bins=bins, epsilon=epsilon)
+    groups = (
+        ResidualGroup(g.name, causal.weigh(g.fn), g.weight) if g.name == "pde" else g
+        for g in problem.residual.groups
+    )
+    return dataclasses.replace(problem, residual=PointResidual(*groups)), causal

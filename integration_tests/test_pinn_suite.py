@@ -163,3 +163,56 @@ def test_the_suite_benchmark_compares_lm_with_the_best_first_order_run() -> None
     assert "adam_lbfgs" in rows[1].detail
     text = bench.section(results)
     assert "| heat | 5 | 4 | 3e-05 (3) |" in text and "failed" in text and "a paper" in text
+
+
+BUILT_IN = [name for name in suite.PROBLEMS if suite.problem(name).built_in is not None]
+IN_TIME = [name for name in suite.PROBLEMS if suite.problem(name).in_time]
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_built_in_conditions_hold_for_any_network(name: str) -> None:
+    """The side conditions `with_built_in` drops hold exactly for a random network, and
+    the equation's rows are the same function of the model."""
+    problem = suite.problem(name)
+    assert problem.built_in is not None
+    hard = suite.with_built_in(problem)
+    assert set(hard.rows) == set(problem.rows) - set(problem.built_in.groups)
+    assert {g.name for g in hard.residual.groups} == set(hard.rows)
+    model = hard.network(seed=3)
+    rows = _rows(problem, model)  # every original group, at fresh points
+    for group in problem.built_in.groups:
+        assert rows[group] < 1e-12, (group, rows)
+    assert min(v for k, v in rows.items() if k not in problem.built_in.groups) > 1e-6
+    pde = problem.draw(torch.Generator().manual_seed(2), {n: 16 for n in problem.rows})["pde"]
+    params = dict(model.named_parameters())
+    x, y = hard.residual.batch(pde=pde)
+    torch.testing.assert_close(
+        hard.residual.rows(model, params, x, y), problem.residual.rows(model, params, x, y)
+    )
+    assert problem.relative_l2(model) > 0.05
+
+
+def test_problems_without_built_in_conditions_are_refused() -> None:
+    with pytest.raises(ValueError, match="no conditions the suite builds in"):
+        suite.with_built_in(suite.problem("heat_inverse"))
+    with pytest.raises(ValueError, match="no time to weigh causally"):
+        suite.with_causal_weights(suite.problem("poisson"))
+
+
+@pytest.mark.parametrize("name", IN_TIME)
+def test_causal_weights_weigh_the_equation_rows_by_their_time_bin(name: str) -> None:
+    problem = suite.problem(name)
+    weighted, causal = suite.with_causal_weights(problem, bins=4, epsilon=1.0)
+    model = problem.network(seed=2)
+    x, y = weighted.batch(torch.Generator().manual_seed(0))
+    w = causal.update(weighted.residual, model, x, y)
+    assert float(w[0]) == 1.0 and float(w[-1]) < 1.0
+    assert bool((w[1:] <= w[:-1]).all()), w
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        plain = problem.residual.rows(model, params, x, y).reshape(-1)
+        rows = weighted.residual.rows(model, params, x, y).reshape(-1)
+    pde = y[:, 0] == 0
+    bins = causal.bin_of(x[pde, -1]).long()
+    torch.testing.assert_close(rows[pde], plain[pde] * w[bins].sqrt())
+    torch.testing.assert_close(rows[~pde], plain[~pde])
