@@ -125,7 +125,8 @@ def nystrom_sketch(
 
 def _lower_inverse(factor: torch.Tensor, eye: torch.Tensor) -> torch.Tensor:
     """L⁻¹ of a k × k lower-triangular factor (applied to k × P rows as one product)."""
-    return torch.linalg.solve_triangular(factor, eye, upper=False)
+    inverse: torch.Tensor = torch.linalg.solve_triangular(factor, eye, upper=False)
+    return inverse
 
 
 def _left_singular(
