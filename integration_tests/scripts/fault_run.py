@@ -13,6 +13,8 @@ prints ``fault-nonfinite: rank R step S epoch E batch B``; a finished run prints
 
 from __future__ import annotations
 
+import signal
+
 import torch
 from _launched import command_line, sine_data
 from torch import nn, optim
@@ -26,6 +28,9 @@ Trainer.set_use_grad(True)
 
 
 def main() -> None:
+    # Started from a shell's background job, this process inherits SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler: this run exists to be interrupted.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = command_line(10000, "The last epoch.")
     parser.add_argument("--optimizer", choices=["sgd", "adam"], default="adam")
     parser.add_argument("--lr", type=float, default=1e-3)
