@@ -1,8 +1,8 @@
 """The PINN problem suite: six problems from the literature, each with its residual groups,
 a way to draw collocation points, a reference solution and a relative L2 error.
 
-Every problem is a :class:`Problem`: a ``PointResidual`` whose groups are the equation and
-its side conditions, ``draw(rows, generator)`` (the keyword arguments of
+Every problem is a :class:`Problem` (``pinn_problem.py``): a ``PointResidual`` whose
+groups are the equation and its side conditions, ``draw(rows, generator)`` (the keyword arguments of
 ``PointResidual.batch`` for fresh collocation points), a tanh network of the size the
 benchmark trains, test points with the reference there, and published figures where the
 literature gives them. References are exact where a closed form exists, else computed
@@ -33,14 +33,22 @@ here (``pinn_references.py``, never downloaded):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from pinn_problem import (
+    F64,
+    BuiltIn,
+    Points,
+    Problem,
+    WithCoefficient,
+    tanh_network,
+    with_built_in,
+    with_causal_weights,
+)
 from pinn_references import (
     AC_D,
     AC_GAMMA,
@@ -48,120 +56,18 @@ from pinn_references import (
     allen_cahn_reference,
     burgers_cole_hopf,
 )
-from torch import nn
 
-from marquardt.jacobian import (
-    CausalWeights,
-    Collocation,
-    HardBoundary,
-    PointResidual,
-    ResidualGroup,
-)
-from marquardt.testing.problems import tanh_mlp
+from marquardt.jacobian import PointResidual, ResidualGroup
 
-Points = dict[str, torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
-Sampler = Callable[[int, torch.Generator], torch.Tensor | tuple[torch.Tensor, torch.Tensor]]
-F64 = torch.float64
-
-
-def tanh_network(inputs: int, width: int, depth: int, seed: int = 0) -> nn.Module:
-    """``depth`` hidden tanh layers of ``width``, one output, float64, Xavier-normal weights
-    (Glorot & Bengio 2010, as Raissi et al. 2019 initialise), zero biases."""
-    net = tanh_mlp([inputs, *[width] * depth, 1], seed).double()
-    for m in net:
-        if isinstance(m, nn.Linear):
-            nn.init.xavier_normal_(m.weight)
-            nn.init.zeros_(m.bias)
-    return net
-
-
-class WithCoefficient(nn.Module):
-    """A network ``u(x)`` beside one unknown coefficient of its equation, ``alpha`` (a
-    parameter the fit moves with the weights; residuals read it as ``u.params["alpha"]``)."""
-
-    def __init__(self, net: nn.Module, alpha: float) -> None:
-        super().__init__()
-        self.net = net
-        self.alpha = nn.Parameter(torch.tensor(alpha, dtype=F64))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.net(x)
-        return out
-
-
-@dataclass(frozen=True)
-class BuiltIn:
-    """Dirichlet and initial conditions a `HardBoundary` makes exact: u = ``value`` + ``distance``·N,
-    with ``distance`` zero where the conditions hold; the residual groups it makes needless."""
-
-    distance: Callable[[torch.Tensor], torch.Tensor]
-    value: Callable[[torch.Tensor], torch.Tensor] | None
-    groups: tuple[str, ...]
-
-
-@dataclass
-class Problem:
-    """One problem of the suite (see the module docstring for the equations and sources).
-
-    ``draw(generator)`` returns the keyword arguments of ``residual.batch`` for one set of
-    collocation points (``rows`` per group); ``test_x`` / ``test_u`` are the reference;
-    ``network()`` builds the model the benchmark trains; ``published`` lists
-    ``(method, relative L2 error, source)`` where the literature gives one.
-    """
-
-    name: str
-    residual: PointResidual
-    sampler: Callable[[dict[str, int], torch.Generator], Points]
-    rows: dict[str, int]
-    test_x: torch.Tensor
-    test_u: torch.Tensor
-    width: int
-    depth: int
-    inputs: int = 2
-    coefficient: float | None = None
-    published: list[tuple[str, float, str]] = field(default_factory=list)
-    #: The side conditions a `HardBoundary` can build in (None: none the suite builds in).
-    built_in: BuiltIn | None = None
-    #: Whether the last input is time on [0, 1] (what `CausalWeights` weighs by).
-    in_time: bool = False
-    #: Wraps the network (`with_built_in`'s `HardBoundary`); None: the plain network.
-    wrap: Callable[[nn.Module], nn.Module] | None = None
-
-    def draw(self, generator: torch.Generator, rows: dict[str, int] | None = None) -> Points:
-        return self.sampler(rows or self.rows, generator)
-
-    def batch(self, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.residual.batch(**self.draw(generator))
-
-    def samplers(self) -> dict[str, Sampler]:
-        """One ``sampler(n, generator)`` per group, for ``marquardt.jacobian.Collocation``."""
-
-        def one(name: str) -> Sampler:
-            return lambda n, g: self.sampler({**self.rows, name: n}, g)[name]
-
-        return {name: one(name) for name in self.rows}
-
-    def collocation(self, model: nn.Module | None = None, **options: Any) -> Collocation:
-        """A ``Collocation`` of this problem's groups and rows (``options``: its keywords)."""
-        return Collocation(self.residual, self.samplers(), self.rows, model=model, **options)
-
-    def network(self, seed: int = 0) -> nn.Module:
-        net = tanh_network(self.inputs, self.width, self.depth, seed)
-        if self.wrap is not None:
-            net = self.wrap(net)
-        return net if self.coefficient is None else WithCoefficient(net, 1.0)
-
-    def relative_l2(self, model: nn.Module) -> float:
-        """‖u_θ − u‖₂ / ‖u‖₂ over the test points (for ``heat_inverse``: |α_θ − α| / α)."""
-        if self.coefficient is not None:
-            alpha = float(model.alpha.detach())  # type: ignore[operator]
-            return abs(alpha - self.coefficient) / self.coefficient
-        return self.field_error(model)
-
-    def field_error(self, model: nn.Module) -> float:
-        with torch.no_grad():
-            u = model(self.test_x)[:, 0]
-        return float((u - self.test_u).norm() / self.test_u.norm())
+__all__ = [
+    "PROBLEMS",
+    "Problem",
+    "WithCoefficient",
+    "problem",
+    "tanh_network",
+    "with_built_in",
+    "with_causal_weights",
+]
 
 
 # -- sampling helpers -------------------------------------------------------------------
@@ -496,41 +402,3 @@ def problem(name: str) -> Problem:
     if name not in PROBLEMS:
         raise ValueError(f"unknown PINN problem {name!r}; the suite has {sorted(PROBLEMS)}")
     return PROBLEMS[name]()
-
-
-# -- the switchable remedies ----------------------------------------------------------------
-def with_built_in(problem: Problem) -> Problem:
-    """``problem`` with its side conditions built into the network (`HardBoundary`; Lagaris
-    et al. 1998, Sukumar & Srivastava 2022) and the groups they make exact dropped."""
-    built = problem.built_in
-    if built is None:
-        raise ValueError(f"the problem {problem.name!r} has no conditions the suite builds in")
-    dropped = built.groups
-
-    def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
-        points = problem.sampler({**problem.rows, **rows}, g)
-        return {k: v for k, v in points.items() if k not in dropped}
-
-    return dataclasses.replace(
-        problem,
-        residual=PointResidual(*(g for g in problem.residual.groups if g.name not in dropped)),
-        sampler=sampler,
-        rows={k: n for k, n in problem.rows.items() if k not in dropped},
-        built_in=None,
-        wrap=lambda net: HardBoundary(net, built.distance, built.value),
-    )
-
-
-def with_causal_weights(
-    problem: Problem, bins: int = 32, epsilon: float = 1.0
-) -> tuple[Problem, CausalWeights]:
-    """``problem`` with its equation's rows weighed by time bin (`CausalWeights`; Wang,
-    Sankaran & Perdikaris 2022), and the weights to update before each step."""
-    if not problem.in_time:
-        raise ValueError(f"the problem {problem.name!r} has no time to weigh causally")
-    causal = CausalWeights((0.0, 1.0), bins=bins, epsilon=epsilon)
-    groups = (
-        ResidualGroup(g.name, causal.weigh(g.fn), g.weight) if g.name == "pde" else g
-        for g in problem.residual.groups
-    )
-    return dataclasses.replace(problem, residual=PointResidual(*groups)), causal
