@@ -70,8 +70,34 @@ def run_rows(runs: dict[str, Any]) -> list[Row]:
 
 
 def summary(results: dict[str, Any]) -> list[Row]:
-    """The rows of the comparison, with their targets (recorded in the results)."""
-    return [Row.load(r) for r in results["rows"]]
+    """The rows of the comparison, with their targets (recorded in the results), and the
+    step by the Jacobian's path (``_pinn_step.py``'s results, where recorded)."""
+    return [Row.load(r) for r in results["rows"]] + step_rows()
+
+
+def _step_results() -> dict[str, Any] | None:
+    path = RESULTS_DIR / "pinn_step.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def step_rows() -> list[Row]:
+    """Per shape: the step with the forward Laplacian / the step with ``torch.func.hessian``."""
+    steps = _step_results()
+    if steps is None:
+        return []
+    out = []
+    for shape in steps["shapes"]:
+        ours, earlier = shape["median_s"].values()
+        out.append(
+            row(
+                f"PINN step, forward Laplacian / torch.func.hessian: {shape['label']}",
+                shape["ratio"],
+                steps["target"],
+                detail=f"{ours * 1e3:.0f} ms vs {earlier * 1e3:.0f} ms (P = {shape['params']:,}, "
+                f"{shape['rows']:,} rows)",
+            )
+        )
+    return out
 
 
 def section(results: dict[str, Any]) -> str:
@@ -110,6 +136,28 @@ def section(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {o['hessian']} | {o['order_over_theta']} | {o['explicit_s'] * 1e3:.0f} ms | "
                 f"{o['accumulate_s'] * 1e3:.0f} ms |"
+            )
+    steps = _step_results()
+    if steps is not None:
+        m = steps["machine"]
+        lines += [
+            "",
+            "The LM step by the Jacobian's path (`_pinn_step.py`): the forward Laplacian against "
+            "`torch.func.hessian` at every point, the same weights and points, steps taken in "
+            f"turn, medians of {steps['shapes'][0]['steps']}; {m['cpu']}, load "
+            f"{steps['load_before']:.1f} → {steps['load_after']:.1f}:",
+            "",
+            "| shape | P | rows | forward Laplacian | torch.func.hessian | ratio | Gram floor "
+            "(`syrk` + Cholesky) | parts (ours; earlier) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for shape in steps["shapes"]:
+            ours, earlier = shape["median_s"].values()
+            parts = "; ".join(shape["parts"].values())
+            lines.append(
+                f"| {shape['label']} | {shape['params']:,} | {shape['rows']:,} | "
+                f"{ours * 1e3:.0f} ms | {earlier * 1e3:.0f} ms | {shape['ratio']:.2f}× | "
+                f"{shape['gram_floor_s'] * 1e3:.0f} ms | {parts} |"
             )
     lines += [
         "",

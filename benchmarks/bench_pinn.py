@@ -24,6 +24,7 @@ its memory; with ``--device cuda``, the peak of CUDA memory allocated over the s
 
     python benchmarks/run_all.py pinn [--quick] [--device cuda]
     python benchmarks/_child.py _pinn_orders main '[false, "cpu"]'   # the Jacobian orders
+    python benchmarks/_child.py _pinn_step main '[false]'   # the step by the Jacobian's path
 """
 
 from __future__ import annotations
@@ -264,6 +265,9 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
         for k, v in runs.items()
     }
 
+    if torch.device(device).type == "cpu":
+        path, error = _child_process.call("_pinn_step", "main", [quick], timeout=900)
+        print(f"the step by the Jacobian's path: {path or error}", flush=True)
     rows = report.run_rows(runs)
     results["rows"] = [r.record() for r in rows]
     report.figures(runs, c.suffix(quick, device), results)

@@ -16,7 +16,8 @@ here (``pinn_references.py``, never downloaded):
   mitigating gradient flow pathologies in physics-informed neural networks", SIAM J. Sci.
   Comput. 43, §2.3).
 * ``burgers``: u_t + u u_x = ν u_xx on [−1, 1] × [0, 1], ν = 0.01/π, u(x, 0) = −sin(πx),
-  u(±1, t) = 0 (Raissi, Perdikaris & Karniadakis 2019, J. Comput. Phys. 378, §3.1);
+  u(±1, t) = 0 (Raissi, Perdikaris & Karniadakis 2019, J. Comput. Phys. 378, §3.1), on
+  8,000 equation points (the paper's 10⁴ is the scale the shock needs);
   reference: the Cole–Hopf solution, its two integrals by Gauss–Hermite quadrature
   (Basdevant et al. 1986, Computers & Fluids 14).
 * ``allen_cahn``: u_t − 10⁻⁴ u_xx + 5u³ − 5u = 0 on [−1, 1] × [0, 1], u(x, 0) = x² cos(πx),
@@ -33,6 +34,7 @@ here (``pinn_references.py``, never downloaded):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -174,9 +176,22 @@ def _square(
     )
 
 
+#: Energy natural gradient descent's accuracy on its PINN examples, the paper's own range.
+ENGD = ("ENGD; 1e-6 to 1e-8 over its examples, upper end shown", 1e-6, "Müller & Zeinhofer 2023")
+
+
 def poisson() -> Problem:
     rows = {"pde": 400, "boundary": 100}
-    return _square("poisson", _poisson_pde, poisson_exact, (0.0, 1.0), rows, width=20, depth=2)
+    return _square(
+        "poisson",
+        _poisson_pde,
+        poisson_exact,
+        (0.0, 1.0),
+        rows,
+        width=20,
+        depth=2,
+        published=[ENGD],
+    )
 
 
 # -- 2-D Helmholtz -------------------------------------------------------------------------
@@ -237,7 +252,9 @@ def burgers() -> Problem:
             ResidualGroup("boundary", _zero),
         ),
         sampler,
-        {"pde": 1000, "initial": 100, "boundary": 100},
+        # The shock at x = 0 needs the points: with 1,000 LM stayed at 0.22 for 300 s,
+        # with 8,000 it reached 1e-3 in 120 s (Raissi et al. take 10⁴).
+        {"pde": 8000, "initial": 100, "boundary": 100},
         test_x,
         torch.tensor(ref.ravel(), dtype=F64),
         width=20,
@@ -359,6 +376,7 @@ def heat() -> Problem:
         u,
         width=20,
         depth=2,
+        published=[ENGD],
         built_in=BuiltIn(
             lambda p: 4 * p[..., 0] * (1 - p[..., 0]) * p[..., 1],
             lambda p: torch.sin(math.pi * p[..., 0]),
@@ -397,8 +415,19 @@ PROBLEMS: dict[str, Callable[[], Problem]] = {
 }
 
 
+def helmholtz_wide() -> Problem:
+    """Helmholtz on a network past P × P: three hidden layers of 256 (P = 132,609) on the
+    same 1,100 rows, so that the Gauss–Newton system is solved in residual space."""
+    return dataclasses.replace(helmholtz(), name="helmholtz_wide", width=256)
+
+
+#: Run only when named: the PINNs past P × P (LM against Adam at equal time).
+LARGE: dict[str, Callable[[], Problem]] = {"helmholtz_wide": helmholtz_wide}
+
+
 def problem(name: str) -> Problem:
-    """The problem called ``name`` (one of :data:`PROBLEMS`)."""
-    if name not in PROBLEMS:
-        raise ValueError(f"unknown PINN problem {name!r}; the suite has {sorted(PROBLEMS)}")
-    return PROBLEMS[name]()
+    """The problem called ``name`` (one of :data:`PROBLEMS` or :data:`LARGE`)."""
+    known = {**PROBLEMS, **LARGE}
+    if name not in known:
+        raise ValueError(f"unknown PINN problem {name!r}; the suite has {sorted(known)}")
+    return known[name]()

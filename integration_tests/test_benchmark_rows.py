@@ -83,3 +83,48 @@ def test_a_group_stands_for_its_members_that_run_on_the_device() -> None:
 
     assert registry.expand(["pinn"]) == ["pinn", "pinn_suite"]
     assert registry.expand(["pinn", "scale"], "cuda") == ["pinn", "scale"]
+
+
+def test_the_pinn_step_rows_come_from_the_step_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import _pinn_report as report
+
+    monkeypatch.setattr(report, "RESULTS_DIR", tmp_path)
+    assert report.step_rows() == []  # nothing recorded: no rows, no section
+    shape = {
+        "label": "helmholtz (suite)",
+        "params": 1981,
+        "rows": 1100,
+        "steps": 7,
+        "median_s": {"forward Laplacian": 0.06, "torch.func.hessian (earlier)": 0.1},
+        "parts": {"forward Laplacian": "accumulate", "torch.func.hessian (earlier)": "accumulate"},
+        "ratio": 0.6,
+        "gram_floor_s": 0.04,
+    }
+    steps = {"machine": {"cpu": "test CPU"}, "target": 0.3, "load_before": 1.0, "load_after": 1.5}
+    (tmp_path / "pinn_step.json").write_text(json.dumps({**steps, "shapes": [shape]}))
+    (only,) = report.step_rows()
+    assert only.verdict == "MISS" and only.value == pytest.approx(0.6)
+    assert only.detail.startswith("60 ms vs 100 ms (P = 1,981, 1,100 rows)")
+    text = report.section(
+        {
+            "machine": {"cpu": "test CPU", "load_average_1min": 1.0},
+            "runs": {
+                "ours": {
+                    "params": 5,
+                    "rows": 4,
+                    "trace": [[1.0, 1e-3]],
+                    "steps": 2,
+                    "step_median_s": 0.1,
+                    "memory_mib": 3,
+                }
+            },
+            "budget_s": 1.0,
+            "adam_lr": 0.01,
+            "adam_tuning": {"0.01": 1.0},
+        }
+    )
+    assert "| helmholtz (suite) | 1,981 | 1,100 | 60 ms | 100 ms | 0.60× | 40 ms |" in text
