@@ -133,7 +133,7 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
     with torch.no_grad():
         rms = float(loss().sqrt()) if math.isfinite(trace[-1][1]) else float("nan")
     return {
-        "trace": trace,
+        "trace": thin(trace),
         "steps": len(times),
         "step_median_s": statistics.median(times) if times else float("nan"),
         "params": sum(p.numel() for p in model.parameters()),
@@ -142,6 +142,22 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
         "field_error": problem.field_error(model),
         "stop": stop,
     }
+
+
+def thin(trace: list[tuple[float, float]], keep: int = 100) -> list[tuple[float, float]]:
+    """At most about ``keep`` points of ``trace``, evenly spaced in time, the first and
+    the last kept (a 300-s LM run takes thousands of steps)."""
+    if len(trace) <= keep:
+        return trace
+    gap = trace[-1][0] / keep
+    out, mark = [], -1.0
+    for when, err in trace:
+        if when >= mark:
+            out.append((when, err))
+            mark = when + gap
+    if out[-1] != trace[-1]:
+        out.append(trace[-1])
+    return out
 
 
 def child(name: str, method: str, budget: float) -> dict[str, Any]:
@@ -232,16 +248,9 @@ def rows(results: dict[str, Any]) -> list[Row]:
         runs = entry["runs"]
         lm_name, lm = _best(runs, ("lm", "lm_resample"))
         if name in pinn_suite.LARGE:
-            adam = _final(runs.get("adam"))
             params = (runs.get("lm") or {}).get("params", 0)
-            rows.append(
-                row(
-                    f"pinn_suite: {name} (P = {params:,}), LM / Adam at equal time",
-                    lm / adam if adam > 0 else float("nan"),
-                    1.0,
-                    detail=f"{lm:.3g} vs {adam:.3g}",
-                )
-            )
+            what = f"pinn_suite: {name} (P = {params:,}), LM / Adam at equal time"
+            rows.append(_ratio(what, lm, "adam", _final(runs.get("adam")), 1.0))
             continue
         notes = [f"{lm_name}"]
         switch, switched = _best(runs, EXTRA_METHODS)
@@ -261,15 +270,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
         if not any(m in runs for m in FIRST_ORDER):
             continue
         best_name, best = _best(runs, FIRST_ORDER)
-        rows.append(
-            row(
-                f"pinn_suite: {name}, LM / best first-order",
-                lm / best if best > 0 else float("nan"),
-                0.01,
-                detail=f"{lm:.3g} vs {best_name} {best:.3g}",
-            )
-        )
+        rows.append(_ratio(f"pinn_suite: {name}, LM / best first-order", lm, best_name, best, 0.01))
     return rows
+
+
+def _ratio(what: str, lm: float, other_name: str, other: float, target: float) -> Row:
+    """The row of LM's error over another method's, against ``target``."""
+    ratio = lm / other if other > 0 else float("nan")
+    return row(what, ratio, target, detail=f"{lm:.3g} vs {other_name} {other:.3g}")
 
 
 def section(results: dict[str, Any]) -> str:
