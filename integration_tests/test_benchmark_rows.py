@@ -109,6 +109,9 @@ def test_the_pinn_step_rows_come_from_the_step_results(
     (only,) = report.step_rows()
     assert only.verdict == "MISS" and only.value == pytest.approx(0.6)
     assert only.detail.startswith("60 ms vs 100 ms (P = 1,981, 1,100 rows)")
+    # they are the CPU's figures: a GPU's report leaves them out
+    assert report.summary({"rows": [], "machine": {"cpu": "test CPU"}}) == [only]
+    assert report.summary({"rows": [], "machine": {"cpu": "test CPU", "gpu": "H100"}}) == []
     text = report.section(
         {
             "machine": {"cpu": "test CPU", "load_average_1min": 1.0},
