@@ -72,8 +72,13 @@ def run_rows(runs: dict[str, Any]) -> list[Row]:
 def summary(results: dict[str, Any]) -> list[Row]:
     """The rows of the comparison, with their targets (recorded in the results), and, for a
     CPU's results, the step by the Jacobian's path (``_pinn_step.py``'s, where recorded)."""
-    on_cpu = "gpu" not in results["machine"]  # the step rows are the CPU's figures
-    return [Row.load(r) for r in results["rows"]] + (step_rows() if on_cpu else [])
+    return [Row.load(r) for r in results["rows"]] + (step_rows() if _on_cpu(results) else [])
+
+
+def _on_cpu(results: dict[str, Any]) -> bool:
+    """Whether ``results`` are a CPU's: only their report shows the step by the Jacobian's
+    path, whose figures are the CPU's."""
+    return "gpu" not in results["machine"]
 
 
 def _step_results() -> dict[str, Any] | None:
@@ -138,7 +143,7 @@ def section(results: dict[str, Any]) -> str:
                 f"| {o['hessian']} | {o['order_over_theta']} | {o['explicit_s'] * 1e3:.0f} ms | "
                 f"{o['accumulate_s'] * 1e3:.0f} ms |"
             )
-    steps = _step_results() if "gpu" not in m else None
+    steps = _step_results() if _on_cpu(results) else None
     if steps is not None:
         m = steps["machine"]
         lines += [

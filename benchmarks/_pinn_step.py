@@ -83,7 +83,7 @@ def measure(label: str, name: str, rows: dict[str, int] | None, steps: int) -> d
                 f"assembly {report.seconds_assembly * 1e3:.0f} ms, "
                 f"solve {report.seconds_solve * 1e3:.0f} ms"
             )
-    params = sum(p.numel() for p in problem.network().parameters())
+    params = sum(p.numel() for p in model.parameters())
     medians = {path: statistics.median(t) for path, t in times.items()}
     floor = _gram_floor(int(x.shape[0]), params, steps)
     ours, earlier = medians.values()

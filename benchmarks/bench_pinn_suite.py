@@ -252,7 +252,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
             what = f"pinn_suite: {name} (P = {params:,}), LM / Adam at equal time"
             rows.append(_ratio(what, lm, "adam", _final(runs.get("adam")), 1.0))
             continue
-        notes = [f"{lm_name}"]
+        notes = [lm_name]
         switch, switched = _best(runs, EXTRA_METHODS)
         if math.isfinite(switched):
             notes.append(f"best switch {switch} {switched:.2g}")

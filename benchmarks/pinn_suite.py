@@ -62,9 +62,11 @@ from pinn_references import (
 from marquardt.jacobian import PointResidual, ResidualGroup
 
 __all__ = [
+    "LARGE",
     "PROBLEMS",
     "Problem",
     "WithCoefficient",
+    "helmholtz_wide",
     "problem",
     "tanh_network",
     "with_built_in",
