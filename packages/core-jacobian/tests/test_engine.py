@@ -108,7 +108,7 @@ def test_accumulate_in_float64_from_float32_model() -> None:
     assert engine.accumulate(problem.x.float(), problem.y.float()).jtj.dtype == torch.float32
 
 
-@pytest.mark.parametrize("kernel", ["torch", "numpy"])
+@pytest.mark.parametrize("kernel", ["torch", "numpy", "numpy-threads"])
 def test_gram_kernels_agree(kernel: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", kernel)
     problem = make_problem("multi_output")

@@ -60,8 +60,8 @@ def accumulate_products(
     def job(dev: int, lo: int, hi: int) -> None:
         replica = replicas[dev]
         if dev not in accumulators:
-            accumulators[dev] = GramAccumulator(params, replica.device, dtype)
             rows = min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample
+            accumulators[dev] = GramAccumulator(params, replica.device, dtype, rows)
             chunk_buffers[dev] = (
                 workspaces.get(dev, rows, params, replicas.dtype, replica.device)
                 if MODE_TABLE[plan.mode].writes_out

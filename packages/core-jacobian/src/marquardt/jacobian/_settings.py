@@ -13,7 +13,8 @@
     GPU (asked of CUDA only when a GPU is actually used, never at import).
 ``MARQUARDT_JACOBIAN_GRAM_KERNEL``
     The kernel that forms ``J_sᵀJ_s`` on CPU in the accumulate strategy: ``torch``,
-    ``numpy`` or ``auto`` (default: the blocked upper-triangle torch kernel on CPU).
+    ``numpy``, ``numpy-threads`` or ``auto`` (default: a fixed rule on the shape and the
+    torch thread count, ``_gram``).
 ``MARQUARDT_JACOBIAN_HOST_HEAP``
     ``keep`` (default) raises glibc's mmap and trim thresholds once, when an engine first
     computes on the CPU, so the host memory each step frees is reused by the next instead
@@ -93,8 +94,10 @@ def _one_of(name: str, default: str, allowed: tuple[str, ...], meaning: str) -> 
 
 
 def gram_kernel() -> str:
-    """``torch``, ``numpy`` or ``auto`` (the default)."""
-    return _one_of(ENV_GRAM_KERNEL, "auto", ("auto", "torch", "numpy"), "the JᵀJ kernel")
+    """``torch``, ``numpy``, ``numpy-threads`` or ``auto`` (the default)."""
+    return _one_of(
+        ENV_GRAM_KERNEL, "auto", ("auto", "torch", "numpy", "numpy-threads"), "the JᵀJ kernel"
+    )
 
 
 def host_heap() -> str:
