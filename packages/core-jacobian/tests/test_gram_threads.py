@@ -3,7 +3,9 @@ the fixed rule that chooses it, and its pool in a forked child."""
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -115,3 +117,54 @@ def test_a_forked_child_gets_a_pool_of_its_own() -> None:
         pytest.fail("the threaded Gram kernel hung in a forked child")
     assert child.exitcode == 0
     assert queue.get(timeout=5) < 1e-9
+
+
+def _spin_holders() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "marquardt-openmp-spin"]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_short_spin_ends_soon_after_its_last_block(
+    fails: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One holder thread (and its OpenMP team) serves consecutive blocks, even ones that
+    # raise, and ends HOLD_SECONDS after the last: left alive, the short spin would slow
+    # every later torch kernel of the process.
+    monkeypatch.setattr(_gram_threads, "HOLD_SECONDS", 0.2)
+    holders = []
+    for _ in range(3):
+        with contextlib.suppress(ZeroDivisionError), _gram_threads.short_openmp_spin():
+            holders += _spin_holders()
+            if fails:
+                _ = 1 / 0
+    assert len(holders) == 3 and len(set(holders)) == 1
+    assert holders[0].is_alive()  # held a while after the block
+    holders[0].join(timeout=10)
+    assert not holders[0].is_alive()
+    assert _spin_holders() == []
+    with _gram_threads.short_openmp_spin(active=False):
+        assert _spin_holders() == []
+
+
+def test_an_accumulation_leaves_no_thread_behind(
+    two_threads: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, x, y = _mlp_problem()
+    engine = JacobianEngine(Replicas(model, ["cpu"]), lambda out, t: out - t)
+    before = {t.name for t in threading.enumerate()}
+    seen: list[int] = []
+    real_add = GramAccumulator.add
+
+    def add(self: GramAccumulator, jac: torch.Tensor, res: torch.Tensor) -> None:
+        seen.append(len(_spin_holders()))
+        real_add(self, jac, res)
+
+    monkeypatch.setattr(GramAccumulator, "add", add)
+    monkeypatch.setattr(_gram_threads, "HOLD_SECONDS", 0.2)
+    engine.accumulate(x, y)
+    assert seen == [1]  # the short spin held while the threaded kernel ran
+    for holder in _spin_holders():
+        holder.join(timeout=10)
+    assert {t.name for t in threading.enumerate()} - before <= {
+        f"marquardt-gram_{i}" for i in range(8)
+    }

@@ -13,10 +13,11 @@ from collections.abc import Callable
 
 import torch
 
+from . import _gram_threads
 from ._columns import ColumnSubset
 from ._errors import ResidualNotFiniteError, message
 from ._forward import forward_slices
-from ._gram import GramAccumulator
+from ._gram import GramAccumulator, choose_kernel
 from ._modes import MODE_TABLE
 from ._planner import JacobianPlan
 from ._points import AnyResidual
@@ -52,6 +53,12 @@ def accumulate_products(
     ``k`` columns are ever formed.
     """
     params = replicas.num_params if columns is None else columns.size
+    # The rows of a full chunk, which choose the Gram kernel.
+    chunk_rows = min(plan.samples_per_chunk, size, batch) * plan.outputs_per_sample
+    threaded = any(
+        choose_kernel(device, params, chunk_rows, dtype) == "numpy-threads"
+        for device in replicas.devices
+    )
     accumulators: dict[int, GramAccumulator] = {}
     chunk_buffers: dict[int, torch.Tensor | None] = {}
     start = time.perf_counter()
@@ -60,8 +67,8 @@ def accumulate_products(
     def job(dev: int, lo: int, hi: int) -> None:
         replica = replicas[dev]
         if dev not in accumulators:
+            accumulators[dev] = GramAccumulator(params, replica.device, dtype, chunk_rows)
             rows = min(plan.samples_per_chunk, hi - lo) * plan.outputs_per_sample
-            accumulators[dev] = GramAccumulator(params, replica.device, dtype, rows)
             chunk_buffers[dev] = (
                 workspaces.get(dev, rows, params, replicas.dtype, replica.device)
                 if MODE_TABLE[plan.mode].writes_out
@@ -79,7 +86,10 @@ def accumulate_products(
             gram_seconds[dev] += time.perf_counter() - t0
 
     jobs = [(lambda dev, lo=lo, hi=hi: job(dev, lo, hi)) for lo, hi in slice_ranges(batch, size)]
-    workers.run_all(jobs)
+    # The threaded kernel's spin rule spans the Jacobian too: its last kernel's workers
+    # are the ones that would spin beside the syrk.
+    with _gram_threads.short_openmp_spin(threaded):
+        workers.run_all(jobs)
     t_reduce = time.perf_counter()
     home = replicas.devices[0]
     accs = [accumulators[i] for i in sorted(accumulators)]

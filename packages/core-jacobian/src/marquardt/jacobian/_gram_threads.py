@@ -10,15 +10,16 @@ P = 769, N = 10⁴; benchmarks/NOTES.md). The threads here wait on a queue, not 
 The other side of the same contention: torch's OpenMP workers spin after each parallel
 kernel (GNU libgomp's ``GOMP_SPINCOUNT``, 300,000 spins by default, a few milliseconds),
 and while the Jacobian's last kernel's workers spin the ``syrk`` threads get less than
-their cores. libgomp shortens the spin to 1,000 spins when it manages more threads than
-there are CPUs (its documented rule), so each worker thread here runs one small parallel
-torch kernel when it starts: its own OpenMP team, sleeping otherwise, makes that so when
-torch's threads already fill the CPUs. The effect is process-wide, and measured: torch's
-kernels in an LM step take the same time with it (benchmarks/NOTES.md).
+their cores. libgomp shortens the spin to 1,000 spins while it manages more threads than
+there are CPUs (its documented rule). `short_openmp_spin` makes that so while
+accumulations with this kernel go on: a thread runs one small parallel torch kernel (an
+OpenMP team of its own, which sleeps) and exits ``HOLD_SECONDS`` after the last of them,
+which gives the team back. Not for longer: torch's own short kernels, as in the step of a
+small network, run slower with the short spin (a 1-64-1 step 6.7 → 8.3 ms measured).
 
 Needs NumPy and ``threadpoolctl`` (to hold NumPy's BLAS at one thread during the call);
-`available` says whether both import. The pool is rebuilt in a forked child, whose copy of
-the parent's threads does not exist.
+`available` says whether both import. A forked child starts afresh: the parent's threads
+do not exist there.
 """
 
 from __future__ import annotations
@@ -27,19 +28,46 @@ import importlib
 import itertools
 import os
 import threading
+import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-__all__ = ["MIN_PIECE_ROWS", "available", "gram_pieces", "pieces_for"]
+__all__ = [
+    "HOLD_SECONDS",
+    "MIN_PIECE_ROWS",
+    "available",
+    "gram_pieces",
+    "pieces_for",
+    "short_openmp_spin",
+]
 
 #: Fewer rows than this per piece make the pieces' start-up and their sum cost more than
 #: the second core gains (measured at P = 769: 1,000 rows split in two ran no faster).
 MIN_PIECE_ROWS = 1000
 
+#: How long the short spin outlives the last block that asked for it.
+HOLD_SECONDS = 1.0
+
 _lock = threading.Lock()
-_state: dict[str, Any] = {}
+_held = threading.Condition()
+_state: dict[str, Any] = {"open": 0, "hold_until": 0.0, "holder": None}
+
+
+def _after_fork_in_child() -> None:
+    # The parent's threads do not exist here, and a lock another thread held may be held.
+    global _lock, _held
+    _lock = threading.Lock()
+    _held = threading.Condition()
+    _state.update({"open": 0, "hold_until": 0.0, "holder": None})
+    _state.pop("pool", None)
+    _state.pop("pool_workers", None)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _modules() -> tuple[Any, Any] | None:
@@ -66,22 +94,58 @@ def pieces_for(rows: int, threads: int) -> int:
     return max(1, min(threads, rows // MIN_PIECE_ROWS))
 
 
-def _shorten_openmp_spin() -> None:
-    """Pool initializer: one parallel torch kernel, so that this thread owns an OpenMP team."""
-    torch.ones(1 << 18).sum()
+def _hold() -> None:
+    """The holder thread: one parallel torch kernel (an OpenMP team of its own, which then
+    sleeps), then wait until ``HOLD_SECONDS`` have passed with no block open."""
+    torch.ones(1 << 18, device="cpu").sum()
+    with _held:
+        while True:
+            left = _state["hold_until"] - time.monotonic()
+            if _state["open"] == 0 and left <= 0:
+                _state["holder"] = None
+                return
+            _held.wait(timeout=max(left, 0.01) if _state["open"] == 0 else None)
+
+
+@contextmanager
+def short_openmp_spin(active: bool = True) -> Iterator[None]:
+    """While the block runs (and ``active``), and for ``HOLD_SECONDS`` after the last such
+    block, libgomp spins 1,000 times, not 300,000, before a waiting OpenMP worker sleeps
+    (see the module's docstring).
+
+    The holder thread starts its team while the block's own work begins (waiting for it
+    cost 2 ms a step: the cores are busy with the workers still spinning from earlier
+    kernels). It outlives the block by ``HOLD_SECONDS`` so that the steps of one fit do
+    not start a thread each (1 ms a step measured), and then ends, which gives the team
+    back.
+    """
+    if not active:
+        yield
+        return
+    with _held:
+        _state["open"] += 1
+        holder = _state.get("holder")
+        if holder is None or not holder.is_alive():
+            holder = threading.Thread(target=_hold, name="marquardt-openmp-spin", daemon=True)
+            _state["holder"] = holder
+            holder.start()
+    try:
+        yield
+    finally:
+        with _held:
+            _state["open"] -= 1
+            _state["hold_until"] = time.monotonic() + HOLD_SECONDS
+            _held.notify_all()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """The pool of ``workers`` threads, made anew when the size or the process changed."""
+    """The pool of ``workers`` threads, made anew when the size changed (or after a fork)."""
     with _lock:
-        key = (workers, os.getpid())
-        if _state.get("pool_key") != key:
+        if _state.get("pool_workers") != workers:
             _state["pool"] = ThreadPoolExecutor(
-                max_workers=workers,
-                thread_name_prefix="marquardt-gram",
-                initializer=_shorten_openmp_spin,
+                max_workers=workers, thread_name_prefix="marquardt-gram"
             )
-            _state["pool_key"] = key
+            _state["pool_workers"] = workers
         pool: ThreadPoolExecutor = _state["pool"]
         return pool
 
