@@ -42,15 +42,18 @@ def two_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.mark.parametrize("pieces", [1, 2, 3])
 def test_pieces_give_the_gram_product(dtype: torch.dtype, pieces: int) -> None:
     gen = torch.Generator().manual_seed(pieces)
-    jac = torch.randn(3001, 40, generator=gen, dtype=dtype)
-    res = torch.randn(3001, generator=gen, dtype=dtype)
-    jtj, jtr = _gram_threads.gram_pieces(jac, res, pieces)
-    j64, r64 = jac.double(), res.double()
-    tol = 1e-12 if dtype == torch.float64 else 2e-4
-    torch.testing.assert_close(jtj.double(), j64.T @ j64, rtol=tol, atol=tol * 3001)
-    torch.testing.assert_close(jtr.double(), j64.T @ r64, rtol=tol, atol=tol * 3001)
-    assert jtj.dtype == dtype and jtr.dtype == dtype
-    assert torch.equal(jtj, jtj.T)
+    buffers = _gram_threads.PieceBuffers(40, dtype)
+    # Twice with the same buffers: each call's products, not a running sum.
+    for rows in (3001, 2500):
+        jac = torch.randn(rows, 40, generator=gen, dtype=dtype)
+        res = torch.randn(rows, generator=gen, dtype=dtype)
+        jtj, jtr = _gram_threads.gram_pieces(jac, res, pieces, buffers)
+        j64, r64 = jac.double(), res.double()
+        tol = 1e-12 if dtype == torch.float64 else 2e-4
+        torch.testing.assert_close(jtj.double(), j64.T @ j64, rtol=tol, atol=tol * rows)
+        torch.testing.assert_close(jtr.double(), j64.T @ r64, rtol=tol, atol=tol * rows)
+        assert jtj.dtype == dtype and jtr.dtype == dtype
+        assert torch.equal(jtj, jtj.T)
 
 
 def test_the_rule_is_fixed_on_shape_and_threads(
@@ -97,7 +100,8 @@ def _in_child(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     # Checked in NumPy: torch's own parallel kernels may not run in a child forked after
     # the parent ran one (its OpenMP pool is the parent's), whatever this kernel does.
     jac = torch.arange(6000.0, dtype=torch.float64).reshape(2000, 3) / 1000
-    jtj, _ = _gram_threads.gram_pieces(jac, torch.ones(2000, dtype=torch.float64), 2)
+    ones = torch.ones(2000, dtype=torch.float64)
+    jtj, _ = _gram_threads.gram_pieces(jac, ones, 2, _gram_threads.PieceBuffers(3, jac.dtype))
     a = jac.numpy()
     queue.put(float(abs(jtj.numpy() - a.T @ a).max()))
 
@@ -106,7 +110,8 @@ def test_a_forked_child_gets_a_pool_of_its_own() -> None:
     # The parent's pool threads do not exist in a forked child: reusing the pool there
     # would wait for ever.
     jac = torch.ones(2000, 3, dtype=torch.float64)
-    _gram_threads.gram_pieces(jac, torch.ones(2000, dtype=torch.float64), 2)
+    ones = torch.ones(2000, dtype=torch.float64)
+    _gram_threads.gram_pieces(jac, ones, 2, _gram_threads.PieceBuffers(3, jac.dtype))
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_in_child, args=(queue,))

@@ -120,6 +120,7 @@ class GramAccumulator:
         self.device = device
         self.dtype = dtype
         self.kernel = choose_kernel(device, params, rows, dtype)
+        self._pieces = _gram_threads.PieceBuffers(params, dtype)
         self.jtj = torch.zeros(params, params, device=device, dtype=dtype)
         self.jtr = torch.zeros(params, device=device, dtype=dtype)
         self.rss = torch.zeros((), device=device, dtype=dtype)
@@ -136,7 +137,7 @@ class GramAccumulator:
         if self.kernel == "numpy-threads":
             threads = torch.get_num_threads()
             jtj, jtr = _gram_threads.gram_pieces(
-                j, r, _gram_threads.pieces_for(int(r.numel()), threads)
+                j, r, _gram_threads.pieces_for(int(r.numel()), threads), self._pieces
             )
             self.jtj.add_(jtj)
             self.jtr.add_(jtr)

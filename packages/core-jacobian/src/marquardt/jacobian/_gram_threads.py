@@ -39,6 +39,7 @@ import torch
 __all__ = [
     "HOLD_SECONDS",
     "MIN_PIECE_ROWS",
+    "PieceBuffers",
     "available",
     "gram_pieces",
     "pieces_for",
@@ -49,8 +50,10 @@ __all__ = [
 #: the second core gains (measured at P = 769: 1,000 rows split in two ran no faster).
 MIN_PIECE_ROWS = 1000
 
-#: How long the short spin outlives the last block that asked for it.
-HOLD_SECONDS = 1.0
+#: How long the short spin outlives the last block that asked for it: longer than the
+#: solve and trial between two steps of one fit, short enough that other torch work
+#: soon after (a small network's fit) runs with the usual spin.
+HOLD_SECONDS = 0.1
 
 _lock = threading.Lock()
 _held = threading.Condition()
@@ -116,8 +119,8 @@ def short_openmp_spin(active: bool = True) -> Iterator[None]:
     The holder thread starts its team while the block's own work begins (waiting for it
     cost 2 ms a step: the cores are busy with the workers still spinning from earlier
     kernels). It outlives the block by ``HOLD_SECONDS`` so that the steps of one fit do
-    not start a thread each (1 ms a step measured), and then ends, which gives the team
-    back.
+    not start a thread each (1–2 ms a step at P = 769, N = 10⁴), and then ends, which
+    gives the team back.
     """
     if not active:
         yield
@@ -150,16 +153,43 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return pool
 
 
-def _piece(numpy: Any, a: Any, r: Any) -> tuple[Any, Any]:
-    # ``a.T @ a`` of a C-contiguous ``a`` is NumPy's syrk; both products release the GIL.
-    return a.T @ a, numpy.matmul(r, a)
+def _piece(numpy: Any, a: Any, r: Any, out: tuple[Any, Any]) -> None:
+    # ``a.T @ a`` of a C-contiguous ``a`` is NumPy's syrk (``out`` or not); both products
+    # release the GIL.
+    numpy.matmul(a.T, a, out=out[0])
+    numpy.matmul(r, a, out=out[1])
+
+
+class PieceBuffers:
+    """The ``(J_kᵀJ_k, J_kᵀr_k)`` arrays of each piece, made once per accumulation and
+    reused for every chunk of it (a step over 10⁶ rows in chunks of 10⁴ would otherwise
+    make 200 new ``P × P`` arrays)."""
+
+    def __init__(self, params: int, dtype: torch.dtype) -> None:
+        self.params = params
+        self.dtype = dtype
+        self._arrays: list[tuple[Any, Any]] = []
+
+    def get(self, pieces: int) -> list[tuple[Any, Any]]:
+        """The arrays of ``pieces`` pieces (made on first use)."""
+        modules = _modules()
+        assert modules is not None
+        numpy = modules[0]
+        kind = numpy.float32 if self.dtype == torch.float32 else numpy.float64
+        while len(self._arrays) < pieces:
+            self._arrays.append(
+                (numpy.empty((self.params, self.params), kind), numpy.empty(self.params, kind))
+            )
+        return self._arrays[:pieces]
 
 
 def gram_pieces(
-    jacobian: torch.Tensor, residuals: torch.Tensor, pieces: int
+    jacobian: torch.Tensor, residuals: torch.Tensor, pieces: int, buffers: PieceBuffers
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(JᵀJ, Jᵀr)`` of one chunk (rows × P, float32 or float64, on CPU), formed in
     ``pieces`` row pieces on as many threads (the caller's and ``pieces - 1`` others).
+
+    The results are views of ``buffers``' first arrays: add them up before the next call.
 
     Raises:
         RuntimeError: NumPy or ``threadpoolctl`` is missing (see `available`).
@@ -173,15 +203,20 @@ def gram_pieces(
     rows = int(a.shape[0])
     edges = [round(i * rows / pieces) for i in range(pieces + 1)]
     spans = list(itertools.pairwise(edges))
+    outs = buffers.get(pieces)
     with controller.limit(limits=1, user_api="blas"):
-        futures: list[Future[tuple[Any, Any]]] = []
+        futures: list[Future[None]] = []
         if pieces > 1:
             pool = _pool(pieces - 1)
-            futures = [pool.submit(_piece, numpy, a[lo:hi], r[lo:hi]) for lo, hi in spans[1:]]
+            futures = [
+                pool.submit(_piece, numpy, a[lo:hi], r[lo:hi], out)
+                for (lo, hi), out in zip(spans[1:], outs[1:], strict=True)
+            ]
         lo, hi = spans[0]
-        jtj, jtr = _piece(numpy, a[lo:hi], r[lo:hi])
-        for future in futures:
-            more_jtj, more_jtr = future.result()
+        _piece(numpy, a[lo:hi], r[lo:hi], outs[0])
+        jtj, jtr = outs[0]
+        for future, (more_jtj, more_jtr) in zip(futures, outs[1:], strict=True):
+            future.result()
             jtj += more_jtj
             jtr += more_jtr
     return torch.from_numpy(jtj), torch.from_numpy(jtr)
