@@ -19,6 +19,7 @@ from marquardt.jacobian._gram import (
     GramAccumulator,
     choose_kernel,
 )
+from marquardt.testing.threads import torch_threads
 
 pytest.importorskip("numpy")
 pytest.importorskip("threadpoolctl")
@@ -30,12 +31,8 @@ ROWS = 2 * _gram_threads.MIN_PIECE_ROWS
 @pytest.fixture
 def two_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", raising=False)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

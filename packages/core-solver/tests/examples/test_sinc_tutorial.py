@@ -26,6 +26,7 @@ from torch import nn
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 from marquardt.solver import LMA
+from marquardt.testing.threads import torch_threads
 
 MAX_EPOCHS = 30
 THRESHOLD = 1e-5
@@ -33,12 +34,8 @@ THRESHOLD = 1e-5
 
 @pytest.fixture
 def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.mark.usefixtures("one_thread")
