@@ -78,6 +78,16 @@ def test_the_line_of_the_figure_is_named(tmp_path: Path) -> None:
     assert problems[0].split(": ")[0].endswith("page.md:4")
 
 
+@pytest.mark.parametrize("commit", ["87e9292", "1e100ab", "2e5f"])
+def test_a_commit_in_the_results_is_not_a_number(tmp_path: Path, commit: str) -> None:
+    # A short commit hash of digits, "e" and digits once read as 87 × 10⁹²⁹² and overflowed.
+    results = RESULTS + f"\n- Source measured: commit {commit}\n"
+    assert check.result_figures([results])
+    page = tmp_path / "page.md"
+    page.write_text("In `benchmarks/RESULTS.md`: 1.15×.", encoding="utf-8")
+    assert check.check_page(page, check.result_figures([results])) == []
+
+
 def test_the_pages_quote_only_figures_of_the_results() -> None:
     results = check.result_figures(p.read_text(encoding="utf-8") for p in check.RESULTS)
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

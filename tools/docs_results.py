@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = (ROOT / "benchmarks" / "RESULTS.md", ROOT / "benchmarks" / "RESULTS-gpu.md")
 
-_NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?"
+# An exponent has at most three digits and ends the word: "87e9292" is a commit, not a number.
+_NUMBER = r"\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d{1,3}(?!\w))?"
 #: unit -> (kind, factor to the kind's base unit)
 UNITS = {
     "×": ("ratio", 1.0),
@@ -53,7 +54,7 @@ _FIGURE = re.compile(
     rf"(?<![\w.,/^-])(?P<a>{_NUMBER})(?:\s?[–-]\s?(?P<b>{_NUMBER}))?"
     rf"(?:(?P<ratio>×)|\s?(?P<unit>{_UNIT}))(?![\w/])"
 )
-_SCIENTIFIC = re.compile(r"(?<![\w.,/^-])(?P<a>\d+(?:\.\d+)?e[-+]?\d+)(?![\w.])")
+_SCIENTIFIC = re.compile(r"(?<![\w.,/^-])(?P<a>\d+(?:\.\d+)?e[-+]?\d{1,3})(?![\w.])")
 _ANY_NUMBER = re.compile(rf"(?<![\w.])(?P<a>{_NUMBER})")
 _CITES = re.compile(r"RESULTS(?:-gpu)?\.md|benchmarks/results/")
 # What a reader does not see as prose: inline code, HTML comments, TeX maths.
