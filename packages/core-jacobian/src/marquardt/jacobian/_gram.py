@@ -107,7 +107,8 @@ def mirror_upper(upper: torch.Tensor) -> torch.Tensor:
 
 
 class GramAccumulator:
-    """Running ``JᵀJ`` (upper triangle), ``Jᵀr``, ``rᵀr`` and row count on one device.
+    """Running ``JᵀJ`` (its upper triangle only with the torch kernel), ``Jᵀr``, ``rᵀr``
+    and row count on one device.
 
     ``rows``: the rows of the chunks to come (the largest), which the kernel's choice
     reads.
