@@ -64,9 +64,8 @@ def test_the_rule_is_fixed_on_shape_and_threads(
     assert choose_kernel(CPU, NUMPY_FROM_PARAMS, ROWS) == "numpy"  # P × P temporaries
     assert choose_kernel(CPU, p, ROWS, torch.bfloat16) == "torch"  # NumPy has no bfloat16
     assert GramAccumulator(p, CPU, torch.float32, ROWS).kernel == "numpy-threads"
-    torch.set_num_threads(1)
-    assert choose_kernel(CPU, p, ROWS) == "torch"
-    torch.set_num_threads(2)
+    with torch_threads(1):
+        assert choose_kernel(CPU, p, ROWS) == "torch"
     monkeypatch.setenv("MARQUARDT_JACOBIAN_GRAM_KERNEL", "numpy-threads")
     assert choose_kernel(CPU, 3, 10) == "numpy-threads"
     monkeypatch.setattr(_gram_threads, "available", lambda: False)

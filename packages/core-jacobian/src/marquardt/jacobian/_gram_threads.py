@@ -145,6 +145,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     """The pool of ``workers`` threads, made anew when the size changed (or after a fork)."""
     with _lock:
         if _state.get("pool_workers") != workers:
+            if _state.get("pool") is not None:
+                _state["pool"].shutdown(wait=False)  # its idle threads end
             _state["pool"] = ThreadPoolExecutor(
                 max_workers=workers, thread_name_prefix="marquardt-gram"
             )
@@ -172,13 +174,10 @@ class PieceBuffers:
 
     def get(self, pieces: int) -> list[tuple[Any, Any]]:
         """The arrays of ``pieces`` pieces (made on first use)."""
-        modules = _modules()
-        assert modules is not None
-        numpy = modules[0]
-        kind = numpy.float32 if self.dtype == torch.float32 else numpy.float64
+        p, dtype = self.params, self.dtype
         while len(self._arrays) < pieces:
             self._arrays.append(
-                (numpy.empty((self.params, self.params), kind), numpy.empty(self.params, kind))
+                (torch.empty(p, p, dtype=dtype).numpy(), torch.empty(p, dtype=dtype).numpy())
             )
         return self._arrays[:pieces]
 
