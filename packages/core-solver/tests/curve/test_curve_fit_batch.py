@@ -224,7 +224,6 @@ class _Calls:
         ({"p0": np.ones((5, 2))}, "`p0` has shape"),
         ({"sigma": -np.ones(40)}, "`sigma` must be positive"),
         ({"bounds": (1.0, 0.0)}, "strictly less"),
-        ({"p0": [5.0, 0.0], "bounds": (0.0, 1.0)}, "outside of provided bounds"),
         ({"loss": "square"}, "`loss` must be one of"),
         ({"nan_policy": "propagate"}, "nan_policy must be"),
     ],

@@ -29,6 +29,7 @@ from ..scipy.args import (
     parameter_count,
 )
 from ..scipy.options import FitTests, fit_tests
+from .start import checked_estimator, evaluation_budget, fixed_mask, projected, start_values
 
 __all__ = ["BatchArgs", "batch_args"]
 
@@ -52,6 +53,8 @@ class BatchArgs:
     tests: FitTests
     torch_out: bool
     out_device: torch.device
+    free: torch.Tensor | None = None
+    estimator: str = "lse"
 
 
 def _array(name: str, value: Any) -> np.ndarray:
@@ -170,8 +173,13 @@ def batch_args(
     max_nfev: Any,
     device: Any,
     dtype: Any,
+    gpufit: dict[str, Any] | None = None,
 ) -> BatchArgs:
-    """Every check and conversion of ``curve_fit_batch``'s arguments (module docstring)."""
+    """Every check and conversion of ``curve_fit_batch``'s arguments (module docstring);
+    ``gpufit`` holds the keywords beyond ``curve_fit``'s (``fixed``, ``estimator``,
+    ``max_iterations``: ``_curve.batch.start``)."""
+    extra = {"fixed": None, "estimator": "lse", "max_iterations": None, **(gpufit or {})}
+    estimator = checked_estimator(extra["estimator"])
     if not callable(f):
         raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
     if nan_policy not in (None, "raise", "omit"):
@@ -184,8 +192,7 @@ def batch_args(
     out_device = tensors[0].device if tensors else torch.device("cpu")
     where = torch.device(device) if device is not None else out_device
     if dtype is None:
-        floating = isinstance(ydata, torch.Tensor) and ydata.is_floating_point()
-        dtype = ydata.dtype if floating else torch.float64
+        dtype = _dtype_of(ydata)
     y = _tensor("ydata", ydata, where, dtype)
     if y.ndim != 2 or y.numel() == 0:
         raise hinted(
@@ -196,22 +203,15 @@ def batch_args(
     fits, points = y.shape
     x = _tensor("xdata", xdata, where, dtype)
     per_fit = _xdata(x, fits, points)
-    count = parameter_count(f) if p0 is None else int(np.shape(_array("p0", p0))[-1])
+    given = None if p0 is None else start_values(f, p0, fits)
+    count = parameter_count(f) if given is None else given.shape[1]
     lb, ub = bound_sides(bounds)
     lower, upper = _per_fit("bounds", lb, fits, count), _per_fit("bounds", ub, fits, count)
     check_bound_order(lower, upper)
-    start = feasible_start(lower, upper) if p0 is None else _per_fit("p0", p0, fits, count)
-    if not np.all(np.isfinite(start)):
-        raise hinted(ValueError, "`x0` must be finite.", "pass a finite p0")
-    outside = np.any((start < lower) | (start > upper), axis=1)
-    if outside.any():
-        first = int(np.argmax(outside))
-        raise hinted(
-            ValueError,
-            "Initial guess is outside of provided bounds",
-            f"{int(outside.sum())} fits start outside their bounds (the first is fit {first}): "
-            "start within them",
-        )
+    start = feasible_start(lower, upper) if given is None else projected(given, lower, upper)
+    free = fixed_mask(extra["fixed"], fits, count)
+    if estimator == "poisson":
+        _poisson_data(y, sigma, loss)
     s = None if sigma is None else _sigma(_tensor("sigma", sigma, where, dtype), fits, points)
     if s is not None and bool((s <= 0).any()):
         raise hinted(
@@ -237,7 +237,7 @@ def batch_args(
         tolerances["ftol"],
         tolerances["xtol"],
         tolerances["gtol"],
-        max_nfev,
+        evaluation_budget(max_nfev, extra["max_iterations"]),
         method="trf" if bounded else "lm",
         params=count,
         dtype=dtype,
@@ -261,4 +261,35 @@ def batch_args(
         tests=tests,
         torch_out=bool(tensors),
         out_device=out_device,
+        free=None if free is None else torch.from_numpy(~free).to(where),
+        estimator=estimator,
     )
+
+
+def _dtype_of(ydata: Any) -> torch.dtype:
+    """The precision of a call without ``dtype``: ydata's when it is floating point (a
+    torch tensor, or a NumPy float32 or float64 array: float32 in, float32 out), else
+    float64."""
+    if isinstance(ydata, torch.Tensor):
+        return ydata.dtype if ydata.is_floating_point() else torch.float64
+    kind = getattr(ydata, "dtype", None)
+    return torch.float32 if kind == np.float32 else torch.float64
+
+
+def _poisson_data(y: torch.Tensor, sigma: Any, loss: Any) -> None:
+    """Refuse what the Poisson estimator has no place for: σ (the counts' variance is the
+    model's), a robust loss, and negative counts."""
+    if sigma is not None or not (isinstance(loss, str) and loss == "linear"):
+        raise hinted(
+            ValueError,
+            "estimator='poisson' takes neither sigma nor a robust loss.",
+            "the Poisson likelihood weighs each count by the model itself: leave sigma and "
+            "loss out, or use estimator='lse'",
+        )
+    if bool((y < 0).any()):
+        raise hinted(
+            ValueError,
+            f"estimator='poisson' fits counts; ydata holds {int((y < 0).sum())} negative values.",
+            "subtract no offset from the counts (fit the background instead), or use "
+            "estimator='lse'",
+        )

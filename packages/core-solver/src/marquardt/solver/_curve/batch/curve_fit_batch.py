@@ -2,20 +2,16 @@
 
 The fits run through the batched LM of ``_curve.small.batched`` in chunks of fits sized from
 the device's free memory (``chunk_fits``), so that any M fits; each chunk's results equal
-those of one chunk holding every fit. pcov follows ``scipy.optimize.curve_fit`` (its
-``trf`` branch): (JᵀJ)⁺ from J's SVD at p̂ without the singular values below
-ε·max(N, P)·s₀, times s² = 2C/(N − P) unless ``absolute_sigma``, with N the points the fit
-kept; inf where that is undefined. NumPy in, NumPy float64 out; torch in, torch out on the
-data's device.
+those of one chunk holding every fit; pcov, χ² and the final statuses are
+``_curve.batch.results``'s. NumPy in, NumPy out; torch in, torch out on the data's device;
+either in the precision the fits ran in.
 """
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,22 +19,14 @@ import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
-from ..._errors import CovarianceWarning, OptimizeWarning, user_stacklevel
 from ..._lm.memory_fit import usable_memory
-from ..._rules import covariance_scale, pseudo_inverse_gram
-from ..small.batched import (
-    STATUS_MESSAGES,
-    TOO_FEW_POINTS,
-    BatchData,
-    BatchState,
-    scaled_jacobian,
-    solve_batch,
-)
+from ..small.batched import STATUS_MESSAGES, BatchData, solve_batch
 from ..small.compiled import CompiledIterations, check_compile, iterations
 from ..small.traced import gram_inverse
 from ..threads import batch_crossover, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
+from .results import ChunkResult, chunk_result, warn_results
 
 __all__ = [
     "BYTES_PER_FIT_J",
@@ -47,11 +35,6 @@ __all__ = [
     "chunk_fits",
     "curve_fit_batch",
 ]
-
-#: ``traced.gram_inverse`` or its compiled kernel: JᵀJ ↦ ((JᵀJ)⁻¹, trusted).
-Inverse = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-#: J̃ (rows scaled) at the current p of the fits of an index (``batched.scaled_jacobian``).
-Jacobian = Callable[[torch.Tensor], torch.Tensor]
 
 #: Elements per fit held per element of J (N·P) during an iteration: J, its row-scaled
 #: copy, the trial's J and its scaled copy, and forward mode's P tangents of f's
@@ -87,72 +70,6 @@ def chunk_fits(
     return int(max(1, min(cap, CHUNK_SHARE * usable // per_fit)))
 
 
-def _unscaled_pseudo_inverse(js: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
-    """(JᵀJ)⁺ per fit from J's SVD (`pseudo_inverse_gram`); inf for a J of zeros."""
-    _, s, vh = torch.linalg.svd(js, full_matrices=False)
-    out = pseudo_inverse_gram(s, vh, kept, torch.finfo(s.dtype).eps)
-    return torch.where((s[:, :1] > 0)[:, :, None], out, torch.inf)
-
-
-def _unscaled(
-    gram: torch.Tensor, kept: torch.Tensor, inverse: Inverse, jacobian: Jacobian
-) -> torch.Tensor:
-    """(JᵀJ)⁻¹ per fit: ``inverse``'s (``traced.gram_inverse``, from the Cholesky factor of
-    the equilibrated Gram matrix) where it is trusted, else from J's SVD as SciPy forms
-    it, J formed again (``jacobian``) for those fits only. The factor costs a fraction of
-    the SVD, which only the fits that need it pay for."""
-    out, good = inverse(gram)
-    rest = torch.nonzero(~good).reshape(-1)
-    if rest.numel():
-        js = jacobian(rest)
-        js = torch.where(torch.isfinite(js).all(-1).all(-1)[:, None, None], js, 0.0)
-        out = out.clone()
-        out[rest] = _unscaled_pseudo_inverse(js, kept[rest])
-    return out
-
-
-def _pcov(
-    state: BatchState,
-    data: BatchData,
-    absolute_sigma: bool,
-    inverse: Inverse,
-    jacobian: Jacobian,
-) -> torch.Tensor:
-    """SciPy's covariance per fit (module docstring); ``jacobian`` gives J̃ of the fits
-    asked for, at their p."""
-    fits, params = state.p.shape
-    points = state.r.shape[1]
-    kept = (
-        torch.full((fits,), points, device=state.p.device)
-        if data.mask is None
-        else data.mask.sum(1)
-    ).to(state.p.dtype)
-    finite = torch.isfinite(state.gram.sum((1, 2)))
-    gram = torch.where(finite[:, None, None], state.gram, torch.zeros_like(state.gram))
-    unscaled = _unscaled(gram, kept, inverse, jacobian)
-    bad = ~finite | ~torch.isfinite(unscaled).flatten(1).all(1) | (kept < params)
-    if not absolute_sigma:
-        scale = covariance_scale(2.0 * state.cost, kept, params)
-        unscaled = unscaled * scale[:, None, None]
-        bad |= ~torch.isfinite(scale)
-    return torch.where(bad[:, None, None], torch.inf, unscaled)
-
-
-def _too_few_points(state: BatchState, data: BatchData) -> BatchState:
-    """``state`` with the fits that kept fewer points than parameters marked as failed
-    (``TOO_FEW_POINTS``, p NaN): their parameters are not determined by their data."""
-    if data.mask is None:
-        return state
-    few = data.mask.sum(1) < state.p.shape[1]
-    if not bool(few.any()):
-        return state
-    return replace(
-        state,
-        p=torch.where(few[:, None], torch.nan, state.p),
-        status=torch.where(few, TOO_FEW_POINTS, state.status),
-    )
-
-
 def _chunk(args: BatchArgs, index: slice) -> tuple[torch.Tensor, BatchData]:
     return args.p0[index], BatchData(
         x=args.x[index] if args.x_per_fit else args.x,
@@ -164,28 +81,9 @@ def _chunk(args: BatchArgs, index: slice) -> tuple[torch.Tensor, BatchData]:
         losses=args.losses,
         loss_index=args.loss_index[index],
         f_scale=args.f_scale[index],
+        free=None if args.free is None else args.free[index],
+        estimator=args.estimator,
     )
-
-
-def _warn(status: torch.Tensor, pcov: torch.Tensor) -> None:
-    failed = status <= 0
-    if bool(failed.any()):
-        counts = {int(k): int((status == k).sum()) for k in torch.unique(status[failed])}
-        words = "; ".join(f"{n} × {k}: {STATUS_MESSAGES[k]}" for k, n in counts.items())
-        warnings.warn(
-            f"{int(failed.sum())} of {status.numel()} fits did not converge ({words}) "
-            "HINT: full_output=True gives each fit's status; raise max_nfev or start nearer",
-            OptimizeWarning,
-            stacklevel=user_stacklevel(),
-        )
-    indeterminate = ~torch.isfinite(pcov).flatten(1).all(1)
-    if bool(indeterminate.any()):
-        warnings.warn(
-            f"Covariance of the parameters could not be estimated for "
-            f"{int(indeterminate.sum())} of {status.numel()} fits",
-            CovarianceWarning,
-            stacklevel=user_stacklevel(),
-        )
 
 
 @contextmanager
@@ -231,7 +129,11 @@ def planned(
         args.y.device,
     )
     size = min(size, int(chunk_size)) if chunk_size is not None else size
-    iterate = iterations(f, compile_mode, args.y.device, fits * points * params, size)
+    # The fixed parameters and the Poisson estimator run the eager iteration: the compiled
+    # kernels serve least squares over every parameter.
+    eager = args.free is not None or args.estimator != "lse"
+    work = fits * points * params
+    iterate = None if eager else iterations(f, compile_mode, args.y.device, work, size)
     if args.y.device.type != "cpu":
         threads = None
     elif threads is None:
@@ -258,10 +160,10 @@ def solved(
     run: BatchRun, args: BatchArgs, absolute_sigma: bool
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Every chunk of a planned call solved: (p̂ (M × P), pcov (M × P × P), the per-fit
-    ``status``, ``cost``, ``nfev``, ``njev`` and ``steps``, with ``compile_seconds`` and
-    ``compiled``), on the fits' device."""
+    ``status``, ``cost``, ``chi_square``, ``nfev``, ``njev`` and ``steps``, with
+    ``compile_seconds`` and ``compiled``), on the fits' device."""
     iterate, model, size = run.iterate, run.model, run.size
-    parts: list[tuple[BatchState, torch.Tensor]] = []
+    parts: list[ChunkResult] = []
     with torch_threads(run.threads), _finishing(iterate):
         for begin in range(0, args.y.shape[0], size):
             start, data = _chunk(args, slice(begin, begin + size))
@@ -274,17 +176,17 @@ def solved(
                 initial=None if iterate is None else iterate.start,
                 **args.tests.tolerances(),
             )
-            state = _too_few_points(state, data)
             inverse = gram_inverse if iterate is None else iterate.gram_inverse
-            jacobian = functools.partial(scaled_jacobian, model, state, data)
-            parts.append((state, _pcov(state, data, absolute_sigma, inverse, jacobian)))
+            parts.append(chunk_result(model, state, data, absolute_sigma, inverse))
     info: dict[str, Any] = {
-        name: torch.cat([getattr(s, name) for s, _ in parts])
+        name: torch.cat([getattr(part.state, name) for part in parts])
         for name in ("status", "cost", "nfev", "njev", "steps")
     }
+    info["chi_square"] = torch.cat([part.chi_square for part in parts])
     info["compile_seconds"] = 0.0 if iterate is None else iterate.compile_seconds
     info["compiled"] = iterate is not None and iterate.compiled
-    return torch.cat([s.p for s, _ in parts]), torch.cat([c for _, c in parts]), info
+    popt = torch.cat([part.state.p for part in parts])
+    return popt, torch.cat([part.pcov for part in parts]), info
 
 
 @keeps_grad_mode
@@ -311,6 +213,9 @@ def curve_fit_batch(
     dtype: torch.dtype | None = None,
     threads: int | None = None,
     compile: str | bool = "auto",
+    fixed: Any = None,
+    estimator: str = "lse",
+    max_iterations: int | None = None,
 ) -> Any:
     """Fit f(x, *p) to each of M data sets, each fit as ``curve_fit`` fits it.
 
@@ -319,12 +224,17 @@ def curve_fit_batch(
     (M, N), xdata shared ((N,), (k, N)) or per fit ((M, N), (M, k, N)); p0, sigma, bounds,
     loss and f_scale shared or one per fit (``_curve.batch.args``). Returns ``(popt,
     pcov)``, (M, P) and (M, P, P); with ``full_output=True`` also a dict of per-fit
-    ``status`` (SciPy's 0-4; −1 singular, −2 non-finite: ``messages``), ``cost``,
-    ``nfev``, ``njev`` and ``steps``. Fits that do not converge are results, not errors:
-    an ``OptimizeWarning`` counts them. Tolerances default to 1e-8 (ftol and xtol: at least
-    10·ε of ``dtype``); ``max_nfev`` (or ``maxfev``) to SciPy's 100·P with bounds, else
-    200·(P + 1). ``chunk_size`` caps the fits solved at once (default: sized from memory);
-    ``device`` and ``dtype`` default to ydata's (NumPy: the CPU, float64). On the CPU the
+    ``status`` (SciPy's 0-4; −1 singular, −2 non-finite, −3 too few points, −4 a
+    non-positive Poisson model: ``messages``), ``cost``, ``chi_square`` (Gpufit's: Σr², or
+    the Poisson deviance), ``nfev``, ``njev`` and ``steps``. Fits that do not converge are
+    results, not errors: an ``OptimizeWarning`` counts them. A p0 outside the bounds is
+    projected into them with one ``OptimizeWarning`` (Gpufit's convention; ``curve_fit``
+    keeps SciPy's refusal). Tolerances default to 1e-8 (ftol and xtol: at least 10·ε of
+    ``dtype``); ``max_nfev`` (or ``maxfev``) to SciPy's 100·P with bounds, else 200·(P + 1);
+    ``max_iterations=k`` (Gpufit's) allows k trial steps, k + 1 evaluations.
+    ``chunk_size`` caps the fits solved at once (default: sized from memory); ``device``
+    and ``dtype`` default to ydata's (NumPy: the CPU; float32 for float32 data, else
+    float64), and the results come back in ``dtype``. On the CPU the
     fits run on ``threads`` torch threads; by default (None) on one, unless a chunk holds
     at least ``BATCH_THREAD_WORK`` elements of J (fits × N × P) and either the iteration
     runs compiled or each fit holds at least ``FIT_THREAD_BYTES`` of J, where a second
@@ -338,7 +248,8 @@ def curve_fit_batch(
     and compiles a missing one (saying so on stderr) for calls of at least
     ``COMPILE_WORK`` elements of J (M·N·P); a model that cannot be compiled runs eagerly
     with one ``CompileWarning``. ``full_output`` adds ``compile_seconds`` (this call's
-    compile time) and ``compiled``.
+    compile time) and ``compiled``. ``fixed`` and ``estimator="poisson"`` run the eager
+    iteration (no compiled kernel serves them).
 
     Arguments:
         f: the model ``f(x, *p)`` for one fit, with torch operations.
@@ -362,6 +273,13 @@ def curve_fit_batch(
         dtype: the precision they run in.
         threads: the torch threads on the CPU (≥ 1).
         compile: ``"auto"``, True or False: each LM iteration as one compiled graph.
+        fixed: booleans, (P,) or (M, P), True for the parameters held at their p0
+            (Gpufit's ``parameters_to_fit``, inverted); their rows and columns of pcov
+            are zero.
+        estimator: ``"lse"`` (least squares) or ``"poisson"`` (Gpufit's maximum
+            likelihood for counts: no sigma or robust loss; pcov the inverse Fisher
+            information, ``_curve.small.estimators``).
+        max_iterations: the most LM iterations (trial steps) per fit, beside ``max_nfev``.
 
     Returns:
         ``(popt, pcov)``, or ``(popt, pcov, info)`` with ``full_output=True``.
@@ -393,6 +311,7 @@ def curve_fit_batch(
         max_nfev if max_nfev is not None else maxfev,
         device,
         dtype,
+        {"fixed": fixed, "estimator": estimator, "max_iterations": max_iterations},
     )
     if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
         raise ValueError(
@@ -402,12 +321,10 @@ def curve_fit_batch(
     if not kernel_ready(run, args):
         check_model(run.model, args.p0, args.x)
     popt, pcov, info = solved(run, args, absolute_sigma)
-    _warn(info["status"], pcov)
+    warn_results(info["status"], pcov)
 
     def out(t: torch.Tensor) -> Any:
-        if args.torch_out:
-            return t.to(args.out_device)
-        return t.cpu().numpy().astype(np.float64) if t.is_floating_point() else t.cpu().numpy()
+        return t.to(args.out_device) if args.torch_out else t.cpu().numpy()
 
     if not full_output:
         return out(popt), out(pcov)

@@ -33,7 +33,7 @@ import torch
 
 from ... import _rules
 from ..._lm.robust import rho
-from . import normal
+from . import estimators, normal
 
 __all__ = [
     "CHECK_EVERY",
@@ -79,9 +79,13 @@ _LAMBDA_MAX = 1e30
 #: Each fit's status: SciPy's ``least_squares`` codes 0-4, and two of Gpufit's states.
 STATUS_MESSAGES = {
     **_rules.STATUS_MESSAGES,
-    -1: "Singular: the damped normal equations could not be factorised at any damping.",
+    -1: "Singular: J has a (numerically) zero column at the solution, a parameter the data "
+    "do not determine (its variances inf), or the damped normal equations could not be "
+    "factorised at any damping.",
     -2: "Non-finite: f or its Jacobian is NaN or infinite at the start or at the current point.",
     -3: "Too few points: the NaN points omitted left fewer points than parameters.",
+    -4: "Non-positive model: f <= 0 at a point with counts (or f < 0), where the Poisson "
+    "likelihood is undefined, at the start.",
 }
 #: The status of a fit that ``nan_policy="omit"`` left with fewer points than parameters.
 TOO_FEW_POINTS = -3
@@ -91,7 +95,9 @@ TOO_FEW_POINTS = -3
 class BatchData:
     """One chunk of fits on its device: x (shared or per fit), y, w = 1/σ (None: σ = 1),
     the mask of points kept (None: all), bounds (M × P), each fit's loss (an index into ``losses``)
-    and f_scale (M,)."""
+    and f_scale (M,); ``free`` (M × P, None: all) marks the parameters fitted, the others
+    held at p0 (their columns of J zero), and ``estimator`` names the cost
+    (``_curve.small.estimators``)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -102,6 +108,8 @@ class BatchData:
     losses: tuple[str, ...]
     loss_index: torch.Tensor
     f_scale: torch.Tensor
+    free: torch.Tensor | None = None
+    estimator: str = "lse"
 
     def take(self, index: torch.Tensor, x_per_fit: bool) -> BatchData:
         """The fits ``index`` of this chunk."""
@@ -115,6 +123,7 @@ class BatchData:
             upper=self.upper[index],
             loss_index=self.loss_index[index],
             f_scale=self.f_scale[index],
+            free=None if self.free is None else self.free[index],
         )
 
 
@@ -150,7 +159,10 @@ class BatchState:
 
 
 def _measure(r: torch.Tensor, data: BatchData) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(C = ½Σc²ρ(z), row scale of J, scaled r) per fit, for each fit's loss."""
+    """(C = ½Σc²ρ(z), row scale of J, scaled r) per fit, for each fit's loss (the
+    estimator's C and rows for another estimator than least squares)."""
+    if data.estimator != "lse":
+        return estimators.measure(data.estimator, r, data.y)
     if data.losses == ("linear",):
         return 0.5 * (r * r).sum(1), torch.ones_like(r), r
     c = data.f_scale[:, None]
@@ -179,12 +191,14 @@ def _residuals(
     if data.mask is not None:
         r = torch.where(data.mask, r, torch.zeros_like(r))
         j = torch.where(data.mask[..., None], j, torch.zeros_like(j))
+    if data.free is not None:
+        j = torch.where(data.free[:, None, :], j, torch.zeros_like(j))
     return r, j
 
 
 def _scaled_rows(j: torch.Tensor, rows: torch.Tensor, data: BatchData) -> torch.Tensor:
     """J with its rows scaled for a robust loss (J itself for the linear one)."""
-    return j if data.losses == ("linear",) else j * rows[..., None]
+    return j if data.losses == ("linear",) and data.estimator == "lse" else j * rows[..., None]
 
 
 def scaled_jacobian(
@@ -203,7 +217,9 @@ def _normal(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(J̃ᵀJ̃, J̃ᵀr̃) per fit from J (M × N × P): the reductions over the points that J's
     producer fuses into (``normal.products``), so that a compiled iteration never writes
-    J to memory."""
+    J to memory; another estimator's own products (``estimators.normal``)."""
+    if data.estimator != "lse":
+        return estimators.normal(data.estimator, j, rows, data.y)
     return normal.products(_scaled_rows(j, rows, data), rs)
 
 

@@ -1,0 +1,90 @@
+"""The costs of the batched LM other than least squares: Gpufit's Poisson maximum likelihood.
+
+For counts y ≥ 0 and a model f > 0 (f ≥ 0 where y = 0) the Poisson deviance is
+D = 2Σᵢ [fᵢ − yᵢ − yᵢ·ln(fᵢ/yᵢ)] (the term yᵢ·ln is 0 where yᵢ = 0), and the fit minimises
+C = D/2 by LM on its Gauss–Newton approximation, as Gpufit's MLE estimator does (Laurence and
+Chromy 2010; Przybylski et al. 2017): the gradient g = Σᵢ (1 − yᵢ/fᵢ)·∂fᵢ/∂p and the curvature
+H = Σᵢ (yᵢ/fᵢ²)·∂fᵢ/∂p·∂fᵢ/∂pᵀ, which equals the Hessian of C where f = y. H is J̃ᵀJ̃ with
+J's rows scaled by √yᵢ/fᵢ; the scaled residuals r̃ᵢ = √(2dᵢ), with dᵢ each point's term of
+C, make ½‖r̃‖² = C, so that the linear model's reduction −gᵀs − ½sᵀHs is the batched LM's
+without an offset. A fit whose f is non-positive at a point with counts (or negative) has
+C = inf and NaN rows, which the LM refuses as it refuses a non-finite f: at the start the
+fit stops, a trial there is rejected and λ raised.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["ESTIMATORS", "information", "measure", "normal", "valid_model"]
+
+#: The estimators of this module, by the name ``curve_fit_batch`` takes.
+ESTIMATORS = ("poisson",)
+
+
+def _refuse(estimator: str) -> None:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {estimator!r}; this module serves {ESTIMATORS}")
+
+
+def valid_model(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Where the Poisson likelihood is defined: f > 0 at a count, f ≥ 0 elsewhere (M × N)."""
+    return torch.where(y > 0, f > 0, f >= 0)
+
+
+def measure(
+    estimator: str, r: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(C = D/2 per fit, J's row scale √y/f, r̃ = √(2d)) from r = f − y (module docstring).
+
+    Arguments:
+        estimator: ``"poisson"``.
+        r: f − y (M × N), zero at the points a mask drops (where y is zero too).
+        y: the counts (M × N).
+
+    Returns:
+        C (M,), inf for a fit whose model is invalid; the row scale (M × N), NaN for such a
+        fit; r̃ (M × N).
+    """
+    _refuse(estimator)
+    f = r + y
+    counts = y > 0
+    ok = valid_model(f, y)
+    safe_f = torch.where(counts & ok, f, torch.ones_like(f))
+    safe_y = torch.where(counts, y, torch.ones_like(y))
+    log_term = torch.where(counts, y * torch.log(safe_f / safe_y), torch.zeros_like(y))
+    term = f - y - log_term
+    bad = ~ok.all(1)
+    cost = torch.where(bad, torch.inf, term.sum(1))
+    rows = torch.where(counts, torch.sqrt(y) / safe_f, torch.zeros_like(y))
+    rows = torch.where(bad[:, None], torch.nan, rows)
+    return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0))
+
+
+def normal(
+    estimator: str, j: torch.Tensor, rows: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(H, g) per fit from J (M × N × P) and ``measure``'s row scale: H = J̃ᵀJ̃ with J̃ = J's
+    rows times √y/f, g = Jᵀ(1 − y/f) (y/f = rows·√y, 0 where y = 0).
+
+    Arguments:
+        estimator: ``"poisson"``.
+        j: ∂f/∂p (M × N × P), zero at dropped points and fixed parameters.
+        rows: √y/f (M × N).
+        y: the counts (M × N).
+
+    Returns:
+        H (M × P × P) and g (M × P).
+    """
+    _refuse(estimator)
+    js = j * rows[..., None]
+    gram = torch.einsum("mnp,mnq->mpq", js, js)
+    return gram, torch.einsum("mnp,mn->mp", j, 1.0 - rows * torch.sqrt(y))
+
+
+def information(j: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """The Fisher information of Poisson counts, Σᵢ ∂fᵢ∂fᵢᵀ/fᵢ (M × P × P), over the points
+    where f > 0 (J is zero at dropped points): its inverse is the Cramér–Rao bound."""
+    scale = torch.where(f > 0, torch.rsqrt(torch.where(f > 0, f, torch.ones_like(f))), 0.0)
+    js = j * scale[..., None]
+    return torch.einsum("mnp,mnq->mpq", js, js)
