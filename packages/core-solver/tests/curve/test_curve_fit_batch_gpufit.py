@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
-from marquardt.solver import CovarianceWarning, OptimizeWarning, curve_fit_batch
+from marquardt.solver import CovarianceWarning, OptimizeWarning, curve_fit, curve_fit_batch
 
 SIDE = 7
 GRID = np.stack(
@@ -223,3 +223,31 @@ def test_poisson_marks_a_model_non_positive_at_counts_and_refuses_sigma() -> Non
         curve_fit_batch(spot, GRID, y, p0, sigma=np.ones(49), estimator="poisson")
     with pytest.raises(ValueError, match="estimator must be one of"):
         curve_fit_batch(spot, GRID, y, p0, estimator="mle")
+
+
+def test_curve_fit_fixed_equals_the_model_with_the_values_written_in() -> None:
+    _, y = _spots(1, seed=8)
+    p0 = np.array([100.0, 3.0, 3.0, 1.3, 1.1, 8.0])
+    fixed = np.array([False, False, False, True, True, False])
+    popt, pcov = curve_fit(spot, GRID, y[0], p0, fixed=fixed)
+    four, cov4 = curve_fit(spot4, GRID, y[0], p0[[0, 1, 2, 5]])
+    np.testing.assert_array_equal(popt[[0, 1, 2, 5]], four)
+    np.testing.assert_array_equal(popt[3:5], p0[3:5])
+    np.testing.assert_array_equal(pcov[np.ix_([0, 1, 2, 5], [0, 1, 2, 5])], cov4)
+    assert (pcov[3:5] == 0).all() and (pcov[:, 3:5] == 0).all()
+    with pytest.raises(ValueError, match="outside of provided bounds"):
+        curve_fit(spot, GRID, y[0], p0, bounds=(0, 2), fixed=fixed)
+
+
+def test_curve_fit_poisson_equals_the_batch() -> None:
+    _, y = _spots(1, seed=9)
+    p0 = _p0(1)[0]
+    popt, pcov, info, _, ier = curve_fit(
+        spot, GRID, y[0], p0, estimator="poisson", full_output=True
+    )
+    batch, cov, _ = curve_fit_batch(spot, GRID, y, p0, estimator="poisson", full_output=True)
+    np.testing.assert_array_equal(popt, batch[0])
+    np.testing.assert_array_equal(pcov, cov[0])
+    assert 1 <= ier <= 4 and info["chi_square"] > 0
+    with pytest.raises(RuntimeError, match="Optimal parameters not found"):
+        curve_fit(spot, GRID, y[0], p0, estimator="poisson", max_nfev=2)

@@ -30,6 +30,7 @@ from marquardt.jacobian import keeps_grad_mode
 
 from .._backends.blas_threads import one_blas_thread
 from .compiled_path import compiled_fit, serves
+from .gpufit_keywords import gpufit_fit
 from .scipy.args import hinted, numpy_array, omit_nan, refuse_non_finite, whitening
 from .scipy.engine import engine_fit
 from .scipy.options import ENGINE_KEYWORDS, SCIPY_KEYWORDS, FitOptions, fit_options
@@ -96,6 +97,8 @@ def curve_fit(
     full_output: bool = False,
     nan_policy: str | None = None,
     compile: str | bool = "auto",
+    fixed: Any = None,
+    estimator: str = "lse",
     **kwargs: Any,
 ) -> Any:
     """Fit ``f(xdata, *p)`` to ``ydata`` as ``scipy.optimize.curve_fit`` does.
@@ -136,6 +139,12 @@ def curve_fit(
             (True; ``"auto"`` from ``COMPILE_WORK`` elements of J); else, and for what that
             core does not serve (``jac``, ``diff_step``, numeric ``x_scale``, a covariance
             matrix as ``sigma``, the engine's keywords, data on a GPU), on the paths below.
+        fixed: booleans (P,), True for the parameters held at their p0 (Gpufit's
+            ``parameters_to_fit``, inverted): the fit of the model with those values
+            written in (``_curve.gpufit_keywords``), their rows and columns of pcov zero.
+        estimator: ``"lse"`` (least squares, SciPy's) or ``"poisson"``: Gpufit's Poisson
+            maximum likelihood for counts, run as `curve_fit_batch` runs it (a torch
+            model; no sigma or ``jac``); pcov the inverse Fisher information.
         **kwargs: SciPy's ``maxfev`` / ``max_nfev`` (the evaluation budget), ``ftol``,
             ``xtol``, ``gtol`` (1e-8 each), ``x_scale`` (``"jac"`` or positive numbers),
             ``diff_step``, ``loss``, ``f_scale``, leastsq's ``epsfcn`` (step √epsfcn) and
@@ -198,6 +207,25 @@ def curve_fit(
         nan_policy=nan_policy,
         kwargs=kwargs,
     )
+    if fixed is not None or estimator != "lse":
+        call = {
+            "f": f,
+            "xdata": xdata,
+            "ydata": ydata,
+            "sigma": sigma,
+            "absolute_sigma": absolute_sigma,
+            "check_finite": check_finite,
+            "method": method,
+            "jac": jac,
+            "full_output": full_output,
+            "nan_policy": nan_policy,
+            "kwargs": kwargs,
+            "fixed": fixed,
+            "estimator": estimator,
+        }
+        done = gpufit_fit(curve_fit, options, call)
+        if done is not None:
+            return done
     torch_out = isinstance(ydata, torch.Tensor) or isinstance(xdata, torch.Tensor)
     out_device = (
         ydata.device
