@@ -118,7 +118,7 @@ def planned(
     gives the rules); ``threads`` as given, None for the default."""
     fits, points = args.y.shape
     params = args.p0.shape[1]
-    model = BatchModel(f, points, args.x_per_fit)
+    model = BatchModel(f, points, args.x_per_fit, _shared_free(args))
     inputs = args.x.shape[-2] if args.x.dim() == (3 if args.x_per_fit else 2) else 1
     size = chunk_fits(
         fits,
@@ -141,6 +141,14 @@ def planned(
         crossover = batch_crossover(points, params, args.y.element_size(), fused)
         threads = choose_threads(min(size, fits) * points * params, crossover)
     return BatchRun(model, size, iterate, None if threads is None else int(threads))
+
+
+def _shared_free(args: BatchArgs) -> tuple[int, ...] | None:
+    """The fitted parameters' indices when every fit fits the same ones and some are
+    fixed (``BatchModel``'s ``free``), else None."""
+    if args.free is None or not bool((args.free.all(0) == args.free.any(0)).all()):
+        return None
+    return tuple(int(k) for k in torch.nonzero(args.free[0]).reshape(-1))
 
 
 def kernel_ready(run: BatchRun, args: BatchArgs) -> bool:

@@ -42,13 +42,24 @@ def torch_own_warnings_quiet() -> Iterator[None]:
 
 
 class BatchModel:
-    """f(x, *p) over a batch of fits; ``x_per_fit`` says whether x has a leading fit axis."""
+    """f(x, *p) over a batch of fits; ``x_per_fit`` says whether x has a leading fit axis.
+    ``free`` (the indices of the parameters every fit fits; None: all) makes forward mode
+    carry tangents for those only: the columns of the fixed ones are zero, and a tangent per
+    fixed parameter would cost as much as one per fitted one."""
 
-    def __init__(self, f: Callable[..., Any], points: int, x_per_fit: bool) -> None:
-        self.f, self.points, self.x_per_fit = f, points, x_per_fit
+    def __init__(
+        self,
+        f: Callable[..., Any],
+        points: int,
+        x_per_fit: bool,
+        free: tuple[int, ...] | None = None,
+    ) -> None:
+        self.f, self.points, self.x_per_fit, self.free = f, points, x_per_fit, free
 
     def _one(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        out = self.f(x, *theta.unbind())
+        return self._shaped(self.f(x, *theta.unbind()), theta)
+
+    def _shaped(self, out: Any, theta: torch.Tensor) -> torch.Tensor:
         if not isinstance(out, torch.Tensor):
             out = torch.as_tensor(out, dtype=theta.dtype, device=theta.device)
         out = out.reshape(-1)
@@ -63,14 +74,32 @@ class BatchModel:
         with torch.no_grad(), torch_own_warnings_quiet():
             return vmap(self._one, in_dims=(0, 0 if self.x_per_fit else None))(theta, x)
 
+    def _both_free(
+        self, part: torch.Tensor, theta: torch.Tensor, x: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # The fixed values go to f as they are, without tangents: stacked with the free
+        # ones they would carry zero tangents through every operation of f.
+        full = list(theta.unbind())
+        for value, k in zip(part.unbind(), self.free or (), strict=True):
+            full[k] = value
+        out = self._shaped(self.f(x, *full), theta)
+        return out, out
+
     def values_and_jacobian(
         self, theta: torch.Tensor, x: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(f, ∂f/∂θ) for every fit: (M, N) and (M, N, P), one forward-mode pass."""
+        x_dim = 0 if self.x_per_fit else None
         with torch.no_grad(), torch_own_warnings_quiet():
-            jac, out = vmap(
-                jacfwd(self._both, has_aux=True), in_dims=(0, 0 if self.x_per_fit else None)
-            )(theta, x)
+            if self.free is None:
+                jac, out = vmap(jacfwd(self._both, has_aux=True), in_dims=(0, x_dim))(theta, x)
+                return out, jac
+            index = torch.tensor(self.free, device=theta.device)
+            part, out = vmap(jacfwd(self._both_free, has_aux=True), in_dims=(0, 0, x_dim))(
+                theta[:, index], theta, x
+            )
+        jac = part.new_zeros((*part.shape[:-1], theta.shape[1]))
+        jac[..., index] = part
         return out, jac
 
 
