@@ -100,6 +100,7 @@ def test_a_non_finite_p0_names_its_fits() -> None:
         {},
         {"bounds": ([0, 0, 0, 0.3, 0.3, 0], np.inf)},
         {"estimator": "poisson"},
+        {"dtype": torch.float32},
     ],
 )
 def test_an_all_zero_spot_is_singular_with_inf_variances(kw: dict[str, object]) -> None:
@@ -113,6 +114,20 @@ def test_an_all_zero_spot_is_singular_with_inf_variances(kw: dict[str, object]) 
     assert np.isinf(variances[2, 1:5]).all()
     assert np.isfinite(pcov[[0, 1, 3]]).all() and (variances[[0, 1, 3]] > 0).all()
     assert "zero column" in info["messages"][-1]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_small_but_determined_columns_are_not_singular(dtype: type) -> None:
+    """A quadratic in x up to 200: the constant's column is about 6e-5 of x²'s, not zero
+    (√ε of float32 would call it zero)."""
+    x = np.linspace(0, 200, 40)
+    rng = np.random.default_rng(10)
+    y = 1.0 + 0.5 * x + 0.01 * x**2 + rng.standard_normal((5, 40))
+    quadratic = lambda x, a, b, c: a + b * x + c * x * x  # noqa: E731
+    _, pcov, info = curve_fit_batch(
+        quadratic, x.astype(dtype), y.astype(dtype), [0.0, 0.0, 0.0], full_output=True
+    )
+    assert (info["status"] > 0).all() and np.isfinite(pcov).all()
 
 
 def test_widths_fixed_equal_a_four_parameter_model() -> None:

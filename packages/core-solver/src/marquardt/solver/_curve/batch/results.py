@@ -10,7 +10,7 @@ the fit kept. For the Poisson estimator pcov is the inverse of the Fisher inform
 A fixed parameter's row and column of pcov are zero. A fitted parameter whose column of J
 (for Poisson, of the information's square root or of the LM's curvature) is
 numerically zero at p̂, its norm at most
-√ε times the largest fitted column's, is not determined by the data (an all-zero spot's
+ε^⅔ times the largest fitted column's (``ZERO_COLUMN``), is not determined by the data (an all-zero spot's
 position and width): its row and column of pcov are inf, and a fit that had converged gets
 the status −1 ("singular", Gpufit's singular-hessian state), as does one that ran out of
 evaluations. A fit whose covariance is
@@ -40,13 +40,25 @@ from ..small.batched import (
     scaled_jacobian,
 )
 
-__all__ = ["NON_POSITIVE_MODEL", "SINGULAR", "ChunkResult", "chunk_result", "warn_results"]
+__all__ = [
+    "NON_POSITIVE_MODEL",
+    "SINGULAR",
+    "ZERO_COLUMN",
+    "ChunkResult",
+    "chunk_result",
+    "warn_results",
+]
 
 #: ``traced.gram_inverse`` or its compiled kernel: JᵀJ ↦ ((JᵀJ)⁻¹, trusted).
 Inverse = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 #: J̃ (rows scaled) at p̂ of the fits of an index.
 Jacobian = Callable[[torch.Tensor], torch.Tensor]
 
+#: The power of ε below which a column's norm, relative to the largest, counts as zero: a
+#: zero column is met at the end only to the stopping tests' precision (an all-zero spot's
+#: position column stops near 1e-13 of the largest in float64, 1e-9 in float32), and √ε
+#: would call the columns of a float32 polynomial in x up to a few hundred zero.
+ZERO_COLUMN = 2.0 / 3.0
 #: The status of a fit with a parameter its data do not determine.
 SINGULAR = -1
 #: The status of a Poisson fit whose model is non-positive at a count at the start.
@@ -113,7 +125,7 @@ def _undetermined(gram: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
     """The fitted parameters whose column of J is numerically zero (module docstring)."""
     norms = torch.sqrt(torch.clamp(torch.diagonal(gram, dim1=-2, dim2=-1), min=0.0))
     norms = torch.where(free, norms, torch.zeros_like(norms))
-    cut = torch.finfo(gram.dtype).eps ** 0.5 * norms.amax(1, keepdim=True)
+    cut = torch.finfo(gram.dtype).eps ** ZERO_COLUMN * norms.amax(1, keepdim=True)
     undetermined: torch.Tensor = free & (norms <= cut)
     return undetermined
 
