@@ -266,3 +266,18 @@ def test_curve_fit_poisson_equals_the_batch() -> None:
     assert 1 <= ier <= 4 and info["chi_square"] > 0
     with pytest.raises(RuntimeError, match="Optimal parameters not found"):
         curve_fit(spot, GRID, y[0], p0, estimator="poisson", max_nfev=2)
+
+
+def test_widths_fixed_per_fit_equal_curve_fit_on_each() -> None:
+    """Fixed values differing per fit (the mask shared, then per fit) keep the parameters in
+    the problem with zero columns; each fit ends where curve_fit with ``fixed`` ends."""
+    true, y = _spots(3, seed=11)
+    p0 = _p0(3)
+    p0[:, 3:5] = true[:, 3:5]
+    fixed = np.array([False, False, False, True, True, False])
+    shared, _ = curve_fit_batch(spot, GRID, y, p0, fixed=fixed, **TIGHT)
+    per_fit, _ = curve_fit_batch(spot, GRID, y, p0, fixed=np.tile(fixed, (3, 1)), **TIGHT)
+    np.testing.assert_allclose(shared, per_fit, rtol=1e-10)
+    for m in range(3):
+        alone, _ = curve_fit(spot, GRID, y[m], p0[m], fixed=fixed, **TIGHT)
+        np.testing.assert_allclose(shared[m], alone, rtol=1e-7, err_msg=f"fit {m}")

@@ -26,6 +26,7 @@ from ..small.traced import gram_inverse
 from ..threads import batch_crossover, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
+from .reduced import reduction
 from .results import ChunkResult, chunk_result, warn_results
 
 __all__ = [
@@ -118,7 +119,8 @@ def planned(
     gives the rules); ``threads`` as given, None for the default."""
     fits, points = args.y.shape
     params = args.p0.shape[1]
-    model = BatchModel(f, points, args.x_per_fit, _shared_free(args))
+    free = _shared_free(args)
+    model = BatchModel(f, points, args.x_per_fit, free, _shared_values(args, free))
     inputs = args.x.shape[-2] if args.x.dim() == (3 if args.x_per_fit else 2) else 1
     size = chunk_fits(
         fits,
@@ -149,6 +151,17 @@ def _shared_free(args: BatchArgs) -> tuple[int, ...] | None:
     if args.free is None or not bool((args.free.all(0) == args.free.any(0)).all()):
         return None
     return tuple(int(k) for k in torch.nonzero(args.free[0]).reshape(-1))
+
+
+def _shared_values(args: BatchArgs, free: tuple[int, ...] | None) -> dict[int, float]:
+    """The fixed parameters whose p0 every fit shares, with that value (``BatchModel``'s
+    ``constants``)."""
+    if free is None:
+        return {}
+    fixed = [k for k in range(args.p0.shape[1]) if k not in free]
+    column = args.p0[:, fixed]
+    same = (column == column[:1]).all(0)
+    return {k: float(column[0, i]) for i, k in enumerate(fixed) if bool(same[i])}
 
 
 def kernel_ready(run: BatchRun, args: BatchArgs) -> bool:
@@ -325,10 +338,15 @@ def curve_fit_batch(
         raise ValueError(
             f"chunk_size must be a positive integer, got {chunk_size!r}. HINT: pass e.g. 10000"
         )
+    reduced = reduction(f, args)
+    if reduced is not None:  # fixed values shared by every fit: out of the problem
+        f, args, compile_mode = reduced.f, reduced.args, False
     run = planned(f, args, compile_mode, chunk_size, threads)
     if not kernel_ready(run, args):
         check_model(run.model, args.p0, args.x)
     popt, pcov, info = solved(run, args, absolute_sigma)
+    if reduced is not None:
+        popt, pcov = reduced.expanded(popt, pcov)
     warn_results(info["status"], pcov)
 
     def out(t: torch.Tensor) -> Any:

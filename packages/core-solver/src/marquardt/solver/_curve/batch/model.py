@@ -45,7 +45,9 @@ class BatchModel:
     """f(x, *p) over a batch of fits; ``x_per_fit`` says whether x has a leading fit axis.
     ``free`` (the indices of the parameters every fit fits; None: all) makes forward mode
     carry tangents for those only: the columns of the fixed ones are zero, and a tangent per
-    fixed parameter would cost as much as one per fitted one."""
+    fixed parameter would cost as much as one per fitted one. ``constants`` (index → value)
+    names the fixed parameters whose value every fit shares: f gets them as Python numbers,
+    as in a model with the values written in, instead of one value per fit."""
 
     def __init__(
         self,
@@ -53,8 +55,10 @@ class BatchModel:
         points: int,
         x_per_fit: bool,
         free: tuple[int, ...] | None = None,
+        constants: dict[int, float] | None = None,
     ) -> None:
         self.f, self.points, self.x_per_fit, self.free = f, points, x_per_fit, free
+        self.constants = constants or {}
 
     def _one(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self._shaped(self.f(x, *theta.unbind()), theta)
@@ -79,9 +83,11 @@ class BatchModel:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # The fixed values go to f as they are, without tangents: stacked with the free
         # ones they would carry zero tangents through every operation of f.
-        full = list(theta.unbind())
+        full: list[Any] = list(theta.unbind())
         for value, k in zip(part.unbind(), self.free or (), strict=True):
             full[k] = value
+        for k, number in self.constants.items():
+            full[k] = number
         out = self._shaped(self.f(x, *full), theta)
         return out, out
 
