@@ -203,12 +203,8 @@ def batch_args(
     fits, points = y.shape
     x = _tensor("xdata", xdata, where, dtype)
     per_fit = _xdata(x, fits, points)
-    given = None if p0 is None else start_values(f, p0, fits)
-    count = parameter_count(f) if given is None else given.shape[1]
-    lb, ub = bound_sides(bounds)
-    lower, upper = _per_fit("bounds", lb, fits, count), _per_fit("bounds", ub, fits, count)
-    check_bound_order(lower, upper)
-    start = feasible_start(lower, upper) if given is None else projected(given, lower, upper)
+    start, lower, upper = _start_and_bounds(f, p0, bounds, fits)
+    count = start.shape[1]
     free = fixed_mask(extra["fixed"], fits, count)
     if estimator == "poisson":
         _poisson_data(y, sigma, loss)
@@ -264,6 +260,20 @@ def batch_args(
         free=None if free is None else torch.from_numpy(~free).to(where),
         estimator=estimator,
     )
+
+
+def _start_and_bounds(
+    f: Any, p0: Any, bounds: Any, fits: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(p0, lower, upper), each (M, P): p0 checked (``start.start_values``) and projected
+    into the checked bounds, or SciPy's feasible start with P from f's signature."""
+    given = None if p0 is None else start_values(f, p0, fits)
+    count = parameter_count(f) if given is None else given.shape[1]
+    lb, ub = bound_sides(bounds)
+    lower, upper = _per_fit("bounds", lb, fits, count), _per_fit("bounds", ub, fits, count)
+    check_bound_order(lower, upper)
+    start = feasible_start(lower, upper) if given is None else projected(given, lower, upper)
+    return start, lower, upper
 
 
 def _dtype_of(ydata: Any) -> torch.dtype:
