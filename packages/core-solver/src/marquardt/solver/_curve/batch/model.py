@@ -63,10 +63,12 @@ class BatchModel:
     def _one(self, theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self._shaped(self.f(x, *theta.unbind()), theta)
 
-    def _shaped(self, out: Any, theta: torch.Tensor) -> torch.Tensor:
-        if not isinstance(out, torch.Tensor):
-            out = torch.as_tensor(out, dtype=theta.dtype, device=theta.device)
-        out = out.reshape(-1)
+    def _shaped(self, value: Any, theta: torch.Tensor) -> torch.Tensor:
+        out = (
+            value
+            if isinstance(value, torch.Tensor)
+            else torch.as_tensor(value, dtype=theta.dtype, device=theta.device)
+        ).reshape(-1)
         return out.expand(self.points) if out.numel() == 1 else out
 
     def _both(self, theta: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
