@@ -51,14 +51,26 @@ def measure(
     counts = y > 0
     ok = valid_model(f, y)
     safe_f = torch.where(counts & ok, f, torch.ones_like(f))
-    safe_y = torch.where(counts, y, torch.ones_like(y))
-    log_term = torch.where(counts, y * torch.log(safe_f / safe_y), torch.zeros_like(y))
-    term = f - y - log_term
     bad = ~ok.all(1)
-    cost = torch.where(bad, torch.inf, term.sum(1))
+    term = _terms(f, y, safe_f, counts)
+    cost = torch.where(bad, torch.inf, term.sum(1).to(r.dtype))
     rows = torch.where(counts, torch.sqrt(y) / safe_f, torch.zeros_like(y))
     rows = torch.where(bad[:, None], torch.nan, rows)
-    return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0))
+    return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0)).to(r.dtype)
+
+
+def _terms(
+    f: torch.Tensor, y: torch.Tensor, safe_f: torch.Tensor, counts: torch.Tensor
+) -> torch.Tensor:
+    """Each point's f − y − y·ln(f/y), in float64 at least: near the optimum the three
+    cancel to about (f − y)²/2y, and in float32 the cancellation leaves the cost rounded
+    to ~1e-4 of itself, too coarse for ftol, so that fits stopped on xtol after steps
+    rejected for rounding (the term itself is well conditioned in f: ∂/∂f = 1 − y/f)."""
+    wide = torch.promote_types(f.dtype, torch.float64)
+    f64, y64, safe64 = f.to(wide), y.to(wide), safe_f.to(wide)
+    safe_y = torch.where(counts, y64, torch.ones_like(y64))
+    log_term = torch.where(counts, y64 * torch.log(safe64 / safe_y), torch.zeros_like(y64))
+    return f64 - y64 - log_term
 
 
 def normal(
