@@ -4,7 +4,8 @@
   ``curve_fit``'s own on the reduced model q ↦ f(x, *p(q)), p(q) holding the fixed values
   from p0 (with its bounds, ``jac``, ``x_scale`` and ``diff_step`` reduced alike), so that
   it equals a fit of the model with those values written in; popt gets the fixed values
-  back, pcov zero rows and columns for them. It runs without the compiled core.
+  back, pcov zero rows and columns for them (``infodict``, with ``full_output``, is the
+  reduced fit's). It runs without the compiled core.
 * ``estimator="poisson"``: the fit is ``curve_fit_batch``'s with one data set and the
   Poisson maximum-likelihood estimator (f written with torch operations). SciPy's checks
   come first (a p0 outside the bounds is refused here, as SciPy refuses it), and SciPy's
