@@ -32,12 +32,9 @@ import torch
 
 from ... import _rules
 from ..._lm.robust import rho
+from . import trust
 
 __all__ = ["Provider", "SmallFit", "solve_small"]
-
-#: The largest condition number of J's scaled columns for which a step is solved from the
-#: Gram matrix JᵀJ + λD² (a P × P solve); beyond it from J's QR factor.
-GRAM_CONDITION = 1e4
 
 #: SciPy's ``status`` codes and messages, by fit test.
 MESSAGES = _rules.STATUS_MESSAGES
@@ -106,67 +103,45 @@ def solve_small(
     j = provider.jacobian(p, r)
     njev += 1
     js = j if rows is None else j * rows[:, None]
-    norms = _rules.column_norms(js)
-    d = 1.0 / x_scale if x_scale is not None else _rules.start_scaling(norms)
-    lam = float(_rules.start_damping(norms, d))
-    nu = _rules.NU_START
-    status = 0
-    size = p.size
+    d = 1.0 / x_scale if x_scale is not None else _rules.start_scaling(_rules.column_norms(js))
+    radius = trust.Radius.start(float(np.linalg.norm(d * p)))
+    first, status = True, 0
     while True:
         g = js.T @ rs
-        pushing = _rules.held_at_bounds(p, lower, upper, g)
-        if _rules.gtol_met(g, pushing, cost, gtol):
+        free = ~_rules.held_at_bounds(p, lower, upper, g)
+        if trust.cosine_met(js, g, free, cost, gtol):
             status = 1
             break
         if nfev >= max_nfev:
             break
-        free = ~pushing
-        width = int(free.sum())
-        jf = js[:, free]
-        gram = jf.T @ jf
-        scaled = gram / np.outer(d[free], d[free])
-        eig = np.linalg.eigvalsh(scaled)
-        use_gram = eig[0] > eig[-1] / GRAM_CONDITION**2
-        if not use_gram:
-            q, rfac = np.linalg.qr(jf)
-            qtr = q.T @ rs
+        dec = trust.decompose(js[:, free] / d[free], rs)
         accepted = False
-        while nfev < max_nfev:
-            delta = np.zeros(size)
-            if use_gram:
-                delta[free] = np.linalg.solve(gram + np.diag(lam * d[free] ** 2), g[free])
-            else:
-                stacked = np.vstack([rfac, np.diag(np.sqrt(lam) * d[free])])
-                delta[free] = np.linalg.lstsq(
-                    stacked, np.concatenate([qtr, np.zeros(width)]), rcond=None
-                )[0]
-            trial = np.clip(p - delta, lower, upper)
+        while nfev < max_nfev and not accepted:
+            scaled, radius.lam = trust.step_for_radius(dec, radius.delta, radius.lam)
+            delta = np.zeros(p.size)
+            delta[free] = scaled / d[free]
+            trial = np.clip(p + delta, lower, upper)
             step = trial - p
+            length = float(np.linalg.norm(d * step))
+            if first:
+                radius.delta = min(radius.delta, length)
             r_new = provider.residuals(trial)
             nfev += 1
             steps += 1
-            if not np.all(np.isfinite(r_new)):
-                lam, nu = _rules.nielsen_reject(lam, nu)
-                continue
-            cost_new, rows_new, rs_new = measure(r_new)
+            cost_new, rows_new, rs_new = (
+                measure(r_new) if np.all(np.isfinite(r_new)) else (np.inf, None, r_new)
+            )
             moved = js @ step
             offset = 0.0 if linear else cost - 0.5 * float(rs @ rs)
-            predicted = _rules.predicted_reduction(offset, float(g @ step), float(moved @ moved))
-            actual = cost - cost_new
-            ratio = _rules.gain_ratio(actual, predicted)
-            small_step = bool(_rules.xtol_met(d, step, p, xtol))
-            if actual > 0:
-                ftol_ok = bool(_rules.ftol_met(actual, cost, ratio, ftol))
+            gs = float(g @ step)
+            predicted = _rules.predicted_reduction(offset, gs, float(moved @ moved)) / cost
+            actual = 1.0 - cost_new / cost if cost_new < 100.0 * cost else -1.0
+            ratio = radius.update(actual, predicted, 0.5 * gs / cost, length)
+            if ratio >= trust.ACCEPT:
                 p, r, cost, rows, rs = trial, r_new, cost_new, rows_new, rs_new
-                lam = _rules.nielsen_accept(lam, ratio)
-                nu = _rules.NU_START
-                accepted = True
-                if ftol_ok or small_step:
-                    status = int(_rules.stop_status(ftol_ok, small_step))
-                break
-            lam, nu = _rules.nielsen_reject(lam, nu)
-            if small_step:
-                status = 3
+                accepted, first = True, False
+            status = _tests(actual, predicted, ratio, radius.delta, d, p, ftol, xtol)
+            if status:
                 break
         if status or not accepted:
             if accepted:
@@ -188,3 +163,23 @@ def solve_small(
         steps=steps,
         status=status,
     )
+
+
+def _tests(
+    actual: float,
+    predicted: float,
+    ratio: float,
+    delta: float,
+    d: np.ndarray,
+    p: np.ndarray,
+    ftol: float,
+    xtol: float,
+) -> int:
+    """SciPy's status after a trial by ``lmder``'s ftol and xtol (``trust``), 0 when neither
+    holds: ftol on the relative reductions, xtol on the radius Δ against ‖Dp‖."""
+    eps = float(np.finfo(np.float64).eps)
+    ftol_ok = abs(actual) <= max(ftol, eps) and predicted <= max(ftol, eps) and ratio <= 2.0
+    xtol_ok = delta <= max(xtol, eps) * float(np.linalg.norm(d * p))
+    if not (ftol_ok or xtol_ok):
+        return 0
+    return int(_rules.stop_status(ftol_ok, xtol_ok))
