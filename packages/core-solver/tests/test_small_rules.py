@@ -2,9 +2,10 @@
 and `NielsenDamping`.
 
 Each rule gives the same numbers on floats, NumPy arrays and torch tensors, one fit or a
-batch; `NielsenDamping` moves λ by the same formula; and a single fit and the same
-problem inside a batch take the same path (same evaluations, same status) to the same
-minimum, to 1e-8.
+batch; `NielsenDamping` moves λ by the same formula; and a single fit (MINPACK's trust
+region, ``_curve.small.trust``) and the same problem inside a batch (Nielsen's λ) reach
+the same minimum: to 1e-7 at tight tolerances, to SciPy's tolerances' reach at its
+defaults, each stopping on a fit test.
 """
 
 from __future__ import annotations
@@ -125,9 +126,9 @@ def _decay(x: torch.Tensor, a: torch.Tensor, k: torch.Tensor, c: torch.Tensor) -
     ],
     ids=["linear", "soft_l1", "bound_active"],
 )
-def test_single_and_batched_fits_take_the_same_path(options: dict[str, object]) -> None:
-    """With SciPy's default tolerances both drivers spend the same evaluations and stop on
-    the same test; with tight ones they reach the same minimum to 1e-8."""
+def test_single_and_batched_fits_reach_the_same_minimum(options: dict[str, object]) -> None:
+    """With SciPy's default tolerances both drivers stop on a fit test within the
+    tolerances' reach of each other; with tight ones they reach the same minimum to 1e-7."""
     rng = np.random.default_rng(7)
     x = np.linspace(0.0, 4.0, 60)
     truth = np.array([[2.0, 1.3, 0.2], [1.0, 0.7, -0.2], [3.0, 2.0, 0.1]])
@@ -149,11 +150,11 @@ def test_single_and_batched_fits_take_the_same_path(options: dict[str, object]) 
             popt, pcov, found, _, ier = curve_fit(
                 _decay, x, y[m], p0, full_output=True, **options, **tolerances
             )  # type: ignore[arg-type]
-            assert int(info["status"][m]) == ier
+            assert 1 <= int(info["status"][m]) <= 4 and 1 <= ier <= 4
             if tolerances:
-                np.testing.assert_allclose(popt_b[m].numpy(), popt, rtol=1e-8)
+                np.testing.assert_allclose(popt_b[m].numpy(), popt, rtol=1e-7)
                 scale = np.abs(pcov).max()
                 np.testing.assert_allclose(pcov_b[m].numpy(), pcov, rtol=1e-6, atol=1e-8 * scale)
             else:
-                np.testing.assert_allclose(popt_b[m].numpy(), popt, rtol=1e-7)
-                assert int(info["nfev"][m]) == found["nfev"], "one rule set: the same path"
+                # ftol = 1.5e-8 leaves the bound-active fit 1e-4 from its minimum.
+                np.testing.assert_allclose(popt_b[m].numpy(), popt, rtol=5e-4)

@@ -109,7 +109,7 @@ def solve_small(
     while True:
         g = js.T @ rs
         free = ~_rules.held_at_bounds(p, lower, upper, g)
-        if trust.cosine_met(js, g, free, cost, gtol):
+        if cost == 0.0 or trust.cosine_met(js, g, free, float(np.linalg.norm(rs)), gtol):
             status = 1
             break
         if nfev >= max_nfev:
@@ -132,9 +132,9 @@ def solve_small(
                 measure(r_new) if np.all(np.isfinite(r_new)) else (np.inf, None, r_new)
             )
             moved = js @ step
-            offset = 0.0 if linear else cost - 0.5 * float(rs @ rs)
+            # The model of the (robust) cost's change: −(gᵀs + ½‖J̃s‖²), as SciPy's ``trf``.
             gs = float(g @ step)
-            predicted = _rules.predicted_reduction(offset, gs, float(moved @ moved)) / cost
+            predicted = _rules.predicted_reduction(0.0, gs, float(moved @ moved)) / cost
             actual = 1.0 - cost_new / cost if cost_new < 100.0 * cost else -1.0
             ratio = radius.update(actual, predicted, 0.5 * gs / cost, length)
             if ratio >= trust.ACCEPT:

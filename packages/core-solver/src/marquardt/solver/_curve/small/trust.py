@@ -150,14 +150,14 @@ class Radius:
         return ratio
 
 
-def cosine_met(js: np.ndarray, g: np.ndarray, free: np.ndarray, cost: float, gtol: float) -> bool:
+def cosine_met(js: np.ndarray, g: np.ndarray, free: np.ndarray, size: float, gtol: float) -> bool:
     """MINPACK's gtol: max_j |J_jᵀr| / (‖r‖·‖J_j‖) over the free columns of nonzero norm
-    at most gtol (or ε), or r = 0."""
-    if cost == 0.0:
+    at most gtol (or ε), or r = 0; ``size`` is ‖r‖ (the scaled r̃ of a robust loss)."""
+    if size == 0.0:
         return True
     norms = np.sqrt(np.einsum("ij,ij->j", js, js))
     usable = free & (norms > 0)
     if not usable.any():
         return True
-    cosine = np.abs(g[usable]) / (np.sqrt(2.0 * cost) * norms[usable])
+    cosine = np.abs(g[usable]) / (size * norms[usable])
     return bool(cosine.max() <= max(gtol, _EPS))
