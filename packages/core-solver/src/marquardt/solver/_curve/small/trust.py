@@ -1,18 +1,21 @@
-"""MINPACK's trust region for one small fit: the damped step from J's SVD, the radius, the tests.
+"""MINPACK's trust region for one small fit: the damped step, the radius, the fit tests.
 
 ``lmder`` (Moré 1978; Moré, Garbow & Hillstrom 1980), the routine behind SciPy's
 ``method="lm"``, does not choose the damping λ by a rule of its own: it keeps a radius Δ
 of the scaled step ‖Dδ‖ and finds the λ whose step has that length (``lmpar``), the
 Gauss-Newton step itself (λ = 0) when that step is short enough. Here the step comes from
-the singular value decomposition of the scaled Jacobian A = J·D⁻¹ = UΣVᵀ rather than from
-MINPACK's pivoted QR: with b = Uᵀr, the scaled step of damping λ is
+the singular values and vectors of the scaled Jacobian A = J·D⁻¹ = UΣVᵀ: with b = Uᵀr,
+the scaled step of damping λ is
 
     z(λ) = −Σ_i σ_i b_i / (σ_i² + λ) v_i,    δ = D⁻¹z,
 
-O(P) for each trial λ once A is decomposed, and as accurate as the QR of [A; √λ·I]
-(JᵀJ's squared condition number is never formed). Singular values at or below
-ε·max(N, P)·σ₀ count as zero (the rank-deficient least-squares step, as ``lmpar`` takes
-from R's zero diagonal). λ is found as ``lmpar`` finds it: Newton's iteration on
+O(P) for each trial λ once A is decomposed. While A's condition number is at most
+``GRAM_CONDITION`` σ², V and σb = VᵀAᵀr come from the eigenvectors of AᵀA (a P × P
+problem, the cost of the Gram solve); beyond it from the SVD of A's triangular factor
+R (A = QR, MINPACK's route, with Qᵀr from the factor of [A | r]), as accurate as the QR of
+[A; √λ·I]: JᵀJ's squared condition number is never used there. Singular values at or
+below ε·max(N, P)·σ₀ count as zero (the rank-deficient least-squares step, as ``lmpar``
+takes from R's zero diagonal). λ is found as ``lmpar`` finds it: Newton's iteration on
 1/Δ − 1/‖z(λ)‖ from the last λ, safeguarded between bounds, until ‖z‖ is within 10% of Δ
 (at most ten tries).
 
@@ -37,6 +40,7 @@ import numpy as np
 
 __all__ = [
     "FACTOR",
+    "GRAM_CONDITION",
     "Decomposition",
     "Radius",
     "cosine_met",
@@ -48,6 +52,8 @@ __all__ = [
 FACTOR = 100.0
 #: The trust region's acceptance ratio: a trial is taken when ρ ≥ ACCEPT.
 ACCEPT = 1e-4
+#: The largest condition number of the scaled J whose step is taken from AᵀA's eigenvalues.
+GRAM_CONDITION = 1e4
 #: ``lmpar``'s relative tolerance on ‖z‖ − Δ, and its most tries.
 _LENGTH_TOLERANCE = 0.1
 _TRIES = 10
@@ -79,13 +85,29 @@ class Decomposition:
 
 
 def decompose(scaled: np.ndarray, r: np.ndarray) -> Decomposition:
-    """The SVD of A = J·D⁻¹ (N × k) with b = Uᵀr, the singular values at or below
-    ε·max(N, k)·σ₀ dropped."""
-    u, s, vt = np.linalg.svd(scaled, full_matrices=False)
-    if s.size == 0:
-        return Decomposition(s, s, vt.T, True)
-    keep = s > _EPS * max(scaled.shape) * s[0]
-    return Decomposition(s[keep], u[:, keep].T @ r, vt[keep].T, bool(keep.all()))
+    """σ, b = Uᵀr and V of A = J·D⁻¹ (N × k): from the eigenvalues of AᵀA (σ²) while A's
+    condition number is at most ``GRAM_CONDITION``, where AᵀA loses none of the digits
+    the step needs; else from the SVD of R, A's triangular factor, with Qᵀr taken from the
+    factor of [A | r] (MINPACK's route: JᵀJ's squared condition number never formed). The
+    singular values at or below ε·max(N, k)·σ₀ are dropped."""
+    rows, size = scaled.shape
+    if size == 0:
+        empty = np.zeros(0)
+        return Decomposition(empty, empty, np.zeros((0, 0)), True)
+    w, v = np.linalg.eigh(scaled.T @ scaled)
+    if w[0] > w[-1] / GRAM_CONDITION**2:
+        sigma = np.sqrt(w[::-1])
+        v = v[:, ::-1]
+        return Decomposition(sigma, (v.T @ (scaled.T @ r)) / sigma, v, True)
+    if rows > size:
+        factor = np.linalg.qr(np.column_stack([scaled, r]), mode="r")
+        u, s, vt = np.linalg.svd(factor[:size, :size])
+        b = u.T @ factor[:size, size]
+    else:
+        u, s, vt = np.linalg.svd(scaled, full_matrices=False)
+        b = u.T @ r
+    keep = s > _EPS * max(rows, size) * s[0]
+    return Decomposition(s[keep], b[keep], vt[keep].T, bool(keep.all()))
 
 
 def step_for_radius(dec: Decomposition, radius: float, lam: float) -> tuple[np.ndarray, float]:
