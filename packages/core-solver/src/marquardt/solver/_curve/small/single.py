@@ -114,7 +114,7 @@ def solve_small(
             break
         if nfev >= max_nfev:
             break
-        dec = trust.decompose(js[:, free] / d[free], rs)
+        dec = trust.decompose(js[:, free], d[free], rs, g[free])
         accepted = False
         while nfev < max_nfev and not accepted:
             scaled, radius.lam = trust.step_for_radius(dec, radius.delta, radius.lam)

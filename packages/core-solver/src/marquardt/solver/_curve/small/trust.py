@@ -34,6 +34,7 @@ here as the test they extend).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,42 +64,53 @@ _TINY = float(np.finfo(np.float64).tiny)
 
 @dataclass(frozen=True)
 class Decomposition:
-    """The scaled Jacobian's SVD, kept for the trials at one point: σ (kept ones), b = Uᵀr on
-    them, V's columns on them (k × rank), and the Gauss-Newton step's scaled length."""
+    """The scaled Jacobian's singular values and vectors, kept for the trials at one point:
+    σ² and c = σ·b (b = Uᵀr) of the kept singular values, as Python floats (P is small:
+    a trial's λ costs no array operation), and V's columns on them (k × rank)."""
 
-    sigma: np.ndarray
-    b: np.ndarray
+    s2: tuple[float, ...]
+    c: tuple[float, ...]
     v: np.ndarray
     full_rank: bool
 
+    @classmethod
+    def of(cls, sigma: np.ndarray, b: np.ndarray, v: np.ndarray, full_rank: bool) -> Decomposition:
+        return cls(tuple((sigma**2).tolist()), tuple((sigma * b).tolist()), v, full_rank)
+
     def scaled_step(self, lam: float) -> np.ndarray:
         """z(λ) = −Σ σ_i b_i / (σ_i² + λ) v_i."""
-        return -(self.v @ (self.sigma * self.b / (self.sigma**2 + lam)))
+        return -(self.v @ np.array([c / (s2 + lam) for s2, c in zip(self.s2, self.c)]))
 
     def length(self, lam: float) -> tuple[float, float]:
         """(‖z(λ)‖, d‖z‖/dλ)."""
-        c = self.sigma * self.b / (self.sigma**2 + lam)
-        norm = float(np.sqrt(c @ c))
-        if norm == 0.0:
+        norm2 = slope = 0.0
+        for s2, c in zip(self.s2, self.c):
+            q = c / (s2 + lam)
+            norm2 += q * q
+            slope += q * q / (s2 + lam)
+        if norm2 == 0.0:
             return 0.0, 0.0
-        return norm, -float((c * c / (self.sigma**2 + lam)) @ np.ones_like(c)) / norm
+        norm = math.sqrt(norm2)
+        return norm, -slope / norm
 
 
-def decompose(scaled: np.ndarray, r: np.ndarray) -> Decomposition:
-    """σ, b = Uᵀr and V of A = J·D⁻¹ (N × k): from the eigenvalues of AᵀA (σ²) while A's
-    condition number is at most ``GRAM_CONDITION``, where AᵀA loses none of the digits
-    the step needs; else from the SVD of R, A's triangular factor, with Qᵀr taken from the
-    factor of [A | r] (MINPACK's route: JᵀJ's squared condition number never formed). The
-    singular values at or below ε·max(N, k)·σ₀ are dropped."""
-    rows, size = scaled.shape
+def decompose(js: np.ndarray, d: np.ndarray, r: np.ndarray, g: np.ndarray) -> Decomposition:
+    """σ, b = Uᵀr and V of A = J·D⁻¹ (N × k), given J (``js``), D, r and g = Jᵀr: from the
+    eigenvalues of AᵀA (σ²) while A's condition number is at most ``GRAM_CONDITION``,
+    where AᵀA loses none of the digits the step needs; else from the SVD of R, A's
+    triangular factor, with Qᵀr taken from the factor of [A | r] (MINPACK's route: JᵀJ's
+    squared condition number never formed). The singular values at or below
+    ε·max(N, k)·σ₀ are dropped."""
+    rows, size = js.shape
     if size == 0:
         empty = np.zeros(0)
-        return Decomposition(empty, empty, np.zeros((0, 0)), True)
-    w, v = np.linalg.eigh(scaled.T @ scaled)
+        return Decomposition.of(empty, empty, np.zeros((0, 0)), True)
+    w, v = np.linalg.eigh((js.T @ js) / np.outer(d, d))
     if w[0] > w[-1] / GRAM_CONDITION**2:
         sigma = np.sqrt(w[::-1])
         v = v[:, ::-1]
-        return Decomposition(sigma, (v.T @ (scaled.T @ r)) / sigma, v, True)
+        return Decomposition.of(sigma, (v.T @ (g / d)) / sigma, v, True)
+    scaled = js / d
     if rows > size:
         factor = np.linalg.qr(np.column_stack([scaled, r]), mode="r")
         u, s, vt = np.linalg.svd(factor[:size, :size])
@@ -107,7 +119,7 @@ def decompose(scaled: np.ndarray, r: np.ndarray) -> Decomposition:
         u, s, vt = np.linalg.svd(scaled, full_matrices=False)
         b = u.T @ r
     keep = s > _EPS * max(rows, size) * s[0]
-    return Decomposition(s[keep], b[keep], vt[keep].T, bool(keep.all()))
+    return Decomposition.of(s[keep], b[keep], vt[keep].T, bool(keep.all()))
 
 
 def step_for_radius(dec: Decomposition, radius: float, lam: float) -> tuple[np.ndarray, float]:
@@ -119,7 +131,7 @@ def step_for_radius(dec: Decomposition, radius: float, lam: float) -> tuple[np.n
     phi = length - radius
     # Newton's bound from λ = 0 when A has full rank: ‖z‖ is convex in 1/… there.
     low = (phi / radius) * length / -slope if dec.full_rank and slope < 0 else 0.0
-    gradient = float(np.linalg.norm(dec.sigma * dec.b))
+    gradient = math.sqrt(sum(c * c for c in dec.c))
     high = gradient / radius if gradient > 0 else _TINY / min(radius, 0.1)
     lam = min(max(lam, low), high)
     if lam == 0.0:
