@@ -135,7 +135,8 @@ def solve_small(
             # The model of the (robust) cost's change: −(gᵀs + ½‖J̃s‖²), as SciPy's ``trf``.
             gs = float(g @ step)
             predicted = _rules.predicted_reduction(0.0, gs, float(moved @ moved)) / cost
-            actual = 1.0 - cost_new / cost if cost_new < 100.0 * cost else -1.0
+            actual = _reduction(r, r_new, cost, cost_new) if linear else 1.0 - cost_new / cost
+            actual = actual if cost_new < 100.0 * cost else -1.0
             ratio = radius.update(actual, predicted, 0.5 * gs / cost, length)
             if ratio >= trust.ACCEPT:
                 p, r, cost, rows, rs = trial, r_new, cost_new, rows_new, rs_new
@@ -163,6 +164,16 @@ def solve_small(
         steps=steps,
         status=status,
     )
+
+
+def _reduction(r: np.ndarray, r_new: np.ndarray, cost: float, cost_new: float) -> float:
+    """1 − C⁺/C for the linear loss as −Σ(r⁺ − r)(r⁺ + r) / 2C: the difference of the
+    residuals is exact where the two costs agree to every digit, so that near p̂ the ratio of
+    actual to predicted reduction stays the model's rather than rounding's (1 − C⁺/C loses
+    the reduction's digits below ε·C, and with them the radius)."""
+    if not np.isfinite(cost_new):
+        return -1.0
+    return -float((r_new - r) @ (r_new + r)) / (2.0 * cost)
 
 
 def _tests(
