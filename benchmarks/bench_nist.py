@@ -116,13 +116,15 @@ def batch_fits(problem: nist_strd.NistProblem, starts: tuple[int, ...]) -> dict[
 
     y = problem.y.expand(len(starts), -1).clone()
     p0 = torch.tensor([problem.starts[s - 1] for s in starts], dtype=torch.float64)
+    # A (k, N) x is given per fit, (M, k, N): with k = M a shared one reads as per fit.
+    x = problem.x if problem.x.ndim == 1 else problem.x.expand(len(starts), -1, -1).clone()
     out = {}
     for name, options in (
         ("batch", {}),
         ("batch_tight", {**TIGHT, "max_nfev": TIGHT_NFEV}),
     ):
         popt, _, _ = _quiet(
-            lambda o=options: curve_fit_batch(problem.f, problem.x, y, p0, compile=False, **o)[0]
+            lambda o=options: curve_fit_batch(problem.f, x, y, p0, compile=False, **o)[0]
         )
         out[name] = [_lre(problem, None if popt is None else popt[k]) for k in range(len(starts))]
     return out

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..small.lm import solve_lm
 from ..small.single import SmallFit, solve_small
 from .args import not_found
 from .covariance import columns_dependent, leastsq_info
@@ -68,15 +70,13 @@ def small_fit(
             lower=lower,
             upper=upper,
         )
-    fit = solve_small(
+    fit = _solver(options)(
         provider,
         start,
         lower,
         upper,
         max_nfev=options.tests.max_nfev,
         x_scale=options.x_scale,
-        loss=options.loss,
-        f_scale=options.f_scale,
         **options.tests.tolerances(),
     )
     if fit.status == 0:
@@ -105,6 +105,14 @@ def small_fit(
     if options.method == "lm":
         info.update(leastsq_info(final, fit.residuals))
     return (*result, info, fit.message, fit.status)
+
+
+def _solver(options: FitOptions) -> Callable[..., SmallFit]:
+    """MINPACK's ``lmder`` for SciPy's ``"lm"`` (``_curve.small.lm``), the path
+    ``curve_fit_batch`` shares for ``"trf"`` and ``"dogbox"`` (``_curve.small.single``)."""
+    if options.method == "lm" and options.loss == "linear":
+        return solve_lm
+    return partial(solve_small, loss=options.loss, f_scale=options.f_scale)
 
 
 class _Exact:
@@ -140,7 +148,7 @@ def _polished(
     left = options.tests.max_nfev - fit.evaluations
     if left < 2:
         return fit
-    more = solve_small(
+    more = _solver(options)(
         _Exact(provider, exact),
         fit.params,
         options.lower,

@@ -254,18 +254,6 @@ def _damped_step(s: BatchState, held: torch.Tensor) -> tuple[torch.Tensor, torch
     return torch.where(ok[:, None], u / s.d, torch.zeros_like(u)), ok
 
 
-def _gradient_cosine_met(s: BatchState, held: torch.Tensor, gtol: float) -> torch.Tensor:
-    """MINPACK's gtol per fit: max_j |J̃_jᵀr̃| / (‖r̃‖·‖J̃_j‖) over the parameters not held
-    and columns of nonzero norm at most gtol, or C = 0 (scale-free, as the single fit's)."""
-    norms = normal.column_norms(s.gram)
-    size = torch.sqrt((s.rs * s.rs).sum(1, keepdim=True))
-    usable = ~held & (norms > 0)
-    denominator = torch.where(usable, size * norms, torch.ones_like(norms))
-    cosine = torch.where(usable, s.g.abs() / denominator, torch.zeros_like(norms))
-    largest = cosine.amax(1) if cosine.shape[1] else torch.zeros_like(s.cost)
-    return (largest <= gtol) | (s.cost == 0)
-
-
 def _iterate(
     model: BatchModel, s: BatchState, data: BatchData, tol: dict[str, float], max_nfev: int
 ) -> BatchState:
@@ -273,7 +261,7 @@ def _iterate(
     g = s.g
     held = _rules.held_at_bounds(s.p, data.lower, data.upper, g)
     running = s.status == RUNNING
-    small_gradient = _gradient_cosine_met(s, held, tol["gtol"])
+    small_gradient = _rules.gtol_met(g, held, s.cost, tol["gtol"])
     status = torch.where(running & small_gradient, 1, s.status)
     status = torch.where((status == RUNNING) & (s.nfev >= max_nfev), 0, status)
     running = status == RUNNING
@@ -338,53 +326,14 @@ def solve_batch(
 ) -> BatchState:
     """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
     ``iterate`` and ``initial`` replace ``_iterate`` and ``start_state`` (same arguments, same
-    results: ``_curve.small.compiled``).
-
-    A fit that stops on ftol or xtol goes on once from its p̂ with λ set to
-    ``RESTART_DAMPING`` (``_restarted``), until a fit test holds again."""
+    results: ``_curve.small.compiled``)."""
     tol = {"ftol": ftol, "xtol": xtol, "gtol": gtol}
     whole = (initial or start_state)(model, p0, data)
-    whole = _loop(model, whole, data, tol, max_nfev, iterate)
-    restart = (whole.status >= 2) & (whole.nfev < max_nfev)
-    if bool(restart.any()):
-        index = torch.nonzero(restart).reshape(-1)
-        part = _restarted(whole.take(index))
-        part = _loop(model, part, data.take(index, model.x_per_fit), tol, max_nfev, iterate)
-        whole = whole.put(index, part)
-    return whole
-
-
-#: λ with which a fit that stopped on ftol or xtol goes on: a Gauss-Newton step, nearly.
-#: Nielsen's λ shrinks by at most 3 a step, so a fit whose damped steps along J's small
-#: singular values gain less than ftol·C stops where MINPACK's undamped ones still gain
-#: (NIST's Lanczos, Nelson: ``bench_nist``).
-RESTART_DAMPING = 1e-12
-
-
-def _restarted(state: BatchState) -> BatchState:
-    """``state`` running again, with λ = ``RESTART_DAMPING`` and ν at its start."""
-    return replace(
-        state,
-        status=torch.full_like(state.status, RUNNING),
-        lam=torch.full_like(state.lam, RESTART_DAMPING),
-        nu=torch.full_like(state.nu, _rules.NU_START),
-    )
-
-
-def _loop(
-    model: BatchModel,
-    whole: BatchState,
-    data: BatchData,
-    tol: dict[str, float],
-    max_nfev: int,
-    iterate: Callable[..., BatchState] | None,
-) -> BatchState:
-    """Iterations until every fit of ``whole`` stops, gathering the running ones."""
-    index = torch.arange(whole.p.shape[0], device=whole.p.device)
+    index = torch.arange(p0.shape[0], device=p0.device)
     state, part = whole, data
     # Each iteration either spends an evaluation of every running fit or raises the λ of
     # those whose system failed; the bound below is never reached in practice.
-    every = CHECK_EVERY.get(whole.p.device.type, 4)
+    every = CHECK_EVERY.get(p0.device.type, 4)
     limit = max_nfev + 4 * every + 120
     for iteration in range(1, limit + 1):
         state = (iterate or _iterate)(model, state, part, tol, max_nfev)

@@ -32,9 +32,12 @@ import torch
 
 from ... import _rules
 from ..._lm.robust import rho
-from . import trust
 
 __all__ = ["Provider", "SmallFit", "solve_small"]
+
+#: The largest condition number of J's scaled columns for which a step is solved from the
+#: Gram matrix JᵀJ + λD² (a P × P solve); beyond it from J's QR factor.
+GRAM_CONDITION = 1e4
 
 #: SciPy's ``status`` codes and messages, by fit test.
 MESSAGES = _rules.STATUS_MESSAGES
@@ -103,46 +106,67 @@ def solve_small(
     j = provider.jacobian(p, r)
     njev += 1
     js = j if rows is None else j * rows[:, None]
-    d = 1.0 / x_scale if x_scale is not None else _rules.start_scaling(_rules.column_norms(js))
-    radius = trust.Radius.start(float(np.linalg.norm(d * p)))
-    first, status = True, 0
+    norms = _rules.column_norms(js)
+    d = 1.0 / x_scale if x_scale is not None else _rules.start_scaling(norms)
+    lam = float(_rules.start_damping(norms, d))
+    nu = _rules.NU_START
+    status = 0
+    size = p.size
     while True:
         g = js.T @ rs
-        free = ~_rules.held_at_bounds(p, lower, upper, g)
-        if cost == 0.0 or trust.cosine_met(js, g, free, float(np.linalg.norm(rs)), gtol):
+        pushing = _rules.held_at_bounds(p, lower, upper, g)
+        if _rules.gtol_met(g, pushing, cost, gtol):
             status = 1
             break
         if nfev >= max_nfev:
             break
-        dec = trust.decompose(js[:, free], d[free], rs, g[free])
+        free = ~pushing
+        width = int(free.sum())
+        jf = js[:, free]
+        gram = jf.T @ jf
+        scaled = gram / np.outer(d[free], d[free])
+        eig = np.linalg.eigvalsh(scaled)
+        use_gram = eig[0] > eig[-1] / GRAM_CONDITION**2
+        if not use_gram:
+            q, rfac = np.linalg.qr(jf)
+            qtr = q.T @ rs
         accepted = False
-        while nfev < max_nfev and not accepted:
-            scaled, radius.lam = trust.step_for_radius(dec, radius.delta, radius.lam)
-            delta = np.zeros(p.size)
-            delta[free] = scaled / d[free]
-            trial = np.clip(p + delta, lower, upper)
+        while nfev < max_nfev:
+            delta = np.zeros(size)
+            if use_gram:
+                delta[free] = np.linalg.solve(gram + np.diag(lam * d[free] ** 2), g[free])
+            else:
+                stacked = np.vstack([rfac, np.diag(np.sqrt(lam) * d[free])])
+                delta[free] = np.linalg.lstsq(
+                    stacked, np.concatenate([qtr, np.zeros(width)]), rcond=None
+                )[0]
+            trial = np.clip(p - delta, lower, upper)
             step = trial - p
-            length = float(np.linalg.norm(d * step))
-            if first:
-                radius.delta = min(radius.delta, length)
             r_new = provider.residuals(trial)
             nfev += 1
             steps += 1
-            cost_new, rows_new, rs_new = (
-                measure(r_new) if np.all(np.isfinite(r_new)) else (np.inf, None, r_new)
-            )
+            if not np.all(np.isfinite(r_new)):
+                lam, nu = _rules.nielsen_reject(lam, nu)
+                continue
+            cost_new, rows_new, rs_new = measure(r_new)
             moved = js @ step
-            # The model of the (robust) cost's change: −(gᵀs + ½‖J̃s‖²), as SciPy's ``trf``.
-            gs = float(g @ step)
-            predicted = _rules.predicted_reduction(0.0, gs, float(moved @ moved)) / cost
-            actual = _reduction(r, r_new, cost, cost_new) if linear else 1.0 - cost_new / cost
-            actual = actual if cost_new < 100.0 * cost else -1.0
-            ratio = radius.update(actual, predicted, 0.5 * gs / cost, length)
-            if ratio >= trust.ACCEPT:
+            offset = 0.0 if linear else cost - 0.5 * float(rs @ rs)
+            predicted = _rules.predicted_reduction(offset, float(g @ step), float(moved @ moved))
+            actual = cost - cost_new
+            ratio = _rules.gain_ratio(actual, predicted)
+            small_step = bool(_rules.xtol_met(d, step, p, xtol))
+            if actual > 0:
+                ftol_ok = bool(_rules.ftol_met(actual, cost, ratio, ftol))
                 p, r, cost, rows, rs = trial, r_new, cost_new, rows_new, rs_new
-                accepted, first = True, False
-            status = _tests(actual, predicted, ratio, radius.delta, d, p, ftol, xtol)
-            if status:
+                lam = _rules.nielsen_accept(lam, ratio)
+                nu = _rules.NU_START
+                accepted = True
+                if ftol_ok or small_step:
+                    status = int(_rules.stop_status(ftol_ok, small_step))
+                break
+            lam, nu = _rules.nielsen_reject(lam, nu)
+            if small_step:
+                status = 3
                 break
         if status or not accepted:
             if accepted:
@@ -164,33 +188,3 @@ def solve_small(
         steps=steps,
         status=status,
     )
-
-
-def _reduction(r: np.ndarray, r_new: np.ndarray, cost: float, cost_new: float) -> float:
-    """1 − C⁺/C for the linear loss as −Σ(r⁺ − r)(r⁺ + r) / 2C: the difference of the
-    residuals is exact where the two costs agree to every digit, so that near p̂ the ratio of
-    actual to predicted reduction stays the model's rather than rounding's (1 − C⁺/C loses
-    the reduction's digits below ε·C, and with them the radius)."""
-    if not np.isfinite(cost_new):
-        return -1.0
-    return -float((r_new - r) @ (r_new + r)) / (2.0 * cost)
-
-
-def _tests(
-    actual: float,
-    predicted: float,
-    ratio: float,
-    delta: float,
-    d: np.ndarray,
-    p: np.ndarray,
-    ftol: float,
-    xtol: float,
-) -> int:
-    """SciPy's status after a trial by ``lmder``'s ftol and xtol (``trust``), 0 when neither
-    holds: ftol on the relative reductions, xtol on the radius Δ against ‖Dp‖."""
-    eps = float(np.finfo(np.float64).eps)
-    ftol_ok = abs(actual) <= max(ftol, eps) and predicted <= max(ftol, eps) and ratio <= 2.0
-    xtol_ok = delta <= max(xtol, eps) * float(np.linalg.norm(d * p))
-    if not (ftol_ok or xtol_ok):
-        return 0
-    return int(_rules.stop_status(ftol_ok, xtol_ok))
