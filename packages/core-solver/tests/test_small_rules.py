@@ -71,7 +71,7 @@ def test_rules_agree_across_array_kinds() -> None:
             "lam": rules.start_damping(norms, d),
             "d2": rules.updated_scaling(d, 2.0 * norms),
             "held": held,
-            "gtol": rules.gtol_met(cv(g), held, cv(cost), 1.5),
+            "gtol": rules.gtol_met(cv(g), held, norms, cv(np.sqrt(2.0 * cost)), 0.5),
             "ratio": ratio,
             "ftol": ftol,
             "xtol": xtol,
@@ -86,6 +86,11 @@ def test_rules_agree_across_array_kinds() -> None:
     assert on_numpy["d"][1, 2] == 1.0  # type: ignore[index]
     np.testing.assert_array_equal(on_numpy["ratio"], [1.0, -1.0, 0.5, 1.0])
     np.testing.assert_array_equal(on_numpy["held"][0], [True, False, False])  # type: ignore[index]
+    assert on_numpy["gtol"][1]  # type: ignore[index]  # r = 0
+    cosine = np.abs(g) / (np.sqrt(2.0 * cost)[:, None] * np.sqrt((js * js).sum(1)))
+    for m in (0, 2, 3):
+        free = ~on_numpy["held"][m]  # type: ignore[index]
+        assert on_numpy["gtol"][m] == (cosine[m][free].max(initial=0.0) <= 0.5)  # type: ignore[index]
     # One fit at a time (floats and 1-D arrays) gives what the batch gives.
     for m in range(4):
         assert rules.gain_ratio(float(actual[m]), float(predicted[m])) == on_numpy["ratio"][m]  # type: ignore[index]
