@@ -34,7 +34,6 @@ import torch
 
 __all__ = [
     "NU_START",
-    "RESTART_DAMPING",
     "STATUS_MESSAGES",
     "column_norms",
     "covariance_scale",
@@ -64,11 +63,6 @@ START_FACTOR = 1e-3
 NU_START = 2.0
 #: The smallest factor λ is multiplied by after an accepted step.
 SHRINK_MIN = 1.0 / 3.0
-#: λ with which a fit of the small drivers that stopped on ftol or xtol goes on, once: a
-#: Gauss-Newton step, nearly. Nielsen's λ shrinks by at most 3 a step, so a fit whose damped
-#: steps along J's small singular values gain less than ftol·C stops where MINPACK's
-#: undamped ones still gain (NIST's Lanczos and Nelson: ``bench_nist``).
-RESTART_DAMPING = 1e-12
 #: ρ above which an accepted step with a small decrease meets ftol (the linear model held).
 FTOL_RATIO = 0.25
 

@@ -328,47 +328,14 @@ def solve_batch(
 ) -> BatchState:
     """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
     ``iterate`` and ``initial`` replace ``_iterate`` and ``start_state`` (same arguments, same
-    results: ``_curve.small.compiled``).
-
-    A fit that stops on ftol or xtol goes on once from its p̂ with λ set to
-    ``_rules.RESTART_DAMPING`` (``_restarted``), until a fit test holds again, as the
-    single fit does."""
+    results: ``_curve.small.compiled``)."""
     tol = {"ftol": ftol, "xtol": xtol, "gtol": gtol}
     whole = (initial or start_state)(model, p0, data)
-    whole = _loop(model, whole, data, tol, max_nfev, iterate)
-    restart = (whole.status >= 2) & (whole.nfev < max_nfev)
-    if bool(restart.any()):
-        index = torch.nonzero(restart).reshape(-1)
-        part = _restarted(whole.take(index))
-        part = _loop(model, part, data.take(index, model.x_per_fit), tol, max_nfev, iterate)
-        whole = whole.put(index, part)
-    return whole
-
-
-def _restarted(state: BatchState) -> BatchState:
-    """``state`` running again, with λ = ``_rules.RESTART_DAMPING`` and ν at its start."""
-    return replace(
-        state,
-        status=torch.full_like(state.status, RUNNING),
-        lam=torch.full_like(state.lam, _rules.RESTART_DAMPING),
-        nu=torch.full_like(state.nu, _rules.NU_START),
-    )
-
-
-def _loop(
-    model: BatchModel,
-    whole: BatchState,
-    data: BatchData,
-    tol: dict[str, float],
-    max_nfev: int,
-    iterate: Callable[..., BatchState] | None,
-) -> BatchState:
-    """Iterations until every fit of ``whole`` stops, gathering the running ones."""
-    index = torch.arange(whole.p.shape[0], device=whole.p.device)
+    index = torch.arange(p0.shape[0], device=p0.device)
     state, part = whole, data
     # Each iteration either spends an evaluation of every running fit or raises the λ of
     # those whose system failed; the bound below is never reached in practice.
-    every = CHECK_EVERY.get(whole.p.device.type, 4)
+    every = CHECK_EVERY.get(p0.device.type, 4)
     limit = max_nfev + 4 * every + 120
     for iteration in range(1, limit + 1):
         state = (iterate or _iterate)(model, state, part, tol, max_nfev)

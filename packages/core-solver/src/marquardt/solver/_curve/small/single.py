@@ -17,8 +17,7 @@ rule for λ. Stopping follows ``scipy.optimize.least_squares``:
   holding (ratio > ¼);
 * xtol: ‖DΔp‖ < xtol·(xtol + ‖Dp‖) (MINPACK's scaled form; on rejected trials too).
 
-A fit that stops on ftol or xtol goes on once from there with λ = ``_rules.RESTART_DAMPING``
-until a test holds again. Robust losses scale J's rows and r as ``least_squares`` does (√(ρ' + 2ρ''z) and ρ'/that).
+Robust losses scale J's rows and r as ``least_squares`` does (√(ρ' + 2ρ''z) and ρ'/that).
 Everything is float64 NumPy; no host reads but the numbers themselves, no threads. The
 rules (λ, D, the fit tests and codes, the robust rows) are ``_rules``'s, which the
 batched fits and `NielsenDamping` use too.
@@ -114,7 +113,6 @@ def solve_small(
     nu = _rules.NU_START
     status = 0
     size = p.size
-    restarted = False
     while True:
         g = js.T @ rs
         pushing = _rules.held_at_bounds(p, lower, upper, g)
@@ -177,11 +175,6 @@ def solve_small(
             js = j if rows is None else j * rows[:, None]
             if x_scale is None:
                 d = _rules.updated_scaling(d, _rules.column_norms(js))
-        if status >= 2 and not restarted and nfev < max_nfev:
-            # Once, from p̂ nearly undamped (``_rules.RESTART_DAMPING``).
-            restarted, status = True, 0
-            lam, nu = _rules.RESTART_DAMPING, _rules.NU_START
-            continue
         if status or not accepted:
             break
     return SmallFit(
