@@ -97,9 +97,9 @@ def single_fits(problem: nist_strd.NistProblem, start: int) -> dict[str, Any]:
         "ours_tight": lambda: curve_fit(problem.f, problem.x, problem.y, torch.tensor(p0), **tight)[
             0
         ],
-        "minpack_tight": lambda: least_squares(
-            lambda b: f(x, *b) - y, p0, method="lm", max_nfev=TIGHT_NFEV, **TIGHT
-        ).x,
+        "minpack_tight": lambda: (
+            least_squares(lambda b: f(x, *b) - y, p0, method="lm", max_nfev=TIGHT_NFEV, **TIGHT).x
+        ),
         "lma": lambda: curve_fit_result(problem.f, problem.x, problem.y, torch.tensor(p0)).popt,
     }
     out: dict[str, Any] = {}
@@ -163,9 +163,7 @@ def solve_times() -> list[dict[str, Any]]:
             t = time.perf_counter()
             _new_solve(js, r, d, radius)
             new.append(time.perf_counter() - t)
-        out.append(
-            {"n": n, "p": p, "old_s": float(np.median(old)), "new_s": float(np.median(new))}
-        )
+        out.append({"n": n, "p": p, "old_s": float(np.median(old)), "new_s": float(np.median(new))})
     return out
 
 

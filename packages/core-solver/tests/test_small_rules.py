@@ -151,7 +151,7 @@ def test_single_and_batched_fits_reach_the_same_minimum(options: dict[str, objec
             **tolerances,  # type: ignore[arg-type]
         )
         for m in range(3):
-            popt, pcov, found, _, ier = curve_fit(
+            popt, pcov, _, _, ier = curve_fit(
                 _decay, x, y[m], p0, full_output=True, **options, **tolerances
             )  # type: ignore[arg-type]
             assert 1 <= int(info["status"][m]) <= 4 and 1 <= ier <= 4

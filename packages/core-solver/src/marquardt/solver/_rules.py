@@ -194,11 +194,11 @@ def gtol_met(g: A, held: A, norms: A, size: A, gtol: float) -> A:
         denominator = torch.where(usable, size[..., None] * norms, torch.ones_like(norms))
         cosine = torch.where(usable, g.abs() / denominator, torch.zeros_like(norms))
         largest = cosine.amax(-1) if cosine.shape[-1] else torch.zeros_like(size)
-    else:
-        usable = ~np.asarray(held) & (norms > 0)
-        denominator = np.where(usable, np.asarray(size)[..., None] * norms, 1.0)
-        largest = np.where(usable, np.abs(g) / denominator, 0.0).max(-1, initial=0.0)
-    return (largest <= gtol) | (size == 0)
+        return (largest <= gtol) | (size == 0)
+    free = ~np.asarray(held) & (norms > 0)
+    scale = np.where(free, np.asarray(size)[..., None] * norms, 1.0)
+    most = np.where(free, np.abs(g) / scale, 0.0).max(-1, initial=0.0)
+    return (most <= gtol) | (size == 0)
 
 
 def ftol_met(actual: A, cost: A, ratio: A, ftol: float) -> A:

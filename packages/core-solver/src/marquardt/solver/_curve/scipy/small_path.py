@@ -119,7 +119,8 @@ class _Exact:
     """The provider's residuals with autodiff's J (the first one given)."""
 
     def __init__(self, provider: TorchProvider, first: np.ndarray) -> None:
-        self.provider, self.first = provider, first
+        self.provider = provider
+        self.first: np.ndarray | None = first
 
     @property
     def evaluations(self) -> int:

@@ -79,12 +79,13 @@ class Decomposition:
 
     def scaled_step(self, lam: float) -> np.ndarray:
         """z(λ) = −Σ σ_i b_i / (σ_i² + λ) v_i."""
-        return -(self.v @ np.array([c / (s2 + lam) for s2, c in zip(self.s2, self.c)]))
+        weights = np.array([c / (s2 + lam) for s2, c in zip(self.s2, self.c, strict=True)])
+        return np.asarray(-(self.v @ weights))
 
     def length(self, lam: float) -> tuple[float, float]:
         """(‖z(λ)‖, d‖z‖/dλ)."""
         norm2 = slope = 0.0
-        for s2, c in zip(self.s2, self.c):
+        for s2, c in zip(self.s2, self.c, strict=True):
             q = c / (s2 + lam)
             norm2 += q * q
             slope += q * q / (s2 + lam)
@@ -112,7 +113,7 @@ def decompose(js: np.ndarray, d: np.ndarray, r: np.ndarray, g: np.ndarray) -> De
         return Decomposition.of(sigma, (v.T @ (g / d)) / sigma, v, True)
     scaled = js / d
     if rows > size:
-        factor = np.linalg.qr(np.column_stack([scaled, r]), mode="r")
+        factor = np.asarray(np.linalg.qr(np.column_stack([scaled, r]), mode="r"))
         u, s, vt = np.linalg.svd(factor[:size, :size])
         b = u.T @ factor[:size, size]
     else:
