@@ -19,10 +19,12 @@ Sides, each fit like for like:
   at its defaults and tight, against the same SciPy sides;
 * ``curve_fit_result`` (``LMA``) with its defaults, for information.
 
-The time row: one iteration's damped solve of the small-fit path (``_curve.small.trust``: the
-scaled J's SVD, then the trust region's λ and step), against the solve it replaced (the
-Gram matrix JᵀJ + λD², its scaled eigenvalues, one P × P solve), at small-fit shapes
-(N × P), median of ``SOLVE_REPEATS`` calls each, interleaved. ``python
+The time rows: a small fit's seconds per trial on the ``"lm"`` path against the
+``"trf"`` path (the Gram solve and Nielsen's λ that ``"lm"`` took before; the same
+differences and J), and one iteration's damped solve of the small-fit path
+(``_curve.small.trust``: the scaled J's decomposition, then the trust region's λ and
+step) against the solve it replaced (JᵀJ + λD², its scaled eigenvalues, one P × P
+solve) at small-fit shapes (N × P); medians of interleaved calls. ``python
 benchmarks/run_all.py nist [--quick]`` (``--quick``: start 1 of the higher-difficulty
 problems only).
 """
@@ -52,6 +54,9 @@ BEHIND = 1.0
 #: Small-fit shapes (N, P) of the time row, and the repeats of each solve.
 SOLVE_SHAPES = ((100, 3), (1000, 5), (250, 7), (10_000, 10))
 SOLVE_REPEATS = 200
+#: Points of the whole-fit time row, and its repeats.
+FIT_POINTS = (100, 1000, 10_000)
+FIT_REPEATS = 20
 
 
 def _numpy_model(problem: nist_strd.NistProblem) -> Any:
@@ -167,6 +172,34 @@ def solve_times() -> list[dict[str, Any]]:
     return out
 
 
+def _decay(x: np.ndarray, a: float, k: float, c: float) -> np.ndarray:
+    return np.asarray(a * np.exp(-k * x) + c)
+
+
+def fit_times() -> list[dict[str, Any]]:
+    """Seconds per LM trial of a whole small fit (a NumPy decay, SciPy's defaults) on the
+    "lm" path (the trust region) and on the "trf" path (the Gram solve it replaced for
+    "lm", with the same differences and the same tests but λ's rule): medians of
+    ``FIT_REPEATS`` interleaved calls, each divided by its trials."""
+    from marquardt.solver import curve_fit
+
+    rng = np.random.default_rng(1)
+    out = []
+    for n in FIT_POINTS:
+        x = np.linspace(0.0, 4.0, n)
+        y = _decay(x, 2.5, 1.3, 0.5) + 0.05 * rng.standard_normal(n)
+        per: dict[str, list[float]] = {"lm": [], "trf": []}
+        for _ in range(FIT_REPEATS):
+            for method in per:
+                t = time.perf_counter()
+                info = curve_fit(_decay, x, y, [1.0, 1.0, 0.0], method=method, full_output=True)[2]
+                per[method].append((time.perf_counter() - t) / info["nfev"])
+        out.append(
+            {"n": n, "new_s": float(np.median(per["lm"])), "old_s": float(np.median(per["trf"]))}
+        )
+    return out
+
+
 def fits(quick: bool = False) -> dict[str, Any]:
     """Every fit; the totals; the solve times."""
     problems = nist_strd.nist_problems()
@@ -186,6 +219,7 @@ def fits(quick: bool = False) -> dict[str, Any]:
             record["batch_tight"] = {"lre": batch["batch_tight"][k]}
             fits.append(record)
     times = solve_times()
+    per_trial = fit_times()
     return {
         "config": "marquardt.solver.curve_fit(f, x, y, p0) and curve_fit_batch (each problem's "
         "starts as one batch) vs scipy.optimize.curve_fit defaults; tight (ftol = xtol = gtol "
@@ -196,6 +230,7 @@ def fits(quick: bool = False) -> dict[str, Any]:
         "load_after": _machine.load_average(),
         "fits": fits,
         "solve_times": times,
+        "fit_times": per_trial,
         "totals": totals(fits),
     }
 
@@ -286,6 +321,16 @@ def rows(results: dict[str, Any]) -> list[Any]:
                 1.2,
                 detail=f"SVD + trust region {s['new_s'] * 1e6:.0f} µs vs Gram solve "
                 f"{s['old_s'] * 1e6:.0f} µs (median of {SOLVE_REPEATS})",
+            )
+        )
+    for s in results.get("fit_times", []):
+        out.append(
+            row(
+                f"nist: a small fit's time per trial, N = {s['n']}, P = 3 (lm / trf path)",
+                s["new_s"] / s["old_s"],
+                1.2,
+                detail=f"NumPy decay, SciPy's defaults: trust region {s['new_s'] * 1e6:.0f} µs vs "
+                f"the Gram solve's path {s['old_s'] * 1e6:.0f} µs a trial (median of {FIT_REPEATS})",
             )
         )
     return out
