@@ -2,9 +2,10 @@
 and `NielsenDamping`.
 
 Each rule gives the same numbers on floats, NumPy arrays and torch tensors, one fit or a
-batch; `NielsenDamping` moves λ by the same formula; and a single fit (MINPACK's trust
-region, ``_curve.small.trust``) and the same problem inside a batch (Nielsen's λ) reach
-the same minimum, to the tolerances' reach, each stopping on a fit test.
+batch; `NielsenDamping` moves λ by the same formula; and a single fit (SciPy's "lm":
+MINPACK's trust region, ``_curve.small.lm``; "trf" with bounds or a robust loss: the
+batch's own steps) and the same problem inside a batch reach the same minimum, to the
+tolerances' reach, each stopping on a fit test.
 """
 
 from __future__ import annotations
