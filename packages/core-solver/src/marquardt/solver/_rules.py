@@ -16,8 +16,8 @@ C = ½Σc²ρ((r/c)²) and MINPACK's scaling D, one LM iteration solves
 * scaling (Moré 1978, MINPACK's lmder): D_j = ‖J_j‖ at the start (1 for a zero column),
   then the running maximum D_j ← max(D_j, ‖J_j‖) after each accepted step;
 * the fit tests (``scipy.optimize.least_squares``' stopping tests; not `StoppingCriteria`,
-  the mean-loss tests of an `LMA` step): gtol when ‖g‖∞ < gtol over the parameters
-  not held at a bound (or C = 0); ftol when an accepted step lowered C by less than ftol·C
+  the mean-loss tests of an `LMA` step): gtol when the largest cosine between r̃ and a
+  column of J̃ not held at a bound is at most gtol (MINPACK's, or r̃ = 0); ftol when an accepted step lowered C by less than ftol·C
   with ρ > ¼; xtol when ‖DΔp‖ < xtol·(xtol + ‖Dp‖); SciPy's status codes 0-4;
 * robust rows (SciPy; Triggs et al. 2000): J's rows scaled by √max(ρ' + 2ρ''z, ε) and
   r̃ = ρ'r / that scale;
@@ -176,14 +176,29 @@ def held_at_bounds(p: A, lower: A, upper: A, g: A) -> A:
     return ((p <= lower) & (g > 0)) | ((p >= upper) & (g < 0))
 
 
-def gtol_met(g: A, held: A, cost: A, gtol: float) -> A:
-    """‖g‖∞ over the parameters not held < gtol, or C = 0."""
-    free = _where(held, 0.0, g)
-    if isinstance(free, torch.Tensor):
-        largest = free.abs().amax(-1) if free.shape[-1] else torch.zeros_like(cost)
-    else:
-        largest = np.abs(free).max(-1, initial=0.0)
-    return (largest < gtol) | (cost == 0)
+def gtol_met(g: A, held: A, norms: A, size: A, gtol: float) -> A:
+    """MINPACK's gtol: the largest cosine between r̃ and a column of J̃,
+    |g_j| / (‖r̃‖·‖J̃_j‖) over the parameters not held and the columns of nonzero norm, at
+    most gtol, or r̃ = 0. Scale-free: a fit whose residuals are small (a zero-residual
+    problem) is not stopped by its small gradient.
+
+    **Arguments:**
+
+    - ``g``: J̃ᵀr̃; ``held``: the parameters held at a bound; ``norms``: ‖J̃_j‖ (each of
+      the last axis); ``size``: ‖r̃‖ (one per fit); ``gtol``: the tolerance.
+
+    **Returns:** whether the test holds (one per fit).
+    """
+    if isinstance(g, torch.Tensor):
+        usable = ~held & (norms > 0)
+        denominator = torch.where(usable, size[..., None] * norms, torch.ones_like(norms))
+        cosine = torch.where(usable, g.abs() / denominator, torch.zeros_like(norms))
+        largest = cosine.amax(-1) if cosine.shape[-1] else torch.zeros_like(size)
+        return (largest <= gtol) | (size == 0)
+    free = ~np.asarray(held) & (norms > 0)
+    scale = np.where(free, np.asarray(size)[..., None] * norms, 1.0)
+    most = np.where(free, np.abs(g) / scale, 0.0).max(-1, initial=0.0)
+    return (most <= gtol) | (size == 0)
 
 
 def ftol_met(actual: A, cost: A, ratio: A, ftol: float) -> A:

@@ -9,9 +9,9 @@
   SciPy's covariance, and the hand-over of large fits to the sliced engine.
 * ``batch/``: ``curve_fit_batch``, M independent fits: its arguments, the vectorised model,
   the chunks of fits and the per-fit covariance.
-* ``small/``: the two drivers of the small-problem LM, one fit on the host
-  (``small/single.py``) and M fits at once in torch (``small/batched.py``); a new driver
-  goes here. Their rules (λ, the scaling, the fit tests, the robust rows, the
+* ``small/``: the drivers of the small-problem LM: one fit on the host (``small/single.py``;
+  SciPy's ``"lm"`` by MINPACK's trust region, ``small/lm.py`` with ``small/trust.py``) and
+  M fits at once in torch (``small/batched.py``); a new driver goes here. Their rules (λ, the scaling, the fit tests, the robust rows, the
   covariance's cut and scale) are ``marquardt.solver._rules``, where a new rule goes.
 * ``large/``: ``curve_fit_result``, the sliced engine for fits of many points or on a GPU:
   `LMA` on the model with bounds by a change of variables and an active set.

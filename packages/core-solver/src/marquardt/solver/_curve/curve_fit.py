@@ -12,9 +12,12 @@ input; SciPy's exceptions (``ValueError``, ``TypeError``, ``RuntimeError("Optima
 parameters not found: ...")``) and ``OptimizeWarning``; pcov from the pseudo-inverse of J
 as ``least_squares``' branch of SciPy computes it.
 
-``method``: ours is one algorithm, LM with projected bounds; "lm", "trf" and "dogbox" are
-all accepted and run it, with SciPy's checks ("lm" refuses bounds) and SciPy's default
-evaluation budget for the named method.
+``method``: "lm" (the default without bounds) runs MINPACK's trust-region LM and its tests
+(``_curve.small.lm``); "trf" and "dogbox" run LM with projected bounds and
+``least_squares``' tests (``_curve.small.single``, the steps ``curve_fit_batch`` takes);
+each with SciPy's checks ("lm" refuses bounds) and SciPy's default evaluation budget for
+the named method. A torch model's fit, stepped with SciPy's differences, goes on from p̂
+with autodiff's J until a test holds again (``_curve.scipy.small_path``).
 """
 
 from __future__ import annotations

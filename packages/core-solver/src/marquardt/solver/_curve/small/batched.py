@@ -6,7 +6,8 @@ J's column norms), evaluations, steps and status. One iteration does, for every 
 running, what one trial of the small-fit path (``_curve.small.single``) does for one fit:
 
 * g = Jᵀr̃; parameters on a bound whose gradient pushes outwards are held (the active
-  set); gtol: ‖g‖∞ < gtol over the others, or C = 0;
+  set); gtol: the largest cosine between r̃ and a column of J̃ over the others at most
+  gtol, or r̃ = 0 (``_rules.gtol_met``);
 * the damped step from the scaled P × P system (D⁻¹JᵀJD⁻¹ + λI)u = D⁻¹g, δ = D⁻¹u, by a
   batched Cholesky factorisation (``torch.linalg.cholesky_ex``); a fit whose factorisation
   fails takes no trial this iteration and raises λ (λ ← νλ, ν ← 2ν) instead;
@@ -277,7 +278,8 @@ def _iterate(
     g = s.g
     held = _rules.held_at_bounds(s.p, data.lower, data.upper, g)
     running = s.status == RUNNING
-    small_gradient = _rules.gtol_met(g, held, s.cost, tol["gtol"])
+    size = torch.sqrt((s.rs * s.rs).sum(1))
+    small_gradient = _rules.gtol_met(g, held, normal.column_norms(s.gram), size, tol["gtol"])
     status = torch.where(running & small_gradient, 1, s.status)
     status = torch.where((status == RUNNING) & (s.nfev >= max_nfev), 0, status)
     running = status == RUNNING

@@ -11,7 +11,8 @@ outwards are held there for the step (an active set); the trial point is p − �
 onto the bounds l ≤ p ≤ u; a step is accepted when it lowers the cost, with Nielsen's (1999)
 rule for λ. Stopping follows ``scipy.optimize.least_squares``:
 
-* gtol: ‖g‖∞ < gtol, g = Jᵀr with the components that push against an active bound removed;
+* gtol: MINPACK's cosine |g_j| / (‖r‖·‖J_j‖) ≤ gtol, g = Jᵀr, over the components that do
+  not push against an active bound (``_rules.gtol_met``);
 * ftol: an accepted step lowered the cost by less than ftol·C with the linear model
   holding (ratio > ¼);
 * xtol: ‖DΔp‖ < xtol·(xtol + ‖Dp‖) (MINPACK's scaled form; on rejected trials too).
@@ -115,7 +116,7 @@ def solve_small(
     while True:
         g = js.T @ rs
         pushing = _rules.held_at_bounds(p, lower, upper, g)
-        if _rules.gtol_met(g, pushing, cost, gtol):
+        if _rules.gtol_met(g, pushing, _rules.column_norms(js), float(np.linalg.norm(rs)), gtol):
             status = 1
             break
         if nfev >= max_nfev:
@@ -168,16 +169,14 @@ def solve_small(
             if small_step:
                 status = 3
                 break
+        if accepted:
+            j = provider.jacobian(p, r)
+            njev += 1
+            js = j if rows is None else j * rows[:, None]
+            if x_scale is None:
+                d = _rules.updated_scaling(d, _rules.column_norms(js))
         if status or not accepted:
-            if accepted:
-                j = provider.jacobian(p, r)
-                njev += 1
             break
-        j = provider.jacobian(p, r)
-        njev += 1
-        js = j if rows is None else j * rows[:, None]
-        if x_scale is None:
-            d = _rules.updated_scaling(d, _rules.column_norms(js))
     return SmallFit(
         params=p,
         residuals=r,
