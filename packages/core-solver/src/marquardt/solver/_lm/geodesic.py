@@ -143,7 +143,7 @@ class GeodesicAcceleration:
             item = (piece.start, piece.jacobian.detach(), piece.residuals.detach().reshape(-1))
             size += item[1].numel() * item[1].element_size()
             if kept is not None:
-                kept = kept + [item] if size <= KEEP_BYTES else None
+                kept = [*kept, item] if size <= KEEP_BYTES else None
             yield item
         self._pieces = kept
 
