@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._activations import FourierFeatures, Sine
+from .._activations import FourierFeatures, PeriodicFeatures, Sine
 from .._boundary import HardBoundary
 
 __all__ = ["LAYERS", "Channels", "taylor_forward", "taylor_layers", "taylor_support"]
@@ -120,6 +120,19 @@ def _fourier(layer: nn.Module, z: Triple) -> Triple:
     )
 
 
+def _periodic(layer: nn.Module, z: Triple) -> Triple:
+    assert isinstance(layer, PeriodicFeatures)
+    b = (2 * torch.pi * layer.B).t().to(z[0].dtype)
+    s = layer.S.to(z[0].dtype)
+    inner = (z[0] @ b, z[1] @ b, z[2] @ b)
+    cos, sin = _elementwise(_cosine)(layer, inner), _elementwise(_sine)(layer, inner)
+    return (
+        torch.cat([cos[0], sin[0], z[0] @ s], -1),
+        torch.cat([cos[1], sin[1], z[1] @ s], -1),
+        torch.cat([cos[2], sin[2], z[2] @ s], -1),
+    )
+
+
 #: The layers the forward Laplacian maps (besides ``Linear``), by type.
 LAYERS: dict[type[nn.Module], ChannelMap] = {
     nn.Tanh: _elementwise(_tanh),
@@ -130,6 +143,7 @@ LAYERS: dict[type[nn.Module], ChannelMap] = {
     nn.GELU: _elementwise(_gelu),
     nn.Identity: _elementwise(_identity),
     FourierFeatures: _fourier,
+    PeriodicFeatures: _periodic,
 }
 
 
