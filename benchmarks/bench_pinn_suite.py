@@ -195,11 +195,11 @@ def main(
         raise SystemExit(f"unknown methods {unknown}; the known ones are {METHODS + EXTRA_METHODS}")
     if update:
         results = json.loads((RESULTS_DIR / f"{name_json}.json").read_text())
-        if results["budget_s"] != budget:
+        if results["budget_s"] != budget and not set(methods) <= set(EXTRA_METHODS):
             raise SystemExit(
                 f"an update with a budget of {budget} s into results of "
                 f"{results['budget_s']} s: the runs would not compare. HINT: pass the budget "
-                f"{results['budget_s']:g}"
+                f"{results['budget_s']:g}, or name switches only (each run keeps its budget)"
             )
     for name in problems:
         pinn_suite.problem(name)  # unknown names fail here, before any run
@@ -215,6 +215,7 @@ def main(
                 "bench_pinn_suite", "child", [name, method, budget], timeout=budget * 4 + 180
             )
             entry["runs"][method] = out if out is not None else {"failed": error}
+            entry["runs"][method]["budget_s"] = budget
             if update:
                 entry["runs"][method]["rerun_load"] = _machine.load_average()
             shown = f"{out['trace'][-1][1]:.3g} ({out['steps']} steps)" if out else error
@@ -232,6 +233,11 @@ def _final(run: dict[str, Any] | None) -> float:
         return math.inf
     value = float(run["trace"][-1][1])
     return value if math.isfinite(value) else math.inf
+
+
+def _error_at(trace: list[list[float]], t: float) -> float:
+    """The error a run had reached by time ``t`` (its last record not after ``t``)."""
+    return [float(e) for when, e in trace if when <= t or when == trace[0][0]][-1]
 
 
 def _best(runs: dict[str, Any], methods: tuple[str, ...]) -> tuple[str, float]:
@@ -324,12 +330,24 @@ def section(results: dict[str, Any]) -> str:
         if "trace" in entry["runs"].get(method, {})
     ]
     if extra:
-        lines += ["", "LM's switchable settings, each beside `lm` on the same problem:", ""]
-        lines += ["| problem | setting | error (steps) | lm |", "|---|---|---|---|"]
+        lines += [
+            "",
+            "LM's switchable settings (`_pinn_lm.py`), each beside `lm` on the same problem at "
+            "the same time (read from `lm`'s trace where the setting ran for less):",
+            "",
+        ]
+        lines += [
+            "| problem | setting | budget | error (steps) | lm at that time | load |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, method, r in extra:
             lm = results["problems"][name]["runs"].get("lm") or {}
+            budget = r.get("budget_s", results["budget_s"])
+            lm_then = _error_at(lm["trace"], budget) if "trace" in lm else math.inf
+            load = f"{r['rerun_load']:.1f}" if "rerun_load" in r else "—"
             lines.append(
-                f"| {name} | {method} | {_final(r):.2g} ({r['steps']}) | {_final(lm):.2g} |"
+                f"| {name} | {method} | {budget:.0f} s | {_final(r):.2g} ({r['steps']}) | "
+                f"{lm_then:.2g} | {load} |"
             )
     return "\n".join(lines)
 
