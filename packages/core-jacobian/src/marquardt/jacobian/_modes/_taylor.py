@@ -10,9 +10,9 @@ chain rule,
 
     v ← σ(v),    g_j ← σ'(v)·g_j,    h_j ← σ''(v)·g_j² + σ'(v)·h_j,
 
-starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. ``FourierFeatures`` is a fixed linear
-map followed by ``cos`` and ``sin``, mapped by the same two rules; a ``HardBoundary``
-combines its network's channels with those of ``φ`` and ``g`` by the product rule. One batched pass thus gives
+starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. ``FourierFeatures`` and
+``PeriodicFeatures`` are a fixed linear map followed by ``cos`` and ``sin`` (the latter
+with its other inputs passed on), mapped by the same two rules; a ``HardBoundary`` combines its network's channels with those of ``φ`` and ``g`` by the product rule. One batched pass thus gives
 ``u``, ``∇u`` and the diagonal of the Hessian at a chunk of points as ``1 + 2d`` rows per
 point through the same matrix products, where ``torch.func.hessian`` differentiates a
 backward pass ``d`` times at every point. The pre-activations of every ``Linear`` are
