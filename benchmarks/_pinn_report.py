@@ -72,7 +72,8 @@ def run_rows(runs: dict[str, Any]) -> list[Row]:
 def summary(results: dict[str, Any]) -> list[Row]:
     """The rows of the comparison, with their targets (recorded in the results), and, for a
     CPU's results, the step by the Jacobian's path (``_pinn_step.py``'s, where recorded)."""
-    return [Row.load(r) for r in results["rows"]] + (step_rows() if _on_cpu(results) else [])
+    extra = step_rows() + engd_rows() if _on_cpu(results) else []
+    return [Row.load(r) for r in results["rows"]] + extra
 
 
 def _on_cpu(results: dict[str, Any]) -> bool:
@@ -104,6 +105,53 @@ def step_rows() -> list[Row]:
             )
         )
     return out
+
+
+def _engd_results() -> dict[str, Any] | None:
+    path = RESULTS_DIR / "pinn_engd.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def engd_rows() -> list[Row]:
+    """ENGD's Poisson (``_pinn_engd.py``): seconds to 1e-6 (≤ 3), the error at the budget
+    (≤ 1e-7), the step with geodesic acceleration and with the defaults (≤ 5 ms)."""
+    engd = _engd_results()
+    if engd is None:
+        return []
+    fit, steps = engd["fit"], engd["step_s"]
+    reached = fit["reached"].get("1e-06")
+    floor = f"floor (J, JᵀJ, Cholesky) {steps['floor'] * 1e3:.1f} ms"
+    return [
+        row(
+            "ENGD Poisson (P = 129, 900 rows): seconds to relative L2 1e-6",
+            reached[0] if reached else engd["budget_s"],
+            3.0,
+            bound="" if reached else ">",
+            unit=" s",
+            detail=f"{reached[1]} steps" if reached else "not reached",
+        ),
+        row(
+            f"ENGD Poisson: relative L2 error at {engd['budget_s']:.0f} s",
+            fit["final"],
+            1e-7,
+            unit="",
+            detail=f"{fit['steps']} steps",
+        ),
+        row(
+            "ENGD Poisson: one LM step, geodesic acceleration",
+            steps["geodesic"] * 1e3,
+            5.0,
+            unit=" ms",
+            detail=f"{steps['geodesic_parts']}; {floor}",
+        ),
+        row(
+            "ENGD Poisson: one LM step, defaults",
+            steps["defaults"] * 1e3,
+            5.0,
+            unit=" ms",
+            detail=f"{steps['defaults_parts']}; {floor}",
+        ),
+    ]
 
 
 def section(results: dict[str, Any]) -> str:
@@ -165,6 +213,21 @@ def section(results: dict[str, Any]) -> str:
                 f"{ours * 1e3:.0f} ms | {earlier * 1e3:.0f} ms | {shape['ratio']:.2f}× | "
                 f"{shape['gram_floor_s'] * 1e3:.0f} ms | {parts} |"
             )
+    engd = _engd_results() if _on_cpu(results) else None
+    if engd is not None:
+        m, fit = engd["machine"], engd["fit"]
+        marks = ", ".join(f"{k} at {v[0]:.2f} s ({v[1]} steps)" for k, v in fit["reached"].items())
+        lines += [
+            "",
+            "ENGD's Poisson (`_pinn_engd.py`; 2-32-1 tanh, P = 129, 784 + 116 rows, float64, "
+            f"LM with geodesic acceleration 0.75 and `scaling_memory=1`, {engd['budget_s']:.0f} s; "
+            f"{m['cpu']}, load {engd['load_before']:.1f} → {engd['load_after']:.1f}): "
+            f"{marks or 'no mark reached'}; {fit['final']:.2g} after {fit['steps']} steps. "
+            f"Steps (medians of {engd['repeats']}): geodesic {engd['step_s']['geodesic'] * 1e3:.1f} ms, "
+            f"defaults {engd['step_s']['defaults'] * 1e3:.1f} ms, the floor (J by the "
+            f"{engd['step_s']['floor_mode']} mode, JᵀJ, Cholesky, timed alone) "
+            f"{engd['step_s']['floor'] * 1e3:.1f} ms.",
+        ]
     lines += [
         "",
         "![error against wall time](../docs/img/pinn_error_time.png)",

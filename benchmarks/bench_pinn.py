@@ -25,6 +25,7 @@ its memory; with ``--device cuda``, the peak of CUDA memory allocated over the s
     python benchmarks/run_all.py pinn [--quick] [--device cuda]
     python benchmarks/_child.py _pinn_orders main '[false, "cpu"]'   # the Jacobian orders
     python benchmarks/_child.py _pinn_step main '[false]'   # the step by the Jacobian's path
+    python benchmarks/_child.py _pinn_engd main '[60.0]'   # ENGD's Poisson, P = 129
 """
 
 from __future__ import annotations
@@ -268,6 +269,10 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
     if torch.device(device).type == "cpu":
         path, error = _child_process.call("_pinn_step", "main", [quick], timeout=900)
         print(f"the step by the Jacobian's path: {path or error}", flush=True)
+        path, error = _child_process.call(
+            "_pinn_engd", "main", [10.0 if quick else 60.0], timeout=900
+        )
+        print(f"ENGD's Poisson: {path or error}", flush=True)
     rows = report.run_rows(runs)
     results["rows"] = [r.record() for r in rows]
     report.figures(runs, c.suffix(quick, device), results)

@@ -1,5 +1,6 @@
 """What a problem of the PINN suite (``pinn_suite.py``) is: `Problem`, its network, and
-the switchable remedies that make a variant of it (`with_built_in`, `with_causal_weights`).
+the switchable remedies that make a variant of it (`with_built_in`, `with_causal_weights`,
+`with_periodic`; time marching is ``pinn_marching.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from marquardt.jacobian import (
     CausalWeights,
     Collocation,
     HardBoundary,
+    PeriodicFeatures,
     PointResidual,
     ResidualGroup,
 )
@@ -88,6 +90,11 @@ class Problem:
     in_time: bool = False
     #: Wraps the network (`with_built_in`'s `HardBoundary`); None: the plain network.
     wrap: Callable[[nn.Module], nn.Module] | None = None
+    #: The period in the first input and the groups a periodic network makes needless
+    #: (None: not periodic).
+    periodic: tuple[float, tuple[str, ...]] | None = None
+    #: Harmonics of `PeriodicFeatures` before the network (`with_periodic`; 0: none).
+    harmonics: int = 0
 
     def draw(self, generator: torch.Generator, rows: dict[str, int] | None = None) -> Points:
         return self.sampler(rows or self.rows, generator)
@@ -108,7 +115,12 @@ class Problem:
         return Collocation(self.residual, self.samplers(), self.rows, model=model, **options)
 
     def network(self, seed: int = 0) -> nn.Module:
-        net = tanh_network(self.inputs, self.width, self.depth, seed)
+        if self.harmonics and self.periodic is not None:
+            features = PeriodicFeatures(self.inputs, 0, self.periodic[0], self.harmonics)
+            width = 2 * self.harmonics + self.inputs - 1
+            net = nn.Sequential(features, tanh_network(width, self.width, self.depth, seed))
+        else:
+            net = tanh_network(self.inputs, self.width, self.depth, seed)
         if self.wrap is not None:
             net = self.wrap(net)
         return net if self.coefficient is None else WithCoefficient(net, 1.0)
@@ -133,7 +145,16 @@ def with_built_in(problem: Problem) -> Problem:
     built = problem.built_in
     if built is None:
         raise ValueError(f"the problem {problem.name!r} has no conditions the suite builds in")
-    dropped = built.groups
+    return _dropping(
+        problem,
+        built.groups,
+        built_in=None,
+        wrap=lambda net: HardBoundary(net, built.distance, built.value),
+    )
+
+
+def _dropping(problem: Problem, dropped: tuple[str, ...], **changes: Any) -> Problem:
+    """``problem`` without the groups ``dropped`` (their rows no longer drawn)."""
 
     def sampler(rows: dict[str, int], g: torch.Generator) -> Points:
         points = problem.sampler({**problem.rows, **rows}, g)
@@ -144,9 +165,16 @@ def with_built_in(problem: Problem) -> Problem:
         residual=PointResidual(*(g for g in problem.residual.groups if g.name not in dropped)),
         sampler=sampler,
         rows={k: n for k, n in problem.rows.items() if k not in dropped},
-        built_in=None,
-        wrap=lambda net: HardBoundary(net, built.distance, built.value),
+        **changes,
     )
+
+
+def with_periodic(problem: Problem, harmonics: int = 8) -> Problem:
+    """``problem`` on a network periodic in x by construction (`PeriodicFeatures` of
+    ``harmonics`` harmonics first; Dong & Ni 2021), its periodic rows dropped."""
+    if problem.periodic is None:
+        raise ValueError(f"the problem {problem.name!r} is not periodic")
+    return _dropping(problem, problem.periodic[1], harmonics=harmonics)
 
 
 def with_causal_weights(

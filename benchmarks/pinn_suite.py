@@ -50,6 +50,7 @@ from pinn_problem import (
     tanh_network,
     with_built_in,
     with_causal_weights,
+    with_periodic,
 )
 from pinn_references import (
     AC_D,
@@ -71,6 +72,7 @@ __all__ = [
     "tanh_network",
     "with_built_in",
     "with_causal_weights",
+    "with_periodic",
 ]
 
 
@@ -334,6 +336,7 @@ def allen_cahn() -> Problem:
             ("initial",),
         ),
         in_time=True,
+        periodic=(2.0, ("periodic", "periodic_slope")),
     )
 
 

@@ -246,3 +246,55 @@ def test_causal_weights_weigh_the_equation_rows_by_their_time_bin(name: str) -> 
     bins = causal.bin_of(x[pde, -1]).long()
     torch.testing.assert_close(rows[pde], plain[pde] * w[bins].sqrt())
     torch.testing.assert_close(rows[~pde], plain[~pde])
+
+
+def test_a_time_window_starts_from_the_last_windows_solution() -> None:
+    import pinn_marching as marching
+
+    problem = suite.problem("allen_cahn")
+    model = problem.network()
+    march = marching.Marching(problem, model, windows=4)
+    g = torch.Generator().manual_seed(2)
+    first = march.current.draw(g)
+    assert float(first["pde"][:, 1].max()) <= 0.25  # the first window's times only
+    assert torch.equal(
+        first["initial"][1],
+        first["initial"][0][:, 0] ** 2 * torch.cos(math.pi * first["initial"][0][:, 0]),
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)  # "trained" in the first window
+    second = march.advance().draw(g)
+    x0, u0 = second["initial"]
+    assert bool((x0[:, 1] == 0.25).all())  # the window's start
+    with torch.no_grad():
+        assert torch.equal(u0, model(x0)[:, 0])  # the last window's values there
+    times = second["pde"][:, 1]
+    assert float(times.min()) >= 0.25 and float(times.max()) <= 0.5
+    # The next window's network starts from the weights the last one ended with, and the
+    # frozen copy keeps them while training goes on.
+    frozen = march.done[0]
+    assert all(
+        torch.equal(a, b) for a, b in zip(frozen.parameters(), model.parameters(), strict=True)
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)
+    solution = march.solution()
+    x = torch.tensor([[0.3, 0.1], [0.3, 0.3], [0.3, 0.9]], dtype=torch.float64)
+    with torch.no_grad():
+        got = solution(x)[:, 0]
+        assert float(got[0]) == float(frozen(x[:1])[0, 0])
+        assert torch.equal(got[1:], model(x[1:])[:, 0])
+
+
+def test_the_periodic_variant_drops_the_periodic_rows_and_is_periodic() -> None:
+    problem = suite.with_periodic(suite.problem("allen_cahn"))
+    assert set(problem.rows) == {"pde", "initial"}
+    model = problem.network()
+    x = torch.rand(32, 2, dtype=torch.float64) * 2 - 1
+    with torch.no_grad():
+        shifted = model(x + torch.tensor([2.0, 0.0], dtype=torch.float64))
+        assert float((model(x) - shifted).abs().max()) <= 1e-12
+    with pytest.raises(ValueError, match="not periodic"):
+        suite.with_periodic(suite.problem("burgers"))

@@ -87,3 +87,15 @@ def test_bad_settings_and_an_unknown_group_are_refused() -> None:
     residual, model, x, y = _problem(CausalWeights((0.0, 1.0)))
     with pytest.raises(ValueError, match="'equation'"):
         causal.update(residual, model, x, y)
+
+
+def test_anneal_raises_epsilon_only_once_every_bin_is_fitted() -> None:
+    schedule = (1e-2, 1e-1, 1.0, 10.0)
+    causal = CausalWeights((0.0, 1.0), bins=4, epsilon=1e-2)
+    causal.weights = torch.tensor([1.0, 0.999, 0.995, 0.98], dtype=F64)
+    assert not causal.anneal(schedule) and causal.epsilon == 1e-2  # the last bin: 0.98 ≤ δ
+    causal.weights = torch.tensor([1.0, 0.999, 0.995, 0.991], dtype=F64)
+    assert causal.anneal(schedule) and causal.epsilon == 1e-1
+    assert causal.anneal(schedule) and causal.epsilon == 1.0  # one value at a time
+    causal.epsilon = 10.0
+    assert not causal.anneal(schedule) and causal.epsilon == 10.0  # the schedule's end

@@ -262,3 +262,14 @@ def test_gpu_j_equals_autograd_jacobian() -> None:
         assert float((jac - j_ref).abs().max()) <= 1e-10
         products = engine.accumulate(x, y)
         assert float((products.jtj - j_ref.T @ j_ref).abs().max()) <= 1e-9
+
+
+def test_runs_are_the_consecutive_points_of_one_group_and_code() -> None:
+    residual = PointResidual(ResidualGroup("pde", _pde), ResidualGroup("boundary", _boundary))
+    targets = torch.tensor(
+        [[0, 0, 1.0], [0, 0, 2.0], [1, 0, 3.0], [1, 2, 4.0], [1, 2, 5.0], [0, 0, 6.0]],
+        dtype=torch.float64,
+    )
+    assert list(residual.runs(targets)) == [(0, 0, 0, 2), (1, 0, 2, 3), (1, 2, 3, 5), (0, 0, 5, 6)]
+    assert list(residual.runs(targets[:1])) == [(0, 0, 0, 1)]
+    assert list(residual.runs(targets[:0])) == []

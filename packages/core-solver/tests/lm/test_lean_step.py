@@ -235,3 +235,18 @@ def test_no_host_transfer_inside_an_attempt_on_cuda(monkeypatch: pytest.MonkeyPa
         lma.step(x, y)
     assert solved and all(d.device == device for d in solved)
     assert len(reads) == len(solved)
+
+
+def test_a_geodesic_step_plans_its_two_strategies_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Geodesic acceleration streams J's slices (``explicit``) beside the step's
+    ``accumulate`` system: both plans of the unchanged batch are kept, not made again
+    every step by turns."""
+    x, y = _sinc(120)
+    lma = LMA(_mlp(8), ["cpu"], residual_fn=lambda a, b: a - b, geodesic=0.75)
+    lma.step(x, y)
+    probes = _counting(monkeypatch, engine_module, "probe")
+    plans = _counting(monkeypatch, engine_module, "plan_jacobian")
+    for _ in range(3):
+        lma.step(x, y)
+        assert lma.report is not None and lma.report.strategy == "accumulate"
+    assert (len(probes), len(plans)) == (0, 0)

@@ -12,7 +12,7 @@ collocation points that may be redrawn as training goes (``Collocation``).
 
 from __future__ import annotations
 
-from ._activations import FourierFeatures, Sine
+from ._activations import FourierFeatures, PeriodicFeatures, Sine
 from ._boundary import HardBoundary
 from ._causal import CausalWeights
 from ._collocation import Collocation
@@ -61,6 +61,7 @@ __all__ = [
     "NonFiniteInputError",
     "NormalProducts",
     "ParameterDtypeError",
+    "PeriodicFeatures",
     "PointModel",
     "PointResidual",
     "PreparedBatch",

@@ -12,12 +12,13 @@ weigh bin ``i``'s squared residuals by
 held fixed while a step is taken: a bin counts only once the bins before it are fitted.
 Here the residual rows of a group are multiplied by ``√w_i``, so the Levenberg-Marquardt
 objective is ``Σ_i w_i L_i``; `CausalWeights.update` recomputes the ``w_i`` from the model
-between steps.
+between steps. The paper raises ``ε`` over training, to the next value of a schedule once
+every weight exceeds a tolerance ``δ`` (all bins fitted at this ``ε``): `CausalWeights.anneal`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -153,3 +154,23 @@ class CausalWeights:
         before = torch.cumsum(loss, 0) - loss  # Σ_{k<i} L_k
         self.weights = torch.exp(-self.epsilon * before)
         return self.weights
+
+    def anneal(self, schedule: Sequence[float], tolerance: float = 0.99) -> bool:
+        """Raise ``ε`` to the next value of ``schedule`` above it once every weight exceeds
+        ``tolerance`` (the weights of the last `update`): the annealed tolerance of Wang,
+        Sankaran & Perdikaris 2022 (their schedule 1e-2, 1e-1, 1, 10, 100; δ = 0.99).
+
+        Arguments:
+            schedule: increasing values of ``ε``.
+            tolerance: ``δ``; the smallest weight must exceed it.
+
+        Returns:
+            Whether ``ε`` was raised (False at the end of the schedule).
+        """
+        if float(self.weights.min()) <= tolerance:
+            return False
+        above = [float(e) for e in schedule if float(e) > self.epsilon]
+        if not above:
+            return False
+        self.epsilon = min(above)
+        return True

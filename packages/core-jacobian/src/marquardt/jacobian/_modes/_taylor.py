@@ -10,9 +10,9 @@ chain rule,
 
     v ← σ(v),    g_j ← σ'(v)·g_j,    h_j ← σ''(v)·g_j² + σ'(v)·h_j,
 
-starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. ``FourierFeatures`` is a fixed linear
-map followed by ``cos`` and ``sin``, mapped by the same two rules; a ``HardBoundary``
-combines its network's channels with those of ``φ`` and ``g`` by the product rule. One batched pass thus gives
+starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. ``FourierFeatures`` and
+``PeriodicFeatures`` are a fixed linear map followed by ``cos`` and ``sin`` (the latter
+with its other inputs passed on), mapped by the same two rules; a ``HardBoundary`` combines its network's channels with those of ``φ`` and ``g`` by the product rule. One batched pass thus gives
 ``u``, ``∇u`` and the diagonal of the Hessian at a chunk of points as ``1 + 2d`` rows per
 point through the same matrix products, where ``torch.func.hessian`` differentiates a
 backward pass ``d`` times at every point. The pre-activations of every ``Linear`` are
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._activations import FourierFeatures, Sine
+from .._activations import FourierFeatures, PeriodicFeatures, Sine
 from .._boundary import HardBoundary
 
 __all__ = ["LAYERS", "Channels", "taylor_forward", "taylor_layers", "taylor_support"]
@@ -120,6 +120,19 @@ def _fourier(layer: nn.Module, z: Triple) -> Triple:
     )
 
 
+def _periodic(layer: nn.Module, z: Triple) -> Triple:
+    assert isinstance(layer, PeriodicFeatures)
+    b = (2 * torch.pi * layer.B).t().to(z[0].dtype)
+    s = layer.S.to(z[0].dtype)
+    inner = (z[0] @ b, z[1] @ b, z[2] @ b)
+    cos, sin = _elementwise(_cosine)(layer, inner), _elementwise(_sine)(layer, inner)
+    return (
+        torch.cat([cos[0], sin[0], z[0] @ s], -1),
+        torch.cat([cos[1], sin[1], z[1] @ s], -1),
+        torch.cat([cos[2], sin[2], z[2] @ s], -1),
+    )
+
+
 #: The layers the forward Laplacian maps (besides ``Linear``), by type.
 LAYERS: dict[type[nn.Module], ChannelMap] = {
     nn.Tanh: _elementwise(_tanh),
@@ -130,6 +143,7 @@ LAYERS: dict[type[nn.Module], ChannelMap] = {
     nn.GELU: _elementwise(_gelu),
     nn.Identity: _elementwise(_identity),
     FourierFeatures: _fourier,
+    PeriodicFeatures: _periodic,
 }
 
 

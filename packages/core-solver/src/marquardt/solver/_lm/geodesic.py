@@ -19,7 +19,8 @@ algorithm.md, "Poor starts"). The predicted reduction that the damping rule comp
 with stays the velocity's.
 
 Cost per attempt: one forward at θ + h·v, one Jacobian pass at θ (its slices stream; J
-is never held whole) and one more damped solve. Not for ``process_group`` or
+is never held whole, except that a J of at most ``KEEP_BYTES`` is kept for the step's
+later attempts, θ being the same) and one more damped solve. Not for ``process_group`` or
 ``params_per_step`` LMAs (refused when they are built).
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,8 @@ __all__ = ["STEP", "GeodesicAcceleration"]
 
 #: h of the finite-difference estimate of r_vv (Transtrum & Sethna 2012 use 0.1).
 STEP = 0.1
+#: The largest J (bytes) kept from a step's first attempt for its later ones.
+KEEP_BYTES = 64 * 2**20
 
 
 def _native(vector: torch.Tensor, like: Any) -> Any:
@@ -83,6 +87,8 @@ class GeodesicAcceleration:
         self._replicas = replicas
         self._lr = learning_rate
         self._weights: np.ndarray[Any, np.dtype[np.float64]] | None = None
+        #: The step's (start, J, r) slices, kept from its first attempt when small.
+        self._pieces: list[tuple[int, torch.Tensor, torch.Tensor]] | None = None
         #: How many attempts of this step took the correction, and how many dropped it.
         self.taken = 0
         self.dropped = 0
@@ -115,16 +121,31 @@ class GeodesicAcceleration:
             self._replicas.restore()
         parts: list[torch.Tensor] = []
         total = torch.zeros(velocity.numel(), dtype=torch.float64)
-        for piece in self._engine.jacobian_slices(batch):
-            jac = piece.jacobian.detach()
+        for start, jac, here in self._slices(batch):
             v = velocity.to(jac.device, jac.dtype)
-            here = piece.residuals.detach().reshape(-1)
-            rvv = (2.0 / h) * ((ahead[piece.start : piece.stop].to(here) - here) / h - jac @ v)
+            stop = start + int(here.numel())
+            rvv = (2.0 / h) * ((ahead[start:stop].to(here) - here) / h - jac @ v)
             if self._system.underdetermined:
                 parts.append(rvv.to("cpu", torch.float64))
             else:
                 total += (jac.T @ rvv).to("cpu", torch.float64)
         return torch.cat(parts) if self._system.underdetermined else total
+
+    def _slices(self, batch: PreparedBatch) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        """``(start, J, r)`` of the step's slices at θ: the kept ones, or streamed (and kept
+        while their bytes stay within ``KEEP_BYTES``)."""
+        if self._pieces is not None:
+            yield from self._pieces
+            return
+        kept: list[tuple[int, torch.Tensor, torch.Tensor]] | None = []
+        size = 0
+        for piece in self._engine.jacobian_slices(batch):
+            item = (piece.start, piece.jacobian.detach(), piece.residuals.detach().reshape(-1))
+            size += item[1].numel() * item[1].element_size()
+            if kept is not None:
+                kept = [*kept, item] if size <= KEEP_BYTES else None
+            yield item
+        self._pieces = kept
 
     def __call__(self, solution: Solution, damping: float) -> Solution | str:
         status, finite = read_values([solution.status, solution.delta.norm()])

@@ -1,0 +1,139 @@
+"""The energy-natural-gradient paper's 2-D Poisson (Müller & Zeinhofer 2023, first example):
+time to its accuracy, and one LM step beside the floor of its arithmetic.
+
+−Δu = 2π² sin(πx) sin(πy) on the unit square, u = 0 on its edge; a 2-32-1 tanh network
+(P = 129), a 28 × 28 interior grid (784 points) and 116 points on the edge, float64, two
+threads. Measured:
+
+* LM (geodesic acceleration 0.75, ``scaling_memory=1``, the PINN tutorial's settings)
+  stepping until the budget, the relative L2 error on a 41 × 41 grid every 10 steps (the
+  clock excludes it): the seconds to 1e-6 and the error at the budget (targets: 1e-6 in
+  3 s, ≤ 1e-7 in 60 s);
+* the median step, over ``steps`` steps after the fit above, of that LM and of LM with its
+  defaults (no geodesic acceleration: one Jacobian per step), beside the floor: J by the
+  same mode (the engine's forward-Laplacian J, the planner's chunks), JᵀJ and a 129 × 129
+  Cholesky factorisation, timed alone (target: one step ≤ 5 ms).
+
+Writes ``results/pinn_engd.json``; ``bench_pinn.py``'s report shows it::
+
+    python benchmarks/_child.py _pinn_engd main '[60.0]'
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import _machine
+import torch
+from _common import setup_threads, write_json
+
+from marquardt.jacobian import JacobianEngine, Replicas
+from marquardt.solver import LMA
+from marquardt.testing.problems import poisson_exact, poisson_residual, poisson_source, tanh_mlp
+
+SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
+MARKS = (1e-4, 1e-5, 1e-6, 1e-7, 1e-8)
+
+
+def problem() -> tuple[torch.nn.Module, Any, torch.Tensor, torch.Tensor]:
+    """The network (seed 0), the residual and the batch of the paper's setup."""
+    net = tanh_mlp([2, 32, 1], 0).double()
+    g = torch.linspace(0, 1, 30, dtype=torch.float64)[1:-1]
+    inner = torch.cartesian_prod(g, g)
+    t = torch.linspace(0, 1, 30, dtype=torch.float64)[:-1]
+    zero, one = torch.zeros_like(t), torch.ones_like(t)
+    sides = ((t, zero), (one, t), (1 - t, one), (zero, 1 - t))
+    edge = torch.cat([torch.stack(p, 1) for p in sides])
+    residual = poisson_residual()
+    x, y = residual.batch(pde=(inner, poisson_source(inner)), boundary=edge)
+    return net, residual, x, y
+
+
+def _error(net: torch.nn.Module, grid: torch.Tensor, exact: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((net(grid)[:, 0] - exact).norm() / exact.norm())
+
+
+def _fit(budget: float) -> dict[str, Any]:
+    net, residual, x, y = problem()
+    lma = LMA(net, [torch.device("cpu")], residual, **SETTINGS)
+    g = torch.linspace(0, 1, 41, dtype=torch.float64)
+    grid = torch.cartesian_prod(g, g)
+    exact = poisson_exact(grid)
+    spent, steps, reached = 0.0, 0, {}
+    trace = [(0.0, _error(net, grid, exact))]
+    while spent < budget:
+        t0 = time.perf_counter()
+        lma.step(x, y)
+        spent += time.perf_counter() - t0
+        steps += 1
+        if steps % 10 == 0:
+            err = _error(net, grid, exact)
+            trace.append((spent, err))
+            for mark in MARKS:
+                if err <= mark:
+                    reached.setdefault(str(mark), [spent, steps])
+    trace.append((spent, _error(net, grid, exact)))
+    return {
+        "seconds": spent,
+        "steps": steps,
+        "final": trace[-1][1],
+        "reached": reached,
+        "trace": [*trace[:: max(1, len(trace) // 100)], trace[-1]],
+    }
+
+
+def _median(fn: Any, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _steps(repeats: int) -> dict[str, Any]:
+    """Median step of each LM setting (from the same start, after 20 steps) and the floor."""
+    out: dict[str, Any] = {}
+    for label, settings in (("geodesic", SETTINGS), ("defaults", {})):
+        net, residual, x, y = problem()
+        lma = LMA(net, [torch.device("cpu")], residual, **settings)
+        for _ in range(20):
+            lma.step(x, y)
+        out[label] = _median(lambda lma=lma, x=x, y=y: lma.step(x, y), repeats)
+        report = lma.report
+        assert report is not None
+        out[f"{label}_parts"] = (
+            f"J {report.seconds_jacobian * 1e3:.1f} ms, assembly "
+            f"{report.seconds_assembly * 1e3:.1f} ms, solve {report.seconds_solve * 1e3:.1f} ms, "
+            f"attempts {report.seconds_trial * 1e3:.1f} ms"
+        )
+    net, residual, x, y = problem()
+    engine = JacobianEngine(Replicas(net, ["cpu"]), residual)
+    eye = torch.eye(129, dtype=torch.float64)
+
+    def floor() -> None:
+        jac, _ = engine.jacobian(x, y)
+        torch.linalg.cholesky(jac.T @ jac + eye)
+
+    out["floor"] = _median(floor, repeats)
+    out["floor_mode"] = engine.last_plan.mode if engine.last_plan is not None else "?"
+    return out
+
+
+def main(budget: float = 60.0, repeats: int = 50) -> str:
+    """Fit for ``budget`` seconds, time the steps (medians of ``repeats``); the JSON's path."""
+    setup_threads()
+    result: dict[str, Any] = {
+        "machine": _machine.describe(),
+        "budget_s": budget,
+        "repeats": repeats,
+        "load_before": _machine.load_average(),
+    }
+    result["fit"] = _fit(budget)
+    result["step_s"] = _steps(repeats)
+    result["load_after"] = _machine.load_average()
+    return str(write_json("pinn_engd", result))

@@ -1,0 +1,95 @@
+"""LM's runs in the PINN suite (``bench_pinn_suite.py``): the method names and the switches
+each turns on, and `lm_stepper`, one LM step of a run with its switches.
+
+Switches (each off in ``lm``; a method name lists the ones it turns on):
+
+* ``hard``: the side conditions built into the network (``pinn_problem.with_built_in``);
+* ``periodic``: a network periodic in x by construction (``with_periodic``);
+* ``causal``: the equation's rows weighed by time bin (``with_causal_weights``), the
+  weights updated before every step and ε annealed along 1e-2, 1e-1, 1, 10, 100 once every
+  bin's weight exceeds 0.99 (``CausalWeights.anneal``);
+* ``march``: ten windows in time fitted in turn, an equal share of the budget each
+  (``pinn_marching.Marching``);
+* ``rad``: residual-based points (``Collocation(power=1)``: a quarter of the points redrawn
+  every step, kept with probability ∝ |r|/mean|r| + 1; Wu et al. 2023);
+* ``resample``: a quarter of the points redrawn uniformly every step;
+* ``tutorial``: geodesic acceleration 0.75 and ``scaling_memory=1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pinn_suite
+import torch
+from pinn_marching import Marching
+from torch import nn
+
+from marquardt.solver import LMA
+
+#: By LM method, its switches.
+SWITCHES: dict[str, tuple[str, ...]] = {
+    "lm": (),
+    "lm_resample": ("resample",),
+    "lm_tutorial": ("tutorial",),
+    "lm_hard": ("hard",),
+    "lm_causal": ("causal",),
+    "lm_periodic": ("periodic",),
+    "lm_periodic_causal": ("periodic", "causal"),
+    "lm_periodic_march": ("periodic", "march"),
+    "lm_hard_rad": ("hard", "rad"),
+}
+TUTORIAL_SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
+ANNEAL = (1e-2, 1e-1, 1.0, 10.0, 100.0)
+WINDOWS = 10
+
+
+def lm_stepper(
+    name: str, method: str, budget: float, spent: list[float]
+) -> tuple[pinn_suite.Problem, Callable[[], bool], Callable[[], nn.Module]]:
+    """The problem as ``method`` changes it, one LM step of the run (True: stop), and the
+    model whose error is measured; ``spent`` is the run's clock (``spent[0]``, seconds)."""
+    switches = SWITCHES[method]
+    problem = pinn_suite.problem(name)
+    causal = None
+    if "hard" in switches:
+        problem = pinn_suite.with_built_in(problem)
+    if "periodic" in switches:
+        problem = pinn_suite.with_periodic(problem)
+    if "causal" in switches:
+        problem, causal = pinn_suite.with_causal_weights(problem, epsilon=ANNEAL[0])
+    model = problem.network()
+    marching = Marching(problem, model, WINDOWS) if "march" in switches else None
+    settings: dict[str, Any] = TUTORIAL_SETTINGS if "tutorial" in switches else {}
+    state: dict[str, Any] = {}
+
+    def start(current: pinn_suite.Problem) -> None:
+        state["problem"] = current
+        state["batch"] = list(current.batch(torch.Generator().manual_seed(0)))
+        state["lma"] = LMA(model, [torch.device("cpu")], current.residual, **settings)
+        state["points"] = None
+        if "resample" in switches:
+            state["points"] = current.collocation(seed=1)
+        elif "rad" in switches:
+            state["points"] = current.collocation(model, seed=1, power=1.0)
+
+    start(marching.current if marching else problem)
+
+    def step() -> bool:
+        due = marching is not None and spent[0] >= (marching.index + 1) * budget / WINDOWS
+        if marching is not None and due and marching.index < WINDOWS - 1:
+            start(marching.advance())
+        batch, points = state["batch"], state["points"]
+        if points is not None:
+            batch[:] = points.next_batch()
+        if causal is not None:
+            causal.update(state["problem"].residual, model, batch[0], batch[1])
+            causal.anneal(ANNEAL)
+        _, terminated = state["lma"].step(batch[0], batch[1])
+        return bool(terminated) and points is None and marching is None
+
+    def view() -> nn.Module:
+        return marching.solution() if marching else model
+
+    return problem, step, view
