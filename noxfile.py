@@ -260,7 +260,8 @@ def gpu_tests(session: nox.Session) -> None:
 @_session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff; the import layers (devices <- jacobian <- solver <- trainer, and each package's own
-    folders); sibling dependencies; docstrings that name no module."""
+    folders); sibling dependencies; docstrings that name no module; RESULTS.md is what the
+    recorded benchmark results render to (``run_all.py --check``)."""
     session.install(*TOOL_CONSTRAINTS, "ruff", "import-linter")
     # import-linter finds the packages by import: install the four, without dependencies.
     session.install("--no-deps", *(f"-e{ROOT / 'packages' / p}" for p in ALL_PACKAGES))
@@ -269,6 +270,12 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports", "--config", str(ROOT / "pyproject.toml"), "--no-cache")
     session.run("python", str(ROOT / "tools" / "check_siblings.py"))
     session.run("python", str(ROOT / "tools" / "check_module_refs.py"))
+    # RESULTS.md must be what benchmarks/results/ renders to: the renderer reads each
+    # benchmark's module, which imports torch, NumPy, SciPy and the packages (torch is the
+    # CPU wheel, as the tests').
+    session.install(*TEST_CONSTRAINTS, "torch", "numpy", "scipy")
+    session.install("--no-deps", f"-e{ROOT / 'packages' / 'testing'}")
+    session.run("python", str(ROOT / "benchmarks" / "run_all.py"), "--check")
 
 
 @_session(python=PYTHON)

@@ -4,6 +4,7 @@ RESULTS.md and its figures (error against wall time, the error field).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from typing import Any
@@ -104,7 +105,7 @@ def step_rows() -> list[Row]:
                 f"{shape['rows']:,} rows)",
             )
         )
-    return out
+    return [dataclasses.replace(r, source="pinn_step") for r in out]
 
 
 def _engd_results() -> dict[str, Any] | None:
@@ -121,7 +122,7 @@ def engd_rows() -> list[Row]:
     fit, steps = engd["fit"], engd["step_s"]
     reached = fit["reached"].get("1e-06")
     floor = f"floor (J, JᵀJ, Cholesky) {steps['floor'] * 1e3:.1f} ms"
-    return [
+    rows = [
         row(
             "ENGD Poisson (P = 129, 900 rows): seconds to relative L2 1e-6",
             reached[0] if reached else engd["budget_s"],
@@ -152,6 +153,7 @@ def engd_rows() -> list[Row]:
             detail=f"{steps['defaults_parts']}; {floor}",
         ),
     ]
+    return [dataclasses.replace(r, source="pinn_engd") for r in rows]
 
 
 def section(results: dict[str, Any]) -> str:

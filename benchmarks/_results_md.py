@@ -15,6 +15,7 @@ from typing import Any
 import _common as c
 import _registry as registry
 from _rows import Run, row, table
+from _stamp import stamp
 
 
 @dataclass(frozen=True)
@@ -160,12 +161,33 @@ def record(summary: Summary, report: Report) -> None:
     write(summary, report)
 
 
-def _section(name: str, report: Report) -> list[str]:
+def sources(run: Run, report: Report) -> list[str]:
+    """The results each of ``run``'s rows comes from (``results/<name><suffix>.json``'s
+    name): the row's ``source`` where it names one, else the one its benchmark's rows
+    function gives it from the recorded results (rows recorded before ``source`` was added
+    have none), else the benchmark's own."""
+    data = report.load(run.name)
+    try:
+        given = {r.what: r.source for r in registry.get(run.name).rows(data)} if data else {}
+    except (KeyError, TypeError, ValueError, AttributeError, ImportError):
+        given = {}  # unreadable results: its section says so
+    return [r.source or given.get(r.what) or run.name for r in run.rows]
+
+
+def _section(name: str, report: Report, last: tuple[str, str], parts: list[str]) -> list[str]:
     bench = registry.get(name)
     lines = [f"## {bench.title} (`{bench.script}`)", ""]
     data = report.load(name)
     if data is None:
         return [*lines, "No results yet.", ""]
+    lines.append(stamp(data).sentence(*last))
+    for part in parts:
+        found = stamp(report.load(part)).sentence(*last)
+        found = found.removeprefix("Measured at: ")
+        lines.append(
+            f"The rows from `results/{part}{report.suffix}.json` were measured at: {found}"
+        )
+    lines.append("")
     try:
         lines.append(bench.section(data))
     except (KeyError, TypeError, ValueError) as exc:
@@ -189,10 +211,30 @@ def _gpu_lines(m: dict[str, Any]) -> list[str]:
 
 
 def write(summary: Summary, report: Report) -> None:
+    """Write the report's Markdown (``render``'s)."""
+    report.markdown.write_text(render(summary, report))
+
+
+def render(summary: Summary, report: Report) -> str:
     """The report's Markdown from ``summary`` (the runs' rows and machine) and the latest
-    results."""
+    results: nothing but what they hold, so that the same files always render the same text.
+
+    **Arguments:**
+
+    - `summary`: the last run (``summary<suffix>.json``).
+    - `report`: which report.
+
+    **Returns:** the Markdown.
+    """
     m = summary.machine
+    last = str(m.get("source", ""))
     runs = complete(summary.runs, report)
+    where = {r.name: sources(r, report) for r in runs}
+    cells = [
+        stamp(report.load(part)).cell(last, summary.finished)
+        for r in runs
+        for part in where[r.name]
+    ]
     title = "Benchmark results on a GPU" if report.gpu else "Benchmark results"
     how = "`run_all.py --device cuda` (`gpu/run_on_gpu.sh`)" if report.gpu else "`nox -s bench`"
     lines = [
@@ -212,7 +254,8 @@ def write(summary: Summary, report: Report) -> None:
         f"- CPU: {m['cpu']} ({m['cpu_flags']}), {m['cores']} cores, {m['memory_gib']} GiB; "
         f"{m['threads_used']} torch threads",
         f"- Python {m['python']} on {m['platform']}",
-        f"- Source measured: {m.get('source', 'unknown')}",
+        f"- Source of the last run: {last or 'not recorded'}; each row (last column) and "
+        "each section names the commit and machine its own figures were measured on",
         f"- torch {m['torch']} (BLAS: {m['torch_blas']}); NumPy {m['numpy']} "
         f"(BLAS: {m['numpy_blas']}); torch-levenberg-marquardt {m['torch_levenberg_marquardt']}",
         "- Load: the cores are shared. 1-minute load average before → after each benchmark: "
@@ -222,14 +265,16 @@ def write(summary: Summary, report: Report) -> None:
         "",
         "## Every ratio against its target",
         "",
-        table([one for r in runs for one in r.rows]),
+        table([one for r in runs for one in r.rows], cells),
         "",
         "`open`: one side did not reach the goal within its time cap and the bound does not "
-        "decide the target; `info`: no target.",
+        "decide the target; `info`: no target. An earlier run: the row's figures come from "
+        "a run before the last, at the commit the row names.",
         "",
     ]
     for name in (r.name for r in runs):
-        lines += _section(name, report)
+        parts = sorted(set(where[name]) - {name})
+        lines += _section(name, report, (last, summary.finished), parts)
     lines += [
         "## Analysis",
         "",
@@ -237,4 +282,4 @@ def write(summary: Summary, report: Report) -> None:
         "[NOTES.md](NOTES.md) (hand-written; it is not copied here).",
         "",
     ]
-    report.markdown.write_text("\n".join(lines))
+    return "\n".join(lines)

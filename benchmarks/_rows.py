@@ -30,6 +30,8 @@ class Row:
     - `target`: the target as text ("≤ 0.5×"), "—" for a figure without one.
     - `verdict`: PASS, MISS, open (a bound that does not decide), info (no target), n/a.
     - `detail`: what was measured on each side (ours, the peer's), in words.
+    - `source`: the results it comes from where they are not its benchmark's own
+      (``results/<source>.json``, as a part run alone); "" for its benchmark's.
     """
 
     what: str
@@ -39,6 +41,7 @@ class Row:
     target: str
     verdict: str
     detail: str
+    source: str = ""
 
     def record(self) -> dict[str, Any]:
         """The row as a plain object, for ``summary.json``."""
@@ -46,8 +49,9 @@ class Row:
 
     @classmethod
     def load(cls, record: dict[str, Any]) -> Row:
-        """A row from ``record`` (``record``'s form)."""
-        return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)})
+        """A row from ``record`` (``record``'s form; one recorded before ``source`` was
+        added has none)."""
+        return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls) if f.name in record})
 
 
 def _verdict(value: float | None, target: float | None, op: str, bound: str) -> str:
@@ -188,10 +192,23 @@ def text(rows: list[Row]) -> str:
     )
 
 
-def table(rows: list[Row]) -> str:
-    """The rows as a Markdown table, misses in bold."""
-    lines = ["| ratio | measured | target | verdict | figures |", "|---|---|---|---|---|"]
-    for r in rows:
+def table(rows: list[Row], measured: list[str] | None = None) -> str:
+    """The rows as a Markdown table, misses in bold.
+
+    **Arguments:**
+
+    - `rows`: the rows.
+    - `measured`: where each row was measured (its commit and machine), a last column;
+      None for a table without it.
+
+    **Returns:** the table's Markdown.
+    """
+    head = ["| ratio | measured | target | verdict | figures |", "|---|---|---|---|---|"]
+    if measured is not None:
+        head = [head[0] + " commit; machine |", head[1] + "---|"]
+    lines = head
+    for i, r in enumerate(rows):
         verdict = SHOWN_VERDICT.get(r.verdict, r.verdict)
-        lines.append(f"| {r.what} | {r.shown} | {r.target} | {verdict} | {r.detail} |")
+        cell = "" if measured is None else f" {measured[i]} |"
+        lines.append(f"| {r.what} | {r.shown} | {r.target} | {verdict} | {r.detail} |{cell}")
     return "\n".join(lines)

@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import _child
@@ -337,7 +337,9 @@ def rows(results: dict[str, Any]) -> list[Row]:
         path = c.RESULTS_DIR / "scale-subsets.json"
         part = json.loads(path.read_text()) if path.exists() else {}
         if "subsets" in part:
-            results = {**results, "subsets": part["subsets"]}
+            alone = {r.what for r in subsets.summary(part["subsets"])}
+            out = _shape_rows({**results, "subsets": part["subsets"]})
+            return [replace(r, source="scale-subsets") if r.what in alone else r for r in out]
     return _shape_rows(results)
 
 

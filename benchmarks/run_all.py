@@ -19,7 +19,10 @@ every one that runs there), each on its device path, into ``results/<name>-gpu.j
 ``IDLE_LOAD`` before starting; ``--render`` rewrites RESULTS.md (with ``--device cuda``:
 RESULTS-gpu.md) from the recorded results without measuring; ``--index`` prints the
 README's table of benchmarks; ``--check`` checks that every record loads, the README's table
-is ``--index``'s, and every recorded result renders (``nox -s bench`` runs it first).
+is ``--index``'s, every recorded result renders, and RESULTS.md (RESULTS-gpu.md too where
+``summary-gpu.json`` is recorded) is byte for byte what the recorded results render to
+(``nox -s bench`` runs it first, ``nox -s lint`` too). Every result records the commit and
+machine it was measured on (``_stamp.py``), and the report shows them beside each row.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import _registry as registry
 import _results_md as report
 import torch
 from _rows import Row, Run, row, text
+from _stamp import MEASURED, stamp_record
 
 IDLE_LOAD = 1.5
 TIMEOUT = 1500.0
@@ -53,6 +57,8 @@ def child(name: str, quick: bool, device: str, budget: float | None) -> list[dic
     bench = registry.get(name)
     options = registry.Options(quick, device, budget)
     results = bench.run(options)
+    ended = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    results[MEASURED] = stamp_record(_machine.describe(device), ended)
     print(f"wrote {c.write_json(name + options.suffix, results)}", flush=True)
     if bench.echo is None:
         print(bench.section(results), flush=True)
@@ -125,9 +131,46 @@ def chosen(asked: list[str], device: str) -> list[str]:
     return names
 
 
+def first_difference(written: str, rendered: str) -> str:
+    """Where ``written`` (a report's file) first differs from ``rendered`` (what its data
+    render to): "" where they are equal."""
+    if written == rendered:
+        return ""
+    old, new = written.split("\n"), rendered.split("\n")
+    at = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), None)
+    if at is None:
+        at = min(len(old), len(new))
+        return f"line {at + 1}: the file has {len(old)} lines, the render {len(new)}"
+    return f"line {at + 1}: the file has {old[at]!r}, the render {new[at]!r}"
+
+
+def check_reports() -> list[str]:
+    """What is wrong with the reports: RESULTS.md (and RESULTS-gpu.md where its summary is
+    recorded) not byte for byte what ``results/*.json`` and ``summary*.json`` render to."""
+    problems = []
+    for written in (report.CPU, report.Report("-gpu")):
+        if not written.markdown.exists() or not written.summary_json.exists():
+            if written is report.CPU:
+                problems.append(f"{written.summary_json.name} or {written.markdown.name} missing")
+            continue
+        try:
+            summary = report.Summary.load(json.loads(written.summary_json.read_text()))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            problems.append(f"{written.summary_json.name} does not load: {exc!r}")
+            continue
+        where = first_difference(written.markdown.read_text(), report.render(summary, written))
+        if where:
+            problems.append(
+                f"{written.markdown.name} is not what its data render to: {where}. HINT: "
+                f"python benchmarks/run_all.py --render{' --device cuda' * written.gpu}"
+            )
+    return problems
+
+
 def check() -> list[str]:
     """What is wrong with the records: a module without its record, a README table that is
-    not ``--index``'s, recorded results that its rows or section cannot read."""
+    not ``--index``'s, recorded results that its rows or section cannot read, a report that
+    is not what its data render to (``check_reports``)."""
     problems = []
     try:
         table = registry.index()
@@ -147,7 +190,7 @@ def check() -> list[str]:
             except (KeyError, TypeError, ValueError) as exc:
                 where = f"results/{name}{recorded.suffix}.json"
                 problems.append(f"{where}: {bench.script} cannot read it: {exc!r}")
-    return problems
+    return problems + check_reports()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -181,7 +224,7 @@ def main() -> int:
         problems = check()
         print(
             "\n".join(problems)
-            or f"{len(registry.MODULES)} benchmarks: records, README, results agree"
+            or f"{len(registry.MODULES)} benchmarks: records, README, results, reports agree"
         )
         return 1 if problems else 0
     written = report.Report(c.suffix(args.quick, args.device))

@@ -131,3 +131,71 @@ def test_the_pinn_step_rows_come_from_the_step_results(
         }
     )
     assert "| helmholtz (suite) | 1,981 | 1,100 | 60 ms | 100 ms | 0.60× | 40 ms |" in text
+
+
+def test_the_results_check_fails_on_a_hand_edit_and_passes_on_a_fresh_render(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    from dataclasses import replace
+
+    import _common as c
+    import _results_md as report
+    import run_all
+    from _rows import Run, row
+    from _stamp import MEASURED
+
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(c, "HERE", tmp_path)
+    monkeypatch.setattr(c, "RESULTS_DIR", results)
+    monkeypatch.setattr(report.Report, "shown", lambda self: ["subset_damping"])
+    last = {"source": "commit 1111111", "cpu": "test CPU", "cores": 2}
+    data = {MEASURED: {**last, "source": "commit 0000000"}, "runs": [], "load_before": 1.0}
+    (results / "subset_damping.json").write_text(json.dumps(data))
+    machine = {
+        **last,
+        **dict.fromkeys(("cpu_flags", "memory_gib", "threads_used", "python", "platform"), "x"),
+        **dict.fromkeys(("torch", "torch_blas", "numpy", "numpy_blas"), "x"),
+        "torch_levenberg_marquardt": "x",
+    }
+    part = replace(row("subset: part", 1.0, None), source="subset_part")  # a part run alone
+    (results / "subset_part.json").write_text(json.dumps({MEASURED: {"cpu": "part CPU"}}))
+    run = Run("subset_damping", [row("subset: steps", 3.0, None), part], 1.0, 0.5, 0.6)
+    summary = report.Summary("2026-01-01 00:00", 60.0, machine, [run])
+    (results / "summary.json").write_text(json.dumps(summary.record()))
+    report.write(summary, report.CPU)
+    assert run_all.check_reports() == []
+    text = report.CPU.markdown.read_text()
+    # every row and section says where it was measured, and that it is not the last run
+    assert (
+        "| subset: steps | 3× | — | info |  | 0000000, an earlier run; test CPU, 2 cores |" in text
+    )
+    assert "commit 0000000 (an earlier run than the last, commit 1111111)" in text
+    assert "| subset: part | 1× | — | info |  | not recorded; part CPU |" in text
+    assert "`results/subset_part.json` were measured at: commit not recorded; machine: part" in text
+    edited = text.replace("| 3× |", "| 2.5× |")
+    report.CPU.markdown.write_text(edited)
+    (problem,) = run_all.check_reports()
+    at = edited.split("\n").index(next(ln for ln in edited.split("\n") if "2.5×" in ln)) + 1
+    assert f"RESULTS.md is not what its data render to: line {at}:" in problem
+    report.CPU.markdown.write_text(text + "\n")  # a byte more: still a difference
+    assert "the file has" in run_all.check_reports()[0]
+    report.write(summary, report.CPU)
+    assert run_all.check_reports() == []
+
+
+def test_a_stamp_says_not_recorded_for_what_an_older_result_lacks() -> None:
+    from _rows import Row, row
+    from _stamp import MEASURED, stamp, stamp_record
+
+    assert stamp(None).cell("commit 1", "") == "not recorded; not recorded"
+    assert stamp({"machine": "AMD EPYC"}).cell("commit 1", "") == "not recorded; AMD EPYC"
+    edited = {"machine": {"source": "commit 351b946 with uncommitted edits in 1 files"}}
+    assert stamp(edited).cell("commit 1", "") == "351b946 + edits, an earlier run; not recorded"
+    ours = stamp_record({"source": "commit 2", "cpu": "C", "cores": 2, "torch": "x"}, "2026-01-02")
+    assert stamp({MEASURED: ours}).cell("commit 2", "2026-01-01") == "2; C, 2 cores"
+    assert stamp({MEASURED: ours}).cell("commit 1", "2026-01-01") == "2, another run; C, 2 cores"
+    recorded = row("x", 1.0, None).record()
+    del recorded["source"]  # a row of a summary.json written before rows named their source
+    assert Row.load(recorded) == row("x", 1.0, None)
