@@ -260,8 +260,7 @@ def gpu_tests(session: nox.Session) -> None:
 @_session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff; the import layers (devices <- jacobian <- solver <- trainer, and each package's own
-    folders); sibling dependencies; docstrings that name no module; RESULTS.md is what the
-    recorded benchmark results render to (``run_all.py --check``)."""
+    folders); sibling dependencies; docstrings that name no module."""
     session.install(*TOOL_CONSTRAINTS, "ruff", "import-linter")
     # import-linter finds the packages by import: install the four, without dependencies.
     session.install("--no-deps", *(f"-e{ROOT / 'packages' / p}" for p in ALL_PACKAGES))
@@ -270,12 +269,6 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports", "--config", str(ROOT / "pyproject.toml"), "--no-cache")
     session.run("python", str(ROOT / "tools" / "check_siblings.py"))
     session.run("python", str(ROOT / "tools" / "check_module_refs.py"))
-    # RESULTS.md must be what benchmarks/results/ renders to: the renderer reads each
-    # benchmark's module, which imports torch, NumPy, SciPy and the packages (torch is the
-    # CPU wheel, as the tests').
-    session.install(*TEST_CONSTRAINTS, "torch", "numpy", "scipy")
-    session.install("--no-deps", f"-e{ROOT / 'packages' / 'testing'}")
-    session.run("python", str(ROOT / "benchmarks" / "run_all.py"), "--check")
 
 
 @_session(python=PYTHON)
@@ -303,7 +296,8 @@ def typecheck(session: nox.Session) -> None:
 @_session(python=PYTHON)
 def docs(session: nox.Session) -> None:
     """Every page's python blocks run as a reader runs them, its quoted figures checked against
-    the benchmark results, and the site built strictly."""
+    the benchmark results, RESULTS.md checked to be what the recorded results render to
+    (``run_all.py --check``), and the site built strictly."""
     # The trainer's test extra brings what the pages import beside the packages (matplotlib,
     # mlflow-skinny, nevergrad); the digits tutorial loads its data set with scikit-learn.
     _install_packages(session, *ALL_PACKAGES, extras="test,lm")
@@ -314,6 +308,9 @@ def docs(session: nox.Session) -> None:
     # OpenMP barrier, which slows the PINN tutorial most).
     session.run("python", str(ROOT / "tools" / "docs_blocks.py"), env={"OMP_NUM_THREADS": "1"})
     session.run("python", str(ROOT / "tools" / "docs_results.py"))
+    # RESULTS.md must be what benchmarks/results/ renders to (the renderer reads each
+    # benchmark's module, which imports torch and the packages installed above).
+    session.run("python", str(ROOT / "benchmarks" / "run_all.py"), "--check")
     # mkdocs-material 9.7+ prints a banner about its end of life on every build; it is
     # not a warning about these docs, and NO_MKDOCS_2_WARNING is its documented switch.
     session.run(
