@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
+from marquardt.devices import choose_threads
 from torch import nn
 
 from . import _compute
@@ -410,6 +411,9 @@ class Trainer(TrainerHooks):
             use_gpu=self.compute.use_gpu,
             use_grad=self.use_grad,
             max_batches=self.max_batches,
+            threads=choose_threads(
+                layouts[0].local_world_size, self.config.threads_per_process, env.name
+            ),
         )
         result = train_spawned(spec, layouts, loop, self.scheduler, self.state)
         self.config.log_folder = Path(plan.folder)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from marquardt.devices import ThreadChoice
 from torch import nn
 
 from .._config import TrainConfig
@@ -83,6 +84,8 @@ class WorkerSpec:
     use_gpu: bool
     use_grad: bool = True
     max_batches: int | None = None
+    #: The threads every spawned process runs (chosen once, in the spawning parent).
+    threads: ThreadChoice | None = None
 
     def build(self, layout: ProcessLayout) -> Any:
         """The ``Trainer`` of the process at ``layout``, through its own constructor."""

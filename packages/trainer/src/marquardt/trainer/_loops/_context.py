@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from marquardt.devices import ThreadChoice
 from torch import nn
 
 from .._callbacks._base import Callback
@@ -58,6 +59,8 @@ class RunContext:
     sampler_seed: int = 0
     max_batches: int | None = None
     stages: StageDispatch = None  # type: ignore[assignment]  # set by the worker
+    #: The threads of this process: a spawning parent's choice, else made by the worker.
+    threads: ThreadChoice | None = None
 
     @property
     def model(self) -> nn.Module:
