@@ -260,7 +260,10 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 detail=f"{_ms(p1['total'])} → {_ms(p2['total'])}",
             )
         )
-        for part, key, ratio in (("Jacobian", "jacobian", "default_jacobian"), ("step", "total", "default_step")):
+        for part, key, ratio in (
+            ("Jacobian", "jacobian", "default_jacobian"),
+            ("step", "total", "default_step"),
+        ):
             if ratio not in e:
                 continue
             default = e["2 default threads"]

@@ -9,7 +9,9 @@ fresh process, its data and model seeded alike; wall seconds of the whole call.
 * Threads: ``Trainer.fit`` with ``TrainConfig(nprocs=2, backend="gloo",
   compute_setup="cpu")``, started with no thread setting (each rank's threads are the
   devices' rule: the cores over the 2 processes), against the same run started with
-  ``OMP_NUM_THREADS=1``. Target ≤ 1.1×. The faster of 2 runs each, alternated.
+  ``OMP_NUM_THREADS=1``. Target ≤ 1.1×. The fastest of 3 runs each, alternated. For
+  information, the same run with every rank on all the cores
+  (``threads_per_process`` = the cores: what each rank ran before the rule), once.
 * Overhead: ``Trainer.fit`` in one process (``TrainConfig(batch_size=256,
   max_iter=epochs - 1)``: perceptrain counts epochs from 0, tracking by ``metrics.csv``
   alone) against a plain PyTorch loop (``for x, y in loader: zero_grad, forward,
@@ -41,7 +43,7 @@ TARGET_OVERHEAD = 1.15
 BATCH = 256
 LR = 1e-3
 REPEATS = 3
-SPAWN_REPEATS = 2
+SPAWN_REPEATS = 3
 TIMEOUT = 600.0
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: name -> (points, epochs) of a full and a quick run
@@ -66,9 +68,12 @@ def _model(name: str) -> nn.Module:
     return nn.Sequential(nn.Linear(1, 16), nn.ReLU(), nn.Linear(16, 1))
 
 
-def fit(kind: str, name: str, n: int, epochs: int, nprocs: int) -> dict[str, Any]:
-    """One run in this (fresh) process: ``kind`` "trainer" or "plain"; wall seconds of the
-    training call, the last batch's loss, and the threads this process ran."""
+def fit(
+    kind: str, name: str, n: int, epochs: int, nprocs: int, threads: int | None = None
+) -> dict[str, Any]:
+    """One run in this (fresh) process: ``kind`` "trainer" or "plain" (``threads``: the
+    trainer's ``threads_per_process``); wall seconds of the training call, the full-data
+    MSE after it, and the threads this process ran."""
     from torch.utils.data import DataLoader, TensorDataset
 
     from marquardt.trainer import TrainConfig, Trainer
@@ -90,6 +95,7 @@ def fit(kind: str, name: str, n: int, epochs: int, nprocs: int) -> dict[str, Any
                 root_folder=folder,
                 tracking_tool="csv",
                 verbose=False,
+                threads_per_process=threads,
             )
             Trainer(model, optimizer, config, loss_fn="mse").fit(loader)
         else:
@@ -128,6 +134,9 @@ def main(quick: bool = False) -> dict[str, Any]:
         for label, one in (("default", False), ("OMP_NUM_THREADS=1", True)):
             print(f"mlp nprocs=2, {label}, run {k + 1}/{SPAWN_REPEATS}", flush=True)
             spawns[label].append(_child_run(["trainer", "mlp", n, epochs, 2], one))
+    print("mlp nprocs=2, every rank on all the cores", flush=True)
+    cores = os.cpu_count() or 1
+    spawns["all cores per rank"] = [_child_run(["trainer", "mlp", n, epochs, 2, cores], False)]
     results["threads"] = spawns
     load.append(_machine.load_average())
     for name in ("mlp", "seed"):
@@ -168,6 +177,17 @@ def rows(results: dict[str, Any]) -> list[Any]:
             f"{SPAWN_REPEATS}; load {load[0]:.1f} → {load[1]:.1f}",
         )
     ]
+    every = _seconds(results["threads"].get("all cores per rank", []))
+    if every is not None:
+        out.append(
+            row(
+                f"trainer 2-128-128-1 nprocs=2 ({size}): all cores per rank / OMP_NUM_THREADS=1",
+                _ratio(every, one),
+                None,
+                detail=f"{c.seconds_text(one)} → {c.seconds_text(every)}; one run: each "
+                "rank on torch's default count, as before the thread rule",
+            )
+        )
     names = {"mlp": "2-128-128-1", "seed": "seed 1-16-1"}
     for name, runs in results["overhead"].items():
         trainer, plain = _seconds(runs["trainer"]), _seconds(runs["plain"])

@@ -14,15 +14,15 @@ from marquardt.devices import (
     CpuBudget,
     DeviceError,
     ThreadChoice,
-    apply_threads,
     applied_threads,
-    choose_threads,
+    apply_threads,
     cpu_budget,
     threads_per_process,
 )
 from marquardt.devices._threads import cgroup_cpus, legate_cpus, physical_cores
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+
 
 #: CPU numbers no machine here has, so each counts as a core of its own.
 def cpus(n: int) -> set[int]:
@@ -36,9 +36,15 @@ def budget(n: int, env: dict[str, str] | None = None, quota: tuple[float, str] |
 def test_affinity_divided_by_local_world_size() -> None:
     env = {"LOCAL_WORLD_SIZE": "4"}
     choice = threads_per_process(env=env, budget=budget(16, env))
-    assert (choice.threads, choice.source, choice.processes_source) == (4, "rule", "LOCAL_WORLD_SIZE")
+    assert (choice.threads, choice.source, choice.processes_source) == (
+        4,
+        "rule",
+        "LOCAL_WORLD_SIZE",
+    )
     assert choice.cores == CpuBudget(16, "CPU affinity")
-    assert "4 threads per process (rule: 16 cores from CPU affinity / 4 processes" in choice.describe()
+    assert (
+        "4 threads per process (rule: 16 cores from CPU affinity / 4 processes" in choice.describe()
+    )
 
 
 def test_at_least_one_thread_and_rounding_down() -> None:
@@ -50,7 +56,11 @@ def test_at_least_one_thread_and_rounding_down() -> None:
 def test_slurm_tasks_per_node_when_torchrun_says_nothing() -> None:
     env = {"SLURM_NTASKS_PER_NODE": "2(x3)"}
     choice = threads_per_process(env=env, budget=budget(8, env))
-    assert (choice.threads, choice.processes, choice.processes_source) == (4, 2, "SLURM_NTASKS_PER_NODE")
+    assert (choice.threads, choice.processes, choice.processes_source) == (
+        4,
+        2,
+        "SLURM_NTASKS_PER_NODE",
+    )
 
 
 def test_slurm_cpus_per_task_are_one_tasks() -> None:

@@ -6,8 +6,9 @@ threads per process = ⌊cores / processes⌋, at least 1, where
   affinity (``os.sched_getaffinity``; hardware threads of one core count once, as torch's
   default counts them), its cgroup's CPU quota (cgroup v2 ``cpu.max``, v1
   ``cpu.cfs_quota_us / cpu.cfs_period_us``, rounded up) and Slurm's
-  ``SLURM_CPUS_PER_TASK``, less the CPU processors Legate takes (``--cpus``, or
-  ``--omps × --ompthreads``, in ``LEGATE_CONFIG``) where the process runs Legate;
+  ``SLURM_CPUS_PER_TASK``, less the CPU processors Legate takes where the process runs
+  Legate (a running runtime's CPU and OpenMP processors, else ``--cpus`` plus
+  ``--omps × --ompthreads`` in ``LEGATE_CONFIG``);
 * *processes* are the processes sharing those cores: the caller's count (the training
   processes on this node), else ``LOCAL_WORLD_SIZE`` (torchrun), else
   ``SLURM_NTASKS_PER_NODE``, else 1. Cores read from ``SLURM_CPUS_PER_TASK`` belong to
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from . import _settings
 from ._errors import DeviceError
+from ._legate import running_cpus
 from .messages import message
 
 #: Where the cgroup file systems are mounted, and where this process's cgroup is named.
@@ -166,7 +168,9 @@ def _cgroup_folders(root: Path, proc_cgroup: Path) -> list[tuple[Path, str]]:
     return found
 
 
-def cgroup_cpus(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) -> tuple[float, str] | None:
+def cgroup_cpus(
+    root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP
+) -> tuple[float, str] | None:
     """The CPU quota of this process's cgroup (the least along its ancestors).
 
     Arguments:
@@ -218,7 +222,8 @@ def legate_cpus(config: str) -> int:
 def cpu_budget(
     env: Mapping[str, str] | None = None,
     affinity: Callable[[], set[int]] | None = None,
-    cgroup: tuple[float, str] | None | bool = True,
+    cgroup: tuple[float, str] | bool | None = True,
+    legate: int | None = None,
 ) -> CpuBudget:
     """The CPUs this process may use, and the limit that gave them.
 
@@ -228,6 +233,8 @@ def cpu_budget(
             every CPU where there is none); its physical cores are counted.
         cgroup: the cgroup quota as `cgroup_cpus` gives it, ``None`` for none, or True to
             read this process's.
+        legate: the CPUs Legate's processors occupy (default: a running Legate runtime's
+            CPU and OpenMP processors, else `legate_cpus` of ``LEGATE_CONFIG``).
 
     Returns:
         The `CpuBudget`: the fewest of affinity, quota (rounded up) and
@@ -246,7 +253,8 @@ def cpu_budget(
     if slurm is not None:
         limits.append((slurm, "SLURM_CPUS_PER_TASK"))
     cores, source = min(limits, key=lambda pair: pair[0])
-    taken = legate_cpus(env.get("LEGATE_CONFIG", ""))
+    running = running_cpus() if legate is None else legate
+    taken = running if running is not None else legate_cpus(env.get("LEGATE_CONFIG", ""))
     if taken:
         cores, source = max(1, cores - taken), f"{source} less Legate's --cpus {taken}"
     return CpuBudget(cores, source, per_task=slurm is not None)

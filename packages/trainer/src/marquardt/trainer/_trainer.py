@@ -25,8 +25,9 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
-from marquardt.devices import choose_threads
 from torch import nn
+
+from marquardt.devices import choose_threads
 
 from . import _compute
 from ._callbacks._base import CallbacksManager, TrainingStage

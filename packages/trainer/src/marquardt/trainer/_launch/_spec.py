@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from marquardt.devices import ThreadChoice
 from torch import nn
+
+from marquardt.devices import ThreadChoice
 
 from .._config import TrainConfig
 from .._data._sources import DataSource

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from marquardt.devices import ThreadChoice, apply_threads, choose_threads
 
 from .. import _disk as disk
@@ -56,7 +57,9 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
-def _threads(context: RunContext, environment: LaunchEnvironment, layout: ProcessLayout) -> ThreadChoice:
+def _threads(
+    context: RunContext, environment: LaunchEnvironment, layout: ProcessLayout
+) -> ThreadChoice:
     """This process's threads: the spawning parent's choice, else the rule for its node."""
     if context.threads is not None:
         return context.threads

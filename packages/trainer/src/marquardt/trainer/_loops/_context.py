@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from marquardt.devices import ThreadChoice
 from torch import nn
+
+from marquardt.devices import ThreadChoice
 
 from .._callbacks._base import Callback
 from .._callbacks._dispatch import StageDispatch
