@@ -4,14 +4,16 @@ torch is imported only when `choose_threads`, `apply_threads` or `user_torch_thr
 called (the
 ``torch`` extra); ``threadpoolctl``, where installed, limits the BLAS libraries already
 loaded (NumPy's OpenBLAS or MKL; importing torch loads NumPy). A count the user set with
-``torch.set_num_threads`` is told apart from torch's default by comparing with that
-default, which torch takes from ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` or else from the
-machine's physical cores; a count this module set itself is never taken for the user's.
+``torch.set_num_threads`` is told apart from torch's default by comparing with the counts
+torch may start with (``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``, else the physical cores of
+the machine or of the process's affinity); a count this module set itself is never taken
+for the user's.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 from . import _settings
@@ -21,37 +23,46 @@ from ._threads import ThreadChoice, physical_cores, threads_per_process
 _applied: dict[str, ThreadChoice] = {}
 
 
-def torch_default_threads(env: dict[str, str] | None = None) -> int:
-    """The intra-op thread count torch starts a process with.
+def torch_default_counts(env: dict[str, str] | None = None) -> set[int]:
+    """The intra-op thread counts torch may start a process with on this machine.
+
+    torch takes ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS`` where set, else the physical
+    cores as its CPU library counts them: the machine's, or those of the process's CPU
+    affinity (MKL's count), or the logical CPUs where the cores cannot be read.
 
     Arguments:
         env: the variables to read (default: this process's).
 
     Returns:
-        ``OMP_NUM_THREADS``, else ``MKL_NUM_THREADS``, else the machine's physical cores.
+        The set of counts a process may start with (a count outside it was set).
     """
     env = _settings.thread_settings() if env is None else env
     for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         text = env.get(name, "").strip()
         if text.isdigit() and int(text) > 0:
-            return int(text)
-    return physical_cores()
+            return {int(text)}
+    counts = {physical_cores(), os.cpu_count() or 1}
+    if hasattr(os, "sched_getaffinity"):
+        cpus = set(os.sched_getaffinity(0))
+        counts |= {physical_cores(cpus), len(cpus)}
+    return counts
 
 
 def user_torch_threads() -> int | None:
     """The count the user set with ``torch.set_num_threads`` in this process, if any.
 
     Returns:
-        ``torch.get_num_threads()`` where it differs from torch's default and from the count
-        `apply_threads` set; ``None`` otherwise (a user's count equal to the default cannot
-        be told apart: set ``OMP_NUM_THREADS`` or the run's setting instead).
+        ``torch.get_num_threads()`` where it is none of the counts torch may start with
+        (`torch_default_counts`) and not the count `apply_threads` set; ``None`` otherwise
+        (a user's count equal to one of those cannot be told apart: set
+        ``OMP_NUM_THREADS`` or the run's setting instead).
     """
     torch: Any = importlib.import_module("torch")
     current = int(torch.get_num_threads())
     ours = _applied.get("torch")
     if ours is not None and current == ours.threads:
         return current if ours.source == "torch.set_num_threads" else None
-    return None if current == torch_default_threads() else current
+    return None if current in torch_default_counts() else current
 
 
 def applied_threads() -> ThreadChoice | None:
