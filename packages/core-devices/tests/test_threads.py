@@ -19,7 +19,12 @@ from marquardt.devices import (
     cpu_budget,
     threads_per_process,
 )
-from marquardt.devices._threads import cgroup_cpus, legate_cpus, physical_cores
+from marquardt.devices._threads import (
+    cgroup_cpus,
+    legate_cpus,
+    physical_cores,
+    slurm_tasks_here,
+)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -59,7 +64,7 @@ def test_slurm_tasks_per_node_when_torchrun_says_nothing() -> None:
     assert (choice.threads, choice.processes, choice.processes_source) == (
         4,
         2,
-        "SLURM_NTASKS_PER_NODE",
+        "Slurm's tasks per node",
     )
 
 
@@ -71,6 +76,17 @@ def test_slurm_cpus_per_task_are_one_tasks() -> None:
     assert threads_per_process(env=env, budget=b).threads == 4
     # one task per node spawning 4 of the node's 8 processes: the task's 4 CPUs over 4
     assert threads_per_process(8, env=env, budget=b).threads == 1
+
+
+def test_slurm_tasks_per_node_read_for_this_node() -> None:
+    env = {"SLURM_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3"}
+    assert slurm_tasks_here(env) == 1
+    assert slurm_tasks_here({**env, "SLURM_NODEID": "1"}) == 2
+    assert slurm_tasks_here({"SLURM_TASKS_PER_NODE": "bad"}) is None
+    # srun one task per process, 3 tasks on node 0, 6 CPUs each, no --ntasks-per-node:
+    # the trainer passes the node's 3 processes, each its own task's 6 CPUs
+    slurm = {"SLURM_CPUS_PER_TASK": "6", "SLURM_TASKS_PER_NODE": "3(x2)", "SLURM_NODEID": "0"}
+    assert threads_per_process(3, env=slurm, budget=budget(64, slurm)).threads == 6
 
 
 def test_cgroup_quota_rounds_up_and_is_the_least_limit() -> None:

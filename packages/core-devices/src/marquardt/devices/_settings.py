@@ -57,6 +57,11 @@ ENVIRONMENT: dict[str, str] = {
         "tasks per node of the Slurm step (srun --ntasks-per-node); the processes sharing "
         "this node's cores when LOCAL_WORLD_SIZE is unset"
     ),
+    "SLURM_TASKS_PER_NODE": (
+        "tasks on each node of the Slurm step, e.g. 2(x3),1 (always set by srun); the tasks "
+        "on this node when SLURM_NTASKS_PER_NODE is unset"
+    ),
+    "SLURM_NODEID": "index of this node in the Slurm allocation (which entry of SLURM_TASKS_PER_NODE)",
     "SLURM_CPUS_PER_TASK": (
         "CPUs Slurm gave each task (srun --cpus-per-task); the cores of this process's task, "
         "shared by the processes the task runs"
@@ -184,6 +189,8 @@ THREAD_VARIABLES = (
     "OPENBLAS_NUM_THREADS",
     "LOCAL_WORLD_SIZE",
     "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_NODEID",
     "SLURM_CPUS_PER_TASK",
     "LEGATE_CONFIG",
 )
@@ -197,6 +204,8 @@ def thread_settings() -> dict[str, str]:
         "OPENBLAS_NUM_THREADS": _get("OPENBLAS_NUM_THREADS"),
         "LOCAL_WORLD_SIZE": _get("LOCAL_WORLD_SIZE"),
         "SLURM_NTASKS_PER_NODE": _get("SLURM_NTASKS_PER_NODE"),
+        "SLURM_TASKS_PER_NODE": _get("SLURM_TASKS_PER_NODE"),
+        "SLURM_NODEID": _get("SLURM_NODEID"),
         "SLURM_CPUS_PER_TASK": _get("SLURM_CPUS_PER_TASK"),
         "LEGATE_CONFIG": _get("LEGATE_CONFIG"),
     }

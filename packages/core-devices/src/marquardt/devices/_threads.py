@@ -10,10 +10,11 @@ threads per process = ⌊cores / processes⌋, at least 1, where
   Legate (a running runtime's CPU and OpenMP processors, else ``--cpus`` plus
   ``--omps × --ompthreads`` in ``LEGATE_CONFIG``);
 * *processes* are the processes sharing those cores: the caller's count (the training
-  processes on this node), else ``LOCAL_WORLD_SIZE`` (torchrun), else
-  ``SLURM_NTASKS_PER_NODE``, else 1. Cores read from ``SLURM_CPUS_PER_TASK`` belong to
-  one task, so they are shared only by the processes that task runs (the caller's count
-  divided by ``SLURM_NTASKS_PER_NODE``, rounded up; else 1).
+  processes on this node), else ``LOCAL_WORLD_SIZE`` (torchrun), else Slurm's tasks on
+  this node (``SLURM_NTASKS_PER_NODE``, or this node's entry of ``SLURM_TASKS_PER_NODE``),
+  else 1. Cores read from ``SLURM_CPUS_PER_TASK`` belong to one task, so they are shared
+  only by the processes that task runs (the caller's count divided by the tasks on this
+  node, rounded up; else 1).
 
 An explicit ``OMP_NUM_THREADS`` or a count the caller was given (a ``TrainConfig``
 setting) always wins over the rule; `apply_threads` adds a count the user set with
@@ -260,21 +261,47 @@ def cpu_budget(
     return CpuBudget(cores, source, per_task=slurm is not None)
 
 
+def slurm_tasks_here(env: Mapping[str, str]) -> int | None:
+    """The Slurm tasks on this node: ``SLURM_NTASKS_PER_NODE``, else this node's entry of
+    ``SLURM_TASKS_PER_NODE`` (``"2(x3),1"``: 2 on nodes 0-2, 1 on node 3; by
+    ``SLURM_NODEID``).
+
+    Arguments:
+        env: the variables to read.
+
+    Returns:
+        The count, or ``None`` where Slurm says nothing readable.
+    """
+    count = _whole(env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0])
+    if count is not None:
+        return count
+    counts: list[int] = []
+    for entry in env.get("SLURM_TASKS_PER_NODE", "").split(","):
+        tasks, _, repeat = entry.partition("(x")
+        if not tasks.strip().isdigit():
+            return None
+        counts += [int(tasks)] * (int(repeat.rstrip(")")) if repeat.rstrip(")").isdigit() else 1)
+    node = env.get("SLURM_NODEID", "0").strip()
+    index = int(node) if node.isdigit() else 0
+    return counts[index] if index < len(counts) and counts[index] > 0 else None
+
+
 def _processes(
     env: Mapping[str, str], budget: CpuBudget, processes: int | None, processes_from: str
 ) -> tuple[int, str]:
     if budget.per_task:  # a task's own CPUs: only the processes of this task share them
-        tasks = _whole(env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0]) or 1
+        tasks = slurm_tasks_here(env) or 1
         if processes is None:
             return 1, "one Slurm task"
         return max(1, -(-processes // tasks)), f"{processes_from} per Slurm task"
     if processes is not None:
         return processes, processes_from
-    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
-        # SLURM_NTASKS_PER_NODE may read "2(x3)"; its count comes first.
-        count = _whole(env.get(name, "").split("(")[0])
-        if count is not None:
-            return count, name
+    count = _whole(env.get("LOCAL_WORLD_SIZE"))
+    if count is not None:
+        return count, "LOCAL_WORLD_SIZE"
+    count = slurm_tasks_here(env)
+    if count is not None:
+        return count, "Slurm's tasks per node"
     return 1, "one process"
 
 
@@ -289,7 +316,7 @@ def threads_per_process(
 
     Arguments:
         processes: the training processes on this node (a spawn's ``nprocs`` there);
-            ``None`` reads ``LOCAL_WORLD_SIZE``, then ``SLURM_NTASKS_PER_NODE``.
+            ``None`` reads ``LOCAL_WORLD_SIZE``, then Slurm's tasks on this node.
         requested: a count the caller was given (a ``TrainConfig`` setting); wins.
         processes_from: how ``processes`` is named in the log (``"nprocs"``).
         env: the variables to read (default: this process's).
