@@ -61,7 +61,9 @@ ENVIRONMENT: dict[str, str] = {
         "tasks on each node of the Slurm step, e.g. 2(x3),1 (always set by srun); the tasks "
         "on this node when SLURM_NTASKS_PER_NODE is unset"
     ),
-    "SLURM_NODEID": "index of this node in the Slurm allocation (which entry of SLURM_TASKS_PER_NODE)",
+    "SLURM_NODEID": (
+        "index of this node in the Slurm allocation (which entry of SLURM_TASKS_PER_NODE)"
+    ),
     "SLURM_CPUS_PER_TASK": (
         "CPUs Slurm gave each task (srun --cpus-per-task); the cores of this process's task, "
         "shared by the processes the task runs"

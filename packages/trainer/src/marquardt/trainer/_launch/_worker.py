@@ -4,10 +4,10 @@ Every process of a run (the only one, each spawned child, each torchrun worker o
 task) goes through ``run_worker``. It sets its threads (``marquardt.devices``' rule: the
 cores this process may use over the training processes on its node, unless
 ``OMP_NUM_THREADS``, the user's ``torch.set_num_threads`` or ``threads_per_process`` says
-otherwise; a spawning parent chose for its children), seeds, picks its device (the loop decides: the
-GPU its layout names, the LMA's device, or the CPU), joins the process group, takes rank
-0's plan, builds its data (a dataset factory is called here), resumes from the checkpoint
-on every rank (the ranks must agree on the step; each takes back its callbacks' states),
+otherwise; a spawning parent chose for its children), seeds, picks its device (the loop
+decides: the GPU its layout names, the LMA's device, or the CPU), joins the process group,
+takes rank 0's plan, builds its data (a dataset factory is called here), resumes from the
+checkpoint on every rank (the ranks must agree on the step; each takes back its callbacks' states),
 sets the loop up for the world and shards the loader by global rank. A collective that
 fails because a peer died ends the process at once with ``PEER_FAILED_EXIT``.
 """

@@ -4,8 +4,9 @@ shared over a process group on CPUs.
 Each rank computes its rows' Jacobian with torch's intra-op threads; ranks that each keep
 torch's default (every core) oversubscribe the node. The rule divides the cores this
 process may use by the ranks of the group on this host (one all-gather of host names, once
-per ``LMA``, on every rank). ``OMP_NUM_THREADS``, a count the user set with ``torch.set_num_threads``,
-and a count already applied in this process (the ``Trainer``'s) win.
+per ``LMA``, on every rank). ``OMP_NUM_THREADS``, a count the user set with
+``torch.set_num_threads``, and a count already applied in this process (the ``Trainer``'s)
+win.
 """
 
 from __future__ import annotations
