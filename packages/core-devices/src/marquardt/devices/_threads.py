@@ -90,9 +90,11 @@ class ThreadChoice:
         noun = "thread" if self.threads == 1 else "threads"
         if self.cores is None:
             return f"{self.threads} {noun} per process ({self.source})"
+        cores = "core" if self.cores.cores == 1 else "cores"
+        processes = "process" if self.processes == 1 else "processes"
         return (
-            f"{self.threads} {noun} per process (rule: {self.cores.cores} cores from "
-            f"{self.cores.source} / {self.processes} processes from {self.processes_source})"
+            f"{self.threads} {noun} per process (rule: {self.cores.cores} {cores} from "
+            f"{self.cores.source} / {self.processes} {processes} from {self.processes_source})"
         )
 
 
