@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from marquardt.devices import cpu_budget
+from marquardt.devices import threads_per_process
 
 from ..conftest import SCRIPTS, Processes, clean_env
 
@@ -28,11 +28,11 @@ def _spawn(procs: Processes, out: Path, *args: str) -> tuple[list[int], str]:
 
 
 def test_spawned_workers_share_the_cores(procs: Processes, tmp_path: Path) -> None:
-    cores = cpu_budget().cores
+    rule = threads_per_process(2, processes_from="spawn", env={})
+    assert rule.cores is not None and rule.threads == max(1, rule.cores.cores // 2)
     counts, stdout = _spawn(procs, tmp_path)
-    assert counts == [max(1, cores // 2)] * 2
-    rule = "per process (rule: "
-    assert f"{rule}{cores} cores from CPU affinity / 2 processes from spawn)" in stdout
+    assert counts == [rule.threads] * 2
+    assert f"threads: {rule.describe()}" in stdout
     assert stdout.count("threads: ") == 1  # logged once per run
 
 
