@@ -1,7 +1,10 @@
 """LM across processes: one step with 1 and with 2 gloo processes on the same global batch.
 
 Problem: ``y = sinc(10 x)`` (the seed's 100000 points, shuffled batches of N = 20000),
-float32, tanh MLPs, ``LMA(model, ["cpu"], a - b)`` with its defaults:
+float32, tanh MLPs, ``LMA(model, ["cpu"], a - b, strategy="accumulate")`` with its other
+defaults (the strategy is given: with ``"auto"`` one process times the strategies and
+steps matrix-free at P = 16,897, where a process group takes accumulate, so the two sides
+would not run the same step):
 
 * 1-256-1 (P = 769), the tutorial's network: 1 warm-up and 5 timed steps;
 * 1-128-128-1 (P = 16,897), ``bench_scale.py``'s second shape but over-determined here
@@ -117,6 +120,7 @@ def worker(
         residual_fn=lambda a, b: a - b,
         process_group=group,
         attempts=ATTEMPTS.get(widths, 10),
+        strategy="accumulate",
     )
     used = torch.get_num_threads()
     steps = []
@@ -148,7 +152,13 @@ def worker(
         counts = [used]
     if rank != 0:
         return None
-    return {"ranks": gathered, "broadcast_seconds": broadcast, "threads": counts}
+    strategy = lma.report.strategy if lma.report is not None else ""
+    return {
+        "ranks": gathered,
+        "broadcast_seconds": broadcast,
+        "threads": counts,
+        "strategy": strategy,
+    }
 
 
 def _run(world: int, widths: tuple[int, ...], n: int, threads: str = "one") -> dict[str, Any]:
@@ -201,6 +211,7 @@ def main(quick: bool = False) -> dict[str, Any]:
                 "parts": _summarise(run),
                 "broadcast_seconds": run["broadcast_seconds"],
                 "threads": run["threads"],
+                "strategy": run.get("strategy", ""),
             }
         entry["load_after"] = _machine.load_average()
         one, two = entry.get("1", {}), entry.get("2", {})
@@ -296,8 +307,8 @@ def section(results: dict[str, Any]) -> str:
         f"{m['cpu']}, {m['cores']} cores; 1 torch thread per process (`OMP_NUM_THREADS=1`), "
         "and for the first shape also 2 processes with default threads (nothing set: the "
         "thread rule of `marquardt.devices`); float32, "
-        "`LMA(...)` defaults, strategy accumulate (N ≥ P); medians over the timed steps of "
-        "the slower rank. Load: the 1-minute load average before → after each shape is in "
+        '`LMA(..., strategy="accumulate")` on both sides (N ≥ P); medians over the timed '
+        "steps of the slower rank. Load: the 1-minute load average before → after each shape is in "
         "the rows.",
         "",
         "| what | value | target | verdict | detail |",
@@ -305,14 +316,15 @@ def section(results: dict[str, Any]) -> str:
     ]
     for r in rows(results):
         lines.append(f"| {r.what} | {r.shown} | {r.target} | {r.verdict} | {r.detail} |")
-    lines += ["", "| shape | processes | " + " | ".join(PARTS) + " | attempts |"]
-    lines.append("|---" * (len(PARTS) + 3) + "|")
+    lines += ["", "| shape | processes | " + " | ".join(PARTS) + " | attempts | strategy |"]
+    lines.append("|---" * (len(PARTS) + 4) + "|")
     for label, e in results["shapes"].items():
         for world in ("1", "2", "2 default threads"):
             parts = e.get(world, {}).get("parts")
             if parts:
                 cells = " | ".join(_ms(parts[k]) for k in PARTS)
-                lines.append(f"| {label} | {world} | {cells} | {parts['attempts']:g} |")
+                how = e[world].get("strategy", "")
+                lines.append(f"| {label} | {world} | {cells} | {parts['attempts']:g} | {how} |")
     lines += [
         "",
         "The all-reduce of accumulate carries P² + P + 2 numbers (JᵀJ, Jᵀr, ‖r‖², N): "
