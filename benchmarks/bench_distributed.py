@@ -1,7 +1,10 @@
 """LM across processes: one step with 1 and with 2 gloo processes on the same global batch.
 
 Problem: ``y = sinc(10 x)`` (the seed's 100000 points, shuffled batches of N = 20000),
-float32, tanh MLPs, ``LMA(model, ["cpu"], a - b)`` with its defaults:
+float32, tanh MLPs, ``LMA(model, ["cpu"], a - b, strategy="accumulate")`` with its other
+defaults (the strategy is given: with ``"auto"`` one process times the strategies and
+steps matrix-free at P = 16,897, where a process group takes accumulate, so the two sides
+would not run the same step):
 
 * 1-256-1 (P = 769), the tutorial's network: 1 warm-up and 5 timed steps;
 * 1-128-128-1 (P = 16,897), ``bench_scale.py``'s second shape but over-determined here
@@ -9,7 +12,12 @@ float32, tanh MLPs, ``LMA(model, ["cpu"], a - b)`` with its defaults:
   attempt (``LMA(attempts=1)``: each 16,897² float64 factorisation takes about a minute on
   one thread, and the target is about the Jacobian part, which the attempts do not touch).
 
-Each process runs 1 torch thread (and 1 BLAS thread). "1 process" is the plain LMA on the
+Each process runs 1 torch thread (and 1 BLAS thread: ``OMP_NUM_THREADS=1``), except in
+the third run of the first shape: 2 processes started with no thread setting at all, so
+that each rank's threads are what ``LMA(process_group=...)`` chooses by the devices' thread
+rule (the cores over the ranks on this host). Its Jacobian and step against the
+``OMP_NUM_THREADS=1`` run of 2 processes must be ≤ 1.1× (default threads never
+oversubscribe the cores). "1 process" is the plain LMA on the
 whole batch (no process group); "2 processes" is ``LMA(process_group="default")`` in a
 gloo group (file store) with each rank holding a contiguous half of the same batch. The
 step report splits each step into the rank-local products (``seconds_jacobian +
@@ -57,6 +65,10 @@ QUICK_SHAPES: tuple[tuple[tuple[int, ...], int, int, int], ...] = (
 # Attempts per step where the damped solves would dominate the run time (default 10).
 ATTEMPTS: dict[tuple[int, ...], int] = {(1, 128, 128, 1): 1}
 TARGET_SCALING = 1.6
+#: Default threads against OMP_NUM_THREADS=1, 2 processes: at most this (Jacobian, step).
+TARGET_DEFAULT_THREADS = 1.1
+#: The shapes (widths) that also run 2 processes with default threads.
+DEFAULT_THREAD_SHAPES = ((1, 256, 1), (1, 64, 1))
 TIMEOUT = 1800.0
 BROADCASTS = 20
 PARTS = ("jacobian", "assembly", "collective", "solve", "trial", "total")
@@ -74,15 +86,18 @@ def _parts(report: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def worker(rank: int, world: int, store: str, layers: list[int], n: int) -> dict[str, Any] | None:
+def worker(
+    rank: int, world: int, store: str, layers: list[int], n: int, threads: str = "one"
+) -> dict[str, Any] | None:
     """One rank (in a process of its own): warm-up and timed steps; rank 0 returns every
-    rank's reports."""
+    rank's reports. ``threads``: ``"one"`` (1 thread) or ``"default"`` (nothing set)."""
     import torch.distributed as dist
 
     from marquardt.solver import LMA
 
     widths = tuple(layers)
-    torch.set_num_threads(1)
+    if threads == "one":
+        torch.set_num_threads(1)
     x_all, y_all = sinc()
     x, y = next(c.shuffled_batches(x_all, y_all, n))
     spec = next(s for s in (*SHAPES, *QUICK_SHAPES) if s[0] == widths and s[1] == n)
@@ -105,7 +120,9 @@ def worker(rank: int, world: int, store: str, layers: list[int], n: int) -> dict
         residual_fn=lambda a, b: a - b,
         process_group=group,
         attempts=ATTEMPTS.get(widths, 10),
+        strategy="accumulate",
     )
+    used = torch.get_num_threads()
     steps = []
     for k in range(warmup + timed):
         lma.step(x, y)
@@ -124,18 +141,34 @@ def worker(rank: int, world: int, store: str, layers: list[int], n: int) -> dict
         broadcast = c.median(times)
         gathered: list[Any] = [None] * world
         dist.all_gather_object(gathered, steps)
+    else:
+        gathered = [steps]
+    if world > 1:
+        counts: list[Any] = [None] * world
+        dist.all_gather_object(counts, used)
         dist.barrier()
         dist.destroy_process_group()
     else:
-        gathered = [steps]
-    return {"ranks": gathered, "broadcast_seconds": broadcast} if rank == 0 else None
+        counts = [used]
+    if rank != 0:
+        return None
+    strategy = lma.report.strategy if lma.report is not None else ""
+    return {
+        "ranks": gathered,
+        "broadcast_seconds": broadcast,
+        "threads": counts,
+        "strategy": strategy,
+    }
 
 
-def _run(world: int, widths: tuple[int, ...], n: int) -> dict[str, Any]:
+def _run(world: int, widths: tuple[int, ...], n: int, threads: str = "one") -> dict[str, Any]:
     """Start ``world`` worker processes; every rank's step parts, or an error."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-        args = [str(Path(tmp) / "store"), list(widths), n]
+        names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+        env = {k: v for k, v in os.environ.items() if k not in names}
+        if threads == "one":
+            env.update(dict.fromkeys(names, "1"))
+        args = [str(Path(tmp) / "store"), list(widths), n, threads]
         procs = [
             _child.start("bench_distributed", "worker", [r, world, *args], env=env)
             for r in range(world)
@@ -164,15 +197,21 @@ def main(quick: bool = False) -> dict[str, Any]:
         label = f"{c.mlp_name(widths)} N={n}"
         entry: dict[str, Any] = {"widths": widths, "n": n, "params": c.mlp_params(widths)}
         entry["load_before"] = _machine.load_average()
-        for world in (1, 2):
-            print(f"{label}: {world} process(es), {timed} timed step(s)", flush=True)
-            run = _run(world, widths, n)
+        runs = [(1, "one"), (2, "one")]
+        if widths in DEFAULT_THREAD_SHAPES:
+            runs.append((2, "default"))
+        for world, threads in runs:
+            key = str(world) if threads == "one" else f"{world} default threads"
+            print(f"{label}: {key} process(es), {timed} timed step(s)", flush=True)
+            run = _run(world, widths, n, threads)
             if "error" in run:
-                entry[str(world)] = run
+                entry[key] = run
                 continue
-            entry[str(world)] = {
+            entry[key] = {
                 "parts": _summarise(run),
                 "broadcast_seconds": run["broadcast_seconds"],
+                "threads": run["threads"],
+                "strategy": run.get("strategy", ""),
             }
         entry["load_after"] = _machine.load_average()
         one, two = entry.get("1", {}), entry.get("2", {})
@@ -183,6 +222,10 @@ def main(quick: bool = False) -> dict[str, Any]:
             entry["scaling_step"] = p1["total"] / p2["total"]
             entry["collective_share"] = p2["collective"] / p2["total"]
             entry["root_solve_extra"] = two["broadcast_seconds"] * p2["attempts"]
+            default = entry.get("2 default threads", {}).get("parts")
+            if default is not None:
+                entry["default_jacobian"] = default["jacobian"] / p2["jacobian"]
+                entry["default_step"] = default["total"] / p2["total"]
         results["shapes"][label] = entry
     return results
 
@@ -228,6 +271,22 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 detail=f"{_ms(p1['total'])} → {_ms(p2['total'])}",
             )
         )
+        for part, key, ratio in (
+            ("Jacobian", "jacobian", "default_jacobian"),
+            ("step", "total", "default_step"),
+        ):
+            if ratio not in e:
+                continue
+            default = e["2 default threads"]
+            rows.append(
+                row(
+                    f"{what}: {part} 2 procs, default threads / OMP_NUM_THREADS=1",
+                    e[ratio],
+                    TARGET_DEFAULT_THREADS,
+                    detail=f"{_ms(p2[key])} → {_ms(default['parts'][key])}; threads per "
+                    f"rank {default['threads']} (the rule) against {e['2']['threads']}",
+                )
+            )
         rows.append(
             row(
                 f"{what}: collective share (2 procs)",
@@ -245,9 +304,11 @@ def section(results: dict[str, Any]) -> str:
     """The RESULTS.md section: the rows, each run's split and how the collective grows."""
     m = results["machine"]
     lines = [
-        f"{m['cpu']}, {m['cores']} cores; 1 torch thread per process; float32, "
-        "`LMA(...)` defaults, strategy accumulate (N ≥ P); medians over the timed steps of "
-        "the slower rank. Load: the 1-minute load average before → after each shape is in "
+        f"{m['cpu']}, {m['cores']} cores; 1 torch thread per process (`OMP_NUM_THREADS=1`), "
+        "and for the first shape also 2 processes with default threads (nothing set: the "
+        "thread rule of `marquardt.devices`); float32, "
+        '`LMA(..., strategy="accumulate")` on both sides (N ≥ P); medians over the timed '
+        "steps of the slower rank. Load: the 1-minute load average before → after each shape is in "
         "the rows.",
         "",
         "| what | value | target | verdict | detail |",
@@ -255,14 +316,15 @@ def section(results: dict[str, Any]) -> str:
     ]
     for r in rows(results):
         lines.append(f"| {r.what} | {r.shown} | {r.target} | {r.verdict} | {r.detail} |")
-    lines += ["", "| shape | processes | " + " | ".join(PARTS) + " | attempts |"]
-    lines.append("|---" * (len(PARTS) + 3) + "|")
+    lines += ["", "| shape | processes | " + " | ".join(PARTS) + " | attempts | strategy |"]
+    lines.append("|---" * (len(PARTS) + 4) + "|")
     for label, e in results["shapes"].items():
-        for world in ("1", "2"):
+        for world in ("1", "2", "2 default threads"):
             parts = e.get(world, {}).get("parts")
             if parts:
                 cells = " | ".join(_ms(parts[k]) for k in PARTS)
-                lines.append(f"| {label} | {world} | {cells} | {parts['attempts']:g} |")
+                how = e[world].get("strategy", "")
+                lines.append(f"| {label} | {world} | {cells} | {parts['attempts']:g} | {how} |")
     lines += [
         "",
         "The all-reduce of accumulate carries P² + P + 2 numbers (JᵀJ, Jᵀr, ‖r‖², N): "
@@ -279,7 +341,7 @@ def section(results: dict[str, Any]) -> str:
 def echo(results: dict[str, Any]) -> None:
     """What a run prints beside its rows."""
     for label, e in results["shapes"].items():
-        for world in ("1", "2"):
+        for world in ("1", "2", "2 default threads"):
             parts = e.get(world, {}).get("parts")
             if parts:
                 shown = ", ".join(f"{k} {_ms(parts[k])}" for k in PARTS)

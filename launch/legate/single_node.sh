@@ -34,6 +34,10 @@ if ((LEGATE_GPUS > 0)); then
 else
     # No GPU for Legate: cuPyNumeric runs on CPU processors; the model stays on the CPU.
     args+=(--gpus 0 --cpus "$LEGATE_CPUS")
+    # torch's threads: the cores left beside Legate's CPU processors (the thread rule, one
+    # process); an OMP_NUM_THREADS you set wins.
+    threads=$(LEGATE_CONFIG="--cpus $LEGATE_CPUS" marquardt-devices --threads 1 2>/dev/null || echo 1)
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
     # The solver's "auto" backend picks cuPyNumeric only when Legate holds GPUs; under
     # legate on CPUs, ask for it (MARQUARDT_SOLVER_BACKEND=torch keeps the solve in torch).
     export MARQUARDT_SOLVER_BACKEND=${MARQUARDT_SOLVER_BACKEND:-cupynumeric}

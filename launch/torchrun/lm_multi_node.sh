@@ -22,8 +22,11 @@ RDZV_ID=${RDZV_ID:-marquardt-lm}      # the same on every node; unique per job
 RDZV_CONF=${RDZV_CONF:-}
 rdzv_conf=()
 if [[ -n $RDZV_CONF ]]; then rdzv_conf=(--rdzv_conf "$RDZV_CONF"); fi
-# One BLAS/OpenMP thread per worker unless told otherwise: the workers share the cores.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Threads per worker: torchrun alone would give each 1 (OMP_NUM_THREADS=1); the thread
+# rule gives each the cores this agent may use (affinity, cgroup quota, SLURM_CPUS_PER_TASK)
+# over the workers of its node. An OMP_NUM_THREADS you set wins.
+threads=$(marquardt-devices --threads "$NPROC_PER_NODE" 2>/dev/null || echo 1)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
 
 # The agent on HEAD_NODE hosts the c10d store; the others connect to it.
 exec torchrun --nnodes "$NNODES" --nproc_per_node "$NPROC_PER_NODE" \

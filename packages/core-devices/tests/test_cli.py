@@ -132,3 +132,19 @@ def test_module_on_this_machine() -> None:
     assert "--slice-size " in done.stdout
     if "No GPU" in done.stdout:  # a machine without NVML or GPU: the NumPy path, said plainly
         assert "python script.py --slice-size 100000" in done.stdout
+
+
+def test_threads_prints_the_rules_count(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from marquardt.devices import cpu_budget
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LEGATE_CONFIG", raising=False)
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK", raising=False)
+    code, out, err = run(["--threads", "2"], capsys)
+    assert code == 0 and out.strip() == str(max(1, cpu_budget().cores // 2))
+    assert "processes from --threads" in err
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    code, out, err = run(["--threads", "2"], capsys)
+    assert (code, out.strip()) == (0, "7") and "(OMP_NUM_THREADS)" in err

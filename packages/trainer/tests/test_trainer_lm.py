@@ -96,3 +96,24 @@ def test_lm_slice_size_shrinks_to_a_short_last_batch(tmp_path: Path) -> None:
     trainer = Trainer(model, lma, make_config(tmp_path, max_iter=0, slice_size=100))
     trainer.fit(loader)
     assert lma.state_dict()["steps"] == 3
+
+
+def test_a_torch_optimizer_run_does_not_import_the_solver() -> None:
+    """Asking whether the optimizer is an LMA imports nothing (SciPy comes with the solver:
+    about 0.3 s of every run with a torch optimizer); an LMA is still told apart."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from marquardt.trainer import TrainConfig, Trainer\n"
+        "from marquardt.trainer._loops._lm import is_lma\n"
+        "m = torch.nn.Linear(1, 1)\n"
+        "Trainer(m, torch.optim.SGD(m.parameters(), lr=0.1), TrainConfig(verbose=False))\n"
+        "assert 'marquardt.solver' not in sys.modules, 'the solver was imported'\n"
+        "from marquardt.solver import LMA\n"
+        "assert is_lma(LMA(m, ['cpu'], residual_fn=torch.sub))\n"
+        "assert not is_lma(torch.optim.SGD(m.parameters(), lr=0.1))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

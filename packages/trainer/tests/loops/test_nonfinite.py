@@ -311,3 +311,34 @@ def test_the_finiteness_check_finds_one_bad_entry_and_is_not_fooled_by_a_large_s
     with torch.no_grad():
         huge.weight.fill_(1.7e308)  # finite entries whose sum overflows
     assert finite_model(huge)
+
+
+@pytest.mark.parametrize(
+    ("policy", "batches", "found_at"), [("stop", 8, 8), ("stop", 48, 32), ("skip", 48, 3)]
+)
+def test_a_model_made_non_finite_behind_a_finite_loss_is_found_lazily(
+    tmp_path: Path, policy: str, batches: int, found_at: int
+) -> None:
+    """Under "stop" the model is read after every ``MODEL_CHECK_EVERY``-th step and after
+    each epoch's last one: a buffer the loss never reads, made NaN after step 2, is found
+    at the epoch's end (8 steps) or at step 32 (48 steps), not at step 3. "skip" reads it
+    after every step (step 3 is undone, and every later one, until the run stops)."""
+    from marquardt.trainer._loops._nonfinite import MODEL_CHECK_EVERY
+
+    assert MODEL_CHECK_EVERY == 32
+    model = nn.Linear(1, 1)
+    model.register_buffer("unread", torch.zeros(2))
+
+    class Poisoning(Trainer):
+        def on_train_batch_end(self, train_batch_loss_metrics: Any) -> None:
+            if self.state.step == 2:
+                model.unread.fill_(float("nan"))
+
+    x = torch.linspace(-1, 1, batches).unsqueeze(1)
+    config = TrainConfig(
+        max_iter=0, root_folder=tmp_path, verbose=False, seed=0, on_nonfinite=policy
+    )
+    trainer = Poisoning(model, torch.optim.SGD(model.parameters(), lr=0.01), config)
+    with pytest.raises(NonFiniteLossError, match="parameters are not finite") as caught:
+        trainer.fit(train_dataset=TensorDataset(x, 2 * x), batch_size=1, shuffle=False)
+    assert caught.value.step == found_at

@@ -1,7 +1,9 @@
-"""Which GPUs this process has, which Legate holds, which are left for the model.
+"""Which GPUs this process has, which Legate holds, which are left for the model; and how
+many threads each process on this node may run.
 
 Discovery goes through NVML only, so importing this package or calling its functions never
-creates a CUDA context (forked workers stay safe); PyTorch and Legate are not imported here.
+creates a CUDA context (forked workers stay safe); Legate is never imported here, PyTorch
+only by the functions that set its threads (`choose_threads`, `apply_threads`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from ._planner import plan
 from ._settings import cache_folder
 from ._split import Split, check_model_devices, current_split, get_available_gpus
 from ._step_time import StepTime, prefers_matrix_free, step_seconds
+from ._threads import CpuBudget, ThreadChoice, cpu_budget, threads_per_process
+from ._threads_apply import applied_threads, apply_threads, choose_threads
 
 __all__ = [
     "DEFAULT_CONSTANTS",
+    "CpuBudget",
     "DeviceError",
     "GpuInfo",
     "GpuProcess",
@@ -31,8 +36,13 @@ __all__ = [
     "Plan",
     "Split",
     "StepTime",
+    "ThreadChoice",
+    "applied_threads",
+    "apply_threads",
     "cache_folder",
     "check_model_devices",
+    "choose_threads",
+    "cpu_budget",
     "current_split",
     "device_memory",
     "discover_gpus",
@@ -46,4 +56,5 @@ __all__ = [
     "step_seconds",
     "store_constants",
     "subset_size",
+    "threads_per_process",
 ]

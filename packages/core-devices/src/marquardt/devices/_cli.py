@@ -2,7 +2,8 @@
 
 Exit status: 0 when the report was printed (also on a machine without GPU or NVML),
 1 when NVML is present but failing or Legate's configuration is unreadable, 2 on bad
-arguments. The clean-up commands (``--processes``, ``--stop``, ``--stop-orphans``) live in
+arguments. ``--threads PROCESSES`` prints the thread rule's count for that many processes
+on this node (what the launch recipes export as ``OMP_NUM_THREADS``). The clean-up commands (``--processes``, ``--stop``, ``--stop-orphans``) live in
 ``_cli_cleanup``, with their own exit statuses.
 """
 
@@ -18,6 +19,7 @@ from ._errors import LegateConfigError, NvmlError
 from ._plan_types import ITEMSIZE
 from ._planner import plan
 from ._split import Split, current_split
+from ._threads import threads_per_process
 
 GiB = 1 << 30
 
@@ -43,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--script", default="script.py", help="script named in the command")
     parser.add_argument("--env", action="store_true", help="list the environment variables read")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="PROCESSES",
+        help="print the threads each of PROCESSES processes on this node should run (the "
+        "thread rule; OMP_NUM_THREADS wins), and on stderr where the count came from",
+    )
     _cli_cleanup.add_arguments(parser)
     return parser
 
@@ -143,6 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cli_cleanup.run(args)
         except ValueError as exc:
             parser.error(str(exc))
+    if args.threads is not None:
+        if args.threads < 1:
+            parser.error("--threads takes the number of processes on this node (>= 1)")
+        choice = threads_per_process(args.threads, processes_from="--threads")
+        print(choice.threads)
+        print(f"marquardt-devices: {choice.describe()}", file=sys.stderr)
+        return 0
     if args.env:
         for name, meaning in _settings.ENVIRONMENT.items():
             print(f"{name}: {meaning}")

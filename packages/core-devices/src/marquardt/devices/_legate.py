@@ -87,6 +87,23 @@ def _running_gpus() -> int | None:
     return total // max(nodes, 1)
 
 
+def running_cpus() -> int | None:
+    """CPU and OpenMP processors per node of an already started Legate runtime, or ``None``
+    if none is running (never starts one)."""
+    core: Any = sys.modules.get("legate.core")
+    if core is None:
+        return None
+    try:
+        machine = core.get_machine()
+        total = sum(
+            int(machine.count(target)) for target in (core.TaskTarget.CPU, core.TaskTarget.OMP)
+        )
+        nodes = int(getattr(core.get_legate_runtime(), "node_count", 1) or 1)
+    except Exception:
+        return None  # a half-imported or stub legate.core says nothing reliable
+    return total // max(nodes, 1)
+
+
 def legate_share() -> LegateShare:
     """Legate's share of the visible GPUs, with where it was read (never starts Legate).
 

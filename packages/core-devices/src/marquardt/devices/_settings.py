@@ -41,6 +41,33 @@ ENVIRONMENT: dict[str, str] = {
         "GPU indices Slurm allocated to the job (Slurm also sets CUDA_VISIBLE_DEVICES); "
         "shown by the CLI to explain the visible set"
     ),
+    "OMP_NUM_THREADS": (
+        "threads of each process's OpenMP pools (torch's intra-op threads, OpenBLAS); when "
+        "set, it wins over the thread rule (marquardt.devices.threads_per_process); torchrun "
+        "sets 1 for its workers unless it is set"
+    ),
+    "MKL_NUM_THREADS": "threads of MKL's pool; when set, the thread rule leaves BLAS pools alone",
+    "OPENBLAS_NUM_THREADS": (
+        "threads of OpenBLAS's pool; when set, the thread rule leaves BLAS pools alone"
+    ),
+    "LOCAL_WORLD_SIZE": (
+        "number of processes on this node (torchrun); the processes sharing this node's cores"
+    ),
+    "SLURM_NTASKS_PER_NODE": (
+        "tasks per node of the Slurm step (srun --ntasks-per-node); the processes sharing "
+        "this node's cores when LOCAL_WORLD_SIZE is unset"
+    ),
+    "SLURM_TASKS_PER_NODE": (
+        "tasks on each node of the Slurm step, e.g. 2(x3),1 (always set by srun); the tasks "
+        "on this node when SLURM_NTASKS_PER_NODE is unset"
+    ),
+    "SLURM_NODEID": (
+        "index of this node in the Slurm allocation (which entry of SLURM_TASKS_PER_NODE)"
+    ),
+    "SLURM_CPUS_PER_TASK": (
+        "CPUs Slurm gave each task (srun --cpus-per-task); the cores of this process's task, "
+        "shared by the processes the task runs"
+    ),
     "MARQUARDT_CACHE_DIR": (
         "the folder every package of marquardt caches in: per-machine measurements (the "
         "step-time planner's constants) and, under compiled/, the solver's compiled kernels; "
@@ -155,3 +182,33 @@ def describe_visible() -> str:
     """``CUDA_VISIBLE_DEVICES=...`` as it reads in messages (``unset`` when absent)."""
     value = cuda_visible_devices()
     return "CUDA_VISIBLE_DEVICES unset" if value is None else f"CUDA_VISIBLE_DEVICES={value}"
+
+
+#: The variables the thread rule reads (``marquardt.devices.threads_per_process``).
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "LOCAL_WORLD_SIZE",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_NODEID",
+    "SLURM_CPUS_PER_TASK",
+    "LEGATE_CONFIG",
+)
+
+
+def thread_settings() -> dict[str, str]:
+    """The thread rule's variables that are set, by name (read now, never cached)."""
+    values = {
+        "OMP_NUM_THREADS": _get("OMP_NUM_THREADS"),
+        "MKL_NUM_THREADS": _get("MKL_NUM_THREADS"),
+        "OPENBLAS_NUM_THREADS": _get("OPENBLAS_NUM_THREADS"),
+        "LOCAL_WORLD_SIZE": _get("LOCAL_WORLD_SIZE"),
+        "SLURM_NTASKS_PER_NODE": _get("SLURM_NTASKS_PER_NODE"),
+        "SLURM_TASKS_PER_NODE": _get("SLURM_TASKS_PER_NODE"),
+        "SLURM_NODEID": _get("SLURM_NODEID"),
+        "SLURM_CPUS_PER_TASK": _get("SLURM_CPUS_PER_TASK"),
+        "LEGATE_CONFIG": _get("LEGATE_CONFIG"),
+    }
+    return {name: value for name, value in values.items() if value is not None}

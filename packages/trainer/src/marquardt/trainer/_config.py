@@ -146,6 +146,10 @@ class TrainConfig:
             ``"continue"``. A checkpoint is never written from a non-finite model.
         dist_timeout: ours: seconds before a collective waiting on a dead peer fails.
         slice_size: ours: the LM loop's Jacobian slice (``None``: the whole batch).
+        threads_per_process: ours: torch's (and the BLAS pools') threads in each training
+            process; ``None``: ``OMP_NUM_THREADS`` where set, else a count the user set
+            with ``torch.set_num_threads``, else the cores this process may use divided by
+            the training processes on its node (``marquardt.devices.threads_per_process``).
         scheduler_interval: ours: ``Trainer(scheduler=...)`` is stepped per ``"epoch"``
             or per optimizer ``"step"`` (``ReduceLROnPlateau`` after each validation).
         scheduler_monitor: ours: the validation metric ``ReduceLROnPlateau`` watches.
@@ -193,6 +197,7 @@ class TrainConfig:
     on_nonfinite: str = "stop"
     dist_timeout: float = 300.0
     slice_size: int | None = None
+    threads_per_process: int | None = None
     scheduler_interval: str = "epoch"
     scheduler_monitor: str = "val_loss"
 

@@ -139,6 +139,9 @@ FIELD_RULES: tuple[_Rule, ...] = (
     ),
     _whole("seed", 0, "use a non-negative integer, or None", or_none=True),
     _whole("slice_size", 1, "use None for the whole batch", or_none=True),
+    _whole(
+        "threads_per_process", 1, "use None for the cores divided by the processes", or_none=True
+    ),
     _one_of(
         "compute_setup",
         COMPUTE_SETUPS,

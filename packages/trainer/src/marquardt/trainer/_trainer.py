@@ -27,6 +27,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from marquardt.devices import choose_threads
+
 from . import _compute
 from ._callbacks._base import CallbacksManager, TrainingStage
 from ._callbacks._dispatch import StageDispatch
@@ -410,6 +412,9 @@ class Trainer(TrainerHooks):
             use_gpu=self.compute.use_gpu,
             use_grad=self.use_grad,
             max_batches=self.max_batches,
+            threads=choose_threads(
+                layouts[0].local_world_size, self.config.threads_per_process, env.name
+            ),
         )
         result = train_spawned(spec, layouts, loop, self.scheduler, self.state)
         self.config.log_folder = Path(plan.folder)

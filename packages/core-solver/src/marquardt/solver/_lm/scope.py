@@ -30,6 +30,7 @@ from .group import (
     common_seed,
     refuse,
 )
+from .group.threads import share_threads
 from .report import StepReport
 
 __all__ = ["DEFAULT_GROUP", "GroupScope", "LocalScope", "StepScope", "step_scope"]
@@ -240,4 +241,6 @@ def step_scope(process_group: object, devices: list[torch.device]) -> StepScope:
                 "use backend='gloo' for CPU models and 'nccl' for GPU models",
             )
         )
+    if home.type == "cpu":
+        share_threads(group)  # each rank's torch threads: the node's cores over its ranks
     return GroupScope(Collectives(group=group, device=device), check=check_ranks())

@@ -192,11 +192,13 @@ def _spawn_entry(index: int, data: bytes, layouts: list[ProcessLayout]) -> None:
     spec: WorkerSpec = pickle.loads(data)
     layout = layouts[index]
     trainer = spec.build(layout)
+    context = trainer.run_context()
+    context.threads = spec.threads
     # A lost peer ends this process inside run_worker with PEER_FAILED_EXIT, which tells
     # the parent this rank is not the culprit.
     try:
         run_worker(
-            trainer.run_context(),
+            context,
             trainer.environment,
             layout,
             spec.plan,

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from marquardt.devices import ThreadChoice
+
 from .._config import TrainConfig
 from .._data._sources import DataSource
 from .._environments import ProcessLayout, SpawnedProcess
@@ -83,6 +85,8 @@ class WorkerSpec:
     use_gpu: bool
     use_grad: bool = True
     max_batches: int | None = None
+    #: The threads every spawned process runs (chosen once, in the spawning parent).
+    threads: ThreadChoice | None = None
 
     def build(self, layout: ProcessLayout) -> Any:
         """The ``Trainer`` of the process at ``layout``, through its own constructor."""

@@ -1,10 +1,13 @@
 """One training process: device, process group, agreed plan, resume, then the runner.
 
 Every process of a run (the only one, each spawned child, each torchrun worker or srun
-task) goes through ``run_worker``. It seeds, picks its device (the loop decides: the
-GPU its layout names, the LMA's device, or the CPU), joins the process group, takes rank
-0's plan, builds its data (a dataset factory is called here), resumes from the checkpoint
-on every rank (the ranks must agree on the step; each takes back its callbacks' states),
+task) goes through ``run_worker``. It sets its threads (``marquardt.devices``' rule: the
+cores this process may use over the training processes on its node, unless
+``OMP_NUM_THREADS``, the user's ``torch.set_num_threads`` or ``threads_per_process`` says
+otherwise; a spawning parent chose for its children), seeds, picks its device (the loop
+decides: the GPU its layout names, the LMA's device, or the CPU), joins the process group,
+takes rank 0's plan, builds its data (a dataset factory is called here), resumes from the
+checkpoint on every rank (the ranks must agree on the step; each takes back its callbacks' states),
 sets the loop up for the world and shards the loader by global rank. A collective that
 fails because a peer died ends the process at once with ``PEER_FAILED_EXIT``.
 """
@@ -16,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from marquardt.devices import ThreadChoice, apply_threads, choose_threads
 
 from .. import _disk as disk
 from .. import _distributed as pg
@@ -52,6 +57,17 @@ def _seed_everything(seed: int) -> None:
         pass
 
 
+def _threads(
+    context: RunContext, environment: LaunchEnvironment, layout: ProcessLayout
+) -> ThreadChoice:
+    """This process's threads: the spawning parent's choice, else the rule for its node."""
+    if context.threads is not None:
+        return context.threads
+    return choose_threads(
+        layout.local_world_size, context.config.threads_per_process, environment.name
+    )
+
+
 def run_worker(
     context: RunContext,
     environment: LaunchEnvironment,
@@ -67,6 +83,8 @@ def run_worker(
     stop = GracefulStop(f"rank {layout.rank}")
     stop.install()
     try:
+        context.threads = _threads(context, environment, layout)
+        apply_threads(context.threads)
         if context.config.seed is not None:
             _seed_everything(context.config.seed)
         state.device = context.loop.pick_device(
@@ -155,6 +173,8 @@ def _train(
         state=state,
     )
     context.logger = logger
+    if layout.rank == 0 and context.threads is not None:
+        logger.message(f"threads: {context.threads.describe()}")
     # perceptrain's order: the user's callbacks, then the configuration's built-ins.
     manager = CallbacksManager([*context.callbacks, *config_callbacks(config)], config, logger)
     context.stages = StageDispatch(context.owner, manager, state)

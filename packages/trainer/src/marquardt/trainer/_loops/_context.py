@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 from torch import nn
 
+from marquardt.devices import ThreadChoice
+
 from .._callbacks._base import Callback
 from .._callbacks._dispatch import StageDispatch
 from .._compute import Compute
@@ -58,6 +60,8 @@ class RunContext:
     sampler_seed: int = 0
     max_batches: int | None = None
     stages: StageDispatch = None  # type: ignore[assignment]  # set by the worker
+    #: The threads of this process: a spawning parent's choice, else made by the worker.
+    threads: ThreadChoice | None = None
 
     @property
     def model(self) -> nn.Module:

@@ -1,5 +1,15 @@
 """A step whose loss, or whose parameters after it, are NaN or infinite: noticed at once.
 
+The loss is looked at after every step (it is read as a number anyway). The parameters
+and buffers are read after every step under ``"skip"``, which must undo the step that
+made them non-finite; under ``"stop"`` and ``"continue"`` they are read after every
+``MODEL_CHECK_EVERY``-th step and after the last step of each epoch, since a model made
+non-finite by a step with a finite loss gives a non-finite loss on the next step (the
+forward pass reads the parameters): the fault is then reported one step later, at the
+step whose loss it spoils, and the every-``MODEL_CHECK_EVERY`` check catches parameters
+and buffers the loss does not read. This spares a host read of every parameter tensor on
+every step (``finite_model`` costs as much as the optimizer step of a small model).
+
 ``TrainConfig.on_nonfinite`` says what happens then:
 
 - ``"stop"`` (the default): the run stops with ``NonFiniteLossError``
@@ -40,12 +50,15 @@ from .._logging._base import notice
 from ._base import StepResult
 from ._context import RunContext
 
-__all__ = ["MAX_SKIPPED", "POLICIES", "NonFiniteGuard", "finite_model"]
+__all__ = ["MAX_SKIPPED", "MODEL_CHECK_EVERY", "POLICIES", "NonFiniteGuard", "finite_model"]
 
 #: The values of ``TrainConfig.on_nonfinite``.
 POLICIES = NONFINITE_POLICIES
 #: ``"skip"`` stops the run after this many non-finite batches in a row.
 MAX_SKIPPED = 25
+#: Under ``"stop"`` and ``"continue"`` the model is read after every this many steps (and
+#: after each epoch's last step); under ``"skip"`` after every step.
+MODEL_CHECK_EVERY = 32
 
 
 @torch.no_grad()
@@ -86,10 +99,27 @@ class NonFiniteGuard:
         self.policy = context.config.on_nonfinite
         self._warned = False
         self._skipped = 0  # non-finite steps undone in a row
+        self._every = 1 if self.policy == "skip" else MODEL_CHECK_EVERY
 
-    def step(self, batches: list[Any], device: torch.device) -> StepResult | None:
+    def _model_due(self, epoch_end: bool) -> bool:
+        """Whether the model is read after this step (see the module docstring)."""
+        return epoch_end or (self.context.state.step + 1) % self._every == 0
+
+    def step(
+        self, batches: list[Any], device: torch.device, epoch_end: bool = True
+    ) -> StepResult | None:
         """One step of the loop on ``batches`` as ``on_nonfinite`` asks; ``None`` when the
-        step was undone and these batches are to be skipped."""
+        step was undone and these batches are to be skipped.
+
+        Arguments:
+            batches: the step's prepared batches.
+            device: this process's device.
+            epoch_end: whether this is the epoch's last step (the model is then read
+                whatever the policy).
+
+        Returns:
+            The step's result, or ``None`` when it was undone.
+        """
         loop = self.context.loop
         saved = self._snapshot() if self.policy == "skip" else None
         why = ""
@@ -102,7 +132,7 @@ class NonFiniteGuard:
         else:
             if not math.isfinite(result.loss):
                 why = f"the training loss is {result.loss}"
-            elif not finite_model(loop.model):
+            elif self._model_due(epoch_end) and not finite_model(loop.model):
                 why = "the parameters are not finite after the step"
         (bad,) = pg.flags_any([bool(why)], device)
         if not bad:

@@ -161,7 +161,8 @@ def _train_epoch(
         shown = prepared[0] if len(prepared) == 1 else prepared
         stages.hook("on_train_batch_start", shown)
         stages.start(Stage.TRAIN_BATCH_START)
-        result = guard.step(prepared, state.device)
+        last = state.batch_in_epoch + len(group) >= source.count
+        result = guard.step(prepared, state.device, epoch_end=last)
         if result is None:  # undone: the batch is skipped, the step taken on the next one
             state.batch_in_epoch += len(group)
             continue
