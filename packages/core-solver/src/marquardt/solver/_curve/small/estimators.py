@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["ESTIMATORS", "information", "measure", "normal", "valid_model"]
+__all__ = ["ESTIMATORS", "information", "informed", "measure", "normal", "valid_model"]
 
 #: The estimators of this module, by the name ``curve_fit_batch`` takes.
 ESTIMATORS = ("poisson",)
@@ -56,7 +56,7 @@ def measure(
     cost = torch.where(bad, torch.inf, term.sum(1).to(r.dtype))
     rows = torch.where(counts, torch.sqrt(y) / safe_f, torch.zeros_like(y))
     rows = torch.where(bad[:, None], torch.nan, rows)
-    return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0)).to(r.dtype)
+    return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0).to(r.dtype))
 
 
 def _terms(
@@ -100,3 +100,26 @@ def information(j: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     scale = torch.where(f > 0, torch.rsqrt(torch.where(f > 0, f, torch.ones_like(f))), 0.0)
     js = j * scale[..., None]
     return torch.einsum("mnp,mnq->mpq", js, js)
+
+
+def informed(
+    info: torch.Tensor, stop: torch.Tensor, j: torch.Tensor, f: torch.Tensor
+) -> torch.Tensor:
+    """``info`` (M × P × P) with the Fisher information of the fits ``stop`` (M,), those
+    that stopped on the accepted trial whose J (M × N × P) and f (M × N) are given, put in:
+    their pcov then needs no evaluation of its own, and the fits still running pay nothing.
+
+    Arguments:
+        info: the information kept so far (NaN for the fits without one).
+        stop: the fits that stopped on this trial.
+        j: ∂f/∂p at the trial (zero at dropped points and fixed parameters).
+        f: the model at the trial.
+
+    Returns:
+        The new ``info``, a tensor of its own (as each field of a new state is).
+    """
+    out = info.clone()
+    index = torch.nonzero(stop).reshape(-1)
+    if index.numel():
+        out[index] = information(j[index], f[index])
+    return out
