@@ -50,12 +50,13 @@ def measure(
     f = r + y
     counts = y > 0
     ok = valid_model(f, y)
-    safe_f = torch.where(counts & ok, f, torch.ones_like(f))
+    # 1 where there is no count (y = 0 there, so that √y/1 and y·ln(1/1) are the zeros
+    # asked) or the model is invalid (the fit's C is inf and its rows NaN anyway).
+    safe_f = torch.where(counts & ok, f, 1.0)
     bad = ~ok.all(1)
     term = _terms(f, y, safe_f, counts)
     cost = torch.where(bad, torch.inf, term.sum(1).to(r.dtype))
-    rows = torch.where(counts, torch.sqrt(y) / safe_f, torch.zeros_like(y))
-    rows = torch.where(bad[:, None], torch.nan, rows)
+    rows = torch.where(bad[:, None], torch.nan, torch.sqrt(y) / safe_f)
     return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0).to(r.dtype))
 
 
@@ -65,12 +66,12 @@ def _terms(
     """Each point's f − y − y·ln(f/y), in float64 at least: near the optimum the three
     cancel to about (f − y)²/2y, and in float32 the cancellation leaves the cost rounded
     to ~1e-4 of itself, too coarse for ftol, so that fits stopped on xtol after steps
-    rejected for rounding (the term itself is well conditioned in f: ∂/∂f = 1 − y/f)."""
+    rejected for rounding (the term itself is well conditioned in f: ∂/∂f = 1 − y/f).
+    Where y = 0, safe_f and the y in the logarithm are 1, so that y·ln is 0."""
     wide = torch.promote_types(f.dtype, torch.float64)
-    f64, y64, safe64 = f.to(wide), y.to(wide), safe_f.to(wide)
-    safe_y = torch.where(counts, y64, torch.ones_like(y64))
-    log_term = torch.where(counts, y64 * torch.log(safe64 / safe_y), torch.zeros_like(y64))
-    return f64 - y64 - log_term
+    y64 = y.to(wide)
+    safe_y = torch.where(counts, y, 1.0).to(wide)
+    return f.to(wide) - y64 - y64 * torch.log(safe_f.to(wide) / safe_y)
 
 
 def normal(
