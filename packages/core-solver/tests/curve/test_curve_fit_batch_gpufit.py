@@ -226,6 +226,32 @@ def test_poisson_equals_scipy_minimize_of_the_same_likelihood() -> None:
         np.testing.assert_allclose(pcov[m], np.linalg.inv(fisher), rtol=1e-6)
 
 
+def test_poisson_pcov_takes_the_information_of_the_last_accepted_trial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each fit's Fisher information is formed once: from the accepted trial it stopped on,
+    or at the end for a fit that stopped otherwise; pcov is its inverse either way."""
+    from marquardt.solver._curve.small import estimators
+
+    sizes: list[int] = []
+    formed = estimators.information
+
+    def counted(j: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+        sizes.append(j.shape[0])
+        return formed(j, f)
+
+    monkeypatch.setattr(estimators, "information", counted)
+    _, y = _spots(40, seed=9)
+    popt, pcov = curve_fit_batch(spot, GRID, y, _p0(40), estimator="poisson")
+    assert sum(sizes) == 40 and len(sizes) >= 2
+    xy = torch.from_numpy(GRID)
+    for m in range(40):
+        jac = torch.func.jacfwd(lambda q: spot(xy, *q))(torch.from_numpy(popt[m])).numpy()
+        f = spot(xy, *torch.from_numpy(popt[m])).numpy()
+        inverse = np.linalg.inv((jac / f[:, None]).T @ jac)
+        np.testing.assert_allclose(pcov[m], inverse, rtol=1e-6, atol=1e-9, err_msg=f"fit {m}")
+
+
 def test_poisson_marks_a_model_non_positive_at_counts_and_refuses_sigma() -> None:
     _, y = _spots(3, seed=7)
     p0 = _p0(3)

@@ -36,6 +36,7 @@ from ..small.batched import (
     BatchData,
     BatchModel,
     BatchState,
+    InformedState,
     _residuals,
     scaled_jacobian,
 )
@@ -194,12 +195,12 @@ def chunk_result(
         cost2 = None if absolute_sigma else 2.0 * state.cost
         status, unknown = state.status, torch.zeros_like(free)
     else:
-        values, jac = model.values_and_jacobian(state.p, data.x)
-        r, j = _residuals(values, jac, data)
-        f = r + data.y
-        gram = estimators.information(j, f)
-        js = j * torch.where(f > 0, torch.rsqrt(torch.where(f > 0, f, 1.0)), 0.0)[..., None]
-        jacobian, cost2 = (lambda index: js[index]), None
+        f = state.r + data.y
+        gram, jacobian, cost2 = (
+            _information(model, state, data),
+            _poisson_jacobian(model, state, data),
+            None,
+        )
         invalid = ~estimators.valid_model(f, data.y).all(1)
         status = torch.where((state.status == -2) & invalid, NON_POSITIVE_MODEL, state.status)
         # Gpufit's curvature Σ (y/f²)∂f∂fᵀ is zero for a spot without counts: singular.
@@ -207,6 +208,41 @@ def chunk_result(
     pcov, unknown = _pcov(gram, cost2, kept, inverse, jacobian, free, unknown)
     status = torch.where((status >= 0) & unknown.any(1), SINGULAR, status)
     return ChunkResult(replace(state, status=status), pcov, 2.0 * state.cost)
+
+
+def _information(model: BatchModel, state: BatchState, data: BatchData) -> torch.Tensor:
+    """The Fisher information at p̂ per fit: the one the last accepted trial left in
+    ``state`` (``InformedState``), evaluated again only for the fits without one."""
+    info = (
+        state.info if isinstance(state, InformedState) else torch.full_like(state.gram, torch.nan)
+    )
+    rest = torch.nonzero(~torch.isfinite(info.sum((1, 2)))).reshape(-1)
+    if rest.numel() == 0:
+        return info
+    j, f = _poisson_point(model, state, data, rest)
+    info = info.clone()
+    info[rest] = estimators.information(j, f)
+    return info
+
+
+def _poisson_point(
+    model: BatchModel, state: BatchState, data: BatchData, index: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(J, f) at p̂ of the fits ``index``."""
+    part = data.take(index, model.x_per_fit)
+    values, jac = model.values_and_jacobian(state.p[index], part.x)
+    r, j = _residuals(values, jac, part)
+    return j, r + part.y
+
+
+def _poisson_jacobian(model: BatchModel, state: BatchState, data: BatchData) -> Jacobian:
+    """J's rows over √f at p̂ of the fits of an index, the information's square root."""
+
+    def jacobian(index: torch.Tensor) -> torch.Tensor:
+        j, f = _poisson_point(model, state, data, index)
+        return j * torch.where(f > 0, torch.rsqrt(torch.where(f > 0, f, 1.0)), 0.0)[..., None]
+
+    return jacobian
 
 
 def _lse_jacobian(model: BatchModel, state: BatchState, data: BatchData) -> Jacobian:

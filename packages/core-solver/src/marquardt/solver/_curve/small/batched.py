@@ -43,6 +43,7 @@ __all__ = [
     "TOO_FEW_POINTS",
     "BatchData",
     "BatchState",
+    "InformedState",
     "scaled_jacobian",
     "solve_batch",
 ]
@@ -150,13 +151,22 @@ class BatchState:
     status: torch.Tensor
 
     def take(self, index: torch.Tensor) -> BatchState:
-        return BatchState(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return type(self)(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def put(self, index: torch.Tensor, part: BatchState) -> BatchState:
         """This state with the fits ``index`` overwritten, in place, by ``part``'s."""
         for f in fields(self):
             getattr(self, f.name)[index] = getattr(part, f.name)
         return self
+
+
+@dataclass(frozen=True)
+class InformedState(BatchState):
+    """A Poisson fit's state with ``info``, the Fisher information at p (M × P × P) of the
+    fits that stopped on an accepted trial, NaN for the others (``estimators.informed``):
+    pcov without evaluating those fits again."""
+
+    info: torch.Tensor
 
 
 def _measure(r: torch.Tensor, data: BatchData) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -237,7 +247,7 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
     finite = normal.finite(r, gram, g)
     count = torch.ones(p.shape[0], dtype=torch.int64, device=p.device)
     status = torch.where(finite, RUNNING, -2)
-    return BatchState(
+    state = BatchState(
         p,
         r,
         cost,
@@ -253,6 +263,9 @@ def start_state(model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchSt
         torch.zeros_like(count),
         status,
     )
+    if data.estimator == "lse":
+        return state
+    return InformedState(**vars(state), info=torch.full_like(gram, torch.nan))
 
 
 def _damped_step(s: BatchState, held: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -312,7 +325,7 @@ def _iterate(
     status = torch.where(running & ~solved & (lam > _LAMBDA_MAX), -1, status)
     a1, a3 = accept[:, None], accept[:, None, None]
     norms_new = normal.column_norms(gram_new)
-    return BatchState(
+    new = BatchState(
         p=torch.where(a1, trial, s.p),
         r=torch.where(a1, r_new, s.r),
         cost=torch.where(accept, cost_new, s.cost),
@@ -328,6 +341,11 @@ def _iterate(
         steps=s.steps + tried.to(s.steps.dtype),
         status=status,
     )
+    if not isinstance(s, InformedState):
+        return new
+    stop = accept & (status != RUNNING)
+    info = estimators.informed(s.info, stop, j_new, r_new + data.y)
+    return InformedState(**vars(new), info=info)
 
 
 def solve_batch(

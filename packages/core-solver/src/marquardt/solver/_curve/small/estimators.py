@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["ESTIMATORS", "information", "measure", "normal", "valid_model"]
+__all__ = ["ESTIMATORS", "information", "informed", "measure", "normal", "valid_model"]
 
 #: The estimators of this module, by the name ``curve_fit_batch`` takes.
 ESTIMATORS = ("poisson",)
@@ -50,13 +50,14 @@ def measure(
     f = r + y
     counts = y > 0
     ok = valid_model(f, y)
-    safe_f = torch.where(counts & ok, f, torch.ones_like(f))
+    # 1 where there is no count (y = 0 there, so that √y/1 and y·ln(1/1) are the zeros
+    # asked) or the model is invalid (the fit's C is inf and its rows NaN anyway).
+    safe_f = torch.where(counts & ok, f, 1.0)
     bad = ~ok.all(1)
     term = _terms(f, y, safe_f, counts)
     cost = torch.where(bad, torch.inf, term.sum(1).to(r.dtype))
-    rows = torch.where(counts, torch.sqrt(y) / safe_f, torch.zeros_like(y))
-    rows = torch.where(bad[:, None], torch.nan, rows)
-    return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0)).to(r.dtype)
+    rows = torch.where(bad[:, None], torch.nan, torch.sqrt(y) / safe_f)
+    return cost, rows, torch.sqrt(2.0 * torch.clamp(term, min=0.0).to(r.dtype))
 
 
 def _terms(
@@ -65,12 +66,12 @@ def _terms(
     """Each point's f − y − y·ln(f/y), in float64 at least: near the optimum the three
     cancel to about (f − y)²/2y, and in float32 the cancellation leaves the cost rounded
     to ~1e-4 of itself, too coarse for ftol, so that fits stopped on xtol after steps
-    rejected for rounding (the term itself is well conditioned in f: ∂/∂f = 1 − y/f)."""
+    rejected for rounding (the term itself is well conditioned in f: ∂/∂f = 1 − y/f).
+    Where y = 0, safe_f and the y in the logarithm are 1, so that y·ln is 0."""
     wide = torch.promote_types(f.dtype, torch.float64)
-    f64, y64, safe64 = f.to(wide), y.to(wide), safe_f.to(wide)
-    safe_y = torch.where(counts, y64, torch.ones_like(y64))
-    log_term = torch.where(counts, y64 * torch.log(safe64 / safe_y), torch.zeros_like(y64))
-    return f64 - y64 - log_term
+    y64 = y.to(wide)
+    safe_y = torch.where(counts, y, 1.0).to(wide)
+    return f.to(wide) - y64 - y64 * torch.log(safe_f.to(wide) / safe_y)
 
 
 def normal(
@@ -100,3 +101,26 @@ def information(j: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     scale = torch.where(f > 0, torch.rsqrt(torch.where(f > 0, f, torch.ones_like(f))), 0.0)
     js = j * scale[..., None]
     return torch.einsum("mnp,mnq->mpq", js, js)
+
+
+def informed(
+    info: torch.Tensor, stop: torch.Tensor, j: torch.Tensor, f: torch.Tensor
+) -> torch.Tensor:
+    """``info`` (M × P × P) with the Fisher information of the fits ``stop`` (M,), those
+    that stopped on the accepted trial whose J (M × N × P) and f (M × N) are given, put in:
+    their pcov then needs no evaluation of its own, and the fits still running pay nothing.
+
+    Arguments:
+        info: the information kept so far (NaN for the fits without one).
+        stop: the fits that stopped on this trial.
+        j: ∂f/∂p at the trial (zero at dropped points and fixed parameters).
+        f: the model at the trial.
+
+    Returns:
+        The new ``info``, a tensor of its own (as each field of a new state is).
+    """
+    out = info.clone()
+    index = torch.nonzero(stop).reshape(-1)
+    if index.numel():
+        out[index] = information(j[index], f[index])
+    return out
