@@ -21,6 +21,7 @@ from compiled_models import spot
 
 import marquardt.solver._curve.small.artifacts as artifacts
 import marquardt.solver._curve.small.compiled as compiled
+from marquardt.devices import UntrustedCacheWarning, trust
 from marquardt.solver import cache, curve_fit_batch
 from marquardt.solver._errors import CompileWarning
 
@@ -232,3 +233,36 @@ def test_a_corrupt_kept_kernel_is_rebuilt_with_one_warning(
     _agree(got, spots["eager"])
     kernel, bad = artifacts.load(iteration[0]["key"], torch.device("cpu"))
     assert kernel is not None and not bad
+
+
+@pytest.mark.parametrize("kind", ["folder 0777", "package 0666", "folder of another user"])
+def test_kernels_others_could_have_written_are_not_loaded_and_the_fit_runs_eagerly(
+    spots: dict[str, Any], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    folder = Path(cache.folder())
+    packages = sorted(folder.glob("*.pt2"))
+    assert packages, "the module's compile kept its kernels"
+    if kind == "folder of another user" and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root (the CI containers run as root)")
+    monkeypatch.setattr(trust, "_WARNED", set())
+    compiled.forget()
+    loaded = artifacts.STATS["loaded"]
+    try:
+        if kind == "folder 0777":
+            folder.chmod(0o777)
+        elif kind == "package 0666":
+            for package in packages:
+                package.chmod(0o666)
+        else:
+            os.chown(folder, 12345, 12345)
+        with pytest.warns(UntrustedCacheWarning, match="HINT: chmod go-w"):
+            got = curve_fit_batch(spot, **spots["problem"], full_output=True)
+    finally:
+        folder.chmod(0o700)
+        os.chown(folder, os.geteuid(), os.getegid())
+        for package in packages:
+            package.chmod(0o600)
+        compiled.forget()
+    assert artifacts.STATS["loaded"] == loaded and not got[2]["compiled"]
+    _agree(got, spots["eager"])
+    np.testing.assert_allclose(got[0], spots["first"][0], rtol=1e-8, atol=1e-10)

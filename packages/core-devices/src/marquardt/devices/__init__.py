@@ -7,7 +7,7 @@ creates a CUDA context (forked workers stay safe); PyTorch and Legate are not im
 from __future__ import annotations
 
 from ._discovery import GpuInfo, GpuProcess, discover_gpus
-from ._errors import DeviceError, LegateConfigError, NvmlError
+from ._errors import DeviceError, LegateConfigError, NvmlError, UntrustedCacheWarning
 from ._legate import LegateShare, legate_gpu_count, legate_share
 from ._machine import DEFAULT_CONSTANTS, MachineConstants, load_constants, store_constants
 from ._memory import HostMemory, device_memory, host_memory
@@ -31,6 +31,7 @@ __all__ = [
     "Plan",
     "Split",
     "StepTime",
+    "UntrustedCacheWarning",
     "cache_folder",
     "check_model_devices",
     "current_split",

@@ -17,6 +17,13 @@ kernel is loaded only when its manifest parses, names this key and format, and i
 package's checksum matches; else (corrupt, truncated, foreign) it is rebuilt, with one
 ``CompileWarning``. A folder that cannot be written (read-only, full) or that lies inside
 a git work tree keeps the kernel in this process only, with one ``CompileWarning``.
+
+A package is a shared library this process runs, so it is loaded only from what this user
+alone could have written (``marquardt.devices.trust``): before any load or write, the
+folders from the cache root (``MARQUARDT_CACHE_DIR``) down to this one, and the package
+and its manifest, are checked (owned by this user, not writable by group or others).
+Where that fails, nothing is loaded from or written there (one ``UntrustedCacheWarning``)
+and the call runs without it. Folders are created 0700 and files written 0600.
 """
 
 from __future__ import annotations
@@ -33,8 +40,10 @@ from typing import Any
 
 import torch
 
-from ..._errors import CompileWarning
-from ..._settings import CACHE_DIR_ENV, cache_dir
+from marquardt.devices import trust
+
+from ..._errors import CompileWarning, user_stacklevel
+from ..._settings import CACHE_DIR_ENV, cache_dir, cache_root
 
 __all__ = [
     "FORMAT",
@@ -46,6 +55,7 @@ __all__ = [
     "key_of",
     "load",
     "save",
+    "trusted",
 ]
 
 #: The manifest's format: a manifest of another format is foreign (rebuilt).
@@ -55,6 +65,10 @@ FORMAT = "marquardt-aoti-1"
 STATS = {"loaded": 0, "compiled": 0, "saved": 0, "rebuilt": 0}
 #: Leftover temporary files older than this many seconds are removed when a key is saved.
 STALE_SECONDS = 3600.0
+
+#: Keys whose kept files failed the trust check in this process: neither loaded nor
+#: written again here.
+UNTRUSTED: set[str] = set()
 
 #: A loaded kernel: tensors in, tensors out, in the traced graph's order.
 Kernel = Callable[..., tuple[torch.Tensor, ...]]
@@ -78,18 +92,41 @@ def _in_work_tree(folder: Path) -> bool:
     return any((place / ".git").exists() for place in (folder, *folder.parents))
 
 
+def trusted(*paths: Path) -> bool:
+    """Whether the folders from the cache root down to each of ``paths`` and the paths
+    themselves pass ``marquardt.devices.trust.check`` (else one warning says which fails).
+
+    **Arguments:** ``paths``: folders or files in the cache folder.
+
+    **Returns:** True where every existing one passes.
+    """
+    verdict = trust.check(str(cache_root()), *(str(path) for path in paths))
+    if not verdict.trusted:
+        level = user_stacklevel() + 1
+        trust.warn_untrusted(verdict, "compiled kernels", CACHE_DIR_ENV, stacklevel=level)
+    return verdict.trusted
+
+
 def _folder() -> Path | None:
-    """The cache folder, or None (with one warning) where it lies in a git work tree."""
-    folder = cache_dir().resolve()
-    if _in_work_tree(folder):
+    """The cache folder, or None (with one warning) where it lies in a git work tree or
+    another account could have written to it."""
+    folder = cache_dir()
+    if _in_work_tree(folder.resolve()):
         _say_once(
             "repository",
-            f"compiled kernels are not kept in {folder}: it lies inside a git work tree, "
-            f"and kernels stay in this process only. HINT: set {CACHE_DIR_ENV} to a folder "
-            "outside any repository",
+            f"compiled kernels are not kept in {folder.resolve()}: it lies inside a git work "
+            f"tree, and kernels stay in this process only. HINT: set {CACHE_DIR_ENV} to a "
+            "folder outside any repository",
         )
         return None
-    return folder
+    return folder if trusted(folder) else None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new file ``path`` with mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, trust.FILE_MODE)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 def _package_loader(path: Path, device: torch.device) -> Kernel:
@@ -112,11 +149,17 @@ def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
     manifest = None if folder is None else folder / f"{key}.json"
     if folder is None or manifest is None or not manifest.is_file():
         return None, False
+    if not trusted(manifest):
+        UNTRUSTED.add(key)
+        return None, False
     try:
         record = json.loads(manifest.read_text())
         if record.get("format") != FORMAT or record.get("key") != key:
             raise ValueError("its manifest belongs to another key or format")
         package = folder / str(record["package"])
+        if not trusted(package):
+            UNTRUSTED.add(key)
+            return None, False
         if hashlib.sha256(package.read_bytes()).hexdigest() != record["sha256"]:
             raise ValueError("its checksum does not match")
         kernel = _package_loader(package, device)
@@ -153,10 +196,10 @@ def save(
     temporary folder, loaded from there and dropped (the latter with one warning).
 
     Raises what ``build`` raises (the caller then runs eagerly)."""
-    folder = None if key is None else _folder()
+    folder = None if key is None or key in UNTRUSTED else _folder()
     if key is not None and folder is not None:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            trust.make_private(str(cache_root()), str(folder))
             return _saved(folder, key, description, build, device)
         except OSError as err:
             _say_once(
@@ -183,8 +226,9 @@ def _saved(
     scratch = folder / f".tmp-{key}-{token}.pt2"
     note = folder / f".tmp-{key}-{token}.json"
     try:
-        note.write_text("")  # a read-only or full folder fails here, before the compile
+        _write_private(note, "")  # a read-only or full folder fails here, before the compile
         build(scratch)
+        os.chmod(scratch, trust.FILE_MODE)
         STATS["compiled"] += 1
         sha = hashlib.sha256(scratch.read_bytes()).hexdigest()
         package = folder / f"{key}-{sha[:16]}.pt2"
@@ -198,7 +242,7 @@ def _saved(
             "created": time.time(),
             "description": description,
         }
-        note.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
+        _write_private(note, json.dumps(record, indent=1, sort_keys=True, default=str))
         os.replace(note, folder / f"{key}.json")
     finally:
         for left in (scratch, note):
@@ -221,16 +265,20 @@ def _drop_stale(folder: Path, key: str, kept: str) -> None:
 
 
 def entries() -> list[dict[str, Any]]:
-    """Every kernel kept in the cache folder: its manifest's fields and the manifest's
-    path (``manifest``); a manifest that does not parse is listed with ``error``."""
+    """Every kernel kept in the cache folder: its manifest's fields, the manifest's path
+    (``manifest``) and the trust check's verdict on it and its package (``verdict``); a
+    manifest that does not parse is listed with ``error``."""
     folder = cache_dir()
     found = []
+    root = str(cache_root())
     for manifest in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             record = json.loads(manifest.read_text())
         except (OSError, ValueError) as err:
             record = {"error": f"{type(err).__name__}: {err}"}
-        found.append({**record, "manifest": str(manifest)})
+        package = [str(folder / str(record["package"]))] if "package" in record else []
+        verdict = trust.check(root, str(manifest), *package)
+        found.append({**record, "manifest": str(manifest), "verdict": verdict.describe()})
     return found
 
 

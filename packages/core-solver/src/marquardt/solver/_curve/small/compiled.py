@@ -443,5 +443,5 @@ def no_compiler(f: Callable[..., Any], device: torch.device) -> None:
 def forget() -> None:
     """Empty this process's caches of kernels, failures, disk misses and warnings (the
     kept kernels on disk stay)."""
-    for cache in (_CACHE, _FAILED, _BAD, _ABSENT, _WARNED):
+    for cache in (_CACHE, _FAILED, _BAD, _ABSENT, _WARNED, artifacts.UNTRUSTED):
         cache.clear()
