@@ -11,6 +11,12 @@
     (one all-gather of six numbers) and raises ``RanksDisagreeError`` naming the ranks that
     differ. Unset or ``0`` (the default): no check. Read when the ``LMA`` is built.
 
+``MARQUARDT_SOLVER_BACKGROUND_BUILD``
+    ``0`` (or ``false``/``no``/``off``): under ``compile="auto"`` a missing kernel is never
+    built in a background process (the call runs eagerly and nothing is built; for batch
+    jobs that must not leave a process behind). Unset or ``1`` (the default): it is built
+    in the background (``_curve.small.background``). Read at each call.
+
 Nothing else is read here. Which GPUs Legate holds, and where the user's cache folder is
 (``MARQUARDT_CACHE_DIR``, read by ``marquardt.devices.cache_folder()``; the solver keeps
 its compiled kernels in its ``compiled`` folder, never inside a git work tree), are
@@ -29,6 +35,7 @@ __all__ = [
     "BACKEND_NAMES",
     "CACHE_DIR_ENV",
     "backend_override",
+    "background_build",
     "cache_dir",
     "cache_root",
     "check_ranks",
@@ -55,6 +62,16 @@ def backend_override() -> str | None:
             f"{BACKEND_NAMES}. HINT: unset it to let LMA(backend='auto') choose."
         )
     return value
+
+
+def background_build() -> bool:
+    """Whether ``MARQUARDT_SOLVER_BACKGROUND_BUILD`` allows background kernel builds.
+
+    Returns:
+        False for ``0``, ``false``, ``no`` or ``off``; True otherwise (unset included).
+    """
+    value = os.environ.get("MARQUARDT_SOLVER_BACKGROUND_BUILD", "").strip().lower()
+    return value not in ("0", "false", "no", "off")
 
 
 def check_ranks() -> bool:

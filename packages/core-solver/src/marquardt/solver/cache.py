@@ -5,7 +5,7 @@ cache folder (``MARQUARDT_CACHE_DIR``, else ``marquardt`` in the platform's cach
 so that later runs load it instead of compiling. A kernel is loaded only from folders and
 files this user alone could have written (``marquardt.devices.trust``). From a shell:
 
-    python -m marquardt.solver.cache list     # each folder's verdict, one line per kernel
+    python -m marquardt.solver.cache list     # folders' verdicts, kernels, builds running
     python -m marquardt.solver.cache clear    # remove them all
     python -m marquardt.solver.cache path     # the folder
 
@@ -23,10 +23,10 @@ from typing import Any
 
 from marquardt.devices import trust
 
-from ._curve.small import artifacts
+from ._curve.small import artifacts, build_lock
 from ._settings import cache_dir, cache_root
 
-__all__ = ["clear", "entries", "folder", "main", "verdicts"]
+__all__ = ["builds", "clear", "entries", "folder", "main", "verdicts"]
 
 
 def folder() -> Path:
@@ -55,6 +55,15 @@ def clear() -> tuple[int, int]:
     **Returns:** (files removed, bytes freed).
     """
     return artifacts.clear()
+
+
+def builds() -> list[dict[str, Any]]:
+    """The kernels being built now, in the background or inline, by any process.
+
+    **Returns:** one dict per build: the builder's ``pid``, ``started`` (Unix time),
+    ``key``, and the model's ``name`` and the ``kind`` of kernel.
+    """
+    return build_lock.builds(cache_dir())
 
 
 def verdicts() -> list[tuple[Path, str]]:
@@ -106,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         found = entries()
         for entry in found:
             print(_line(entry))
+        for build in builds():
+            seconds = time.time() - float(build.get("started", time.time()))
+            print(
+                f"building {build.get('name', '?')} {build.get('kind', '?')} "
+                f"(pid {build.get('pid', '?')}, for {seconds:.0f} s)  {build.get('key', '?')[:12]}"
+            )
         print(f"{len(found)} kernels in {folder()}")
     else:
         count, size = clear()

@@ -44,6 +44,7 @@ from marquardt.devices import trust
 
 from ..._errors import CompileWarning, user_stacklevel
 from ..._settings import CACHE_DIR_ENV, cache_dir, cache_root
+from . import build_lock
 
 __all__ = [
     "FORMAT",
@@ -52,10 +53,12 @@ __all__ = [
     "clear",
     "compile_package",
     "entries",
+    "keep",
     "key_of",
     "load",
     "save",
     "trusted",
+    "writable_folder",
 ]
 
 #: The manifest's format: a manifest of another format is foreign (rebuilt).
@@ -65,6 +68,8 @@ FORMAT = "marquardt-aoti-1"
 STATS = {"loaded": 0, "compiled": 0, "saved": 0, "rebuilt": 0}
 #: Leftover temporary files older than this many seconds are removed when a key is saved.
 STALE_SECONDS = 3600.0
+#: The most seconds a compile waits for another process building the same key.
+BUILD_WAIT = 900.0
 
 #: Keys whose kept files failed the trust check in this process: neither loaded nor
 #: written again here.
@@ -142,6 +147,22 @@ def _package_loader(path: Path, device: torch.device) -> Kernel:
     return run
 
 
+def _verified(folder: Path, key: str) -> Path:
+    """The package the manifest of ``key`` names, its checksum checked.
+
+    Raises ``ValueError`` or ``OSError`` where the manifest or package cannot be used."""
+    record = json.loads((folder / f"{key}.json").read_text())
+    if record.get("format") != FORMAT or record.get("key") != key:
+        raise ValueError("its manifest belongs to another key or format")
+    package = folder / str(record["package"])
+    if not trusted(package):
+        UNTRUSTED.add(key)
+        raise PermissionError(f"{package} could have been written by another account")
+    if hashlib.sha256(package.read_bytes()).hexdigest() != record["sha256"]:
+        raise ValueError("its checksum does not match")
+    return package
+
+
 def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
     """(the kernel kept for ``key`` or None, whether one was kept but cannot be trusted:
     then one ``CompileWarning`` says it is rebuilt, and ``STATS["rebuilt"]`` counts it)."""
@@ -153,17 +174,10 @@ def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
         UNTRUSTED.add(key)
         return None, False
     try:
-        record = json.loads(manifest.read_text())
-        if record.get("format") != FORMAT or record.get("key") != key:
-            raise ValueError("its manifest belongs to another key or format")
-        package = folder / str(record["package"])
-        if not trusted(package):
-            UNTRUSTED.add(key)
-            return None, False
-        if hashlib.sha256(package.read_bytes()).hexdigest() != record["sha256"]:
-            raise ValueError("its checksum does not match")
-        kernel = _package_loader(package, device)
+        kernel = _package_loader(_verified(folder, key), device)
     except Exception as err:  # a bad artifact is rebuilt, never trusted
+        if key in UNTRUSTED:  # another account's: neither loaded nor rebuilt here
+            return None, False
         STATS["rebuilt"] += 1
         _say_once(
             f"bad:{key}",
@@ -178,10 +192,26 @@ def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
 
 def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], path: Path) -> None:
     """Compile the traced ``graph`` ahead of time into the AOTInductor package ``path``."""
-    import torch._inductor  # the compiler, imported only when a kernel is compiled
+    # The compiler, imported only when a kernel is compiled, and before the export, whose
+    # tracer looks for the compiler's higher-order operations.
+    import torch._inductor
 
     exported = torch.export.export(graph, tuple(inputs), strict=False)
     torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+
+
+def writable_folder() -> Path | None:
+    """The cache folder, created private where missing, or None where kernels may not be
+    kept there (inside a git work tree, another account could write to it, or it cannot
+    be created); the first two say so once."""
+    folder = _folder()
+    if folder is None:
+        return None
+    try:
+        trust.make_private(str(cache_root()), str(folder))
+    except OSError:
+        return None
+    return folder
 
 
 def save(
@@ -192,15 +222,19 @@ def save(
 ) -> Kernel:
     """Build the package for ``key`` (``build(path)`` writes it), keep it in the cache
     folder (module docstring) and return it loaded; where there is no key (a model
-    without a fingerprint) or the folder cannot be written, the package is built in a
-    temporary folder, loaded from there and dropped (the latter with one warning).
+    without a fingerprint), the key's kept files failed the trust check, or the folder
+    cannot be written, the package is built in a temporary folder, loaded from there and
+    dropped (the last with one warning). Where another process builds the key, this waits
+    for it (up to ``BUILD_WAIT`` seconds) and loads what it kept.
 
     Raises what ``build`` raises (the caller then runs eagerly)."""
     folder = None if key is None or key in UNTRUSTED else _folder()
     if key is not None and folder is not None:
         try:
             trust.make_private(str(cache_root()), str(folder))
-            return _saved(folder, key, description, build, device)
+            package = keep(folder, key, description, build, BUILD_WAIT)
+            if package is not None:
+                return _package_loader(package, device)
         except OSError as err:
             _say_once(
                 "unwritable",
@@ -215,13 +249,45 @@ def save(
         return _package_loader(path, device)
 
 
+def keep(
+    folder: Path,
+    key: str,
+    description: dict[str, Any],
+    build: Callable[[Path], None],
+    wait: float,
+) -> Path | None:
+    """Build the package of ``key`` into ``folder`` and write its manifest (both atomic,
+    0600), holding the key's build lock (``build_lock.held``) so that no two processes
+    build one key.
+
+    **Arguments:** ``folder``: a folder ``writable_folder`` gave; ``key``, ``description``:
+    the kernel's; ``build(path)``: writes the package; ``wait``: the most seconds to wait
+    for another builder of the key.
+
+    **Returns:** the kept package (one another builder kept meanwhile, where it did), or
+    None where another builder held the key for all of ``wait``.
+
+    Raises what ``build`` raises, and ``OSError`` where the folder cannot be written.
+    """
+    about = {"name": description.get("name"), "kind": description.get("kind")}
+    with build_lock.held(folder, key, about, wait) as mine:
+        if not mine:
+            return None
+        try:
+            return _verified(folder, key)  # built by the builder this one waited for
+        except (OSError, ValueError):
+            pass
+        for left in folder.glob(f".tmp-{key}-*"):  # a killed builder's half-made files
+            left.unlink(missing_ok=True)
+        return _saved(folder, key, description, build)
+
+
 def _saved(
     folder: Path,
     key: str,
     description: dict[str, Any],
     build: Callable[[Path], None],
-    device: torch.device,
-) -> Kernel:
+) -> Path:
     token = f"{os.getpid()}-{time.monotonic_ns()}"
     scratch = folder / f".tmp-{key}-{token}.pt2"
     note = folder / f".tmp-{key}-{token}.json"
@@ -249,7 +315,7 @@ def _saved(
             left.unlink(missing_ok=True)
     STATS["saved"] += 1
     _drop_stale(folder, key, package.name)
-    return _package_loader(package, device)
+    return package
 
 
 def _drop_stale(folder: Path, key: str, kept: str) -> None:
@@ -288,6 +354,7 @@ def clear() -> tuple[int, int]:
     folder = cache_dir()
     count = size = 0
     paths = [*folder.glob("*.pt2"), *folder.glob("*.json"), *folder.glob(".tmp-*")]
+    paths += list(folder.glob("builds.log"))
     for path in paths if folder.is_dir() else []:
         try:
             length = path.stat().st_size
