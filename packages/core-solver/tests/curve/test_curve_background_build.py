@@ -170,8 +170,9 @@ def test_a_cancelled_background_build_leaves_nothing(builds_on: Path) -> None:
     graph = torch.fx.symbolic_trace(torch.nn.Linear(2, 1))
     inputs = [torch.zeros(3, 2)]
     artifacts.writable_folder()
-    assert background.start("k-cancel", {"name": "lin", "kind": "iteration"}, graph, inputs, 1)
-    assert not background.start("k-cancel", {}, graph, inputs, 1)  # once per process and key
+    job = background.Job("k-cancel", {"name": "lin", "kind": "iteration"}, graph, inputs, 1)
+    assert background.start([job])
+    assert not background.start([job])  # once per process and key
     deadline = time.monotonic() + 60
     while not build_lock.builds(builds_on) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -3,9 +3,10 @@ traced, and a later call or process loads it.
 
 Under ``compile="auto"`` a call whose kernel is not kept runs eagerly now. The graph is
 traced in the calling process (``make_fx``: f cannot be sent to another process, the
-traced graph of ATen operations can), pickled with its example inputs and sent through a
-pipe to a new Python process (``python -c``, started in its own session so that the
-terminal's Ctrl-C does not reach it), which:
+traced graph of ATen operations can), pickled with its example inputs and, when the call
+ends (so that the builder does not compete with it), sent with the call's other missing
+kernels through a pipe to one new Python process (``python -c``, started in its own
+session so that the terminal's Ctrl-C does not reach it), which, for each kernel in turn:
 
 - lowers its priority (``os.nice(NICE)``) and runs on the thread count the kernel is built
   for (``kernel_key.build_threads``);
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ import torch
 from ..._settings import cache_dir
 from . import artifacts, build_lock
 
-__all__ = ["BUILD_SECONDS", "NICE", "cancel", "done", "main", "start", "wait"]
+__all__ = ["BUILD_SECONDS", "LOG", "NICE", "Job", "cancel", "done", "main", "start", "wait"]
 
 #: The most seconds a background build runs (waiting for the lock included).
 BUILD_SECONDS = 600
@@ -78,39 +80,34 @@ def _picklable(graph: torch.fx.GraphModule) -> None:
     graph.recompile()
 
 
-def start(
-    key: str,
-    description: dict[str, Any],
-    graph: torch.fx.GraphModule,
-    inputs: list[torch.Tensor],
-    threads: int,
-) -> bool:
-    """Start a background build of the kernel ``key`` from its traced ``graph``.
+@dataclass
+class Job:
+    """One kernel to build: its ``key`` and ``description`` (``kernel_key``), its traced
+    ``graph`` with example ``inputs`` (CPU tensors), and the ``threads`` it is built for."""
 
-    **Arguments:**
+    key: str
+    description: dict[str, Any]
+    graph: torch.fx.GraphModule
+    inputs: list[torch.Tensor]
+    threads: int
 
-    - ``key``, ``description``: the kernel's key and what it is made of (``kernel_key``).
-    - ``graph``, ``inputs``: the traced graph and example inputs (CPU tensors).
-    - ``threads``: the torch threads the kernel is built for.
 
-    **Returns:** whether a build was started (False where this process started one for
-    ``key`` already, or the cache folder may not keep kernels).
+def start(jobs: list[Job]) -> bool:
+    """Start one background process that builds ``jobs`` in turn.
+
+    **Arguments:** ``jobs``: the kernels a call found missing (those this process started
+    a build of already are left out).
+
+    **Returns:** whether a process was started (False where no job is left, or the cache
+    folder may not keep kernels).
     """
-    if key in _STARTED:
-        return False
-    _picklable(graph)
-    job = pickle.dumps(
-        {
-            "key": key,
-            "description": description,
-            "graph": graph,
-            "inputs": inputs,
-            "threads": threads,
-        }
-    )
+    jobs = [job for job in jobs if job.key not in _STARTED]
     folder = artifacts.writable_folder()
-    if folder is None:
+    if not jobs or folder is None:
         return False
+    for job in jobs:
+        _picklable(job.graph)
+    blob = pickle.dumps([vars(job) for job in jobs])
     log = os.open(folder / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         process = subprocess.Popen(
@@ -122,17 +119,18 @@ def start(
         )
     finally:
         os.close(log)
-    _STARTED[key] = process
+    for job in jobs:
+        _STARTED[job.key] = process
 
     def send() -> None:
         try:
             assert process.stdin is not None
-            process.stdin.write(job)
+            process.stdin.write(blob)
             process.stdin.close()
         except OSError:  # the builder ended first (killed): it built nothing
             pass
 
-    threading.Thread(target=send, name=f"marquardt-build-{key[:8]}", daemon=True).start()
+    threading.Thread(target=send, name="marquardt-build", daemon=True).start()
     return True
 
 
@@ -150,7 +148,7 @@ def wait(timeout: float = BUILD_SECONDS) -> bool:
     **Returns:** whether every one has ended.
     """
     deadline = time.monotonic() + timeout
-    for process in list(_STARTED.values()):
+    for process in _processes():
         try:
             process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
@@ -165,7 +163,7 @@ def cancel() -> int:
     **Returns:** how many were still running.
     """
     running = 0
-    for process in _STARTED.values():
+    for process in _processes():
         if process.poll() is None:
             running += 1
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -176,27 +174,42 @@ def cancel() -> int:
     return running
 
 
+def _processes() -> list[subprocess.Popen[bytes]]:
+    """This process's builders, each once."""
+    return list({id(p): p for p in _STARTED.values()}.values())
+
+
 def main(job: bytes) -> int:
     """The background builder's body (module docstring).
 
-    **Arguments:** ``job``: the pickled key, description, graph, inputs and threads.
+    **Arguments:** ``job``: the pickled jobs (``Job``'s fields, one dict each).
 
-    **Returns:** the exit status: 0 built or left to another builder, 1 failed, 2 no
-    folder to keep it in.
+    **Returns:** the exit status: 0 every kernel built or left to another builder, 1 some
+    failed, 2 no folder to keep them in.
     """
     signal.alarm(BUILD_SECONDS)  # bounded: the default action ends the process
     with contextlib.suppress(OSError):  # a system that refuses it: normal priority
         os.nice(NICE)
-    import torch._inductor  # before the graph is rebuilt: its tracer looks for the compiler's ops
+    # Imported before the graphs are rebuilt: their tracer looks for the compiler's ops.
+    import torch._inductor  # noqa: F401
 
-    work = pickle.loads(job)
+    jobs = pickle.loads(job)
+    folder = artifacts.writable_folder()
+    if folder is None:
+        _say(f"not built {len(jobs)} kernels: no cache folder to keep them in")
+        return 2
+    failed = 0
+    for work in jobs:
+        failed += _build(folder, work)
+    return 1 if failed else 0
+
+
+def _build(folder: Path, work: dict[str, Any]) -> int:
+    """Build one job in the builder (``main``); 0 built or left to another builder, 1
+    failed (said in the log)."""
     torch.set_num_threads(int(work["threads"]))
     key, about = work["key"], work["description"]
     what = f"{about.get('name')} {about.get('kind')} {key[:12]}"
-    folder = artifacts.writable_folder()
-    if folder is None:
-        _say(f"not built {what}: no cache folder to keep it in")
-        return 2
 
     def build(path: Path) -> None:  # under the key's lock: one compile at a time
         with build_lock.held(folder, build_lock.QUEUE, {}, BUILD_SECONDS) as turn:

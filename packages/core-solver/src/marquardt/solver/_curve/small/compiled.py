@@ -45,7 +45,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +179,7 @@ class CompiledIterations:
     compiled: bool = False
     failed: bool = False
     line: CompileProgress | None = None
+    jobs: list[background.Job] = field(default_factory=list)
 
     def __call__(
         self,
@@ -342,9 +343,10 @@ class CompiledIterations:
         description: dict[str, Any],
         trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
     ) -> None:
-        """Trace here and start the background build of ``key`` (once per process and key;
-        not where the key's kept files failed the trust check, or the folder may not keep
-        kernels); a model that cannot be traced runs eagerly with one warning."""
+        """Trace here and queue the background build of ``key`` for the call's end
+        (``finish``; once per process and key; not where the key's kept files failed the
+        trust check, or the folder may not keep kernels); a model that cannot be traced
+        runs eagerly with one warning."""
         if key in held.SPAWNED or key in artifacts.UNTRUSTED:
             return
         held.SPAWNED.add(key)
@@ -356,7 +358,7 @@ class CompiledIterations:
             held.FAILED.add(shapes)
             held.warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
             return
-        background.start(key, description, graph, inputs, self.threads)
+        self.jobs.append(background.Job(key, description, graph, inputs, self.threads))
 
     def _build(
         self,
@@ -397,6 +399,11 @@ class CompiledIterations:
         return self.line
 
     def finish(self) -> None:
-        """End the stderr line of a compile with the time it took (nothing if none)."""
+        """End the stderr line of a compile with the time it took (nothing if none), and
+        start the background build of the kernels the call traced, now that it is over
+        (one process for them all, not competing with the call)."""
         if self.line is not None:
             self.line.finish(self.failed, self.compile_seconds)
+        if self.jobs:
+            background.start(self.jobs)
+            self.jobs = []
