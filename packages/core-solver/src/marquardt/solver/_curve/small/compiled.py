@@ -316,7 +316,7 @@ class CompiledIterations:
             run = self._build(shapes, key, description or {}, device, trace)
             held.ABSENT.pop((shapes, fits), None)
             held.BAD.discard(key)
-        elif run is None and spawn and key is not None and self._first_for(shapes, fits):
+        elif run is None and trace is not None and self.background and key is not None:
             self._in_background(shapes, key, description or {}, trace)
         if run is None:
             return None
@@ -325,15 +325,6 @@ class CompiledIterations:
         while len(held.CACHE) > CACHE_SIZE:
             held.CACHE.popitem(last=False)
         return kernel
-
-    def _first_for(self, shapes: tuple[Any, ...], fits: int) -> bool:
-        """Whether a background build of this kernel is worth its trace now: a full chunk's
-        always; the tail's (fewer fits) only once the chunk's kernel is held, so that a
-        call whose kernels are all missing traces the three it needs most (start,
-        iteration, covariance), and a later call adds the tail's."""
-        if fits >= self.chunk:
-            return True
-        return any(key[0] == shapes and k.fits == self.chunk for key, k in held.CACHE.items())
 
     def _traced(
         self, trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]]
