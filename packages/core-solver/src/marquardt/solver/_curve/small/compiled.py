@@ -55,6 +55,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..._settings import background_build
 from ..threads import torch_threads
 from . import artifacts, background, held, kernel_key, traced
+from .background import Job
 from .batched import BatchData, BatchModel, BatchState, _iterate, start_state
 from .held import CACHE_SIZE, PAD_SHARE, TAIL_FITS, forget
 from .progress import CompileProgress, where
@@ -179,7 +180,7 @@ class CompiledIterations:
     compiled: bool = False
     failed: bool = False
     line: CompileProgress | None = None
-    jobs: list[background.Job] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
 
     def __call__(
         self,
@@ -358,7 +359,7 @@ class CompiledIterations:
             held.FAILED.add(shapes)
             held.warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
             return
-        self.jobs.append(background.Job(key, description, graph, inputs, self.threads))
+        self.jobs.append(Job(key, description, graph, inputs, self.threads))
 
     def _build(
         self,
