@@ -197,6 +197,8 @@ def _environment() -> dict[str, str]:
     # One thread unless asked otherwise: the examples are small and the machines shared.
     env.setdefault("OMP_NUM_THREADS", "1")
     env["MPLBACKEND"] = "Agg"
+    # A page's fit would start background kernel builds that outlive the page's process.
+    env.setdefault("MARQUARDT_SOLVER_BACKGROUND_BUILD", "0")
     # The blocks run in a temporary folder: keep relative PYTHONPATH entries meaningful.
     if env.get("PYTHONPATH"):
         entries = [e for e in env["PYTHONPATH"].split(os.pathsep) if e]

@@ -10,3 +10,7 @@ import torch
 
 def spot(xy: torch.Tensor, a: Any, x0: Any, y0: Any, w: Any, b: Any) -> torch.Tensor:
     return a * torch.exp(-0.5 * ((xy[0] - x0) ** 2 + (xy[1] - y0) ** 2) / w**2) + b
+
+
+def decay(t: torch.Tensor, a: Any, k: Any) -> torch.Tensor:
+    return a * torch.exp(-k * t)

@@ -3,7 +3,11 @@
 The tests folder itself is put on ``sys.path`` so that test modules can import their
 helpers (``problems``, ``legate_support``) under ``--import-mode=importlib``, which does
 not add test folders to the path. Compiled kernels go to a temporary folder of the
-session (``MARQUARDT_SOLVER_CACHE_DIR``), never to the user's cache folder.
+session (``MARQUARDT_CACHE_DIR``, whose ``compiled`` folder holds them), never to the
+user's cache folder. Background kernel builds are off for the session
+(``MARQUARDT_SOLVER_BACKGROUND_BUILD=0``: a call under ``compile="auto"`` would otherwise
+start a compile of its model in another process); the tests of those builds turn them on,
+and any build a test left running is ended with the session.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from marquardt.solver._curve.small import background
+
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
@@ -23,11 +29,14 @@ if _TESTS not in sys.path:
 @pytest.fixture(autouse=True, scope="session")
 def _kernel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The session's folder of compiled kernels (the user's is left alone)."""
-    folder = tmp_path_factory.mktemp("compiled-kernels")
-    before = os.environ.get("MARQUARDT_SOLVER_CACHE_DIR")
-    os.environ["MARQUARDT_SOLVER_CACHE_DIR"] = str(folder)
+    folder = tmp_path_factory.mktemp("marquardt-cache")
+    names = ("MARQUARDT_CACHE_DIR", "MARQUARDT_SOLVER_BACKGROUND_BUILD")
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict(zip(names, (str(folder), "0"), strict=True)))
     yield folder
-    if before is None:
-        os.environ.pop("MARQUARDT_SOLVER_CACHE_DIR", None)
-    else:
-        os.environ["MARQUARDT_SOLVER_CACHE_DIR"] = before
+    background.cancel()
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from compiled_models import spot
 
 import marquardt.solver._curve.small.artifacts as artifacts
 import marquardt.solver._curve.small.compiled as compiled
+import marquardt.solver._curve.small.held as held
+from marquardt.devices import UntrustedCacheWarning, trust
 from marquardt.solver import cache, curve_fit_batch
 from marquardt.solver._errors import CompileWarning
 
@@ -171,9 +174,9 @@ def test_the_compile_keyword_is_checked_before_any_work() -> None:
     [(16_384, 16_384), (7_000, 16_384), (6_000, 6_554), (2_700, 6_554), (2_500, 0), (20_000, 0)],
 )
 def test_the_kernel_sizes_are_the_chunk_and_its_tail(fits: int, size: int) -> None:
-    assert compiled._size(16_384, fits) == size
+    assert held.size_for(16_384, fits) == size
     # A small chunk has no tail kernel: its late fits run eagerly.
-    assert compiled._size(40, 10) == 0 and compiled._size(40, 16) == 40
+    assert held.size_for(40, 10) == 0 and held.size_for(40, 16) == 40
 
 
 NEW_PROCESS = r"""
@@ -228,7 +231,62 @@ def test_a_corrupt_kept_kernel_is_rebuilt_with_one_warning(
     assert len([w for w in caught if w.category is CompileWarning]) == 1
     assert artifacts.STATS["rebuilt"] == rebuilt + 1
     assert got[2]["compiled"] and got[2]["compile_seconds"] > 0
-    assert "compiling curve_fit_batch's iteration for the model spot" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "compiling curve_fit_batch's iteration for the model spot" in err
+    assert f"expected ~{compiled.COMPILE_SECONDS:.0f} s" in err and "compiled in" in err
     _agree(got, spots["eager"])
     kernel, bad = artifacts.load(iteration[0]["key"], torch.device("cpu"))
     assert kernel is not None and not bad
+
+
+@pytest.mark.parametrize("kind", ["folder 0777", "package 0666", "folder of another user"])
+def test_kernels_others_could_have_written_are_not_loaded_and_the_fit_runs_eagerly(
+    spots: dict[str, Any], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    folder = Path(cache.folder())
+    packages = sorted(folder.glob("*.pt2"))
+    assert packages, "the module's compile kept its kernels"
+    if kind == "folder of another user" and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root (the CI containers run as root)")
+    monkeypatch.setattr(trust, "_WARNED", set())
+    compiled.forget()
+    loaded = artifacts.STATS["loaded"]
+    try:
+        if kind == "folder 0777":
+            folder.chmod(0o777)
+        elif kind == "package 0666":
+            for package in packages:
+                package.chmod(0o666)
+        else:
+            os.chown(folder, 12345, 12345)
+        with pytest.warns(UntrustedCacheWarning, match="HINT: chmod go-w"):
+            got = curve_fit_batch(spot, **spots["problem"], full_output=True)
+    finally:
+        folder.chmod(0o700)
+        os.chown(folder, os.geteuid(), os.getegid())
+        for package in packages:
+            package.chmod(0o600)
+        compiled.forget()
+    assert artifacts.STATS["loaded"] == loaded and not got[2]["compiled"]
+    _agree(got, spots["eager"])
+    np.testing.assert_allclose(got[0], spots["first"][0], rtol=1e-8, atol=1e-10)
+
+
+def test_a_load_change_between_two_calls_compiles_nothing_new(spots: dict[str, Any]) -> None:
+    problem = spots["problem"]
+    compiles = artifacts.STATS["compiled"]
+    # One kernel for every thread count: the call's threads (which follow the machine's
+    # load by default) choose no other kernel.
+    calls = [curve_fit_batch(spot, **problem, full_output=True, threads=n) for n in (1, 2)]
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        time.sleep(1.0)  # a neighbour busy on every core between two default calls
+        calls.append(curve_fit_batch(spot, **problem, full_output=True))
+    finally:
+        for loop in busy:
+            loop.kill()
+            loop.wait()
+    for got in calls:
+        assert got[2]["compiled"] and got[2]["compile_seconds"] == 0
+        np.testing.assert_array_equal(got[0], calls[0][0])
+    assert artifacts.STATS["compiled"] == compiles

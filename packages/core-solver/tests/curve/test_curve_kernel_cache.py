@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import marquardt.solver._curve.small.artifacts as artifacts
-from marquardt.devices import cache_folder
+from marquardt.devices import UntrustedCacheWarning, cache_folder, trust
 from marquardt.solver import cache
 from marquardt.solver._curve.batch.model import BatchModel
 from marquardt.solver._curve.small import kernel_key
@@ -64,7 +64,7 @@ def _key(
     return artifacts.key_of(described)
 
 
-def test_the_key_changes_with_the_code_constants_shapes_dtype_device_and_threads() -> None:
+def test_the_key_changes_with_the_code_constants_shapes_dtype_and_device_not_threads() -> None:
     def same(t: torch.Tensor, a: Any, k: Any) -> torch.Tensor:
         return a * torch.exp(-k * t)
 
@@ -103,8 +103,10 @@ def test_the_key_changes_with_the_code_constants_shapes_dtype_device_and_threads
     assert _key(decay, points=13) != base
     assert _key(decay, dtype=torch.float32) != base
     assert _key(decay, device="meta") != base
+    # One kernel per model, shapes and dtype for every thread count: a change in the
+    # machine's load (which changes the call's threads) never asks for another.
     with torch_threads(torch.get_num_threads() + 1):
-        assert _key(decay) != base
+        assert _key(decay) == base
 
 
 def test_a_model_that_cannot_be_read_has_no_fingerprint() -> None:
@@ -141,14 +143,15 @@ CPU = torch.device("cpu")
 def test_a_kept_kernel_is_loaded_by_its_key(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
     _stand_in(monkeypatch)
     assert artifacts.load("k1", CPU) == (None, False)
     saved = artifacts.save("k1", {"name": "decay"}, _build(3.0), CPU)
     assert float(saved(torch.tensor(1.0))[0]) == 4.0
     kernel, bad = artifacts.load("k1", CPU)
     assert kernel is not None and not bad and float(kernel(torch.tensor(1.0))[0]) == 4.0
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    folder = tmp_path / "compiled"
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
     assert [e["key"] for e in cache.entries()] == ["k1"]
 
 
@@ -156,14 +159,14 @@ def test_a_kept_kernel_is_loaded_by_its_key(
 def test_a_bad_artifact_is_refused_with_one_warning(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, damage: str
 ) -> None:
-    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(artifacts, "_SAID", set())
     _stand_in(monkeypatch)
     artifacts.save("k2", {}, _build(3.0), CPU)
-    manifest = tmp_path / "k2.json"
+    manifest = tmp_path / "compiled" / "k2.json"
     record = json.loads(manifest.read_text())
     if damage == "truncated":
-        (tmp_path / record["package"]).write_text("3")
+        (tmp_path / "compiled" / record["package"]).write_text("3")
     elif damage == "foreign":
         manifest.write_text(json.dumps({**record, "key": "another"}))
     else:
@@ -181,30 +184,30 @@ def test_a_bad_artifact_is_refused_with_one_warning(
 def test_an_unwritable_folder_keeps_the_kernel_in_the_process(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path / "kernels"))
     monkeypatch.setattr(artifacts, "_SAID", set())
     _stand_in(monkeypatch)
-    real = Path.write_text
+    real = os.open
 
-    def read_only(self: Path, *args: Any, **kwargs: Any) -> Any:
-        if self.parent == tmp_path / "kernels":
+    def read_only(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).parent == tmp_path / "kernels" / "compiled":
             raise OSError(errno.EROFS, "Read-only file system")
-        return real(self, *args, **kwargs)
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "write_text", read_only)
+    monkeypatch.setattr(os, "open", read_only)
     with pytest.warns(CompileWarning, match="stay in this process only") as caught:
         first = artifacts.save("k3", {}, _build(2.0), CPU)
         second = artifacts.save("k4", {}, _build(1.0), CPU)
     assert len(caught) == 1
     assert float(first(torch.tensor(1.0))[0]) == 3.0 and float(second(torch.tensor(1.0))[0]) == 2.0
-    assert list((tmp_path / "kernels").iterdir()) == []
+    assert list((tmp_path / "kernels" / "compiled").iterdir()) == []
 
 
 def test_a_folder_inside_a_repository_is_refused(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     (tmp_path / ".git").mkdir()
-    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path / "kernels"))
     monkeypatch.setattr(artifacts, "_SAID", set())
     _stand_in(monkeypatch)
     with pytest.warns(CompileWarning, match="inside a git work tree"):
@@ -232,14 +235,15 @@ WRITER = textwrap.dedent(
 def test_two_writers_of_one_key_leave_one_good_artifact(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "MARQUARDT_SOLVER_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "MARQUARDT_CACHE_DIR": str(tmp_path)}
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER, v], env=env, stderr=subprocess.PIPE)
         for v in "ab"
     ]
     assert [w.wait(timeout=120) for w in writers] == [0, 0]
-    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(artifacts, "_package_loader", lambda path, device: Path(path))
+    tmp_path = tmp_path / "compiled"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         package, bad = artifacts.load("shared", CPU)
@@ -252,35 +256,99 @@ def test_two_writers_of_one_key_leave_one_good_artifact(
 def test_the_command_lists_and_clears_the_kernels(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
     _stand_in(monkeypatch)
     artifacts.save("k6", {"name": "decay", "kind": "iteration", "fits": 8}, _build(1.0), CPU)
     assert cache.main(["list"]) == 0
     assert "decay iteration 8 fits" in capsys.readouterr().out
     assert cache.main(["clear"]) == 0
     assert "removed 2 files" in capsys.readouterr().out
-    assert cache.entries() == [] and list(tmp_path.iterdir()) == []
-    assert cache.folder() == tmp_path
+    assert cache.entries() == [] and list((tmp_path / "compiled").iterdir()) == []
+    assert cache.folder() == tmp_path / "compiled"
 
 
-def test_a_kernel_for_fewer_threads_is_offered_never_one_for_more() -> None:
-    described = {"threads": 3, "shapes": "(...)"}
-    offered = [d["threads"] for d in kernel_key.other_threads(described, CPU)]
-    assert offered == sorted(offered, reverse=True) and 2 in offered and 1 in offered
-    assert all(0 < n < 3 for n in offered)
-    assert kernel_key.other_threads({"threads": 1}, CPU) == []
-    assert kernel_key.other_threads(described, torch.device("meta")) == []
+def test_a_kernel_is_built_for_the_idle_machines_threads_whatever_the_load() -> None:
+    small, large = 1_000, 50_000_000
+    assert kernel_key.build_threads(small, CPU, most=4) == 1
+    cores = len(os.sched_getaffinity(0))
+    assert kernel_key.build_threads(large, CPU, most=4) == min(4, cores)
+    assert kernel_key.build_threads(large, torch.device("meta"), most=4) == 1
 
 
 def test_the_kernels_folder_is_compiled_in_the_devices_cache_folder(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv("MARQUARDT_SOLVER_CACHE_DIR")
     monkeypatch.delenv("MARQUARDT_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr(sys, "platform", "linux")
     assert cache.folder() == tmp_path / "xdg" / "marquardt" / "compiled"
     monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path / "root"))
     assert cache.folder() == Path(cache_folder()) / "compiled" == tmp_path / "root" / "compiled"
-    monkeypatch.setenv("MARQUARDT_SOLVER_CACHE_DIR", str(tmp_path / "own"))
-    assert cache.folder() == tmp_path / "own"
+
+
+def _damage(kind: str, folder: Path) -> Path:
+    """Make the kept kernel in ``folder`` something another account could have written;
+    returns the path the warning must name."""
+    if kind == "folder 0777":
+        folder.chmod(0o777)
+        return folder
+    if kind == "package 0666":
+        package = next(folder.glob("*.pt2"))
+        package.chmod(0o666)
+        return package
+    if os.geteuid() != 0:
+        pytest.skip("chown to another user needs root (the CI containers run as root)")
+    os.chown(folder, 12345, 12345)
+    return folder
+
+
+DAMAGES = ["folder 0777", "package 0666", "folder of another user"]
+
+
+@pytest.mark.parametrize("kind", DAMAGES)
+def test_a_kernel_others_could_have_written_is_neither_loaded_nor_written(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
+) -> None:
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(trust, "_WARNED", set())
+    monkeypatch.setattr(artifacts, "UNTRUSTED", set())
+    _stand_in(monkeypatch)
+    artifacts.save("k7", {}, _build(3.0), CPU)
+    folder = tmp_path / "compiled"
+    named = _damage(kind, folder)
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.warns(UntrustedCacheWarning, match="HINT: chmod go-w") as caught:
+        assert artifacts.load("k7", CPU) == (None, False)
+        kernel = artifacts.save("k7", {}, _build(4.0), CPU)  # built, used, not kept
+    assert len(caught) == 1 and str(named) in str(caught[0].message)
+    assert float(kernel(torch.tensor(0.0))[0]) == 4.0
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_fresh_cache_is_private(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path / "fresh"))
+    _stand_in(monkeypatch)
+    artifacts.save("k8", {}, _build(1.0), CPU)
+    assert (tmp_path / "fresh").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "fresh" / "compiled").stat().st_mode & 0o777 == 0o700
+    files = list((tmp_path / "fresh" / "compiled").iterdir())
+    assert len(files) == 2 and all(p.stat().st_mode & 0o777 == 0o600 for p in files)
+
+
+def test_the_listing_gives_each_folders_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
+    _stand_in(monkeypatch)
+    artifacts.save("k9", {"name": "decay", "kind": "iteration", "fits": 8}, _build(1.0), CPU)
+    assert cache.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"folder {tmp_path}: trusted" in out and f"folder {tmp_path / 'compiled'}: trusted" in out
+    )
+    next((tmp_path / "compiled").glob("*.pt2")).chmod(0o666)
+    (tmp_path / "compiled").chmod(0o777)
+    assert cache.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert f"folder {tmp_path / 'compiled'}: untrusted" in out and "writable by" in out
+    assert "[untrusted:" in out

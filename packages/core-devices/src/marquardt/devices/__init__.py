@@ -9,7 +9,7 @@ only by the functions that set its threads (`choose_threads`, `apply_threads`).
 from __future__ import annotations
 
 from ._discovery import GpuInfo, GpuProcess, discover_gpus
-from ._errors import DeviceError, LegateConfigError, NvmlError
+from ._errors import DeviceError, LegateConfigError, NvmlError, UntrustedCacheWarning
 from ._legate import LegateShare, legate_gpu_count, legate_share
 from ._machine import DEFAULT_CONSTANTS, MachineConstants, load_constants, store_constants
 from ._memory import HostMemory, device_memory, host_memory
@@ -37,6 +37,7 @@ __all__ = [
     "Split",
     "StepTime",
     "ThreadChoice",
+    "UntrustedCacheWarning",
     "applied_threads",
     "apply_threads",
     "cache_folder",

@@ -20,3 +20,8 @@ class NvmlError(RuntimeError):
 
 class CleanupError(RuntimeError):
     """GPU processes cannot be stopped safely here (no ``/proc``, or no NVML to ask)."""
+
+
+class UntrustedCacheWarning(UserWarning):
+    """A folder or file of the cache could be written by another account: nothing is read
+    from it or written to it, and the work goes on without it (``marquardt.devices.trust``)."""

@@ -4,8 +4,10 @@ Three rates, measured once per machine by a few tiny timed kernels (a matrix pro
 Cholesky factorisation, a copy: ``marquardt.jacobian`` times them with torch, since this
 package imports neither torch nor NumPy), kept in an in-process table and in a JSON file
 of the user's cache folder (``_settings.cache_folder``; never a repository), keyed by the
-device, the dtype, the thread count and the library versions. Written atomically; a
-corrupt or foreign file is ignored (measured again), never trusted blindly. Where nothing
+device, the dtype, the thread count and the library versions. Written atomically (0600,
+in a folder created 0700); a corrupt or foreign file is ignored (measured again), never
+trusted blindly, and a file or folder another account could have written (``trust``) is
+neither read nor written, with one ``UntrustedCacheWarning``. Where nothing
 was measured, `DEFAULT_CONSTANTS` (a modest CPU) stand in, and the plan says so.
 """
 
@@ -17,7 +19,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 
-from . import _settings
+from . import _settings, trust
 
 __all__ = ["DEFAULT_CONSTANTS", "MachineConstants", "load_constants", "store_constants"]
 
@@ -63,6 +65,14 @@ def _path() -> str:
     return os.path.join(_settings.cache_folder(), "machine.json")
 
 
+def _trusted(path: str) -> bool:
+    """Whether ``path`` and the cache root above it pass ``trust.check`` (else one warning)."""
+    verdict = trust.check(_settings.cache_folder(), path)
+    if not verdict.trusted:
+        trust.warn_untrusted(verdict, "the machine's measured rates", "MARQUARDT_CACHE_DIR", 4)
+    return verdict.trusted
+
+
 def load_constants(key: str) -> MachineConstants | None:
     """The constants measured under ``key``: in this process, else in the cache file.
 
@@ -75,6 +85,8 @@ def load_constants(key: str) -> MachineConstants | None:
     """
     if key in _MEMORY:
         return _MEMORY[key]
+    if not _trusted(_path()):
+        return None
     try:
         with open(_path(), encoding="utf-8") as fh:
             table = json.load(fh)
@@ -97,6 +109,8 @@ def store_constants(key: str, constants: MachineConstants) -> None:
     """
     _MEMORY[key] = constants
     path = _path()
+    if not _trusted(path):
+        return
     try:
         with open(path, encoding="utf-8") as fh:
             table = json.load(fh)
@@ -107,7 +121,7 @@ def store_constants(key: str, constants: MachineConstants) -> None:
     entry = {k: v for k, v in asdict(constants).items() if k != "source"}
     table.setdefault("machines", {})[key] = entry
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        trust.make_private(_settings.cache_folder(), os.path.dirname(path))
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(table, fh)

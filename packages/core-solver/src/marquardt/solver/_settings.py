@@ -11,17 +11,16 @@
     (one all-gather of six numbers) and raises ``RanksDisagreeError`` naming the ranks that
     differ. Unset or ``0`` (the default): no check. Read when the ``LMA`` is built.
 
-``MARQUARDT_SOLVER_CACHE_DIR``
-    The folder where compiled kernels are kept between processes (``curve_fit_batch``'s
-    compiled iteration; listed and cleared by ``python -m marquardt.solver.cache``).
-    Unset or empty (the default): ``compiled`` in the folder every package of marquardt
-    caches in, ``marquardt.devices.cache_folder()`` (``MARQUARDT_CACHE_DIR``, else
-    ``marquardt`` in the platform's cache folder; the rule is written there). A folder
-    inside a git work tree is refused (kernels are then kept in the process only):
-    compiled artifacts never go into a repository.
+``MARQUARDT_SOLVER_BACKGROUND_BUILD``
+    ``0`` (or ``false``/``no``/``off``): under ``compile="auto"`` a missing kernel is never
+    built in a background process (the call runs eagerly and nothing is built; for batch
+    jobs that must not leave a process behind). Unset or ``1`` (the default): it is built
+    in the background (``_curve.small.background``). Read at each call.
 
-Nothing else is read here. Which GPUs Legate holds, and where the user's cache folder is,
-are answered by ``marquardt.devices`` (see ``marquardt.devices._settings``); Legate's own
+Nothing else is read here. Which GPUs Legate holds, and where the user's cache folder is
+(``MARQUARDT_CACHE_DIR``, read by ``marquardt.devices.cache_folder()``; the solver keeps
+its compiled kernels in its ``compiled`` folder, never inside a git work tree), are
+answered by ``marquardt.devices`` (see ``marquardt.devices._settings``); Legate's own
 variables (``LEGATE_CONFIG``, ``CUPYNUMERIC_*``) are read by Legate. Values are read when asked for, never at import.
 """
 
@@ -32,10 +31,18 @@ from pathlib import Path
 
 from marquardt.devices import cache_folder
 
-__all__ = ["BACKEND_NAMES", "CACHE_DIR_ENV", "backend_override", "cache_dir", "check_ranks"]
+__all__ = [
+    "BACKEND_NAMES",
+    "CACHE_DIR_ENV",
+    "backend_override",
+    "background_build",
+    "cache_dir",
+    "cache_root",
+    "check_ranks",
+]
 
-#: The variable that moves the folder of compiled kernels.
-CACHE_DIR_ENV = "MARQUARDT_SOLVER_CACHE_DIR"
+#: The variable that moves the cache folder (read by ``marquardt.devices.cache_folder``).
+CACHE_DIR_ENV = "MARQUARDT_CACHE_DIR"
 
 #: Names accepted for ``MARQUARDT_SOLVER_BACKEND`` and ``LMA(backend=...)`` (plus ``auto``).
 BACKEND_NAMES: tuple[str, ...] = ("numpy", "torch", "cupynumeric")
@@ -57,20 +64,36 @@ def backend_override() -> str | None:
     return value
 
 
+def background_build() -> bool:
+    """Whether ``MARQUARDT_SOLVER_BACKGROUND_BUILD`` allows background kernel builds.
+
+    Returns:
+        False for ``0``, ``false``, ``no`` or ``off``; True otherwise (unset included).
+    """
+    value = os.environ.get("MARQUARDT_SOLVER_BACKGROUND_BUILD", "").strip().lower()
+    return value not in ("0", "false", "no", "off")
+
+
 def check_ranks() -> bool:
     """Whether ``MARQUARDT_SOLVER_CHECK_RANKS`` asks for the after-step agreement check."""
     value = os.environ.get("MARQUARDT_SOLVER_CHECK_RANKS", "").strip().lower()
     return value in ("1", "true", "yes", "on")
 
 
+def cache_root() -> Path:
+    """The folder every package of marquardt caches in (not created here).
+
+    Returns:
+        ``marquardt.devices.cache_folder()``: ``MARQUARDT_CACHE_DIR``, else ``marquardt`` in
+        the platform's cache folder.
+    """
+    return Path(cache_folder())
+
+
 def cache_dir() -> Path:
     """The folder of compiled kernels (not created here).
 
     Returns:
-        ``MARQUARDT_SOLVER_CACHE_DIR`` where it is set, else ``compiled`` in
-        ``marquardt.devices.cache_folder()``, the folder every package of marquardt caches in.
+        ``compiled`` in ``cache_root()``.
     """
-    value = os.environ.get(CACHE_DIR_ENV, "").strip()
-    if value:
-        return Path(value).expanduser()
-    return Path(cache_folder()) / "compiled"
+    return cache_root() / "compiled"

@@ -1,10 +1,11 @@
 """The compiled kernels kept between processes: where they are, what they are, clearing them.
 
-``curve_fit_batch`` keeps each kernel it compiles in the user's cache folder
-(``MARQUARDT_SOLVER_CACHE_DIR``, else ``marquardt/compiled`` in the platform's cache
-folder), so that later runs load it instead of compiling. From a shell:
+``curve_fit_batch`` keeps each kernel it compiles in the ``compiled`` folder of the user's
+cache folder (``MARQUARDT_CACHE_DIR``, else ``marquardt`` in the platform's cache folder),
+so that later runs load it instead of compiling. A kernel is loaded only from folders and
+files this user alone could have written (``marquardt.devices.trust``). From a shell:
 
-    python -m marquardt.solver.cache list     # one line per kernel
+    python -m marquardt.solver.cache list     # folders' verdicts, kernels, builds running
     python -m marquardt.solver.cache clear    # remove them all
     python -m marquardt.solver.cache path     # the folder
 
@@ -20,10 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._curve.small import artifacts
-from ._settings import cache_dir
+from marquardt.devices import trust
 
-__all__ = ["clear", "entries", "folder", "main"]
+from ._curve.small import artifacts, build_lock
+from ._settings import cache_dir, cache_root
+
+__all__ = ["builds", "clear", "entries", "folder", "main", "verdicts"]
 
 
 def folder() -> Path:
@@ -40,7 +43,8 @@ def entries() -> list[dict[str, Any]]:
     **Returns:** one dict per kernel: ``key``, ``package``, ``bytes``, ``created`` (Unix
     time), ``description`` (the model's name and fingerprint, the kind, fits, shapes and
     versions the key is made of) and ``manifest`` (its path); an unreadable manifest has
-    ``error`` instead.
+    ``error`` instead; ``verdict`` is the trust check's on its manifest and package
+    (``trusted`` or why not: such a kernel is never loaded).
     """
     return artifacts.entries()
 
@@ -53,15 +57,39 @@ def clear() -> tuple[int, int]:
     return artifacts.clear()
 
 
+def builds() -> list[dict[str, Any]]:
+    """The kernels being built now, in the background or inline, by any process.
+
+    **Returns:** one dict per build: the builder's ``pid``, ``started`` (Unix time),
+    ``key``, and the model's ``name`` and the ``kind`` of kernel.
+    """
+    return build_lock.builds(cache_dir())
+
+
+def verdicts() -> list[tuple[Path, str]]:
+    """The trust check's verdict on each folder from the cache root down to the kernels'.
+
+    **Returns:** (folder, ``trusted`` / ``untrusted: why`` / ``absent``) for the cache root
+    and its ``compiled`` folder.
+    """
+    root = cache_root()
+    found = []
+    for path in (root, cache_dir()):
+        said = trust.check(str(root), str(path)).describe() if path.exists() else "absent"
+        found.append((path, said))
+    return found
+
+
 def _line(entry: dict[str, Any]) -> str:
     if "error" in entry:
         return f"unreadable  {entry['manifest']}: {entry['error']}"
+    mark = "" if entry.get("verdict", "trusted") == "trusted" else f"  [{entry['verdict']}]"
     about = entry.get("description", {})
     created = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.get("created", 0)))
     return (
         f"{entry.get('key', '?')[:12]}  {about.get('name', '?')} {about.get('kind', '?')} "
         f"{about.get('fits', '?')} fits  {entry.get('bytes', 0) / 1e6:.1f} MB  {created}  "
-        f"torch {about.get('torch', '?')}"
+        f"torch {about.get('torch', '?')}{mark}"
     )
 
 
@@ -82,9 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "path":
         print(folder())
     elif args.command == "list":
+        for path, said in verdicts():
+            print(f"folder {path}: {said}")
         found = entries()
         for entry in found:
             print(_line(entry))
+        for build in builds():
+            seconds = time.time() - float(build.get("started", time.time()))
+            print(
+                f"building {build.get('name', '?')} {build.get('kind', '?')} "
+                f"(pid {build.get('pid', '?')}, for {seconds:.0f} s)  {build.get('key', '?')[:12]}"
+            )
         print(f"{len(found)} kernels in {folder()}")
     else:
         count, size = clear()

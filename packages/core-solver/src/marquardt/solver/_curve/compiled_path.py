@@ -7,7 +7,7 @@ Jᵀr in one fused pass over the points per iteration, where the host path
 (``small_path``) evaluates f P + 1 times for differences and solves on the host. The fit
 takes this path when ``compile`` allows it and a kernel is at hand: kept on disk by an
 earlier process (or this one) for this model and these shapes, or to be compiled
-(``compile=True``, or under ``"auto"`` a fit of at least ``COMPILE_WORK`` elements of J). It
+(``compile=True``, or under ``"auto"`` a fit whose eager time repays the compile). It
 serves what the batch core serves: a torch model of x given as an array of N points (or
 k × N), y on the CPU, σ as numbers, bounds, robust losses, SciPy's tests; the rest runs on
 the host path. Both paths minimise the same cost with the same tests; p̂ agrees to the

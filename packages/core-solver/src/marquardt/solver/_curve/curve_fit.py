@@ -139,7 +139,7 @@ def curve_fit(
             runs as a batch of one through its compiled core (``_curve.compiled_path``:
             f, J, JᵀJ and Jᵀr in one fused pass per iteration) when a kernel for this model
             and these shapes is kept on disk or in this process, or one is to be compiled
-            (True; ``"auto"`` from ``COMPILE_WORK`` elements of J); else, and for what that
+            inline (True; ``"auto"`` where the fit repays the compile); else, and for what that
             core does not serve (``jac``, ``diff_step``, numeric ``x_scale``, a covariance
             matrix as ``sigma``, the engine's keywords, data on a GPU), on the paths below.
         fixed: booleans (P,), True for the parameters held at their p0 (Gpufit's

@@ -135,7 +135,7 @@ def planned(
     # kernels serve least squares over every parameter.
     eager = args.free is not None or args.estimator != "lse"
     work = fits * points * params
-    iterate = None if eager else iterations(f, compile_mode, args.y.device, work, size)
+    iterate = None if eager else iterations(f, compile_mode, args.y.device, work, size, fits)
     if args.y.device.type != "cpu":
         threads = None
     elif threads is None:
@@ -266,8 +266,9 @@ def curve_fit_batch(
     ``compile`` (``"auto"``, True or False) runs each LM iteration as one compiled graph
     of fused kernels (``_curve.small.compiled``): ``"auto"`` uses a kernel compiled
     before, in this process or kept on disk by an earlier one (``marquardt.solver.cache``),
-    and compiles a missing one (saying so on stderr) for calls of at least
-    ``COMPILE_WORK`` elements of J (M·N·P); a model that cannot be compiled runs eagerly
+    and compiles a missing one inline (with a progress line on stderr) where the call
+    repays it, else builds it in a background process for calls of at least
+    ``COMPILE_WORK`` elements of J (M·N·P) while the call runs eagerly; a model that cannot be compiled runs eagerly
     with one ``CompileWarning``. ``full_output`` adds ``compile_seconds`` (this call's
     compile time) and ``compiled``. ``fixed`` and ``estimator="poisson"`` run the eager
     iteration (no compiled kernel serves them).

@@ -17,6 +17,13 @@ kernel is loaded only when its manifest parses, names this key and format, and i
 package's checksum matches; else (corrupt, truncated, foreign) it is rebuilt, with one
 ``CompileWarning``. A folder that cannot be written (read-only, full) or that lies inside
 a git work tree keeps the kernel in this process only, with one ``CompileWarning``.
+
+A package is a shared library this process runs, so it is loaded only from what this user
+alone could have written (``marquardt.devices.trust``): before any load or write, the
+folders from the cache root (``MARQUARDT_CACHE_DIR``) down to this one, and the package
+and its manifest, are checked (owned by this user, not writable by group or others).
+Where that fails, nothing is loaded from or written there (one ``UntrustedCacheWarning``)
+and the call runs without it. Folders are created 0700 and files written 0600.
 """
 
 from __future__ import annotations
@@ -33,8 +40,11 @@ from typing import Any
 
 import torch
 
-from ..._errors import CompileWarning
-from ..._settings import CACHE_DIR_ENV, cache_dir
+from marquardt.devices import trust
+
+from ..._errors import CompileWarning, user_stacklevel
+from ..._settings import CACHE_DIR_ENV, cache_dir, cache_root
+from . import build_lock
 
 __all__ = [
     "FORMAT",
@@ -43,9 +53,12 @@ __all__ = [
     "clear",
     "compile_package",
     "entries",
+    "keep",
     "key_of",
     "load",
     "save",
+    "trusted",
+    "writable_folder",
 ]
 
 #: The manifest's format: a manifest of another format is foreign (rebuilt).
@@ -55,6 +68,12 @@ FORMAT = "marquardt-aoti-1"
 STATS = {"loaded": 0, "compiled": 0, "saved": 0, "rebuilt": 0}
 #: Leftover temporary files older than this many seconds are removed when a key is saved.
 STALE_SECONDS = 3600.0
+#: The most seconds a compile waits for another process building the same key.
+BUILD_WAIT = 900.0
+
+#: Keys whose kept files failed the trust check in this process: neither loaded nor
+#: written again here.
+UNTRUSTED: set[str] = set()
 
 #: A loaded kernel: tensors in, tensors out, in the traced graph's order.
 Kernel = Callable[..., tuple[torch.Tensor, ...]]
@@ -78,18 +97,41 @@ def _in_work_tree(folder: Path) -> bool:
     return any((place / ".git").exists() for place in (folder, *folder.parents))
 
 
+def trusted(*paths: Path) -> bool:
+    """Whether the folders from the cache root down to each of ``paths`` and the paths
+    themselves pass ``marquardt.devices.trust.check`` (else one warning says which fails).
+
+    **Arguments:** ``paths``: folders or files in the cache folder.
+
+    **Returns:** True where every existing one passes.
+    """
+    verdict = trust.check(str(cache_root()), *(str(path) for path in paths))
+    if not verdict.trusted:
+        level = user_stacklevel() + 1
+        trust.warn_untrusted(verdict, "compiled kernels", CACHE_DIR_ENV, stacklevel=level)
+    return verdict.trusted
+
+
 def _folder() -> Path | None:
-    """The cache folder, or None (with one warning) where it lies in a git work tree."""
-    folder = cache_dir().resolve()
-    if _in_work_tree(folder):
+    """The cache folder, or None (with one warning) where it lies in a git work tree or
+    another account could have written to it."""
+    folder = cache_dir()
+    if _in_work_tree(folder.resolve()):
         _say_once(
             "repository",
-            f"compiled kernels are not kept in {folder}: it lies inside a git work tree, "
-            f"and kernels stay in this process only. HINT: set {CACHE_DIR_ENV} to a folder "
-            "outside any repository",
+            f"compiled kernels are not kept in {folder.resolve()}: it lies inside a git work "
+            f"tree, and kernels stay in this process only. HINT: set {CACHE_DIR_ENV} to a "
+            "folder outside any repository",
         )
         return None
-    return folder
+    return folder if trusted(folder) else None
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a new file ``path`` with mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, trust.FILE_MODE)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 def _package_loader(path: Path, device: torch.device) -> Kernel:
@@ -105,6 +147,22 @@ def _package_loader(path: Path, device: torch.device) -> Kernel:
     return run
 
 
+def _verified(folder: Path, key: str) -> Path:
+    """The package the manifest of ``key`` names, its checksum checked.
+
+    Raises ``ValueError`` or ``OSError`` where the manifest or package cannot be used."""
+    record = json.loads((folder / f"{key}.json").read_text())
+    if record.get("format") != FORMAT or record.get("key") != key:
+        raise ValueError("its manifest belongs to another key or format")
+    package = folder / str(record["package"])
+    if not trusted(package):
+        UNTRUSTED.add(key)
+        raise PermissionError(f"{package} could have been written by another account")
+    if hashlib.sha256(package.read_bytes()).hexdigest() != record["sha256"]:
+        raise ValueError("its checksum does not match")
+    return package
+
+
 def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
     """(the kernel kept for ``key`` or None, whether one was kept but cannot be trusted:
     then one ``CompileWarning`` says it is rebuilt, and ``STATS["rebuilt"]`` counts it)."""
@@ -112,15 +170,14 @@ def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
     manifest = None if folder is None else folder / f"{key}.json"
     if folder is None or manifest is None or not manifest.is_file():
         return None, False
+    if not trusted(manifest):
+        UNTRUSTED.add(key)
+        return None, False
     try:
-        record = json.loads(manifest.read_text())
-        if record.get("format") != FORMAT or record.get("key") != key:
-            raise ValueError("its manifest belongs to another key or format")
-        package = folder / str(record["package"])
-        if hashlib.sha256(package.read_bytes()).hexdigest() != record["sha256"]:
-            raise ValueError("its checksum does not match")
-        kernel = _package_loader(package, device)
+        kernel = _package_loader(_verified(folder, key), device)
     except Exception as err:  # a bad artifact is rebuilt, never trusted
+        if key in UNTRUSTED:  # another account's: neither loaded nor rebuilt here
+            return None, False
         STATS["rebuilt"] += 1
         _say_once(
             f"bad:{key}",
@@ -135,10 +192,26 @@ def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
 
 def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], path: Path) -> None:
     """Compile the traced ``graph`` ahead of time into the AOTInductor package ``path``."""
-    import torch._inductor  # the compiler, imported only when a kernel is compiled
+    # The compiler, imported only when a kernel is compiled, and before the export, whose
+    # tracer looks for the compiler's higher-order operations.
+    import torch._inductor
 
     exported = torch.export.export(graph, tuple(inputs), strict=False)
     torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+
+
+def writable_folder() -> Path | None:
+    """The cache folder, created private where missing, or None where kernels may not be
+    kept there (inside a git work tree, another account could write to it, or it cannot
+    be created); the first two say so once."""
+    folder = _folder()
+    if folder is None:
+        return None
+    try:
+        trust.make_private(str(cache_root()), str(folder))
+    except OSError:
+        return None
+    return folder
 
 
 def save(
@@ -149,15 +222,19 @@ def save(
 ) -> Kernel:
     """Build the package for ``key`` (``build(path)`` writes it), keep it in the cache
     folder (module docstring) and return it loaded; where there is no key (a model
-    without a fingerprint) or the folder cannot be written, the package is built in a
-    temporary folder, loaded from there and dropped (the latter with one warning).
+    without a fingerprint), the key's kept files failed the trust check, or the folder
+    cannot be written, the package is built in a temporary folder, loaded from there and
+    dropped (the last with one warning). Where another process builds the key, this waits
+    for it (up to ``BUILD_WAIT`` seconds) and loads what it kept.
 
     Raises what ``build`` raises (the caller then runs eagerly)."""
-    folder = None if key is None else _folder()
+    folder = None if key is None or key in UNTRUSTED else _folder()
     if key is not None and folder is not None:
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            return _saved(folder, key, description, build, device)
+            trust.make_private(str(cache_root()), str(folder))
+            package = keep(folder, key, description, build, BUILD_WAIT)
+            if package is not None:
+                return _package_loader(package, device)
         except OSError as err:
             _say_once(
                 "unwritable",
@@ -172,19 +249,52 @@ def save(
         return _package_loader(path, device)
 
 
+def keep(
+    folder: Path,
+    key: str,
+    description: dict[str, Any],
+    build: Callable[[Path], None],
+    wait: float,
+) -> Path | None:
+    """Build the package of ``key`` into ``folder`` and write its manifest (both atomic,
+    0600), holding the key's build lock (``build_lock.held``) so that no two processes
+    build one key.
+
+    **Arguments:** ``folder``: a folder ``writable_folder`` gave; ``key``, ``description``:
+    the kernel's; ``build(path)``: writes the package; ``wait``: the most seconds to wait
+    for another builder of the key.
+
+    **Returns:** the kept package (one another builder kept meanwhile, where it did), or
+    None where another builder held the key for all of ``wait``.
+
+    Raises what ``build`` raises, and ``OSError`` where the folder cannot be written.
+    """
+    about = {"name": description.get("name"), "kind": description.get("kind")}
+    with build_lock.held(folder, key, about, wait) as mine:
+        if not mine:
+            return None
+        try:
+            return _verified(folder, key)  # built by the builder this one waited for
+        except (OSError, ValueError):
+            pass
+        for left in folder.glob(f".tmp-{key}-*"):  # a killed builder's half-made files
+            left.unlink(missing_ok=True)
+        return _saved(folder, key, description, build)
+
+
 def _saved(
     folder: Path,
     key: str,
     description: dict[str, Any],
     build: Callable[[Path], None],
-    device: torch.device,
-) -> Kernel:
+) -> Path:
     token = f"{os.getpid()}-{time.monotonic_ns()}"
     scratch = folder / f".tmp-{key}-{token}.pt2"
     note = folder / f".tmp-{key}-{token}.json"
     try:
-        note.write_text("")  # a read-only or full folder fails here, before the compile
+        _write_private(note, "")  # a read-only or full folder fails here, before the compile
         build(scratch)
+        os.chmod(scratch, trust.FILE_MODE)
         STATS["compiled"] += 1
         sha = hashlib.sha256(scratch.read_bytes()).hexdigest()
         package = folder / f"{key}-{sha[:16]}.pt2"
@@ -198,14 +308,14 @@ def _saved(
             "created": time.time(),
             "description": description,
         }
-        note.write_text(json.dumps(record, indent=1, sort_keys=True, default=str))
+        _write_private(note, json.dumps(record, indent=1, sort_keys=True, default=str))
         os.replace(note, folder / f"{key}.json")
     finally:
         for left in (scratch, note):
             left.unlink(missing_ok=True)
     STATS["saved"] += 1
     _drop_stale(folder, key, package.name)
-    return _package_loader(package, device)
+    return package
 
 
 def _drop_stale(folder: Path, key: str, kept: str) -> None:
@@ -221,16 +331,20 @@ def _drop_stale(folder: Path, key: str, kept: str) -> None:
 
 
 def entries() -> list[dict[str, Any]]:
-    """Every kernel kept in the cache folder: its manifest's fields and the manifest's
-    path (``manifest``); a manifest that does not parse is listed with ``error``."""
+    """Every kernel kept in the cache folder: its manifest's fields, the manifest's path
+    (``manifest``) and the trust check's verdict on it and its package (``verdict``); a
+    manifest that does not parse is listed with ``error``."""
     folder = cache_dir()
     found = []
+    root = str(cache_root())
     for manifest in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             record = json.loads(manifest.read_text())
         except (OSError, ValueError) as err:
             record = {"error": f"{type(err).__name__}: {err}"}
-        found.append({**record, "manifest": str(manifest)})
+        package = [str(folder / str(record["package"]))] if "package" in record else []
+        verdict = trust.check(root, str(manifest), *package)
+        found.append({**record, "manifest": str(manifest), "verdict": verdict.describe()})
     return found
 
 
@@ -240,6 +354,7 @@ def clear() -> tuple[int, int]:
     folder = cache_dir()
     count = size = 0
     paths = [*folder.glob("*.pt2"), *folder.glob("*.json"), *folder.glob(".tmp-*")]
+    paths += list(folder.glob("builds.log"))
     for path in paths if folder.is_dir() else []:
         try:
             length = path.stat().st_size

@@ -24,13 +24,17 @@ at least ``PAD_SHARE`` of it; below that the fits still running go to a second k
 ``PAD_SHARE`` of the chunk (when that is at least ``TAIL_FITS``), padded the same way, and
 run eagerly when fewer still.
 
-Under ``compile="auto"`` a kept kernel is always used; a missing one is compiled (saying so
-on stderr, with the time it took) when the call has at least ``COMPILE_WORK`` elements of
-J over its fits; a call that may not compile uses a kernel kept for fewer threads
-(``kernel_key.other_threads``) rather than none. The eager iteration runs instead, with
-one ``CompileWarning`` per model, where the model cannot be traced or compiled (Python
-control flow on tensor values, such as ``if x.sum() > 0:``), or no compiler is found
-(``compile=True`` only: under ``"auto"`` that is silent).
+Under ``compile="auto"`` a kept kernel is always used. A missing one is compiled inline
+(saying what, alive and its expected time on stderr: ``progress``) only where the call
+repays it: its predicted eager time (``eager_seconds``) exceeds the predicted compile
+(``COMPILE_SECONDS``). Else, for a call of at least ``COMPILE_WORK`` elements of J, the
+graph is traced here and compiled in a background process (``_curve.small.background``)
+while the call runs eagerly; a later chunk, call or process loads it. A kernel is built for
+``kernel_key.build_threads``, never for the load of the moment, so one kernel serves every
+thread count. The eager iteration runs instead, with one ``CompileWarning`` per model,
+where the model cannot be traced or compiled (Python control flow on tensor values, such
+as ``if x.sum() > 0:``), or no compiler is found (``compile=True`` only: under ``"auto"``
+that is silent).
 """
 
 from __future__ import annotations
@@ -38,55 +42,59 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ..._errors import CompileWarning
-from . import artifacts, kernel_key, traced
+from ..._settings import background_build
+from ..threads import torch_threads
+from . import artifacts, background, held, kernel_key, traced
+from .background import Job
 from .batched import BatchData, BatchModel, BatchState, _iterate, start_state
+from .held import CACHE_SIZE, PAD_SHARE, TAIL_FITS, forget
+from .progress import CompileProgress, where
 from .traced import data_listed, state_listed
 from .unrolled import decompositions
 
 __all__ = [
     "CACHE_SIZE",
     "COMPILE_MODES",
+    "COMPILE_SECONDS",
     "COMPILE_WORK",
+    "EAGER_CALL_SECONDS",
+    "EAGER_ELEMENT_SECONDS",
     "PAD_SHARE",
     "TAIL_FITS",
     "CompiledIterations",
     "check_compile",
     "compiler_available",
+    "eager_seconds",
     "forget",
     "iterations",
 ]
 
 #: The values of ``curve_fit_batch``'s ``compile`` keyword.
 COMPILE_MODES = ("auto", True, False)
-#: Elements of J over all the fits of a call (M·N·P) from which ``compile="auto"``
-#: compiles a kernel that is not kept yet: a compile is paid once per machine, and every
-#: later run of the same fits loads the kernel, so the threshold is where the fused
-#: iteration's saving over one call, counted over a few later runs, outweighs the
-#: compile (benchmarks/NOTES.md has the measured figures).
-COMPILE_WORK = 1_000_000
-#: A chunk holding at least this share of the compiled fits is padded up to them and runs
-#: compiled; a smaller one runs eagerly.
-PAD_SHARE = 0.4
-#: The fewest fits a second, smaller kernel is compiled for: the fits still running late
-#: in a chunk, once fewer than ``PAD_SHARE`` of it, run in a kernel for ``PAD_SHARE`` of
-#: the chunk rather than eagerly (where each iteration costs some milliseconds of dispatch
-#: however few the fits) when that kernel holds at least this many fits.
-TAIL_FITS = 1024
-#: Compiled iterations kept per process (least recently used dropped first).
-CACHE_SIZE = 16
+#: Elements of J over all the fits of a call (M·N·P) from which ``compile="auto"`` builds
+#: a kernel that is not kept yet (in the background, unless the call repays an inline
+#: compile): below it a call is over in milliseconds eagerly, and a compile's minute of a
+#: core is not worth spending for it.
+COMPILE_WORK = 10_000
+#: The predicted seconds of compiling one model's kernels (start, iteration, covariance)
+#: on a small CPU (benchmarks/NOTES.md, the compile profile): an inline compile under
+#: ``"auto"`` needs a call whose eager time is longer.
+COMPILE_SECONDS = 60.0
+#: The eager call's predicted seconds: a fixed part (the first iteration's dispatch and
+#: allocations) and a part per element of J (M·N·P), fitted to the eager batch calls of
+#: benchmarks/NOTES.md (elliptic Gaussian, 36 points, 6 parameters, M = 10⁴ and 10⁵).
+EAGER_CALL_SECONDS = 0.4
+EAGER_ELEMENT_SECONDS = 1.8e-7
 
 
 def check_compile(value: Any) -> str | bool:
@@ -110,12 +118,18 @@ def compiler_available(device: torch.device) -> bool:
     return any(name and shutil.which(name) for name in names)
 
 
+def eager_seconds(work: int) -> float:
+    """The predicted seconds of an eager call of ``work`` elements of J (M·N·P)."""
+    return EAGER_CALL_SECONDS + EAGER_ELEMENT_SECONDS * work
+
+
 def iterations(
     f: Callable[..., Any],
     mode: str | bool,
     device: torch.device,
     work: int,
     chunk: int,
+    fits: int | None = None,
 ) -> CompiledIterations | None:
     """The iteration for one ``curve_fit_batch`` call, or None for the eager one.
 
@@ -123,29 +137,25 @@ def iterations(
 
     - ``f``: the model; ``mode``: ``compile`` as checked by ``check_compile``.
     - ``device``: where the fits run; ``work``: M·N·P of the call; ``chunk``: fits per chunk.
+    - ``fits``: M (default: ``chunk``), for the work of one chunk.
 
     **Returns:** None for ``compile=False``; else a ``CompiledIterations`` that uses kept
-    kernels and may compile missing ones when ``mode`` is True or ``work`` is at least
-    ``COMPILE_WORK`` and a compiler is found (where none is, ``compile=True`` warns once).
+    kernels and compiles missing ones inline when ``mode`` is True or the call repays it
+    (``eager_seconds(work) ≥ COMPILE_SECONDS``), else in the background when ``work`` is at
+    least ``COMPILE_WORK``, background builds are on and the fits are on the CPU; a
+    compiler must be found (where none is, ``compile=True`` warns once).
     """
     if mode is False:
         return None
-    may_compile = mode is True or work >= COMPILE_WORK
-    if may_compile and not compiler_available(device):
+    inline = mode is True or eager_seconds(work) >= COMPILE_SECONDS
+    background = not inline and work >= COMPILE_WORK and device.type == "cpu" and background_build()
+    if (inline or background) and not compiler_available(device):
         if mode is True:
-            no_compiler(f, device)
-        may_compile = False
-    return CompiledIterations(f, chunk, may_compile)
-
-
-@dataclass
-class _Kernel:
-    """One compiled iteration and the fits it was compiled for."""
-
-    fits: int
-    run: Callable[..., tuple[torch.Tensor, ...]]
-    #: The model, held so that a key made from its id stays its own while cached.
-    model: Any
+            held.no_compiler(f, device)
+        inline = background = False
+    chunk_work = work // max(1, fits or chunk) * min(chunk, fits or chunk)
+    threads = kernel_key.build_threads(chunk_work, device)
+    return CompiledIterations(f, chunk, inline, background=background, threads=threads)
 
 
 @dataclass
@@ -155,7 +165,8 @@ class CompiledIterations:
     One instance serves one ``curve_fit_batch`` call, whose chunks hold ``chunk`` fits (the
     last may hold fewer). A kernel comes from the process-wide cache, else from the disk
     (``_curve.small.artifacts``), else it is compiled (for ``chunk`` fits, or the tail's)
-    when ``may_compile``. ``compile_seconds`` is the time this call spent tracing and
+    inline when ``may_compile``, or in a background process when ``background`` (the call
+    runs eagerly meanwhile); either builds for ``threads`` torch threads. ``compile_seconds`` is the time this call spent tracing and
     compiling (0 when every kernel was cached or kept); ``compiled`` says whether any
     iteration ran compiled; ``finish`` ends the line announcing a compile on stderr.
     """
@@ -163,10 +174,13 @@ class CompiledIterations:
     f: Callable[..., Any]
     chunk: int
     may_compile: bool
+    background: bool = False
+    threads: int = 1
     compile_seconds: float = 0.0
     compiled: bool = False
-    announced: bool = False
     failed: bool = False
+    line: CompileProgress | None = None
+    jobs: list[Job] = field(default_factory=list)
 
     def __call__(
         self,
@@ -179,7 +193,7 @@ class CompiledIterations:
         fits = state.p.shape[0]
 
         def trace(size: int) -> tuple[Callable[..., Any], list[torch.Tensor]]:
-            padded, part = _padded(state, data, size, model)
+            padded, part = held.padded(state, data, size, model)
             run = traced.iteration(model, data, tol, max_nfev)
             return run, state_listed(padded) + data_listed(part)
 
@@ -188,7 +202,7 @@ class CompiledIterations:
             return _iterate(model, state, data, tol, max_nfev)
         self.compiled = True
         if fits != kernel.fits:
-            state, data = _padded(state, data, kernel.fits, model)
+            state, data = held.padded(state, data, kernel.fits, model)
         out = kernel.run(*state_listed(state), *data_listed(data))
         return BatchState(*(out if fits == kernel.fits else (t[:fits] for t in out)))
 
@@ -213,13 +227,13 @@ class CompiledIterations:
         tol: dict[str, float],
         max_nfev: int,
         trace: Callable[[int], tuple[Callable[..., Any], list[torch.Tensor]]] | None,
-    ) -> _Kernel | None:
+    ) -> held.Kernel | None:
         """The iteration's kernel for the fits of ``p``: cached, kept on disk, or compiled
         from ``trace(size)`` (None: only looked for); None where they run eagerly."""
         fits = p.shape[0]
         shapes = kernel_key.shapes(self.f, p, data, tol, max_nfev, model.x_per_fit)
-        kernel = _serving(shapes, fits)
-        size = _size(self.chunk, fits)
+        kernel = held.serving(shapes, fits)
+        size = held.size_for(self.chunk, fits)
         if kernel is not None or not size:
             return kernel
         described = kernel_key.description(self.f, shapes, size, model, p.device)
@@ -230,7 +244,7 @@ class CompiledIterations:
         """``start_state``, compiled as the iteration is (same key, chunk and padding)."""
         fits = p0.shape[0]
         shapes = ("start", *kernel_key.shapes(self.f, p0, data, {}, 0, model.x_per_fit))
-        kernel = _serving(shapes, fits)
+        kernel = held.serving(shapes, fits)
         if kernel is None and fits == self.chunk:
 
             def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
@@ -252,8 +266,7 @@ class CompiledIterations:
         for a full chunk, shared by every model of these shapes)."""
         fits = gram.shape[0]
         shapes = ("covariance", None, *gram.shape[1:], gram.dtype, gram.device)
-        shapes += (torch.get_num_threads(),)
-        kernel = _serving(shapes, fits)
+        kernel = held.serving(shapes, fits)
         if kernel is None and fits == self.chunk:
 
             def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
@@ -276,42 +289,77 @@ class CompiledIterations:
         description: dict[str, Any] | None,
         device: torch.device,
         trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]] | None,
-    ) -> _Kernel | None:
+    ) -> held.Kernel | None:
         """The kernel for ``shapes`` and ``fits`` fits (``description``: its key's parts,
-        None where it has none): kept on disk, or compiled (when ``may_compile``) from
-        ``trace()``'s function and inputs; None: run eagerly. Without ``trace`` it only
-        looks (a bad kept kernel is left for a call that can rebuild it)."""
-        looked = (shapes, fits) in _ABSENT
-        if shapes in _FAILED or (looked and not self.may_compile):
-            return None
+        None where it has none): kept on disk, or compiled from ``trace()``'s function and
+        inputs (inline when ``may_compile``; in the background when ``background``, then
+        None for now); None: run eagerly. Without ``trace`` it only looks (a bad kept kernel
+        is left for a call that can rebuild it)."""
         key = None if description is None else artifacts.key_of(description)
-        run, bad = None, key in _BAD
+        if key is not None and (shapes, fits) in held.ABSENT and background.done(key):
+            held.ABSENT.pop((shapes, fits))  # this process's build ended: look again
+        looked = (shapes, fits) in held.ABSENT
+        spawn = self.background and trace is not None and key not in held.SPAWNED
+        if shapes in held.FAILED or (looked and not (self.may_compile or spawn)):
+            return None
+        run, bad = None, key in held.BAD
         if key is not None and not (looked or bad):
             run, bad = artifacts.load(key, device)
             if bad:
-                _BAD.add(key)
-        if description is not None and run is None and not (bad or looked or self.may_compile):
-            for other in kernel_key.other_threads(description, device):
-                run, _ = artifacts.load(artifacts.key_of(other), device)
-                if run is not None:
-                    break
+                held.BAD.add(key)
         if run is None and not bad:
-            _ABSENT[(shapes, fits)] = None
-            while len(_ABSENT) > 4 * CACHE_SIZE:
-                _ABSENT.popitem(last=False)
+            held.ABSENT[(shapes, fits)] = None
+            while len(held.ABSENT) > 4 * CACHE_SIZE:
+                held.ABSENT.popitem(last=False)
         # A kept kernel that cannot be trusted was worth compiling once: it is rebuilt.
         rebuild = bad and compiler_available(device)
         if run is None and trace is not None and (self.may_compile or rebuild):
             run = self._build(shapes, key, description or {}, device, trace)
-            _ABSENT.pop((shapes, fits), None)
-            _BAD.discard(key)
+            held.ABSENT.pop((shapes, fits), None)
+            held.BAD.discard(key)
+        elif run is None and trace is not None and self.background and key is not None:
+            self._in_background(shapes, key, description or {}, trace)
         if run is None:
             return None
-        kernel = _Kernel(fits, run, self.f)
-        _CACHE[(shapes, fits)] = kernel
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        kernel = held.Kernel(fits, run, self.f)
+        held.CACHE[(shapes, fits)] = kernel
+        while len(held.CACHE) > CACHE_SIZE:
+            held.CACHE.popitem(last=False)
         return kernel
+
+    def _traced(
+        self, trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]]
+    ) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+        """The graph of ATen operations ``trace()``'s function runs, and its inputs."""
+        run, inputs = trace()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = decompositions(inputs[0].shape[-1])
+            return make_fx(run, table, tracing_mode="real")(*inputs), inputs
+
+    def _in_background(
+        self,
+        shapes: tuple[Any, ...],
+        key: str,
+        description: dict[str, Any],
+        trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
+    ) -> None:
+        """Trace here and queue the background build of ``key`` for the call's end
+        (``finish``; once per process and key; not where the key's kept files failed the
+        trust check, or the folder may not keep kernels); a model that cannot be traced
+        runs eagerly with one warning."""
+        if key in held.SPAWNED or key in artifacts.UNTRUSTED:
+            return
+        held.SPAWNED.add(key)
+        if artifacts.writable_folder() is None:
+            return
+        try:
+            graph, inputs = self._traced(trace)
+        except Exception as err:  # the model cannot be traced: eager, as inline
+            held.FAILED.add(shapes)
+            held.warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            return
+        self.jobs.append(Job(key, description, graph, inputs, self.threads))
 
     def _build(
         self,
@@ -321,127 +369,42 @@ class CompiledIterations:
         device: torch.device,
         trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
     ) -> Callable[..., tuple[torch.Tensor, ...]] | None:
-        """Trace and compile ahead of time, keep the package (under ``key``, when there is
-        one) and load it; None (and one warning per model) where that fails."""
-        self._announce(device)
+        """Trace and compile ahead of time (for ``threads`` threads), keep the package
+        (under ``key``, when there is one) and load it; None (and one warning per model)
+        where that fails."""
+        line = self._progress(device)
         started = time.perf_counter()
 
         def build(path: Path) -> None:
-            run, inputs = trace()
-            with warnings.catch_warnings():
+            graph, inputs = self._traced(trace)
+            with torch_threads(self.threads), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                table = decompositions(inputs[0].shape[-1])
-                graph = make_fx(run, table, tracing_mode="real")(*inputs)
                 artifacts.compile_package(graph, inputs, path)
 
         try:
-            return artifacts.save(key, description, build, device)
+            with line.alive(str(description.get("kind", "iteration"))):
+                return artifacts.save(key, description, build, device)
         except Exception as err:  # any failure means: run eagerly
             self.failed = True
-            _FAILED.add(shapes)
-            _warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            held.FAILED.add(shapes)
+            held.warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
             return None
         finally:
             self.compile_seconds += time.perf_counter() - started
 
-    def _announce(self, device: torch.device) -> None:
-        if self.announced:
-            return
-        self.announced = True
-        name = getattr(self.f, "__qualname__", type(self.f).__name__)
-        threads = torch.get_num_threads()
-        where = f"{threads} thread{'s' * (threads != 1)}" if device.type == "cpu" else device
-        sys.stderr.write(
-            f"marquardt: compiling curve_fit_batch's iteration for the model {name} "
-            f"(on {where}), once for this machine; later runs load it ... "
-        )
-        sys.stderr.flush()
+    def _progress(self, device: torch.device) -> CompileProgress:
+        """The call's progress line (made at its first inline compile)."""
+        if self.line is None:
+            name = getattr(self.f, "__qualname__", type(self.f).__name__)
+            self.line = CompileProgress(name, where(device, self.threads), COMPILE_SECONDS)
+        return self.line
 
     def finish(self) -> None:
-        """End the stderr line of a compile with the time it took (nothing if none)."""
-        if self.announced:
-            done = "failed (see the warning) after" if self.failed else "compiled in"
-            sys.stderr.write(f"{done} {self.compile_seconds:.1f} s\n")
-            sys.stderr.flush()
-            self.announced = False
-
-
-def _size(chunk: int, fits: int) -> int:
-    """The fits to compile for ``fits`` running fits of a call with ``chunk``-fit chunks:
-    ``chunk``, or for the fits still running late in a chunk ``chunk``·``PAD_SHARE`` when
-    that is at least ``TAIL_FITS``; 0 where ``fits`` fits neither (they run eagerly)."""
-    tail = round(chunk * PAD_SHARE)
-    for size in (chunk, tail if tail >= TAIL_FITS else 0):
-        if size and PAD_SHARE * size <= fits <= size:
-            return size
-    return 0
-
-
-def _padded(
-    state: BatchState, data: BatchData, fits: int, model: BatchModel
-) -> tuple[BatchState, BatchData]:
-    """State and data of ``fits`` fits: these, then copies of the first (whose results are
-    dropped)."""
-    if state.p.shape[0] == fits:
-        return state, data
-    index = torch.arange(fits, device=state.p.device)
-    index = torch.where(index < state.p.shape[0], index, 0)
-    return state.take(index), data.take(index, model.x_per_fit)
-
-
-_CACHE: OrderedDict[tuple[Any, ...], _Kernel] = OrderedDict()
-_FAILED: set[tuple[Any, ...]] = set()
-#: Keys of kept kernels found untrustworthy and not rebuilt yet by this process (a look
-#: without a trace, ``ready``, leaves the rebuild to the call that follows).
-_BAD: set[str | None] = set()
-#: (shapes, fits) looked for on disk and not found by this process, most recent last.
-_ABSENT: OrderedDict[tuple[Any, ...], None] = OrderedDict()
-_WARNED: OrderedDict[Any, None] = OrderedDict()
-
-
-def _serving(shapes: tuple[Any, ...], fits: int) -> _Kernel | None:
-    """The cached kernel for these shapes with the fewest fits that still holds ``fits``
-    while ``fits`` is at least ``PAD_SHARE`` of them (marked most recently used)."""
-    found = [
-        (key, k)
-        for key, k in _CACHE.items()
-        if key[0] == shapes and PAD_SHARE * k.fits <= fits <= k.fits
-    ]
-    if not found:
-        return None
-    key, kernel = min(found, key=lambda item: item[1].fits)
-    _CACHE.move_to_end(key)
-    return kernel
-
-
-def _warn_once(f: Callable[..., Any], reason: str) -> None:
-    key = kernel_key.identity(f)
-    if key in _WARNED:
-        return
-    _WARNED[key] = None
-    while len(_WARNED) > 4 * CACHE_SIZE:
-        _WARNED.popitem(last=False)
-    name = getattr(f, "__qualname__", type(f).__name__)
-    warnings.warn(
-        f"curve_fit_batch could not compile its iteration for the model {name} and runs it "
-        f"eagerly (same results, slower): {reason}. HINT: write f without Python control "
-        "flow on tensor values (use torch.where), or pass compile=False to skip the attempt",
-        CompileWarning,
-        stacklevel=4,
-    )
-
-
-def no_compiler(f: Callable[..., Any], device: torch.device) -> None:
-    """The one warning for ``compile=True`` where ``compiler_available`` is False."""
-    _warn_once(
-        f,
-        "no compiler found for "
-        + ("Triton (GPU)" if device.type == "cuda" else "C++ (set CXX or install g++)"),
-    )
-
-
-def forget() -> None:
-    """Empty this process's caches of kernels, failures, disk misses and warnings (the
-    kept kernels on disk stay)."""
-    for cache in (_CACHE, _FAILED, _BAD, _ABSENT, _WARNED):
-        cache.clear()
+        """End the stderr line of a compile with the time it took (nothing if none), and
+        start the background build of the kernels the call traced, now that it is over
+        (one process for them all, not competing with the call)."""
+        if self.line is not None:
+            self.line.finish(self.failed, self.compile_seconds)
+        if self.jobs:
+            background.start(self.jobs)
+            self.jobs = []

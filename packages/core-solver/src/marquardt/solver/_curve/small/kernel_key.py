@@ -2,7 +2,10 @@
 and on disk.
 
 In the process a kernel is found by ``shapes``: f itself (or its id where f cannot be
-hashed), the shapes, dtype, device, thread count, losses, tolerances and budget. On disk
+hashed), the shapes, dtype, device, losses, tolerances and budget. The thread count is
+not part of the key: a kernel is built for ``build_threads`` (what the default would pick
+on an idle machine, never the load of the moment) and runs on those threads whatever the
+call's own count, so that a change in the machine's load never asks for a second kernel. On disk
 f's identity means nothing, so ``description`` puts in its place f's fingerprint
 (``_curve.small.fingerprint``), and adds the kernel's kind and fits, the SHA-256 of the
 solver's own modules whose code the graph runs, torch's version, the GPU's name and the
@@ -24,16 +27,17 @@ import torch
 
 from ... import _rules
 from ..._lm import robust
+from ..threads import BATCH_THREAD_WORK, choose_threads
 from . import artifacts, batched, normal, traced, unrolled
 from .batched import BatchData, BatchModel
 from .fingerprint import fingerprint
 
 __all__ = [
+    "build_threads",
     "covariance",
     "cpu",
     "description",
     "identity",
-    "other_threads",
     "shapes",
     "solver_code",
 ]
@@ -56,7 +60,6 @@ def shapes(
         x_per_fit,
         p.dtype,
         p.device,
-        torch.get_num_threads(),
         data.losses,
         data.w is not None,
         data.mask is not None,
@@ -65,8 +68,23 @@ def shapes(
     )
 
 
-#: Where ``shapes`` puts the thread count.
-_THREADS = 7
+def build_threads(chunk_work: int, device: torch.device, most: int | None = None) -> int:
+    """The torch threads a kernel is built for: the count the default would choose on an
+    idle machine for a chunk of ``chunk_work`` elements of J (``_curve.threads``), so the
+    same whatever the load (1 off the CPU, where it means nothing).
+
+    **Arguments:** ``chunk_work``: fits per chunk × N × P; ``device``: where the fits run;
+    ``most``: the most threads (default torch's setting).
+
+    **Returns:** a thread count of at least 1.
+    """
+    if device.type != "cpu":
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return choose_threads(chunk_work, BATCH_THREAD_WORK, most=most, machine=(cores, 0.0))
 
 
 def identity(f: Callable[..., Any]) -> Any:
@@ -93,14 +111,12 @@ def description(
         return None
     start = isinstance(kernel_shapes[0], str)
     rest = list(kernel_shapes[2:] if start else kernel_shapes[1:])
-    threads = rest.pop(_THREADS - 1)
     return {
         "format": artifacts.FORMAT,
         "model": code,
         "name": getattr(f, "__qualname__", type(f).__name__),
         "kind": "start" if start else "iteration",
         "shapes": repr(tuple(rest)),
-        "threads": threads,
         "fits": fits,
         "torch": torch.__version__,
         "solver": solver_code(type(model)),
@@ -111,32 +127,19 @@ def description(
 
 def covariance(kernel_shapes: tuple[Any, ...], fits: int, device: torch.device) -> dict[str, Any]:
     """What a kept kernel of ``traced.gram_inverse`` is keyed by: no model (it has none),
-    ``kernel_shapes`` ("covariance", None, P, P, dtype, device, threads) and the rest of
+    ``kernel_shapes`` ("covariance", None, P, P, dtype, device) and the rest of
     ``description``'s parts."""
     return {
         "format": artifacts.FORMAT,
         "kind": "covariance",
         "name": "covariance",
-        "shapes": repr(kernel_shapes[2:-1]),
-        "threads": kernel_shapes[-1],
+        "shapes": repr(kernel_shapes[2:]),
         "fits": fits,
         "torch": torch.__version__,
         "solver": solver_code(None),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "cpu": cpu(),
     }
-
-
-def other_threads(described: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
-    """``described`` for the fewer threads a kernel may have been kept for here (one, or
-    half the cores; on the CPU only), most first: where no kernel may be compiled, one kept
-    for fewer threads computes the same and runs faster than the eager iteration, and
-    never takes more threads than the call was given."""
-    if device.type != "cpu":
-        return []
-    counts = {1, (os.cpu_count() or 1) // 2, described["threads"] - 1}
-    mine = described["threads"]
-    return [{**described, "threads": n} for n in sorted(counts, reverse=True) if 0 < n < mine]
 
 
 @functools.cache

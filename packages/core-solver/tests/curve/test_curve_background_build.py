@@ -1,0 +1,232 @@
+"""Kernels built without blocking the call (``_curve.small.background``, ``build_lock``):
+a default call without a kept kernel runs eagerly and leaves the kernel for the next
+process; two processes never build one key; a killed build leaves no corrupt artifact and
+no stale lock. The lock tests drive ``artifacts.keep`` with a stand-in build; one test
+compiles a tiny model for real and waits for its builds."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import marquardt.solver._curve.small.artifacts as artifacts
+import marquardt.solver._curve.small.compiled as compiled
+from marquardt.solver import cache, curve_fit_batch
+from marquardt.solver._curve.small import background, build_lock, progress
+
+FITS, POINTS = 500, 12  # M·N·P = 12,000: above COMPILE_WORK, far below an inline compile
+
+
+@pytest.fixture
+def builds_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """A fresh cache folder with background builds on; every build ended afterwards."""
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MARQUARDT_SOLVER_BACKGROUND_BUILD", "1")
+    compiled.forget()
+    yield tmp_path / "compiled"
+    background.cancel()
+    compiled.forget()
+
+
+def _decays() -> dict[str, Any]:
+    rng = np.random.default_rng(5)
+    t = np.linspace(0.0, 3.0, POINTS)
+    a, k = rng.uniform(1, 2, (FITS, 1)), rng.uniform(0.5, 1.5, (FITS, 1))
+    y = a * np.exp(-k * t) + rng.normal(0, 0.01, (FITS, POINTS))
+    return {"xdata": t, "ydata": y, "p0": np.c_[a, k] * 1.2}
+
+
+NEXT_PROCESS = r"""
+import json, sys
+import numpy as np
+from compiled_models import decay
+from marquardt.solver import curve_fit_batch
+from marquardt.solver._curve.small import artifacts
+problem = {k: np.asarray(v) for k, v in json.loads(sys.stdin.read()).items()}
+popt, pcov, info = curve_fit_batch(decay, **problem, full_output=True)
+print(json.dumps({"stats": artifacts.STATS, "popt": popt.tolist(), "compiled": info["compiled"]}))
+"""
+
+
+def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_process(
+    builds_on: Path,
+) -> None:
+    from compiled_models import decay
+
+    problem = _decays()
+    eager = curve_fit_batch(decay, **problem, full_output=True, compile=False)
+    started = time.perf_counter()
+    first = curve_fit_batch(decay, **problem, full_output=True)
+    seconds = time.perf_counter() - started
+    # Eager now: nothing compiled in the call, whose time is far below one compile's.
+    assert not first[2]["compiled"] and first[2]["compile_seconds"] == 0
+    assert seconds < 0.5 * compiled.COMPILE_SECONDS
+    np.testing.assert_array_equal(first[0], eager[0])
+    assert background.wait(timeout=background.BUILD_SECONDS)
+    kinds = sorted(e["description"]["kind"] for e in cache.entries())
+    assert kinds == ["covariance", "iteration", "start"], cache.entries()
+    assert build_lock.builds(builds_on) == [] and not list(builds_on.glob(".tmp-*"))
+    tests = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", NEXT_PROCESS],
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]),
+        },
+        input=json.dumps({k: np.asarray(v).tolist() for k, v in problem.items()}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["compiled"] and got["stats"]["loaded"] == 3 and got["stats"]["compiled"] == 0
+    assert "compiling" not in done.stderr
+    # Compiled and eager answers agree in float64.
+    np.testing.assert_allclose(got["popt"], eager[0], rtol=1e-8, atol=1e-10)
+
+
+BUILDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import marquardt.solver._curve.small.artifacts as artifacts
+    folder, value, pause = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    def build(path):
+        with open(folder.parent / "builds.log", "a") as log:
+            log.write(value + "\\n")
+        Path(path).write_text(value * 1000)  # half made ...
+        time.sleep(pause)                     # ... while the builder holds the key
+    kept = artifacts.keep(folder, "shared", {"name": "m", "kind": "iteration"}, build, 60.0)
+    print(kept)
+    """
+)
+
+
+def _builder(folder: Path, value: str, pause: float) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", BUILDER, str(folder), value, str(pause)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _kept(folder: Path) -> Path:
+    return artifacts._verified(folder, "shared")
+
+
+def test_two_processes_asking_for_one_key_build_it_once(builds_on: Path) -> None:
+    folder, tmp_path = builds_on, builds_on.parent
+    folder.mkdir(mode=0o700)
+    builders = [_builder(folder, v, 2.0) for v in "ab"]
+    outs = [b.communicate(timeout=120) for b in builders]
+    assert [b.returncode for b in builders] == [0, 0], outs
+    built = (tmp_path / "builds.log").read_text().split()
+    assert len(built) == 1, built
+    # The one that waited got the other's package.
+    assert {out.strip() for out, _ in outs} == {str(_kept(folder))}
+    assert _kept(folder).read_text() == built[0] * 1000
+    assert not list(folder.glob(".build-*.lock")) and not list(folder.glob(".tmp-*"))
+
+
+def test_a_killed_build_leaves_no_corrupt_artifact_and_no_stale_lock(builds_on: Path) -> None:
+    folder = builds_on
+    folder.mkdir(mode=0o700)
+    victim = _builder(folder, "a", 60.0)
+    deadline = time.monotonic() + 60
+    while not list(folder.glob(".tmp-shared-*.pt2")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    listed = build_lock.builds(folder)
+    assert [b["pid"] for b in listed] == [victim.pid] and listed[0]["name"] == "m"
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=30)
+    # No manifest names the half-made package, and the lock died with its holder: the
+    # listing shows no build and removes the file, and the next builder goes at once.
+    with pytest.raises(FileNotFoundError):
+        _kept(folder)
+    assert build_lock.builds(folder) == [] and not list(folder.glob(".build-*.lock"))
+    started = time.perf_counter()
+    again = _builder(folder, "b", 0.0)
+    assert again.wait(timeout=120) == 0
+    assert time.perf_counter() - started < 60
+    assert _kept(folder).read_text() == "b" * 1000
+    assert not list(folder.glob(".tmp-*"))
+
+
+def test_a_cancelled_background_build_leaves_nothing(builds_on: Path) -> None:
+    graph = torch.fx.symbolic_trace(torch.nn.Linear(2, 1))
+    inputs = [torch.zeros(3, 2)]
+    artifacts.writable_folder()
+    job = background.Job("k-cancel", {"name": "lin", "kind": "iteration"}, graph, inputs, 1)
+    assert background.start([job])
+    assert not background.start([job])  # once per process and key
+    deadline = time.monotonic() + 60
+    while not build_lock.builds(builds_on) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [b["key"] for b in build_lock.builds(builds_on)] == ["k-cancel"]
+    assert background.cancel() == 1
+    assert build_lock.builds(builds_on) == []
+    assert not (builds_on / "k-cancel.json").exists() and not list(builds_on.glob(".tmp-*"))
+
+
+def test_the_listing_shows_builds_in_progress(
+    builds_on: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    builds_on.mkdir(mode=0o700, parents=True)
+    builder = _builder(builds_on, "a", 60.0)
+    try:
+        deadline = time.monotonic() + 60
+        while not build_lock.builds(builds_on) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cache.main(["list"]) == 0
+        out = capsys.readouterr().out
+        assert f"building m iteration (pid {builder.pid}" in out
+    finally:
+        builder.kill()
+        builder.wait()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_an_inline_compile_says_what_it_compiles_that_it_is_alive_and_how_long(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(progress, "TICK", 0.02)
+    screen = _Terminal()
+    line = progress.CompileProgress("spot", "2 threads", 60.0, stream=screen)
+    with line.alive("start"):
+        time.sleep(0.1)
+    with line.alive("iteration"):
+        time.sleep(0.1)
+    line.finish(False, 12.3)
+    text = screen.getvalue()
+    # Rewritten in place while it runs, naming each kernel, the expected time ...
+    assert text.count("\r") >= 4 and "start for the model spot" in text
+    assert "iteration for the model spot (on 2 threads; expected ~60 s)" in text
+    assert text.endswith("compiled in 12.3 s\n")
+    # ... and in a log, one line per call.
+    log = io.StringIO()
+    line = progress.CompileProgress("spot", "1 thread", 60.0, stream=log)
+    with line.alive("start"):
+        pass
+    with line.alive("iteration"):
+        pass
+    line.finish(False, 4.0)
+    assert log.getvalue().count("\n") == 1 and "\r" not in log.getvalue()
+    assert "start for the model spot" in log.getvalue() and "iteration ... " in log.getvalue()
