@@ -63,7 +63,9 @@ def solve_lm(
     while True:
         g = j.T @ at.r
         free = ~_rules.held_at_bounds(at.p, lower, upper, g)
-        if at.cost == 0.0 or trust.cosine_met(j, g, free, float(np.linalg.norm(at.r)), gtol):
+        size = float(np.linalg.norm(at.r))
+        norms = _rules.column_norms(j)
+        if at.cost == 0.0 or _rules.gtol_met(g, ~free, norms, size, max(gtol, trust.EPS)):
             status = 1
             break
         if count["nfev"] >= max_nfev:

@@ -40,11 +40,11 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "EPS",
     "FACTOR",
     "GRAM_CONDITION",
     "Decomposition",
     "Radius",
-    "cosine_met",
     "decompose",
     "step_for_radius",
 ]
@@ -58,7 +58,8 @@ GRAM_CONDITION = 1e4
 #: ``lmpar``'s relative tolerance on ‖z‖ − Δ, and its most tries.
 _LENGTH_TOLERANCE = 0.1
 _TRIES = 10
-_EPS = float(np.finfo(np.float64).eps)
+#: float64's machine epsilon: each fit test also holds once its quantity reaches it.
+EPS = float(np.finfo(np.float64).eps)
 _TINY = float(np.finfo(np.float64).tiny)
 
 
@@ -119,7 +120,7 @@ def decompose(js: np.ndarray, d: np.ndarray, r: np.ndarray, g: np.ndarray) -> De
     else:
         u, s, vt = np.linalg.svd(scaled, full_matrices=False)
         b = u.T @ r
-    keep = s > _EPS * max(rows, size) * s[0]
+    keep = s > EPS * max(rows, size) * s[0]
     return Decomposition.of(s[keep], b[keep], vt[keep].T, bool(keep.all()))
 
 
@@ -183,16 +184,3 @@ class Radius:
             self.delta = length / 0.5
             self.lam = 0.5 * self.lam
         return ratio
-
-
-def cosine_met(js: np.ndarray, g: np.ndarray, free: np.ndarray, size: float, gtol: float) -> bool:
-    """MINPACK's gtol: max_j |J_jᵀr| / (‖r‖·‖J_j‖) over the free columns of nonzero norm
-    at most gtol (or ε), or r = 0; ``size`` is ‖r‖ (the scaled r̃ of a robust loss)."""
-    if size == 0.0:
-        return True
-    norms = np.sqrt(np.einsum("ij,ij->j", js, js))
-    usable = free & (norms > 0)
-    if not usable.any():
-        return True
-    cosine = np.abs(g[usable]) / (size * norms[usable])
-    return bool(cosine.max() <= max(gtol, _EPS))
