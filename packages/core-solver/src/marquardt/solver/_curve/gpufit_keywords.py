@@ -21,18 +21,12 @@ import numpy as np
 import torch
 
 from .batch.curve_fit_batch import curve_fit_batch
+from .batch.reduced import merged
 from .batch.start import checked_estimator, fixed_mask
 from .scipy.args import hinted, not_found
 from .scipy.options import FitOptions
 
 __all__ = ["gpufit_fit"]
-
-
-def _merged(values: np.ndarray, free: np.ndarray, q: tuple[Any, ...]) -> list[Any]:
-    full: list[Any] = [float(v) for v in values]
-    for k, value in zip(np.flatnonzero(free), q, strict=True):
-        full[k] = value
-    return full
 
 
 def _reduced_keywords(kwargs: dict[str, Any], free: np.ndarray) -> dict[str, Any]:
@@ -67,15 +61,17 @@ def _fixed_fit(
     fit: Callable[..., Any], free: np.ndarray, options: FitOptions, call: dict[str, Any]
 ) -> Any:
     f, jac, values = call.pop("f"), call.pop("jac"), options.start
+    written = [float(v) for v in values]
+    index = [int(k) for k in np.flatnonzero(free)]
 
     def reduced(x: Any, *q: Any) -> Any:
-        return f(x, *_merged(values, free, q))
+        return f(x, *merged(written, index, q))
 
     reduced_jac = jac
     if callable(jac):
 
         def reduced_jac(x: Any, *q: Any) -> Any:
-            return np.asarray(jac(x, *_merged(values, free, q)))[:, free]
+            return np.asarray(jac(x, *merged(written, index, q)))[:, free]
 
     kwargs = _reduced_keywords(call.pop("kwargs"), free)
     result = fit(

@@ -10,7 +10,7 @@ fixed values back and pcov zero rows and columns for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,7 +18,16 @@ import torch
 
 from .args import BatchArgs
 
-__all__ = ["Reduction", "reduction"]
+__all__ = ["Reduction", "merged", "reduction"]
+
+
+def merged(values: Sequence[float], free: Sequence[int], q: Sequence[Any]) -> list[Any]:
+    """Every parameter of the model: ``values`` with the fitted ones (indices ``free``)
+    replaced by ``q``."""
+    full: list[Any] = list(values)
+    for k, value in zip(free, q, strict=True):
+        full[k] = value
+    return full
 
 
 @dataclass(frozen=True)
@@ -54,10 +63,7 @@ def reduction(f: Callable[..., Any], args: BatchArgs) -> Reduction | None:
     values = tuple(float(v) for v in args.p0[0])
 
     def model(x: Any, *q: Any) -> Any:
-        full: list[Any] = list(values)
-        for k, value in zip(free, q, strict=True):
-            full[k] = value
-        return f(x, *full)
+        return f(x, *merged(values, free, q))
 
     index = torch.tensor(free, device=args.p0.device)
     reduced = replace(
