@@ -125,7 +125,7 @@ def _builds_done() -> None:
     """Wait for the kernels a default call builds in the background (none where they are
     kept): the timed calls then run as a later run of the script would, and no build
     competes with them for the cores."""
-    from marquardt.solver._curve.small import background
+    from marquardt.solver._curve.kernel_cache import background
 
     background.wait()
 

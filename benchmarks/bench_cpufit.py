@@ -193,7 +193,7 @@ def first_calls(size: int, fits: int, dtype: str) -> dict[str, dict[str, float]]
             }
     # Default calls build missing kernels in the background: the first run of a script
     # leaves them for the second, so this process waits for its builds.
-    from marquardt.solver._curve.small import background
+    from marquardt.solver._curve.kernel_cache import background
 
     start = time.perf_counter()
     background.wait()

@@ -87,7 +87,7 @@ def _call(data: dict[str, np.ndarray], dtype: str, **options: Any) -> tuple[floa
 
 def process(kind: str, fits: int, dtype: str) -> dict[str, Any]:
     """One fresh process of a row (module docstring): ``eager``, ``first`` or ``second``."""
-    from marquardt.solver._curve.small import background
+    from marquardt.solver._curve.kernel_cache import background
 
     data = problem(fits)
     options = {"compile": False} if kind == "eager" else {}

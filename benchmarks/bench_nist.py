@@ -22,7 +22,7 @@ Sides, each fit like for like:
 The time rows: a small fit's seconds per trial on the ``"lm"`` path against the
 ``"trf"`` path (the Gram solve and Nielsen's λ that ``"lm"`` took before; the same
 differences and J), and one iteration's damped solve of the small-fit path
-(``_curve.small.trust``: the scaled J's decomposition, then the trust region's λ and
+(``_curve.single_lm.trust``: the scaled J's decomposition, then the trust region's λ and
 step) against the solve it replaced (JᵀJ + λD², its scaled eigenvalues, one P × P
 solve) at small-fit shapes (N × P); medians of interleaved calls. ``python
 benchmarks/run_all.py nist [--quick]`` (``--quick``: start 1 of the higher-difficulty
@@ -144,7 +144,7 @@ def _old_solve(js: np.ndarray, g: np.ndarray, d: np.ndarray, lam: float) -> np.n
 
 def _new_solve(js: np.ndarray, r: np.ndarray, d: np.ndarray, radius: float) -> np.ndarray:
     """The trust region's: the scaled J's decomposition, then λ for the radius and the step."""
-    from marquardt.solver._curve.small import trust
+    from marquardt.solver._curve.single_lm import trust
 
     dec = trust.decompose(js, d, r, js.T @ r)
     return trust.step_for_radius(dec, radius, 0.0)[0] / d

@@ -21,7 +21,7 @@ of ``REPEATS`` calls from the tenth on:
 * ours, NumPy model: ``marquardt.solver.curve_fit`` with f written with NumPy (finite
   differences), default arguments;
 * ours, torch model, ``compile=True``: the fit through the compiled core
-  (``_curve.compiled_path``): the first process compiles its kernels (its first
+  (``_curve.batch_of_one``): the first process compiles its kernels (its first
   call), the second loads them (no target: what a kept kernel gives). The model is a
   wrapper of its own, so that its kernels are keyed apart from the default side's: the
   default rows show what a script that passes no keyword gets;

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from marquardt.solver._curve.small import background
+from marquardt.solver._curve.kernel_cache import background
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:

@@ -3,7 +3,7 @@ and `NielsenDamping`.
 
 Each rule gives the same numbers on floats, NumPy arrays and torch tensors, one fit or a
 batch; `NielsenDamping` moves λ by the same formula; and a single fit (SciPy's "lm":
-MINPACK's trust region, ``_curve.small.lm``; "trf" with bounds or a robust loss: the
+MINPACK's trust region, ``_curve.single_lm.minpack``; "trf" with bounds or a robust loss: the
 batch's own steps) and the same problem inside a batch reach the same minimum, to the
 tolerances' reach, each stopping on a fit test.
 """

@@ -1,4 +1,4 @@
-"""Kernels built without blocking the call (``_curve.small.background``, ``build_lock``):
+"""Kernels built without blocking the call (``_curve.kernel_cache.background``, ``build_lock``):
 a default call without a kept kernel runs eagerly and leaves the kernel for the next
 process; two processes never build one key; a killed build leaves no corrupt artifact and
 no stale lock. The lock tests drive ``artifacts.keep`` with a stand-in build; one test
@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-import marquardt.solver._curve.small.artifacts as artifacts
-import marquardt.solver._curve.small.compiled as compiled
+import marquardt.solver._curve.compiled_lm as compiled
+import marquardt.solver._curve.kernel_cache.artifacts as artifacts
 from marquardt.solver import cache, curve_fit_batch
-from marquardt.solver._curve.small import background, build_lock, progress
+from marquardt.solver._curve.kernel_cache import background, build_lock, progress
 
 FITS, POINTS = 500, 12  # M·N·P = 12,000: above COMPILE_WORK, far below an inline compile
 
@@ -53,7 +53,7 @@ import json, sys
 import numpy as np
 from compiled_models import decay
 from marquardt.solver import curve_fit_batch
-from marquardt.solver._curve.small import artifacts
+from marquardt.solver._curve.kernel_cache import artifacts
 problem = {k: np.asarray(v) for k, v in json.loads(sys.stdin.read()).items()}
 popt, pcov, info = curve_fit_batch(decay, **problem, full_output=True)
 print(json.dumps({"stats": artifacts.STATS, "popt": popt.tolist(), "compiled": info["compiled"]}))
@@ -102,7 +102,7 @@ BUILDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    import marquardt.solver._curve.small.artifacts as artifacts
+    import marquardt.solver._curve.kernel_cache.artifacts as artifacts
     folder, value, pause = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
     def build(path):
         with open(folder.parent / "builds.log", "a") as log:

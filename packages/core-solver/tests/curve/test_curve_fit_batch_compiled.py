@@ -20,9 +20,9 @@ import pytest
 import torch
 from compiled_models import spot
 
-import marquardt.solver._curve.small.artifacts as artifacts
-import marquardt.solver._curve.small.compiled as compiled
-import marquardt.solver._curve.small.held as held
+import marquardt.solver._curve.compiled_lm as compiled
+import marquardt.solver._curve.kernel_cache.artifacts as artifacts
+import marquardt.solver._curve.kernel_cache.held as held
 from marquardt.devices import UntrustedCacheWarning, trust
 from marquardt.solver import cache, curve_fit_batch
 from marquardt.solver._errors import CompileWarning
@@ -184,7 +184,7 @@ import json, sys
 import numpy as np
 from compiled_models import spot
 from marquardt.solver import curve_fit_batch
-from marquardt.solver._curve.small import artifacts
+from marquardt.solver._curve.kernel_cache import artifacts
 problem = json.loads(sys.stdin.read())
 problem = {k: np.asarray(v) if k != "bounds" else tuple(map(np.asarray, v)) for k, v in problem.items()}
 popt, pcov, info = curve_fit_batch(spot, **problem, full_output=True)

@@ -231,7 +231,7 @@ def test_poisson_pcov_takes_the_information_of_the_last_accepted_trial(
 ) -> None:
     """Each fit's Fisher information is formed once: from the accepted trial it stopped on,
     or at the end for a fit that stopped otherwise; pcov is its inverse either way."""
-    from marquardt.solver._curve.small import estimators
+    from marquardt.solver._curve.batched_lm import estimators
 
     sizes: list[int] = []
     formed = estimators.information

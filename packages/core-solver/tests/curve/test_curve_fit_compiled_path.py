@@ -1,5 +1,5 @@
 """``curve_fit(..., compile=...)`` with a torch model: the fit as a batch of one through
-``curve_fit_batch``'s compiled core (``_curve.compiled_path``) against the host path,
+``curve_fit_batch``'s compiled core (``_curve.batch_of_one``) against the host path,
 which path ``"auto"`` takes with and without a kept kernel, and what goes to the host path
 whatever ``compile`` says. One tiny fit is compiled once for the module."""
 

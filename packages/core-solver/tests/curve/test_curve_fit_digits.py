@@ -1,8 +1,8 @@
-"""The small-fit LM's digits: MINPACK's trust region (``_curve.small.trust``) and its tests.
+"""The small-fit LM's digits: MINPACK's trust region (``_curve.single_lm.trust``) and its tests.
 
 NIST's Hahn1 (a rational function with J's scaled condition number near 10⁷) and MGH10
 (an exponential whose start 1 is far down a curved valley) from both certified starts,
-through ``curve_fit`` (SciPy's default ``"lm"``: ``_curve.small.lm``) and through
+through ``curve_fit`` (SciPy's default ``"lm"``: ``_curve.single_lm.minpack``) and through
 ``curve_fit_batch`` (the starts as one batch), at
 tight tolerances must reach NIST's certified parameters to 6 significant digits or more
 (``benchmarks/bench_nist.py`` fits all 27 problems); the damped step for a radius is
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from marquardt.solver import OptimizeWarning, curve_fit, curve_fit_batch
-from marquardt.solver._curve.small import trust
+from marquardt.solver._curve.single_lm import trust
 from marquardt.testing.nist import lre, nist_problem
 
 TIGHT = {"ftol": 1e-15, "xtol": 1e-15, "gtol": 1e-15}

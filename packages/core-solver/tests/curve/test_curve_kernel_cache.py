@@ -1,4 +1,4 @@
-"""The kept kernels' keys and store (``_curve.small.fingerprint``, ``kernel_key``,
+"""The kept kernels' keys and store (``_curve.kernel_cache.fingerprint``, ``kernel_key``,
 ``artifacts``) and ``python -m marquardt.solver.cache``. Nothing is compiled here: the
 store is driven with a stand-in build and loader (what a real package does is checked in
 ``test_curve_fit_batch_compiled``)."""
@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-import marquardt.solver._curve.small.artifacts as artifacts
+import marquardt.solver._curve.kernel_cache.artifacts as artifacts
 from marquardt.devices import UntrustedCacheWarning, cache_folder, trust
 from marquardt.solver import cache
 from marquardt.solver._curve.batch.model import BatchModel
-from marquardt.solver._curve.small import kernel_key
-from marquardt.solver._curve.small.batched import BatchData
-from marquardt.solver._curve.small.fingerprint import fingerprint
+from marquardt.solver._curve.batched_lm.driver import BatchData
+from marquardt.solver._curve.kernel_cache import kernel_key
+from marquardt.solver._curve.kernel_cache.fingerprint import fingerprint
 from marquardt.solver._curve.threads import torch_threads
 from marquardt.solver._errors import CompileWarning
 
@@ -221,7 +221,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import torch
-    import marquardt.solver._curve.small.artifacts as artifacts
+    import marquardt.solver._curve.kernel_cache.artifacts as artifacts
     artifacts._package_loader = lambda path, device: (lambda x: (x,))
     value = sys.argv[1]
     def build(path):

@@ -1,4 +1,4 @@
-"""``_curve.small.normal``: JᵀJ and Jᵀr̃ formed eagerly and as the traced iteration forms
+"""``_curve.batched_lm.normal``: JᵀJ and Jᵀr̃ formed eagerly and as the traced iteration forms
 them, the linear model's reduction from them, and the kernel key that covers the module."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from marquardt.solver._curve.small import kernel_key, normal
+from marquardt.solver._curve.batched_lm import normal
+from marquardt.solver._curve.kernel_cache import kernel_key
 
 
 def _problem() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

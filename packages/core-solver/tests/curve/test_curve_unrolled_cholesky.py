@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from marquardt.solver._curve.small.unrolled import (
+from marquardt.solver._curve.batched_lm.unrolled import (
     UNROLL_MOST,
     cholesky_ex,
     cholesky_solve,

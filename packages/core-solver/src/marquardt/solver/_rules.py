@@ -2,7 +2,7 @@
 
 Each rule is a function of arrays: torch tensors or NumPy arrays, one fit (vectors of P
 parameters, N residuals) or M fits at once (a leading axis M), or plain floats where that
-makes sense. The single fit (``_curve.small.single``), the batched fits (``_curve.small.batched``) and
+makes sense. The single fit (``_curve.single_lm.driver``), the batched fits (``_curve.batched_lm.driver``) and
 `NielsenDamping` (``LMA``'s rule) call them, as SciPy's ``trf`` and ``dogbox`` share
 ``_lsq/common.py``; a change of rule is a change here.
 

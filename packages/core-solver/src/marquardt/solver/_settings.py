@@ -15,7 +15,7 @@
     ``0`` (or ``false``/``no``/``off``): under ``compile="auto"`` a missing kernel is never
     built in a background process (the call runs eagerly and nothing is built; for batch
     jobs that must not leave a process behind). Unset or ``1`` (the default): it is built
-    in the background (``_curve.small.background``). Read at each call.
+    in the background (``_curve.kernel_cache.background``). Read at each call.
 
 Nothing else is read here. Which GPUs Legate holds, and where the user's cache folder is
 (``MARQUARDT_CACHE_DIR``, read by ``marquardt.devices.cache_folder()``; the solver keeps

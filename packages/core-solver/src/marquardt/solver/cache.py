@@ -23,7 +23,7 @@ from typing import Any
 
 from marquardt.devices import trust
 
-from ._curve.small import artifacts, build_lock
+from ._curve.kernel_cache import artifacts, build_lock
 from ._settings import cache_dir, cache_root
 
 __all__ = ["builds", "clear", "entries", "folder", "main", "verdicts"]

@@ -1,20 +1,31 @@
-"""Curve fitting, laid out by entry point over one small-problem LM.
+"""Curve fitting, laid out by what each part does, over one small-problem LM.
 
-* ``curve_fit.py``: ``curve_fit``, which sends each fit to its path: the host path
-  (``scipy/small_path.py``), the sliced engine (``scipy/engine.py``) or the compiled core
-  of the batched fits as a batch of one (``compiled_path.py``).
-* ``scipy/``: SciPy's face of ``curve_fit``: its arguments translated once into the
+* ``curve_fit.py``: ``curve_fit``, which sends each fit to its path: the single-fit driver
+  (``scipy/to_single.py``), the large-N engine (``scipy/to_large.py``) or the compiled core
+  of the batched fits as a batch of one (``batch_of_one.py``); ``gpufit_keywords.py``: its
+  keywords beyond SciPy's (``fixed``, ``estimator``).
+* ``scipy/``: the SciPy edge of ``curve_fit``: its arguments translated once into the
   ``FitOptions`` every path reads (a new SciPy keyword is a line in ``scipy/options.py``,
-  its check in ``scipy/args.py``), the providers of J,
-  SciPy's covariance, and the hand-over of large fits to the sliced engine.
+  its check in ``scipy/args.py``), the providers of J, SciPy's covariance, and the
+  hand-over of a fit to the single-fit driver or the large-N engine.
 * ``batch/``: ``curve_fit_batch``, M independent fits: its arguments, the vectorised model,
   the chunks of fits and the per-fit covariance.
-* ``small/``: the drivers of the small-problem LM: one fit on the host (``small/single.py``;
-  SciPy's ``"lm"`` by MINPACK's trust region, ``small/lm.py`` with ``small/trust.py``) and
-  M fits at once in torch (``small/batched.py``); a new driver goes here. Their rules (λ, the scaling, the fit tests, the robust rows, the
-  covariance's cut and scale) are ``marquardt.solver._rules``, where a new rule goes.
-* ``large/``: ``curve_fit_result``, the sliced engine for fits of many points or on a GPU:
+* ``single_lm/``: the single-fit driver, one fit on the host in float64 NumPy
+  (``single_lm/driver.py``; SciPy's ``"lm"`` by MINPACK's trust region,
+  ``single_lm/minpack.py`` with ``single_lm/trust.py``).
+* ``batched_lm/``: the batched driver, M fits at once in torch (``batched_lm/driver.py``),
+  its normal equations, its estimators and the forms of its iteration that are traced.
+* ``compiled_lm.py``: the batched driver's iteration compiled into fused kernels, held in
+  the process and kept on disk by the kernel cache.
+* ``kernel_cache/``: the kernel cache: the compiled kernels on disk (``artifacts``), their
+  keys (``kernel_key``, ``fingerprint``), the kernels a process holds (``held``), and their
+  builds (``build_lock``, ``background``, ``progress``).
+* ``large/``: ``curve_fit_result``, the large-N engine for fits of many points or on a GPU:
   `LMA` on the model with bounds by a change of variables and an active set.
 * ``threads.py``: the torch thread count that the CPU paths share.
 * ``bounds_rule.py``: when bounds can be used, for the three entry points alike.
+
+The drivers' rules (λ, the scaling, the fit tests, the robust rows, the covariance's cut
+and scale) are ``marquardt.solver._rules``, where a new rule goes; a new driver gets a
+folder of its own.
 """

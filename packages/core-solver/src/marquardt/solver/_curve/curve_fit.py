@@ -4,7 +4,7 @@ SciPy's arguments are translated here, once, into the fit's own terms: the model
 (torch → autodiff; anything else → SciPy's finite differences, ``_curve.scipy.providers``), the
 whitening W (1/σ, or L⁻¹ for a covariance matrix σ = LLᵀ), the bounds and SciPy's feasible
 start, the stopping tolerances and evaluation budget, and the path: the small-fit LM of
-``_curve.small.single`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
+``_curve.single_lm.driver`` (every NumPy model, every torch model of up to ``SMALL_POINTS`` points
 with its data on the CPU) or the sliced engine of ``_curve.large.fit`` (larger torch fits, torch
 data on a GPU, or the engine's keywords). The results go
 back in SciPy's form: NumPy float64 for NumPy input, torch on the data's device for torch
@@ -13,11 +13,11 @@ parameters not found: ...")``) and ``OptimizeWarning``; pcov from the pseudo-inv
 as ``least_squares``' branch of SciPy computes it.
 
 ``method``: "lm" (the default without bounds) runs MINPACK's trust-region LM and its tests
-(``_curve.small.lm``); "trf" and "dogbox" run LM with projected bounds and
-``least_squares``' tests (``_curve.small.single``, the steps ``curve_fit_batch`` takes);
+(``_curve.single_lm.minpack``); "trf" and "dogbox" run LM with projected bounds and
+``least_squares``' tests (``_curve.single_lm.driver``, the steps ``curve_fit_batch`` takes);
 each with SciPy's checks ("lm" refuses bounds) and SciPy's default evaluation budget for
 the named method. A torch model's fit, stepped with SciPy's differences, goes on from p̂
-with autodiff's J until a test holds again (``_curve.scipy.small_path``).
+with autodiff's J until a test holds again (``_curve.scipy.to_single``).
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ import torch
 from marquardt.jacobian import keeps_grad_mode
 
 from .._backends.blas_threads import one_blas_thread
-from .compiled_path import compiled_fit, serves
+from .batch_of_one import compiled_fit, serves
+from .compiled_lm import check_compile
 from .gpufit_keywords import gpufit_fit
 from .scipy.args import hinted, numpy_array, omit_nan, refuse_non_finite, whitening
-from .scipy.engine import engine_fit
 from .scipy.options import ENGINE_KEYWORDS, SCIPY_KEYWORDS, FitOptions, fit_options
 from .scipy.providers import model_kind
-from .scipy.small_path import small_fit
-from .small.compiled import check_compile
+from .scipy.to_large import engine_fit
+from .scipy.to_single import small_fit
 from .threads import choose_threads, torch_threads
 
 __all__ = ["BLAS_POINTS", "ENGINE_ONE_THREAD_POINTS", "SMALL_POINTS", "curve_fit"]
@@ -72,7 +72,7 @@ def takes_engine(
 def takes_compiled(
     mode: str | bool, on_device: bool, options: FitOptions, untracked: list[int]
 ) -> bool:
-    """Whether a torch model's fit may run through the compiled core (``compiled_path``):
+    """Whether a torch model's fit may run through the compiled core (``_curve.batch_of_one``):
     ``compile`` allows it, the data are on the CPU, no engine keyword or J other than
     autodiff's is asked for, and autodiff sees every parameter."""
     return (
@@ -136,7 +136,7 @@ def curve_fit(
         nan_policy: with ``check_finite`` off, ``"raise"`` or ``"omit"`` (drops the NaN
             points, and sigma's rows and columns); ``"propagate"`` is refused.
         compile: ``"auto"``, True or False, as in `curve_fit_batch`: a torch model's fit
-            runs as a batch of one through its compiled core (``_curve.compiled_path``:
+            runs as a batch of one through its compiled core (``_curve.batch_of_one``:
             f, J, JᵀJ and Jᵀr in one fused pass per iteration) when a kernel for this model
             and these shapes is kept on disk or in this process, or one is to be compiled
             inline (True; ``"auto"`` where the fit repays the compile); else, and for what that

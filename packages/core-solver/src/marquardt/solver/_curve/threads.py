@@ -58,7 +58,7 @@ def batch_crossover(points: int, params: int, item: int, fused: bool) -> int:
     **Arguments:**
 
     - ``points``, ``params``: N and P of each fit; ``item``: bytes per element.
-    - ``fused``: whether the iteration runs compiled (``_curve.small.compiled``).
+    - ``fused``: whether the iteration runs compiled (``_curve.compiled_lm``).
 
     **Returns:** ``BATCH_THREAD_WORK`` where the iteration runs fused or each fit holds at
     least ``FIT_THREAD_BYTES`` of J; else ``NEVER`` (one thread).

@@ -1,6 +1,6 @@
 """``curve_fit_batch``: M independent fits of one model f(x, *p) in one call.
 
-The fits run through the batched LM of ``_curve.small.batched`` in chunks of fits sized from
+The fits run through the batched LM of ``_curve.batched_lm.driver`` in chunks of fits sized from
 the device's free memory (``chunk_fits``), so that any M fits; each chunk's results equal
 those of one chunk holding every fit; pcov, χ² and the final statuses are
 ``_curve.batch.results``'s. NumPy in, NumPy out; torch in, torch out on the data's device;
@@ -20,9 +20,9 @@ import torch
 from marquardt.jacobian import keeps_grad_mode
 
 from ..._lm.memory_fit import usable_memory
-from ..small.batched import STATUS_MESSAGES, BatchData, solve_batch
-from ..small.compiled import CompiledIterations, check_compile, iterations
-from ..small.traced import gram_inverse
+from ..batched_lm.driver import STATUS_MESSAGES, BatchData, solve_batch
+from ..batched_lm.traced import gram_inverse
+from ..compiled_lm import CompiledIterations, check_compile, iterations
 from ..threads import batch_crossover, choose_threads, torch_threads
 from .args import BatchArgs, batch_args
 from .model import BatchModel, check_model
@@ -264,7 +264,7 @@ def curve_fit_batch(
     threads than that, since on busy cores each short kernel waits for a descheduled
     thread and the fits run many times slower than on one (``_curve.threads``).
     ``compile`` (``"auto"``, True or False) runs each LM iteration as one compiled graph
-    of fused kernels (``_curve.small.compiled``): ``"auto"`` uses a kernel compiled
+    of fused kernels (``_curve.compiled_lm``): ``"auto"`` uses a kernel compiled
     before, in this process or kept on disk by an earlier one (``marquardt.solver.cache``),
     and compiles a missing one inline (with a progress line on stderr) where the call
     repays it, else builds it in a background process for calls of at least
@@ -300,7 +300,7 @@ def curve_fit_batch(
             are zero.
         estimator: ``"lse"`` (least squares) or ``"poisson"`` (Gpufit's maximum
             likelihood for counts: no sigma or robust loss; pcov the inverse Fisher
-            information, ``_curve.small.estimators``).
+            information, ``_curve.batched_lm.estimators``).
         max_iterations: the most LM iterations (trial steps) per fit, beside ``max_nfev``.
 
     Returns:

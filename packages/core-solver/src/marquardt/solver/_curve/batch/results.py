@@ -29,8 +29,8 @@ import torch
 
 from ..._errors import CovarianceWarning, OptimizeWarning, user_stacklevel
 from ..._rules import covariance_scale, pseudo_inverse_gram
-from ..small import estimators
-from ..small.batched import (
+from ..batched_lm import estimators
+from ..batched_lm.driver import (
     STATUS_MESSAGES,
     TOO_FEW_POINTS,
     BatchData,

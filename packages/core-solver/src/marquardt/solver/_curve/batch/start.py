@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 #: The estimators ``curve_fit_batch`` and ``curve_fit`` take: least squares, and Gpufit's
-#: Poisson maximum likelihood (``_curve.small.estimators``).
+#: Poisson maximum likelihood (``_curve.batched_lm.estimators``).
 ESTIMATORS = ("lse", "poisson")
 #: The fits named in a message before "…".
 NAMED = 5

@@ -6,7 +6,7 @@ and turns it into our own terms: the start and the bounds, the method, the provi
 loss, the `FitTests` (the fit tests, SciPy's stopping tests of one fit, and its evaluation
 budget), the
 covariance's convention and what the caller gets back. The small path
-(``small_path.py``), the sliced engine (``engine.py``) and ``curve_fit_batch``
+(``to_single.py``), the sliced engine (``to_large.py``) and ``curve_fit_batch``
 (`fit_tests`, `checked_loss`, `checked_bounds`) read these values and never the keywords
 themselves, so that no keyword means one thing on one path and is dropped on another.
 """

@@ -9,7 +9,7 @@ factorisation A = LLᵀ is, for j = 1..P,
 and the solve is L z = b by forward and Lᵀ x = z by back substitution: O(P³) operations,
 each on a vector of M entries, which a compiler fuses into one loop over the systems.
 ``decompositions`` maps ATen's ``linalg_cholesky_ex`` and ``cholesky_solve`` to these for
-``make_fx`` when P ≤ ``UNROLL_MOST`` (``_curve.small.compiled`` traces with it); above that the
+``make_fx`` when P ≤ ``UNROLL_MOST`` (``_curve.compiled_lm`` traces with it); above that the
 ATen operations stay.
 
 As LAPACK's ``potrf``, the factorisation reports in ``info`` the (1-based) order of the

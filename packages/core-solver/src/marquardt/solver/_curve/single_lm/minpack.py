@@ -2,14 +2,14 @@
 
 For residuals r(p) (N,) and J(p) (N × P) from a provider (``_curve.scipy.providers``), each
 iteration decomposes the scaled J once and tries steps of the trust region of radius Δ
-(``_curve.small.trust``: λ for Δ as ``lmpar`` finds it, Δ's update, ρ ≥ 10⁻⁴ to accept)
+(``_curve.single_lm.trust``: λ for Δ as ``lmpar`` finds it, Δ's update, ρ ≥ 10⁻⁴ to accept)
 until one is accepted; the tests are ``lmder``'s (``trust``'s docstring): ftol on the
 relative actual and predicted reductions, xtol on Δ against ‖Dp‖, gtol on the cosine
 between r and J's columns. D is MINPACK's scaling: the running maximum of J's column norms
 (or 1/x_scale when given). The actual reduction 1 − C⁺/C is taken from the residuals'
 difference (``_reduction``), so that near p̂ the ratio ρ, and with it Δ, follows the model
 rather than rounding. Parameters on a bound whose gradient pushes outwards are held there
-and the trial is projected onto the bounds, as in ``_curve.small.single``, whose `SmallFit`
+and the trial is projected onto the bounds, as in ``_curve.single_lm.driver``, whose `SmallFit`
 this returns.
 
 SciPy's ``"trf"`` and ``"dogbox"`` fits (bounds, robust losses) keep ``single``'s path,
@@ -24,7 +24,7 @@ import numpy as np
 
 from ... import _rules
 from . import trust
-from .single import Provider, SmallFit
+from .driver import Provider, SmallFit
 
 __all__ = ["solve_lm"]
 

@@ -1,21 +1,21 @@
 """Fused kernels for ``curve_fit_batch``: one batched LM iteration, compiled once per machine.
 
-One iteration of ``_curve.small.batched`` (f and its forward-mode Jacobian, g = Jᵀr̃, the
+One iteration of ``_curve.batched_lm.driver`` (f and its forward-mode Jacobian, g = Jᵀr̃, the
 scaled JᵀJ, the damped Cholesky solves, the projected trial, its cost and the
 accept/reject with Nielsen's λ rule) is dozens of small eager kernels, each a pass over
 memory and a dispatch. Here the whole iteration is traced to one graph of ATen operations
 (``make_fx``, which also unrolls ``vmap``/``jacfwd``; the traced functions are
-``_curve.small.traced``) and that graph is compiled ahead of time by AOTInductor (C++/OpenMP
+``_curve.batched_lm.traced``) and that graph is compiled ahead of time by AOTInductor (C++/OpenMP
 through the system compiler on CPUs, Triton on GPUs), so that the pointwise work and the
 reductions over the N points run fused; the P × P Cholesky factorisations and solves are
-traced written out (``_curve.small.unrolled``) so that they fuse too, instead of one LAPACK
+traced written out (``_curve.batched_lm.unrolled``) so that they fuse too, instead of one LAPACK
 call per fit. The start state (f and J at p0, ``batched.start_state``) and the inverse of
 JᵀJ the covariance is formed from (``traced.gram_inverse``, shared by every model) are
 compiled the same way.
 
 A compiled kernel is specialised to its shapes, dtype, device, thread count, the
-tolerances and the model f. It is kept on disk (``_curve.small.artifacts``, the user's cache
-folder) under a key made of those, of f's fingerprint (``_curve.small.fingerprint``: its
+tolerances and the model f. It is kept on disk (``_curve.kernel_cache.artifacts``, the user's cache
+folder) under a key made of those, of f's fingerprint (``_curve.kernel_cache.fingerprint``: its
 code and the values it captures), of the solver's own code and of torch's version, so
 that a later process loads it instead of compiling; and in a process-wide cache, so that
 a loop of fits loads it once. A chunk with fewer fits than the compiled one (the last
@@ -28,7 +28,7 @@ Under ``compile="auto"`` a kept kernel is always used. A missing one is compiled
 (saying what, alive and its expected time on stderr: ``progress``) only where the call
 repays it: its predicted eager time (``eager_seconds``) exceeds the predicted compile
 (``COMPILE_SECONDS``). Else, for a call of at least ``COMPILE_WORK`` elements of J, the
-graph is traced here and compiled in a background process (``_curve.small.background``)
+graph is traced here and compiled in a background process (``_curve.kernel_cache.background``)
 while the call runs eagerly; a later chunk, call or process loads it. A kernel is built for
 ``kernel_key.build_threads``, never for the load of the moment, so one kernel serves every
 thread count. The eager iteration runs instead, with one ``CompileWarning`` per model,
@@ -52,15 +52,16 @@ from typing import Any
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ..._settings import background_build
-from ..threads import torch_threads
-from . import artifacts, background, held, kernel_key, traced
-from .background import Job
-from .batched import BatchData, BatchModel, BatchState, _iterate, start_state
-from .held import CACHE_SIZE, PAD_SHARE, TAIL_FITS, forget
-from .progress import CompileProgress, where
-from .traced import data_listed, state_listed
-from .unrolled import decompositions
+from .._settings import background_build
+from .batched_lm import traced
+from .batched_lm.driver import BatchData, BatchModel, BatchState, _iterate, start_state
+from .batched_lm.traced import data_listed, state_listed
+from .batched_lm.unrolled import decompositions
+from .kernel_cache import artifacts, background, held, kernel_key
+from .kernel_cache.background import Job
+from .kernel_cache.held import CACHE_SIZE, PAD_SHARE, TAIL_FITS, forget
+from .kernel_cache.progress import CompileProgress, where
+from .threads import torch_threads
 
 __all__ = [
     "CACHE_SIZE",
@@ -164,7 +165,7 @@ class CompiledIterations:
 
     One instance serves one ``curve_fit_batch`` call, whose chunks hold ``chunk`` fits (the
     last may hold fewer). A kernel comes from the process-wide cache, else from the disk
-    (``_curve.small.artifacts``), else it is compiled (for ``chunk`` fits, or the tail's)
+    (``_curve.kernel_cache.artifacts``), else it is compiled (for ``chunk`` fits, or the tail's)
     inline when ``may_compile``, or in a background process when ``background`` (the call
     runs eagerly meanwhile); either builds for ``threads`` torch threads. ``compile_seconds`` is the time this call spent tracing and
     compiling (0 when every kernel was cached or kept); ``compiled`` says whether any

@@ -55,7 +55,7 @@ NICE = 10
 #: so that the caller's write never waits on the builder's imports.
 _BOOT = (
     "import sys; job = sys.stdin.buffer.read(); "
-    "from marquardt.solver._curve.small.background import main; sys.exit(main(job))"
+    "from marquardt.solver._curve.kernel_cache.background import main; sys.exit(main(job))"
 )
 #: The builders' log in the cache folder: a line per build (built, left to another
 #: builder, failed and why), and whatever the compiler says.

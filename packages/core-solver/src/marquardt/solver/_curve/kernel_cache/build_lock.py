@@ -1,6 +1,6 @@
 """One builder per kernel key: a lock file, held with ``flock`` while the kernel is built.
 
-Whoever builds a key (a background builder, ``_curve.small.background``, or a compile
+Whoever builds a key (a background builder, ``_curve.kernel_cache.background``, or a compile
 inline, ``artifacts.save``) first locks ``.build-<key>.lock`` in the cache folder with
 ``fcntl.flock`` (exclusive) and writes into it its pid, its start time and what it builds,
 for ``python -m marquardt.solver.cache list``. The kernel drops a ``flock`` when its holder

@@ -1,6 +1,6 @@
 """A model's fingerprint: a hash of what its traced graph is made of, read without tracing.
 
-A compiled kernel on disk is found again by a key (``_curve.small.artifacts``), and a key
+A compiled kernel on disk is found again by a key (``_curve.kernel_cache.artifacts``), and a key
 must change whenever the graph traced from the model would: its code, the code of every
 function it calls that is not torch's, and every number or tensor it reads from outside
 its arguments (defaults, closure cells, globals). ``fingerprint`` walks exactly those: a

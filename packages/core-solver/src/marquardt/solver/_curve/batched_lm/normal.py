@@ -3,7 +3,7 @@
 For fits of N points and P parameters, with J̃ the Jacobian with its rows scaled and r̃
 the scaled residuals, an iteration needs J̃ᵀJ̃ (P × P), J̃ᵀr̃ (P) and the linear model's
 reduction at a step s. ``products`` forms the first two: eagerly as two batched matrix
-products (one call each); under ``fused`` (what ``_curve.small.traced`` traces with) as
+products (one call each); under ``fused`` (what ``_curve.batched_lm.traced`` traces with) as
 P(P+1)/2 + P sums over the points of products of J̃'s columns, which the compiler fuses,
 with the forward-mode pass that produces the columns, into one kernel over the fits
 instead of an external matrix product reading J̃ back (eagerly those sums would be as

@@ -7,7 +7,7 @@ not part of the key: a kernel is built for ``build_threads`` (what the default w
 on an idle machine, never the load of the moment) and runs on those threads whatever the
 call's own count, so that a change in the machine's load never asks for a second kernel. On disk
 f's identity means nothing, so ``description`` puts in its place f's fingerprint
-(``_curve.small.fingerprint``), and adds the kernel's kind and fits, the SHA-256 of the
+(``_curve.kernel_cache.fingerprint``), and adds the kernel's kind and fits, the SHA-256 of the
 solver's own modules whose code the graph runs, torch's version, the GPU's name and the
 processor's instruction sets.
 """
@@ -27,9 +27,11 @@ import torch
 
 from ... import _rules
 from ..._lm import robust
+from ..batched_lm import driver as batched
+from ..batched_lm import normal, traced, unrolled
+from ..batched_lm.driver import BatchData, BatchModel
 from ..threads import BATCH_THREAD_WORK, choose_threads
-from . import artifacts, batched, normal, traced, unrolled
-from .batched import BatchData, BatchModel
+from . import artifacts
 from .fingerprint import fingerprint
 
 __all__ = [

@@ -1,5 +1,5 @@
 """The small path of `curve_fit`: SciPy's translated arguments, one fit by the single-fit
-driver of ``_curve.small`` with ``kind``'s provider of J, and the result in SciPy's forms."""
+driver of ``_curve.single_lm`` with ``kind``'s provider of J, and the result in SciPy's forms."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..small.lm import solve_lm
-from ..small.single import SmallFit, solve_small
+from ..single_lm.driver import SmallFit, solve_small
+from ..single_lm.minpack import solve_lm
 from .args import not_found
 from .covariance import columns_dependent, leastsq_info
 from .covariance import pcov as scipy_pcov
@@ -34,7 +34,7 @@ def small_fit(
     untracked: list[int],
     first: np.ndarray | None = None,
 ) -> Any:
-    """The fit on the small path (``_curve.small.single``) with ``kind``'s provider of J.
+    """The fit on the small path (``_curve.single_lm.driver``) with ``kind``'s provider of J.
 
     A torch model's steps take SciPy's finite differences (``jac``'s scheme, 2-point by
     default) and J at p̂, for pcov, is autodiff's: P + 1 plain evaluations of f cost several
@@ -108,8 +108,8 @@ def small_fit(
 
 
 def _solver(options: FitOptions) -> Callable[..., SmallFit]:
-    """MINPACK's ``lmder`` for SciPy's ``"lm"`` (``_curve.small.lm``), the path
-    ``curve_fit_batch`` shares for ``"trf"`` and ``"dogbox"`` (``_curve.small.single``)."""
+    """MINPACK's ``lmder`` for SciPy's ``"lm"`` (``_curve.single_lm.minpack``), the path
+    ``curve_fit_batch`` shares for ``"trf"`` and ``"dogbox"`` (``_curve.single_lm.driver``)."""
     if options.method == "lm" and options.loss == "linear":
         return solve_lm
     return partial(solve_small, loss=options.loss, f_scale=options.f_scale)

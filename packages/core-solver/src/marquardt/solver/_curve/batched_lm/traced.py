@@ -1,4 +1,4 @@
-"""The functions ``_curve.small.compiled`` traces: one batched LM iteration, the start
+"""The functions ``_curve.compiled_lm`` traces: one batched LM iteration, the start
 state, as functions of flat lists of tensors, and the inverse of JᵀJ for the covariance.
 
 ``make_fx`` and AOTInductor see tensors only, so a ``BatchState`` and a ``BatchData`` are
@@ -16,7 +16,7 @@ from dataclasses import fields
 import torch
 
 from . import normal
-from .batched import BatchData, BatchModel, BatchState, _iterate, start_state
+from .driver import BatchData, BatchModel, BatchState, _iterate, start_state
 
 __all__ = [
     "STATE",

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from ..._errors import CompileWarning
+from ..batched_lm.driver import BatchData, BatchModel, BatchState
 from . import artifacts, kernel_key
-from .batched import BatchData, BatchModel, BatchState
 
 __all__ = [
     "ABSENT",

@@ -1,10 +1,10 @@
 """The compiled path of `curve_fit`: a torch model's fit run as a batch of one.
 
 ``curve_fit_batch``'s core (``_curve.batch.curve_fit_batch``: the batched LM of
-``_curve.small.batched`` with its compiled iteration, start and covariance of
-``_curve.small.compiled``) fits one data set as well as many: f, J (forward mode), JᵀJ and
+``_curve.batched_lm.driver`` with its compiled iteration, start and covariance of
+``_curve.compiled_lm``) fits one data set as well as many: f, J (forward mode), JᵀJ and
 Jᵀr in one fused pass over the points per iteration, where the host path
-(``small_path``) evaluates f P + 1 times for differences and solves on the host. The fit
+(``_curve.scipy.to_single``) evaluates f P + 1 times for differences and solves on the host. The fit
 takes this path when ``compile`` allows it and a kernel is at hand: kept on disk by an
 earlier process (or this one) for this model and these shapes, or to be compiled
 (``compile=True``, or under ``"auto"`` a fit whose eager time repays the compile). It
@@ -25,11 +25,11 @@ import torch
 from .batch.args import BatchArgs
 from .batch.curve_fit_batch import kernel_ready, planned, solved
 from .batch.model import check_model
+from .batched_lm.driver import STATUS_MESSAGES
 from .scipy.args import not_found
 from .scipy.covariance import leastsq_info, warn_indeterminate
 from .scipy.options import FitOptions
 from .scipy.providers import Whitening
-from .small.batched import STATUS_MESSAGES
 
 __all__ = ["compiled_fit", "serves"]
 

@@ -3,7 +3,7 @@
 Each fit m has residuals r_m(p) = w_m ⊙ (f(x_m, p) − y_m) (N points, zero where its mask
 drops a point) and its own state: p, λ, ν, the scaling D (MINPACK's running maximum of
 J's column norms), evaluations, steps and status. One iteration does, for every fit still
-running, what one trial of the small-fit path (``_curve.small.single``) does for one fit:
+running, what one trial of the small-fit path (``_curve.single_lm.driver``) does for one fit:
 
 * g = Jᵀr̃; parameters on a bound whose gradient pushes outwards are held (the active
   set); gtol: the largest cosine between r̃ and a column of J̃ over the others at most
@@ -99,7 +99,7 @@ class BatchData:
     the mask of points kept (None: all), bounds (M × P), each fit's loss (an index into ``losses``)
     and f_scale (M,); ``free`` (M × P, None: all) marks the parameters fitted, the others
     held at p0 (their columns of J zero), and ``estimator`` names the cost
-    (``_curve.small.estimators``)."""
+    (``_curve.batched_lm.estimators``)."""
 
     x: torch.Tensor
     y: torch.Tensor
@@ -362,7 +362,7 @@ def solve_batch(
 ) -> BatchState:
     """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
     ``iterate`` and ``initial`` replace ``_iterate`` and ``start_state`` (same arguments, same
-    results: ``_curve.small.compiled``)."""
+    results: ``_curve.compiled_lm``)."""
     tol = {"ftol": ftol, "xtol": xtol, "gtol": gtol}
     whole = (initial or start_state)(model, p0, data)
     index = torch.arange(p0.shape[0], device=p0.device)
