@@ -12,10 +12,6 @@ collocation points that may be redrawn as training goes (``Collocation``).
 
 from __future__ import annotations
 
-from ._activations import FourierFeatures, PeriodicFeatures, Sine
-from ._boundary import HardBoundary
-from ._causal import CausalWeights
-from ._collocation import Collocation
 from ._columns import ColumnSubset
 from ._engine import JacobianEngine
 from ._errors import (
@@ -36,6 +32,14 @@ from ._errors import (
 )
 from ._gauss_newton import GaussNewtonProducts
 from ._grad_mode import keeps_grad_mode
+from ._pinn import (
+    CausalWeights,
+    Collocation,
+    FourierFeatures,
+    HardBoundary,
+    PeriodicFeatures,
+    Sine,
+)
 from ._planner import JacobianPlan, plan_jacobian
 from ._points import PointModel, PointResidual, ResidualGroup
 from ._prepared import PreparedBatch

@@ -10,9 +10,11 @@ chain rule,
 
     v ← σ(v),    g_j ← σ'(v)·g_j,    h_j ← σ''(v)·g_j² + σ'(v)·h_j,
 
-starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. ``FourierFeatures`` and
-``PeriodicFeatures`` are a fixed linear map followed by ``cos`` and ``sin`` (the latter
-with its other inputs passed on), mapped by the same two rules; a ``HardBoundary`` combines its network's channels with those of ``φ`` and ``g`` by the product rule. One batched pass thus gives
+starting from ``v = x``, ``g_j = e_j``, ``h_j = 0``. Layers of other kinds register
+their map in `LAYERS`, and a model around a network (a `Wrapper`) registers how its
+channels follow from the network's in `WRAPPERS`: the physics-informed layers
+(``_pinn.taylor_rules``: Fourier and periodic features, a fixed linear map followed by
+``cos`` and ``sin``; a hard boundary, by the product rule) are registered so. One batched pass thus gives
 ``u``, ``∇u`` and the diagonal of the Hessian at a chunk of points as ``1 + 2d`` rows per
 point through the same matrix products, where ``torch.func.hessian`` differentiates a
 backward pass ``d`` times at every point. The pre-activations of every ``Linear`` are
@@ -29,10 +31,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._activations import FourierFeatures, PeriodicFeatures, Sine
-from .._boundary import HardBoundary
-
-__all__ = ["LAYERS", "Channels", "taylor_forward", "taylor_layers", "taylor_support"]
+__all__ = [
+    "LAYERS",
+    "WRAPPERS",
+    "ChannelMap",
+    "Channels",
+    "Triple",
+    "Wrapper",
+    "cos_sin",
+    "elementwise",
+    "sinusoid",
+    "taylor_forward",
+    "taylor_layers",
+    "taylor_support",
+]
 
 #: ``σ, σ', σ''`` of an elementwise layer at its input.
 Derivatives = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -42,12 +54,6 @@ def _tanh(_m: nn.Module, z: torch.Tensor) -> Derivatives:
     t = torch.tanh(z)
     s1 = 1 - t * t
     return t, s1, -2 * t * s1
-
-
-def _sine(m: nn.Module, z: torch.Tensor) -> Derivatives:
-    w = m.omega if isinstance(m, Sine) else 1.0
-    s, c = torch.sin(w * z), torch.cos(w * z)
-    return s, w * c, -w * w * s
 
 
 def _sigmoid(_m: nn.Module, z: torch.Tensor) -> Derivatives:
@@ -91,8 +97,15 @@ Triple = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 ChannelMap = Callable[[nn.Module, Triple], Triple]
 
 
-def _elementwise(rule: Rule) -> ChannelMap:
-    """The channel map of an elementwise layer with derivatives ``rule``."""
+def elementwise(rule: Rule) -> ChannelMap:
+    """The channel map of an elementwise layer.
+
+    Arguments:
+        rule: ``σ, σ', σ''`` of the layer at its input.
+
+    Returns:
+        The map of the three channels by the chain rule.
+    """
 
     def apply(layer: nn.Module, z: Triple) -> Triple:
         v, g, h = z
@@ -103,47 +116,54 @@ def _elementwise(rule: Rule) -> ChannelMap:
     return apply
 
 
+def sinusoid(omega: Callable[[nn.Module], float]) -> Rule:
+    """The rule of ``sin(ω·z)``.
+
+    Arguments:
+        omega: ω of a layer.
+
+    Returns:
+        ``σ, σ', σ''`` of ``sin(ω·z)`` at ``z``.
+    """
+
+    def rule(m: nn.Module, z: torch.Tensor) -> Derivatives:
+        w = omega(m)
+        s, c = torch.sin(w * z), torch.cos(w * z)
+        return s, w * c, -w * w * s
+
+    return rule
+
+
 def _cosine(_m: nn.Module, z: torch.Tensor) -> Derivatives:
     c, s = torch.cos(z), torch.sin(z)
     return c, -s, -c
 
 
-def _fourier(layer: nn.Module, z: Triple) -> Triple:
-    assert isinstance(layer, FourierFeatures)
-    b = (2 * torch.pi * layer.B).t().to(z[0].dtype)
-    inner = (z[0] @ b, z[1] @ b, z[2] @ b)  # linear, no bias: every channel
-    cos, sin = _elementwise(_cosine)(layer, inner), _elementwise(_sine)(layer, inner)
-    return (
-        torch.cat([cos[0], sin[0]], -1),
-        torch.cat([cos[1], sin[1]], -1),
-        torch.cat([cos[2], sin[2]], -1),
-    )
+_COS = elementwise(_cosine)
+_SIN = elementwise(sinusoid(lambda _m: 1.0))
 
 
-def _periodic(layer: nn.Module, z: Triple) -> Triple:
-    assert isinstance(layer, PeriodicFeatures)
-    b = (2 * torch.pi * layer.B).t().to(z[0].dtype)
-    s = layer.S.to(z[0].dtype)
-    inner = (z[0] @ b, z[1] @ b, z[2] @ b)
-    cos, sin = _elementwise(_cosine)(layer, inner), _elementwise(_sine)(layer, inner)
-    return (
-        torch.cat([cos[0], sin[0], z[0] @ s], -1),
-        torch.cat([cos[1], sin[1], z[1] @ s], -1),
-        torch.cat([cos[2], sin[2], z[2] @ s], -1),
-    )
+def cos_sin(layer: nn.Module, z: Triple) -> tuple[Triple, Triple]:
+    """The channels of ``cos z`` and ``sin z``.
+
+    Arguments:
+        layer: the layer they belong to.
+        z: the channels of its input.
+
+    Returns:
+        Those of ``cos z``, then those of ``sin z``.
+    """
+    return _COS(layer, z), _SIN(layer, z)
 
 
 #: The layers the forward Laplacian maps (besides ``Linear``), by type.
 LAYERS: dict[type[nn.Module], ChannelMap] = {
-    nn.Tanh: _elementwise(_tanh),
-    Sine: _elementwise(_sine),
-    nn.Sigmoid: _elementwise(_sigmoid),
-    nn.SiLU: _elementwise(_silu),
-    nn.Softplus: _elementwise(_softplus),
-    nn.GELU: _elementwise(_gelu),
-    nn.Identity: _elementwise(_identity),
-    FourierFeatures: _fourier,
-    PeriodicFeatures: _periodic,
+    nn.Tanh: elementwise(_tanh),
+    nn.Sigmoid: elementwise(_sigmoid),
+    nn.SiLU: elementwise(_silu),
+    nn.Softplus: elementwise(_softplus),
+    nn.GELU: elementwise(_gelu),
+    nn.Identity: elementwise(_identity),
 }
 
 
@@ -168,11 +188,12 @@ def taylor_layers(model: nn.Module) -> list[nn.Module]:
 
 def taylor_support(model: nn.Module) -> tuple[bool, str]:
     """Whether ``model`` is an ``nn.Sequential`` of ``Linear`` and layers with a
-    rule, every trainable parameter in a ``Linear`` (or a `HardBoundary` around one); and
+    rule, every trainable parameter in a ``Linear`` (or a `Wrapper` around one); and
     why (or why not)."""
-    if isinstance(model, HardBoundary):
-        ok, why = taylor_support(model.net)
-        return ok, why if ok else f"the network inside HardBoundary: {why}"
+    wrapper = WRAPPERS.get(type(model))
+    if wrapper is not None:
+        ok, why = taylor_support(wrapper.inner(model))
+        return ok, why if ok else f"the network inside {type(model).__name__}: {why}"
     if not isinstance(model, nn.Sequential):
         return False, (
             f"the model ({type(model).__name__}) is not an nn.Sequential, so its forward "
@@ -217,8 +238,9 @@ def taylor_forward(model: nn.Module, x: torch.Tensor) -> Channels:
     """The forward Laplacian of ``model`` (one that `taylor_support` accepts) at the points
     ``x`` (``b × d``), with a graph from the first ``Linear``'s output channels (leaves) to
     the outputs."""
-    if isinstance(model, HardBoundary):
-        return _hard_boundary(model, x, taylor_forward(model.net, x))
+    wrapper = WRAPPERS.get(type(model))
+    if wrapper is not None:
+        return wrapper.combine(model, x, taylor_forward(wrapper.inner(model), x))
     b, d = int(x.shape[0]), int(x.shape[1])
     eye = torch.eye(d, dtype=x.dtype, device=x.device).expand(b, d, d)
     z: Triple = (x, eye, torch.zeros_like(eye))
@@ -239,27 +261,18 @@ def taylor_forward(model: nn.Module, x: torch.Tensor) -> Channels:
     )
 
 
-def _point_derivatives(
-    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``f``, ``∂f/∂x_j`` and ``∂²f/∂x_j²`` of a parameter-free ``f`` of points at ``x``:
-    ``(b,)``, ``(b, d)``, ``(b, d)``."""
+@dataclass(frozen=True)
+class Wrapper:
+    """A model around a network whose channels follow from the network's.
 
-    def one(xi: torch.Tensor) -> torch.Tensor:
-        return fn(xi.unsqueeze(0)).reshape(())
+    Arguments:
+        inner: the network inside a model.
+        combine: the channels of the model at the points ``x`` from those of its network.
+    """
 
-    second = torch.func.vmap(torch.func.hessian(one))(x).diagonal(dim1=-2, dim2=-1)
-    return fn(x).reshape(-1), torch.func.vmap(torch.func.jacrev(one))(x), second
+    inner: Callable[[nn.Module], nn.Module]
+    combine: Callable[[nn.Module, torch.Tensor, Channels], Channels]
 
 
-def _hard_boundary(model: HardBoundary, x: torch.Tensor, net: Channels) -> Channels:
-    """The channels of ``g + φ·N`` from those of ``N`` by the product rule."""
-    pv, pg, ph = (t.unsqueeze(1) for t in _point_derivatives(model.distance, x))
-    nv, ng, nh = net.value, net.grad, net.second  # b × k, b × k × d, b × k × d
-    value = pv * nv
-    grad = pg * nv.unsqueeze(-1) + pv.unsqueeze(-1) * ng
-    second = ph * nv.unsqueeze(-1) + 2 * pg * ng + pv.unsqueeze(-1) * nh
-    if model.value is not None:
-        gv, gg, gh = (t.unsqueeze(1) for t in _point_derivatives(model.value, x))
-        value, grad, second = value + gv, grad + gg, second + gh
-    return Channels(value=value, grad=grad, second=second, linears=net.linears)
+#: The models around a network that the forward Laplacian maps, by type.
+WRAPPERS: dict[type[nn.Module], Wrapper] = {}

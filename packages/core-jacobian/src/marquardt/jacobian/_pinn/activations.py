@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-from ._errors import message
+from .._errors import message
 
 __all__ = ["FourierFeatures", "PeriodicFeatures", "Sine"]
 

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from ._errors import message
-from ._points import PointFn, PointModel, PointResidual
+from .._errors import message
+from .._points import PointFn, PointModel, PointResidual
 
 __all__ = ["CausalWeights"]
 

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 from torch.utils.data import IterableDataset
 
-from ._errors import message
-from ._points import PointResidual
+from .._errors import message
+from .._points import PointResidual
 
 __all__ = ["Collocation", "Sampler"]
 

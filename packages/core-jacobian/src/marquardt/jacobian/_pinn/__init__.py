@@ -1,0 +1,27 @@
+"""Physics-informed modelling on top of the Jacobian engine.
+
+The layers networks for PINNs use and torch lacks (``activations.py``: `Sine`,
+`FourierFeatures`, `PeriodicFeatures`), Dirichlet conditions built into the network
+(``boundary.py``: `HardBoundary`), causal weights for residuals in time (``causal.py``:
+`CausalWeights`) and collocation points drawn afresh as training goes
+(``collocation.py``: `Collocation`). ``taylor_rules.py`` registers the layers' forward
+Laplacian with the engine's modes. This room imports the engine; the engine never imports
+it.
+"""
+
+from __future__ import annotations
+
+from . import taylor_rules  # noqa: F401  (registers the layers with the engine)
+from .activations import FourierFeatures, PeriodicFeatures, Sine
+from .boundary import HardBoundary
+from .causal import CausalWeights
+from .collocation import Collocation
+
+__all__ = [
+    "CausalWeights",
+    "Collocation",
+    "FourierFeatures",
+    "HardBoundary",
+    "PeriodicFeatures",
+    "Sine",
+]
