@@ -183,64 +183,36 @@ def plan_jacobian(
     check_mode(mode)
     m = max(1, outputs_per_sample)
     samples = max(1, rows // m)
-    slice_n = max(1, min(slice_samples or samples, samples))
-    item = torch.empty((), dtype=dtype).element_size()
+    problem = _Problem(
+        rows=rows,
+        params=params,
+        m=m,
+        item=torch.empty((), dtype=dtype).element_size(),
+        slice_n=max(1, min(slice_samples or samples, samples)),
+        budget=max(1, memory_budget),
+    )
     act = activations_per_sample if activations_per_sample is not None else params
     act = max(1, act) * max(1, input_graph)
-    budget = max(1, memory_budget)
     reasons: list[str] = []
-
-    if strategy == "auto":
-        if rows < params:
-            strategy = "explicit"
-            reasons.append(f"explicit: {rows} rows < {params} parameters (J is needed whole)")
-        else:
-            strategy = "accumulate"
-            reasons.append(f"accumulate: {rows} rows >= {params} parameters (JᵀJ is O(P²))")
-        if machine is not None:
-            strategy = _fastest(strategy, rows, params, item, machine, reasons)
-    else:
-        reasons.append(f"{strategy}: forced")
-
+    strategy = _strategy(strategy, problem, machine, reasons)
     if strategy == "matrix_free":
-        # One jvp and one vjp per chunk and CG iteration: the forward's activations, the
-        # tangents alongside them, and the residual rows; J is never formed.
-        per_sample = item * (PRODUCT_ACTIVATIONS * act + 2 * m)
-        chunk = max(1, min(slice_n, budget // per_sample))
-        reasons.append(
-            f"products: one jvp and one vjp per chunk of {chunk} samples per CG iteration "
-            f"(≈{chunk * per_sample / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget), "
-            "J never formed"
-        )
-        return _plan(
-            "matrix_free",
-            "products",
-            reasons,
-            rows=rows,
-            params=params,
-            m=m,
-            chunking=(chunk, params, chunk * per_sample),
-            budget=budget,
-            slice_n=slice_n,
-            cap_slices=cap_slices,
-            # One Gauss-Newton product: ≈ 3 forwards and 2 backwards' worth of 2·R·P flops.
-            flops=(2 * rows * params * 5, 0),
-        )
+        return _matrix_free(problem, act, cap_slices, reasons)
     checks = {
         "layers": (layers_supported, layers_reason),
         "broadcast": (broadcast_supported, broadcast_reason),
         **(support or {}),
     }
-    sizes = Sizes(params=params, outputs=m, activations=act, item=item)
+    sizes = Sizes(params=params, outputs=m, activations=act, item=problem.item)
     chosen, why = choose_mode(mode, form, sizes, checks)
     reasons.append(why)
     if input_graph > 1:
         reasons.append(f"input-derivative graph: {input_graph}× the activations per sample")
-    chunk, param_chunk, chunk_bytes = chunk_sizes(chosen, sizes, slice_n, budget)
+    chunking = chunk_sizes(chosen, sizes, problem.slice_n, problem.budget)
+    chunk, param_chunk, chunk_bytes = chunking
     reasons.append(
         f"chunks of {chunk} samples"
         + (f" × {param_chunk} columns" if chosen.column_memory is not None else "")
-        + f" (≈{chunk_bytes / 2**20:.1f} MiB of {budget / 2**20:.1f} MiB budget)"
+        + f" (≈{chunk_bytes / 2**20:.1f} MiB of {problem.budget / 2**20:.1f} MiB budget)"
     )
     n = params if strategy == "accumulate" or rows >= params else rows
     product_flops = rows * params * n
@@ -249,18 +221,69 @@ def plan_jacobian(
         strategy,
         chosen.name,
         reasons,
-        rows=rows,
-        params=params,
-        m=m,
-        chunking=(chunk, param_chunk, chunk_bytes),
-        budget=budget,
-        slice_n=slice_n,
+        problem,
+        chunking=chunking,
         cap_slices=cap_slices and strategy == "accumulate",
         flops=(product_flops, factor_flops),
         system=(
             f"{n}×{n} system: Gram product ≈{product_flops / 1e9:.3g} GFLOP per step, "
             f"Cholesky ≈{factor_flops / 1e9:.3g} GFLOP per attempt"
         ),
+    )
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """The sizes a plan is made for: R rows, P parameters, m rows per sample, the bytes of
+    one entry, the largest slice and the memory budget."""
+
+    rows: int
+    params: int
+    m: int
+    item: int
+    slice_n: int
+    budget: int
+
+
+def _strategy(
+    strategy: str, problem: _Problem, machine: MachineConstants | None, reasons: list[str]
+) -> str:
+    """The strategy asked for, or ``auto``'s choice; the reason said in ``reasons``."""
+    rows, params = problem.rows, problem.params
+    if strategy != "auto":
+        reasons.append(f"{strategy}: forced")
+        return strategy
+    if rows < params:
+        strategy = "explicit"
+        reasons.append(f"explicit: {rows} rows < {params} parameters (J is needed whole)")
+    else:
+        strategy = "accumulate"
+        reasons.append(f"accumulate: {rows} rows >= {params} parameters (JᵀJ is O(P²))")
+    if machine is not None:
+        strategy = _fastest(strategy, rows, params, problem.item, machine, reasons)
+    return strategy
+
+
+def _matrix_free(problem: _Problem, act: int, cap_slices: bool, reasons: list[str]) -> JacobianPlan:
+    """The ``matrix_free`` plan: ``act`` activations per sample."""
+    # One jvp and one vjp per chunk and CG iteration: the forward's activations, the
+    # tangents alongside them, and the residual rows; J is never formed.
+    per_sample = problem.item * (PRODUCT_ACTIVATIONS * act + 2 * problem.m)
+    chunk = max(1, min(problem.slice_n, problem.budget // per_sample))
+    reasons.append(
+        f"products: one jvp and one vjp per chunk of {chunk} samples per CG iteration "
+        f"(≈{chunk * per_sample / 2**20:.1f} MiB of {problem.budget / 2**20:.1f} MiB budget), "
+        "J never formed"
+    )
+    return _plan(
+        "matrix_free",
+        "products",
+        reasons,
+        problem,
+        chunking=(chunk, problem.params, chunk * per_sample),
+        cap_slices=cap_slices,
+        # One Gauss-Newton product: ≈ 3 forwards and 2 backwards' worth of 2·R·P flops.
+        flops=(2 * problem.rows * problem.params * 5, 0),
     )
 
 
@@ -358,13 +381,9 @@ def _plan(
     strategy: str,
     mode: str,
     reasons: list[str],
+    problem: _Problem,
     *,
-    rows: int,
-    params: int,
-    m: int,
     chunking: tuple[int, int, int],
-    budget: int,
-    slice_n: int,
     cap_slices: bool,
     flops: tuple[int, int],
     system: str = "",
@@ -372,8 +391,8 @@ def _plan(
     """The plan of ``strategy`` and ``mode`` with its chunking, a slice capped at one chunk
     (``cap_slices``) where the slice holds more."""
     chunk, param_chunk, chunk_bytes = chunking
-    slice_cap = slice_n
-    if cap_slices and chunk < slice_n:
+    slice_cap = problem.slice_n
+    if cap_slices and chunk < problem.slice_n:
         slice_cap = chunk
         reasons.append(f"slices of {chunk} samples (no slice_size: one chunk per slice)")
     if system:
@@ -382,13 +401,13 @@ def _plan(
         strategy=strategy,
         mode=mode,
         reason="; ".join(reasons),
-        rows=rows,
-        params=params,
-        outputs_per_sample=m,
+        rows=problem.rows,
+        params=problem.params,
+        outputs_per_sample=problem.m,
         samples_per_chunk=chunk,
         param_chunk=param_chunk,
         chunk_bytes=int(chunk_bytes),
-        memory_budget=budget,
+        memory_budget=problem.budget,
         slice_samples=slice_cap,
         product_flops=int(flops[0]),
         factor_flops=int(flops[1]),

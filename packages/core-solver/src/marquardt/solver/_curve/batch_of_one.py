@@ -28,16 +28,26 @@ from .batch.model import check_model
 from .batched_lm.driver import STATUS_MESSAGES
 from .scipy.args import not_found
 from .scipy.covariance import leastsq_info, warn_indeterminate
+from .scipy.data import FitData
 from .scipy.options import FitOptions
 from .scipy.providers import Whitening
 
 __all__ = ["compiled_fit", "serves"]
 
 
-def serves(x: Any, y: np.ndarray, weights: Whitening, options: FitOptions) -> bool:
+def serves(data: FitData, options: FitOptions) -> bool:
     """Whether the batch core can run this fit: x an array of the N points (or k × N), σ
     absent or numbers (not a covariance matrix), and ``full_output``'s J at p̂ the plain
-    one (a linear loss)."""
+    one (a linear loss).
+
+    Arguments:
+        data: the fit's checked data.
+        options: its checked keywords.
+
+    Returns:
+        Whether `compiled_fit` may run it.
+    """
+    x, y, weights = data.x, data.y, data.weights
     shaped = isinstance(x, np.ndarray) and x.ndim in (1, 2) and x.shape[-1] == y.size
     plain = not (options.full_output and options.loss != "linear")
     return shaped and weights.factor is None and plain
@@ -75,25 +85,18 @@ def _one_fit(
 
 
 def compiled_fit(
-    f: Callable[..., Any],
-    x: np.ndarray,
-    y: np.ndarray,
-    weights: Whitening,
-    options: FitOptions,
-    torch_out: bool,
-    out_device: Any,
-    mode: str | bool,
+    f: Callable[..., Any], data: FitData, options: FitOptions, mode: str | bool
 ) -> Any | None:
     """The fit as a batch of one (module docstring), in `curve_fit`'s forms; None where
     ``mode`` is ``"auto"``, no kernel is kept and the fit is too small to compile for.
 
     **Arguments:**
 
-    - ``f``, ``x``, ``y``: `curve_fit`'s, after NaN points were dropped; ``weights``: 1/σ.
-    - ``options``: the checked keywords; ``torch_out``, ``out_device``: the results' form.
+    - ``f``: `curve_fit`'s; ``data``: its data, after NaN points were dropped.
+    - ``options``: the checked keywords.
     - ``mode``: ``compile``, checked (``"auto"`` or True; False never reaches here).
     """
-    args = _one_fit(x, y, weights, options)
+    args = _one_fit(data.x, data.y, data.weights, options)
     if args is None:
         return None
     run = planned(f, args, mode, None, None)
@@ -108,9 +111,7 @@ def compiled_fit(
     popt, pcov = popt_t[0].numpy(), pcov_t[0].numpy()
     if not np.isfinite(pcov).all():
         warn_indeterminate()
-    result: tuple[Any, ...] = (popt, pcov)
-    if torch_out:
-        result = (torch.from_numpy(popt).to(out_device), torch.from_numpy(pcov).to(out_device))
+    result = data.returned(popt, pcov)
     if not options.full_output:
         return result
     values, jac = run.model.values_and_jacobian(popt_t, args.x)

@@ -27,7 +27,6 @@ from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
-import torch
 
 from marquardt.jacobian import keeps_grad_mode
 
@@ -35,7 +34,8 @@ from .._backends.blas_threads import one_blas_thread
 from .batch_of_one import compiled_fit, serves
 from .compiled_lm import check_compile
 from .gpufit_keywords import gpufit_fit
-from .scipy.args import hinted, numpy_array, omit_nan, refuse_non_finite, whitening
+from .scipy.args import hinted
+from .scipy.data import FitData, fit_data
 from .scipy.options import ENGINE_KEYWORDS, SCIPY_KEYWORDS, FitOptions, fit_options
 from .scipy.providers import model_kind
 from .scipy.to_large import engine_fit
@@ -182,21 +182,7 @@ def curve_fit(
     conditions ask: its steps are `LMA`'s, taken in place on the model's parameters on every
     device, where a projection has no place. Evaluation counts and the last digits differ.
     """
-    if not callable(f):
-        raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
-    if "args" in kwargs:
-        raise hinted(
-            ValueError,
-            "'args' is not a supported keyword argument.",
-            "bind extra arguments into f, e.g. lambda x, a, b: g(x, a, b, extra)",
-        )
-    unknown = sorted(set(kwargs) - SCIPY_KEYWORDS - ENGINE_KEYWORDS)
-    if unknown:
-        raise hinted(
-            TypeError,
-            f"curve_fit() got an unexpected keyword argument {unknown[0]!r}.",
-            f"the keywords beyond SciPy's signature are {sorted(SCIPY_KEYWORDS | ENGINE_KEYWORDS)}",
-        )
+    _refuse_call(f, kwargs)
     mode = check_compile(compile)
     options = fit_options(
         f,
@@ -204,11 +190,13 @@ def curve_fit(
         bounds,
         method,
         jac,
-        absolute_sigma=absolute_sigma,
-        check_finite=check_finite,
-        full_output=full_output,
-        nan_policy=nan_policy,
-        kwargs=kwargs,
+        kwargs={
+            "absolute_sigma": absolute_sigma,
+            "check_finite": check_finite,
+            "full_output": full_output,
+            "nan_policy": nan_policy,
+            **kwargs,
+        },
     )
     if fixed is not None or estimator != "lse":
         call = {
@@ -229,70 +217,45 @@ def curve_fit(
         done = gpufit_fit(curve_fit, options, call)
         if done is not None:
             return done
-    torch_out = isinstance(ydata, torch.Tensor) or isinstance(xdata, torch.Tensor)
-    out_device = (
-        ydata.device
-        if isinstance(ydata, torch.Tensor)
-        else xdata.device
-        if isinstance(xdata, torch.Tensor)
-        else None
-    )
-    n = options.params
-    y = numpy_array(ydata).reshape(-1) if numpy_array(ydata).ndim else numpy_array(ydata).reshape(1)
-    x = xdata
-    if isinstance(xdata, (list, tuple, np.ndarray)):
-        x = np.asarray(xdata, dtype=np.float64)
-    elif isinstance(xdata, torch.Tensor):
-        x = xdata.detach().cpu().to(torch.float64).numpy()
-    if options.check_finite:
-        refuse_non_finite("ydata", y)
-        if isinstance(x, np.ndarray):
-            refuse_non_finite("xdata", x)
-    if y.size == 0:
-        raise hinted(ValueError, "`ydata` must not be empty!", "pass at least one data point")
-    omitted = False
-    if not options.check_finite and nan_policy is not None:
-        if nan_policy == "propagate":
-            raise hinted(
-                ValueError,
-                "`nan_policy='propagate'` is not supported by this function.",
-                "use nan_policy='omit' to drop the NaN points, or 'raise'",
-            )
-        has_nan = bool(np.isnan(y).any()) or (isinstance(x, np.ndarray) and bool(np.isnan(x).any()))
-        if has_nan and nan_policy == "raise":
-            raise hinted(
-                ValueError,
-                "The input contains nan values",
-                "drop them or pass nan_policy='omit'",
-            )
-        if has_nan:
-            x, y, sigma = omit_nan(x, y, sigma)
-            omitted = True
-    if options.method == "lm" and y.size != 1 and n > y.size:
+    return _routed(f, fit_data(xdata, ydata, sigma, options, nan_policy), options, mode)
+
+
+def _refuse_call(f: Any, kwargs: dict[str, Any]) -> None:
+    """Refuse, as SciPy does, an ``f`` that is not callable, ``args`` and unknown keywords."""
+    if not callable(f):
+        raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
+    if "args" in kwargs:
+        raise hinted(
+            ValueError,
+            "'args' is not a supported keyword argument.",
+            "bind extra arguments into f, e.g. lambda x, a, b: g(x, a, b, extra)",
+        )
+    unknown = sorted(set(kwargs) - SCIPY_KEYWORDS - ENGINE_KEYWORDS)
+    if unknown:
         raise hinted(
             TypeError,
-            f"The number of func parameters={n} must not exceed the number of data points={y.size}",
-            "fit fewer parameters or give more points",
+            f"curve_fit() got an unexpected keyword argument {unknown[0]!r}.",
+            f"the keywords beyond SciPy's signature are {sorted(SCIPY_KEYWORDS | ENGINE_KEYWORDS)}",
         )
-    weights = whitening(sigma, y.size)
+
+
+def _routed(f: Callable[..., Any], data: FitData, options: FitOptions, mode: str | bool) -> Any:
+    """The fit on its path: the compiled core, the small path or the sliced engine."""
+    size = data.y.size
     # One torch thread (and one BLAS thread from BLAS_POINTS points on) for a small fit:
     # its kernels are too short to share, and two pools alternating on busy cores made a
     # fit of 10⁴ points many times slower with torch's default two threads than with one.
-    blas = one_blas_thread() if y.size >= BLAS_POINTS else nullcontext()
+    blas = one_blas_thread() if size >= BLAS_POINTS else nullcontext()
     with torch_threads(1), blas:
-        kind, _, untracked, first = model_kind(f, x, options.start)
-    on_device = out_device is not None and out_device.type != "cpu"
-    compiled = kind == "torch" and takes_compiled(mode, on_device, options, untracked)
-    if compiled and serves(x, y, weights, options):
-        fitted = compiled_fit(f, x, y, weights, options, torch_out, out_device, mode)
+        kind, _, untracked, first = model_kind(f, data.x, options.start)
+    compiled = kind == "torch" and takes_compiled(mode, data.on_device, options, untracked)
+    if compiled and serves(data, options):
+        fitted = compiled_fit(f, data, options, mode)
         if fitted is not None:
             return fitted
+    covariance = data.weights.factor is not None
     with torch_threads(1), blas:
-        if not takes_engine(kind, y.size, on_device, options, weights.factor is not None):
-            return small_fit(
-                f, x, y, weights, options, torch_out, out_device, kind, untracked, first
-            )
-    # Data whose NaN points were dropped go on as the arrays that hold the rest.
-    xs, ys = (x, y) if omitted else (xdata, ydata)
-    with torch_threads(choose_threads(y.size, ENGINE_ONE_THREAD_POINTS)):
-        return engine_fit(f, xs, ys, sigma, options, torch_out, out_device)
+        if not takes_engine(kind, size, data.on_device, options, covariance):
+            return small_fit(f, data, options, kind, untracked, first)
+    with torch_threads(choose_threads(size, ENGINE_ONE_THREAD_POINTS)):
+        return engine_fit(f, data, options)

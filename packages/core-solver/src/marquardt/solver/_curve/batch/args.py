@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..fit_tests import FitTests
 from ..scipy.args import (
     bound_sides,
     check_bound_order,
@@ -28,10 +29,10 @@ from ..scipy.args import (
     hinted,
     parameter_count,
 )
-from ..scipy.options import FitTests, fit_tests
+from ..scipy.options import fit_tests
 from .start import checked_estimator, evaluation_budget, fixed_mask, projected, start_values
 
-__all__ = ["BatchArgs", "batch_args"]
+__all__ = ["BatchArgs", "BatchKeywords", "batch_args"]
 
 
 @dataclass(frozen=True)
@@ -159,40 +160,52 @@ def _mask(
     return ~bad
 
 
+@dataclass(frozen=True)
+class BatchKeywords:
+    """``curve_fit_batch``'s keywords beyond the data, the start and the bounds, as the
+    caller gave them (`curve_fit_batch` documents each); ``max_nfev`` is SciPy's budget
+    (``maxfev`` for ``"lm"``), ``fixed``, ``estimator`` and ``max_iterations`` Gpufit's
+    (``_curve.batch.start``)."""
+
+    loss: Any = "linear"
+    f_scale: Any = 1.0
+    nan_policy: str | None = None
+    ftol: float | None = None
+    xtol: float | None = None
+    gtol: float | None = None
+    max_nfev: int | None = None
+    device: Any = None
+    dtype: torch.dtype | None = None
+    fixed: Any = None
+    estimator: str = "lse"
+    max_iterations: int | None = None
+
+
 def batch_args(
-    f: Any,
-    xdata: Any,
-    ydata: Any,
-    p0: Any,
-    sigma: Any,
-    bounds: Any,
-    loss: Any,
-    f_scale: Any,
-    nan_policy: str | None,
-    tolerances: dict[str, Any],
-    max_nfev: Any,
-    device: Any,
-    dtype: Any,
-    gpufit: dict[str, Any] | None = None,
+    f: Any, xdata: Any, ydata: Any, p0: Any, sigma: Any, bounds: Any, given: BatchKeywords
 ) -> BatchArgs:
-    """Every check and conversion of ``curve_fit_batch``'s arguments (module docstring);
-    ``gpufit`` holds the keywords beyond ``curve_fit``'s (``fixed``, ``estimator``,
-    ``max_iterations``: ``_curve.batch.start``)."""
-    extra = {"fixed": None, "estimator": "lse", "max_iterations": None, **(gpufit or {})}
-    estimator = checked_estimator(extra["estimator"])
+    """Every check and conversion of ``curve_fit_batch``'s arguments (module docstring).
+
+    Arguments:
+        f, xdata, ydata, p0, sigma, bounds: `curve_fit_batch`'s.
+        given: its other keywords.
+
+    Returns:
+        The batch in tensors.
+    """
+    estimator = checked_estimator(given.estimator)
     if not callable(f):
         raise hinted(TypeError, f"f must be callable, got {type(f).__name__}.", "pass f(x, *p)")
-    if nan_policy not in (None, "raise", "omit"):
+    if given.nan_policy not in (None, "raise", "omit"):
         raise hinted(
             ValueError,
             "nan_policy must be one of {None, 'raise', 'omit'}",
-            f"got {nan_policy!r}",
+            f"got {given.nan_policy!r}",
         )
     tensors = [t for t in (ydata, xdata) if isinstance(t, torch.Tensor)]
     out_device = tensors[0].device if tensors else torch.device("cpu")
-    where = torch.device(device) if device is not None else out_device
-    if dtype is None:
-        dtype = _dtype_of(ydata)
+    where = torch.device(given.device) if given.device is not None else out_device
+    dtype = _dtype_of(ydata) if given.dtype is None else given.dtype
     y = _tensor("ydata", ydata, where, dtype)
     if y.ndim != 2 or y.numel() == 0:
         raise hinted(
@@ -204,38 +217,21 @@ def batch_args(
     x = _tensor("xdata", xdata, where, dtype)
     per_fit = _xdata(x, fits, points)
     start, lower, upper = _start_and_bounds(f, p0, bounds, fits)
-    count = start.shape[1]
-    free = fixed_mask(extra["fixed"], fits, count)
+    free = fixed_mask(given.fixed, fits, start.shape[1])
     if estimator == "poisson":
-        _poisson_data(y, sigma, loss)
-    s = None if sigma is None else _sigma(_tensor("sigma", sigma, where, dtype), fits, points)
-    if s is not None and bool((s <= 0).any()):
-        raise hinted(
-            ValueError, "`sigma` must be positive and finite.", "give each point a positive σ"
-        )
-    mask = _mask(x, per_fit, y, s, nan_policy)
-    if mask is not None:
-        y = torch.where(mask, y, 0.0)
-        s = None if s is None else torch.where(mask, s, 1.0)
-        x = torch.where(torch.isfinite(x), x, 0.0)
-    losses, loss_index = _losses(loss, fits)
-    scale = _array("f_scale", f_scale).reshape(-1)
-    if scale.size not in (1, fits):
-        raise hinted(
-            ValueError,
-            f"`f_scale` has {scale.size} values for {fits} fits.",
-            "give one number, or one per fit",
-        )
-    scale = np.broadcast_to(scale, (fits,)).copy()
+        _poisson_data(y, sigma, given.loss)
+    x, y, s, mask = _masked(x, per_fit, y, sigma, given.nan_policy)
+    losses, loss_index = _losses(given.loss, fits)
+    scale = _f_scale(given.f_scale, fits)
     checked_loss(losses[0], scale)
     bounded = bool(np.isfinite(lower).any() or np.isfinite(upper).any())
     tests = fit_tests(
-        tolerances["ftol"],
-        tolerances["xtol"],
-        tolerances["gtol"],
-        evaluation_budget(max_nfev, extra["max_iterations"]),
+        given.ftol,
+        given.xtol,
+        given.gtol,
+        evaluation_budget(given.max_nfev, given.max_iterations),
         method="trf" if bounded else "lm",
-        params=count,
+        params=start.shape[1],
         dtype=dtype,
     )
 
@@ -260,6 +256,37 @@ def batch_args(
         free=None if free is None else torch.from_numpy(~free).to(where),
         estimator=estimator,
     )
+
+
+def _masked(
+    x: torch.Tensor, per_fit: bool, y: torch.Tensor, sigma: Any, nan_policy: str | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """x, y and σ (M, N) checked, with the mask of the points kept (``nan_policy="omit"``;
+    None when every point is), their left-out entries replaced by harmless values."""
+    fits, points = y.shape
+    s = None if sigma is None else _sigma(_tensor("sigma", sigma, y.device, y.dtype), fits, points)
+    if s is not None and bool((s <= 0).any()):
+        raise hinted(
+            ValueError, "`sigma` must be positive and finite.", "give each point a positive σ"
+        )
+    mask = _mask(x, per_fit, y, s, nan_policy)
+    if mask is not None:
+        y = torch.where(mask, y, 0.0)
+        s = None if s is None else torch.where(mask, s, 1.0)
+        x = torch.where(torch.isfinite(x), x, 0.0)
+    return x, y, s, mask
+
+
+def _f_scale(f_scale: Any, fits: int) -> np.ndarray:
+    """The robust loss's scale c, one per fit."""
+    scale = _array("f_scale", f_scale).reshape(-1)
+    if scale.size not in (1, fits):
+        raise hinted(
+            ValueError,
+            f"`f_scale` has {scale.size} values for {fits} fits.",
+            "give one number, or one per fit",
+        )
+    return np.broadcast_to(scale, (fits,)).copy()
 
 
 def _start_and_bounds(

@@ -24,7 +24,7 @@ from ..batched_lm.driver import STATUS_MESSAGES, BatchData, solve_batch
 from ..batched_lm.traced import gram_inverse
 from ..compiled_lm import CompiledIterations, check_compile, iterations
 from ..threads import batch_crossover, choose_threads, torch_threads
-from .args import BatchArgs, batch_args
+from .args import BatchArgs, BatchKeywords, batch_args
 from .model import BatchModel, check_model
 from .reduced import reduction
 from .results import ChunkResult, chunk_result, warn_results
@@ -192,10 +192,9 @@ def solved(
                 model,
                 start,
                 data,
-                max_nfev=args.tests.max_nfev,
+                tests=args.tests,
                 iterate=iterate,
                 initial=None if iterate is None else iterate.start,
-                **args.tests.tolerances(),
             )
             inverse = gram_inverse if iterate is None else iterate.gram_inverse
             parts.append(chunk_result(model, state, data, absolute_sigma, inverse))
@@ -319,22 +318,21 @@ def curve_fit_batch(
             f"threads must be a positive integer or None, got {threads!r}. HINT: leave it "
             "out for the default (one thread unless the work and idle cores allow more)"
         )
-    args = batch_args(
-        f,
-        xdata,
-        ydata,
-        p0,
-        sigma,
-        bounds,
-        loss,
-        f_scale,
-        nan_policy,
-        {"ftol": ftol, "xtol": xtol, "gtol": gtol},
-        max_nfev if max_nfev is not None else maxfev,
-        device,
-        dtype,
-        {"fixed": fixed, "estimator": estimator, "max_iterations": max_iterations},
+    given = BatchKeywords(
+        loss=loss,
+        f_scale=f_scale,
+        nan_policy=nan_policy,
+        ftol=ftol,
+        xtol=xtol,
+        gtol=gtol,
+        max_nfev=max_nfev if max_nfev is not None else maxfev,
+        device=device,
+        dtype=dtype,
+        fixed=fixed,
+        estimator=estimator,
+        max_iterations=max_iterations,
     )
+    args = batch_args(f, xdata, ydata, p0, sigma, bounds, given)
     if chunk_size is not None and (isinstance(chunk_size, bool) or int(chunk_size) < 1):
         raise ValueError(
             f"chunk_size must be a positive integer, got {chunk_size!r}. HINT: pass e.g. 10000"

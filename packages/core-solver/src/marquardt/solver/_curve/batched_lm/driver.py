@@ -34,6 +34,7 @@ import torch
 
 from ... import _rules
 from ..._lm.robust import rho
+from ..fit_tests import FitTests
 from . import estimators, normal
 
 __all__ = [
@@ -353,17 +354,14 @@ def solve_batch(
     p0: torch.Tensor,
     data: BatchData,
     *,
-    ftol: float,
-    xtol: float,
-    gtol: float,
-    max_nfev: int,
+    tests: FitTests,
     iterate: Callable[..., BatchState] | None = None,
     initial: Callable[..., BatchState] | None = None,
 ) -> BatchState:
     """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
     ``iterate`` and ``initial`` replace ``_iterate`` and ``start_state`` (same arguments, same
     results: ``_curve.compiled_lm``)."""
-    tol = {"ftol": ftol, "xtol": xtol, "gtol": gtol}
+    tol, max_nfev = tests.tolerances(), tests.max_nfev
     whole = (initial or start_state)(model, p0, data)
     index = torch.arange(p0.shape[0], device=p0.device)
     state, part = whole, data

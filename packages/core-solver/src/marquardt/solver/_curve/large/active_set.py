@@ -137,10 +137,7 @@ def solve(
     f: Callable[..., torch.Tensor],
     data: CurveInputs,
     *,
-    loss: str,
-    f_scale: float,
     limits: Tolerances,
-    slice_size: int | None,
     passes: PointPasses,
     finish: Callable[[torch.Tensor, torch.Tensor], bool] | None = None,
     lma_options: Mapping[str, object] | None = None,
@@ -148,7 +145,8 @@ def solve(
     """Run LM from ``data.p0`` until it terminates with the KKT conditions met, or the
     step budget is spent (module docstring).
 
-    ``passes`` gives the gradient of the cost for the first-order test at the bounds.
+    ``passes`` gives the gradient of the cost for the first-order test at the bounds, and
+    the fit's loss, its scale and the slices of the data.
     ``finish(p, free)`` is asked at a point where LM may hand over (``limits.handoff``)
     whether Gauss-Newton finishes from there; when it does not, the same LM goes on (at
     most ``HANDOFF_TRIES`` such questions per fit). ``lma_options``: ``LMA`` keywords over
@@ -162,7 +160,8 @@ def solve(
     free = torch.ones(count, dtype=torch.bool)
     released = torch.zeros(count, dtype=torch.bool)
     sides = torch.zeros(count, dtype=torch.int64)
-    residual_fn = curve_residual_fn(loss, f_scale)
+    residual_fn = curve_residual_fn(passes.loss, passes.f_scale)
+    slice_size = passes.slice_size
     steps, terminated, report = 0, False, None
     for _ in range(2 * count + 1):
         holding = torch.zeros(count, dtype=torch.bool)

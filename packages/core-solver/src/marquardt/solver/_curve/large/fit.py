@@ -158,10 +158,8 @@ def curve_fit_result(
         p0,
         sigma=sigma,
         bounds=bounds,
-        loss=loss,
-        f_scale=f_scale,
-        device=device,
-        dtype=dtype,
+        robust=(loss, f_scale),
+        placement=(device, dtype),
     )
     limits = Tolerances(ftol=ftol, xtol=xtol, gtol=gtol, max_steps=max_steps, handoff=HANDOFF)
     passes = PointPasses(f, data, loss=loss, f_scale=scale, slice_size=slice_size)
@@ -174,10 +172,7 @@ def curve_fit_result(
     solved = solve(
         f,
         data,
-        loss=loss,
-        f_scale=scale,
         limits=limits,
-        slice_size=slice_size,
         passes=passes,
         finish=finish,
         lma_options=lma_options,
@@ -197,19 +192,7 @@ def curve_fit_result(
             OptimizeWarning,
             stacklevel=user_stacklevel(),
         )
-    termination: str | None
-    if solved.handed_off:
-        termination, reason = (
-            "gauss-newton",
-            (
-                f"LM's last step lowered the cost by at most {HANDOFF:g} relative with its "
-                "quadratic model holding; Gauss-Newton steps from J's QR factor finished the "
-                "fit to rounding"
-            ),
-        )
-    else:
-        termination = report.termination if report is not None else None
-        reason = report.reason if report is not None else ""
+    termination, reason = _termination(solved.handed_off, report)
     popt = final.params
     cov = covariance_from_factor(
         point.factor, point.rows, 2.0 * final.cost, absolute_sigma=absolute_sigma
@@ -228,3 +211,16 @@ def curve_fit_result(
         reason=reason,
         report=report,
     )
+
+
+def _termination(handed_off: bool, report: StepReport | None) -> tuple[str | None, str]:
+    """The name of the test that ended the fit and its reason."""
+    if handed_off:
+        return "gauss-newton", (
+            f"LM's last step lowered the cost by at most {HANDOFF:g} relative with its "
+            "quadratic model holding; Gauss-Newton steps from J's QR factor finished the "
+            "fit to rounding"
+        )
+    if report is None:
+        return None, ""
+    return report.termination, report.reason

@@ -202,12 +202,21 @@ def check_curve_inputs(
     *,
     sigma: object,
     bounds: object,
-    loss: object,
-    f_scale: object,
-    device: object,
-    dtype: object,
+    robust: tuple[object, object],
+    placement: tuple[object, object],
 ) -> tuple[CurveInputs, float]:
-    """The checked data and the checked ``f_scale``; raises before any work."""
+    """The checked data and the checked ``f_scale``; raises before any work.
+
+    Arguments:
+        f, xdata, ydata, p0, sigma, bounds: `curve_fit_result`'s.
+        robust: its ``loss`` and ``f_scale``.
+        placement: its ``device`` and ``dtype``.
+
+    Returns:
+        The data as the engine takes them, and the checked ``f_scale``.
+    """
+    loss, f_scale = robust
+    device, dtype = placement
     if not callable(f):
         raise _fail(
             "expects f as a callable f(x, *params)",
@@ -233,24 +242,7 @@ def check_curve_inputs(
     x, samples_last = _layout(_tensor("xdata", xdata, dtype), samples)
     _finite("xdata", x)
     _finite("ydata", y)
-    weights: torch.Tensor | None = None
-    if sigma is not None:
-        s = _tensor("sigma", sigma, dtype)
-        if s.dim() != 1 or s.numel() != samples:
-            raise _fail(
-                f"expects sigma as a 1-D array of {samples} standard deviations",
-                f"sigma has shape {tuple(s.shape)}",
-                "pass one σ per point; for a full covariance matrix, whiten the data "
-                "first (solve with its Cholesky factor) and fit without sigma",
-            )
-        _finite("sigma", s)
-        if bool((s <= 0).any()):
-            raise _fail(
-                "expects sigma > 0",
-                f"{int((s <= 0).sum())} entries are ≤ 0",
-                "drop the points with no uncertainty estimate, or give them a positive σ",
-            )
-        weights = 1.0 / s
+    weights = None if sigma is None else _weights(sigma, samples, dtype)
     start = _p0(p0, f)
     lower, upper = _bounds(bounds, start)
     # Without σ the targets are y alone (N × 1): the residual reads one contiguous column.
@@ -267,6 +259,26 @@ def check_curve_inputs(
     )
     _probe(f, inputs)
     return inputs, scale
+
+
+def _weights(sigma: object, samples: int, dtype: torch.dtype) -> torch.Tensor:
+    """1/σ for the checked standard deviations σ, one per point."""
+    s = _tensor("sigma", sigma, dtype)
+    if s.dim() != 1 or s.numel() != samples:
+        raise _fail(
+            f"expects sigma as a 1-D array of {samples} standard deviations",
+            f"sigma has shape {tuple(s.shape)}",
+            "pass one σ per point; for a full covariance matrix, whiten the data "
+            "first (solve with its Cholesky factor) and fit without sigma",
+        )
+    _finite("sigma", s)
+    if bool((s <= 0).any()):
+        raise _fail(
+            "expects sigma > 0",
+            f"{int((s <= 0).sum())} entries are ≤ 0",
+            "drop the points with no uncertainty estimate, or give them a positive σ",
+        )
+    return 1.0 / s
 
 
 def _probe(f: Callable[..., Any], inputs: CurveInputs) -> None:

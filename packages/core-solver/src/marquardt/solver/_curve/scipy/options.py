@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..fit_tests import FitTests
 from .args import (
     checked_loss,
     diff_step,
@@ -38,7 +39,6 @@ __all__ = [
     "SCHEMES",
     "SCIPY_KEYWORDS",
     "FitOptions",
-    "FitTests",
     "default_max_nfev",
     "fit_options",
     "fit_tests",
@@ -71,22 +71,6 @@ SCIPY_KEYWORDS = frozenset(
         "max_iter",
     }
 )
-
-
-@dataclass(frozen=True)
-class FitTests:
-    """The fit tests: SciPy's stopping tests of one fit (``least_squares``' ftol, xtol and
-    gtol; Moré 1978, ``_rules``) and its evaluation budget ``max_nfev``. Not
-    `StoppingCriteria`, the mean-loss tests an `LMA` step applies."""
-
-    ftol: float
-    xtol: float
-    gtol: float
-    max_nfev: int
-
-    def tolerances(self) -> dict[str, float]:
-        """``{"ftol": ..., "xtol": ..., "gtol": ...}``, the drivers' keywords."""
-        return {"ftol": self.ftol, "xtol": self.xtol, "gtol": self.gtol}
 
 
 def default_max_nfev(method: str, params: int) -> int:
@@ -257,10 +241,6 @@ def fit_options(
     method: str | None,
     jac: Any,
     *,
-    absolute_sigma: bool,
-    check_finite: bool | None,
-    full_output: bool,
-    nan_policy: str | None,
     kwargs: Mapping[str, Any],
 ) -> FitOptions:
     """``curve_fit``'s arguments (but the data) checked and translated, before any work.
@@ -271,11 +251,9 @@ def fit_options(
         bounds: ``(lower, upper)`` or a ``scipy.optimize.Bounds``.
         method: SciPy's method name, or ``None``.
         jac: SciPy's ``jac``.
-        absolute_sigma: SciPy's.
-        check_finite: SciPy's (``None``: True unless ``nan_policy`` is given).
-        full_output: SciPy's.
-        nan_policy: SciPy's.
-        kwargs: the remaining keywords (SciPy's and the engine's; checked by the caller
+        kwargs: the other keywords: SciPy's ``absolute_sigma``, ``check_finite``
+            (``None``: True unless ``nan_policy`` is given), ``full_output`` and
+            ``nan_policy``, and the rest of SciPy's and the engine's (checked by the caller
             for unknown names).
 
     Returns:
@@ -286,6 +264,7 @@ def fit_options(
     """
     start, lower, upper = _start(f, p0, bounds)
     method = _method(method, lower, upper)
+    nan_policy, check_finite = kwargs.get("nan_policy"), kwargs.get("check_finite")
     if nan_policy not in (None, "raise", "omit", "propagate"):
         raise hinted(
             ValueError,
@@ -314,8 +293,8 @@ def fit_options(
         loss=loss,
         f_scale=f_scale,
         tests=tests,
-        absolute_sigma=bool(absolute_sigma),
-        full_output=bool(full_output),
+        absolute_sigma=bool(kwargs.get("absolute_sigma", False)),
+        full_output=bool(kwargs.get("full_output", False)),
         check_finite=nan_policy is None if check_finite is None else bool(check_finite),
         nan_policy=nan_policy,
         engine={k: kwargs[k] for k in ENGINE_KEYWORDS if k in kwargs},

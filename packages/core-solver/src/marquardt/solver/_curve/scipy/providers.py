@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ import torch
 
 __all__ = [
     "DifferenceProvider",
+    "Differences",
     "TorchProvider",
     "Whitening",
     "absolute_steps",
@@ -74,6 +76,19 @@ def absolute_steps(p: np.ndarray, scheme: str, diff_step: np.ndarray | None) -> 
     return np.asarray(np.where((p + given) - p == 0, default, given))
 
 
+@dataclass(frozen=True)
+class Differences:
+    """How J is differenced: SciPy's scheme (``"2-point"``, ``"3-point"``, ``"cs"``), its
+    relative step (None: SciPy's default) and the bounds the steps respect; or the user's
+    ``jac``, which replaces them."""
+
+    lower: np.ndarray
+    upper: np.ndarray
+    scheme: str = "2-point"
+    diff_step: np.ndarray | None = None
+    jac: Callable[..., Any] | None = None
+
+
 class DifferenceProvider:
     """r and J of a model evaluated on NumPy values (module docstring)."""
 
@@ -83,16 +98,12 @@ class DifferenceProvider:
         x: Any,
         y: np.ndarray,
         whitening: Whitening,
-        *,
-        scheme: str = "2-point",
-        diff_step: np.ndarray | None = None,
-        jac: Callable[..., Any] | None = None,
-        lower: np.ndarray,
-        upper: np.ndarray,
+        differences: Differences,
     ) -> None:
         self.f, self.x, self.y, self.whitening = f, x, y, whitening
-        self.scheme, self.diff_step, self.jac = scheme, diff_step, jac
-        self.lower, self.upper = lower, upper
+        self.scheme, self.diff_step = differences.scheme, differences.diff_step
+        self.jac = differences.jac
+        self.lower, self.upper = differences.lower, differences.upper
         self.evaluations = 0
 
     def values(self, p: np.ndarray) -> np.ndarray:
@@ -151,10 +162,7 @@ class TorchProvider:
         x: Any,
         y: np.ndarray,
         whitening: Whitening,
-        differences: tuple[np.ndarray, np.ndarray] | None = None,
-        scheme: str = "2-point",
-        diff_step: np.ndarray | None = None,
-        jac: Callable[..., Any] | None = None,
+        differences: Differences | None = None,
         first: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.f, self.whitening, self.y = f, whitening, y
@@ -164,22 +172,12 @@ class TorchProvider:
         self.evaluations = 0
         self._vmap = True
         #: Steps with SciPy's differences of f evaluated on tensors, or the user's ``jac``
-        #: (``differences=(lower, upper)``, the bounds the steps respect): on the CPU P + 1
+        #: (``differences``, with the bounds the steps respect): on the CPU P + 1
         #: evaluations of f cost several times less than one autodiff Jacobian;
         #: ``exact_jacobian`` gives J at p̂.
         self.differences: DifferenceProvider | None = None
         if differences is not None:
-            numeric = DifferenceProvider(
-                f,
-                x,
-                y,
-                whitening,
-                scheme=scheme,
-                diff_step=diff_step,
-                jac=jac,
-                lower=differences[0],
-                upper=differences[1],
-            )
+            numeric = DifferenceProvider(f, x, y, whitening, differences)
             numeric.values = self.values  # type: ignore[method-assign]
             self.differences = numeric
 

@@ -12,27 +12,30 @@ import torch
 from ..._errors import CovarianceWarning, OptimizeWarning, user_stacklevel
 from ..large.fit import curve_fit_result
 from .args import numpy_array
+from .data import FitData
 from .options import FitOptions
 
 __all__ = ["engine_fit"]
 
 
-def engine_fit(
-    f: Callable[..., Any],
-    xdata: Any,
-    ydata: Any,
-    sigma: Any,
-    options: FitOptions,
-    torch_out: bool,
-    out_device: torch.device | None,
-) -> Any:
+def engine_fit(f: Callable[..., Any], data: FitData, options: FitOptions) -> Any:
     """A large torch fit through the sliced engine; results back in SciPy's form.
 
     The engine reads the same `FitOptions` as the small path: the start and the bounds, the
     loss, the fit tests, and the evaluation budget as its step budget (each LM step
     evaluates f at least once; the engine's own ``max_steps``, when given, wins). A budget
     spent raises SciPy's ``RuntimeError``, as on the small path.
+
+    Arguments:
+        f: the model.
+        data: its checked data (the engine takes them as given, or without the NaN points).
+        options: the checked keywords.
+
+    Returns:
+        ``(popt, pcov)``, or with ``full_output`` SciPy's five.
     """
+    xdata, ydata = data.given
+    sigma = data.sigma
     tests = options.tests
     engine_kw = {"max_steps": tests.max_nfev, **options.engine}
     x = (
@@ -79,12 +82,7 @@ def engine_fit(
             CovarianceWarning,
             stacklevel=user_stacklevel(),
         )
-    device = out_device if out_device is not None else x.device
-    popt, pcov = (
-        (res.popt.to(device), res.pcov.to(device))
-        if torch_out
-        else (res.popt.numpy(), res.pcov.numpy())
-    )
+    popt, pcov = data.returned(res.popt, res.pcov)
     if not options.full_output:
         return popt, pcov
     info = {"nfev": res.steps + 1, "fvec": res.residuals.numpy()}

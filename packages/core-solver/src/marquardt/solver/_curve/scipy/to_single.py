@@ -16,20 +16,17 @@ from ..single_lm.minpack import solve_lm
 from .args import not_found
 from .covariance import columns_dependent, leastsq_info
 from .covariance import pcov as scipy_pcov
+from .data import FitData
 from .options import FitOptions
-from .providers import DifferenceProvider, TorchProvider, Whitening
+from .providers import DifferenceProvider, Differences, TorchProvider, Whitening
 
 __all__ = ["small_fit"]
 
 
 def small_fit(
     f: Callable[..., Any],
-    x: Any,
-    y: np.ndarray,
-    whitening: Whitening,
+    data: FitData,
     options: FitOptions,
-    torch_out: bool,
-    out_device: Any,
     kind: str,
     untracked: list[int],
     first: np.ndarray | None = None,
@@ -39,45 +36,43 @@ def small_fit(
     A torch model's steps take SciPy's finite differences (``jac``'s scheme, 2-point by
     default) and J at p̂, for pcov, is autodiff's: P + 1 plain evaluations of f cost several
     times less than one autodiff Jacobian on the CPU (benchmarks/NOTES.md, single small fits).
+
+    Arguments:
+        f: the model.
+        data: its checked data.
+        options: the checked keywords.
+        kind: ``"torch"`` or ``"numpy"`` (`model_kind`'s).
+        untracked: the parameters autodiff does not see (a torch model's).
+        first: autodiff's J at the start, when `model_kind` formed it.
+
+    Returns:
+        ``(popt, pcov)``, or with ``full_output`` SciPy's five.
     """
+    x, y, whitening = data.x, data.y, data.weights
     start, lower, upper, jac = options.start, options.lower, options.upper, options.jac
     n = start.size
-    scheme = jac if isinstance(jac, str) else "2-point"
-    given = jac if callable(jac) else None
+    differences = Differences(
+        lower,
+        upper,
+        scheme=jac if isinstance(jac, str) else "2-point",
+        diff_step=options.diff_step,
+        jac=jac if callable(jac) else None,
+    )
     if kind == "torch":
         provider: Any = TorchProvider(
-            f,
-            x,
-            y,
-            whitening,
-            differences=(lower, upper),
-            scheme=scheme,
-            diff_step=options.diff_step,
-            jac=given,
-            first=None if first is None else (start, first),
+            f, x, y, whitening, differences, first=None if first is None else (start, first)
         )
         if untracked and jac is None:  # a named scheme or jac never differentiates by autodiff
             _refuse_untracked(x, y, whitening, provider, start, lower, upper, untracked)
     else:
-        provider = DifferenceProvider(
-            f,
-            x,
-            y,
-            whitening,
-            scheme=scheme,
-            diff_step=options.diff_step,
-            jac=given,
-            lower=lower,
-            upper=upper,
-        )
+        provider = DifferenceProvider(f, x, y, whitening, differences)
     fit = _solver(options)(
         provider,
         start,
         lower,
         upper,
-        max_nfev=options.tests.max_nfev,
+        options.tests,
         x_scale=options.x_scale,
-        **options.tests.tolerances(),
     )
     if fit.status == 0:
         raise not_found(fit.message, options.tests.max_nfev)
@@ -92,13 +87,7 @@ def small_fit(
     pcov = scipy_pcov(
         final, 2.0 * fit.cost, fit.residuals.size, n, options.absolute_sigma, options.method
     )
-    popt = fit.params
-    if torch_out:
-        popt_t = torch.from_numpy(popt.copy()).to(out_device)
-        pcov_t = torch.from_numpy(pcov).to(out_device)
-        result: tuple[Any, ...] = (popt_t, pcov_t)
-    else:
-        result = (popt, pcov)
+    result = data.returned(fit.params, pcov)
     if not options.full_output:
         return result
     info: dict[str, Any] = {"nfev": fit.evaluations, "njev": fit.jacobians, "fvec": fit.residuals}
@@ -154,9 +143,8 @@ def _polished(
         fit.params,
         options.lower,
         options.upper,
-        max_nfev=left,
+        replace(options.tests, max_nfev=left),
         x_scale=options.x_scale,
-        **options.tests.tolerances(),
     )
     return replace(
         more,
@@ -185,8 +173,7 @@ def _refuse_untracked(
         x,
         y,
         whitening,
-        lower=lower,
-        upper=upper,
+        Differences(lower, upper),
     )
     fd = numeric.jacobian(p, r)
     untracked = [k for k in dead if np.max(np.abs(fd[:, k])) > 0]

@@ -25,6 +25,7 @@ batched fits and `NielsenDamping` use too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,6 +34,7 @@ import torch
 
 from ... import _rules
 from ..._lm.robust import rho
+from ..fit_tests import FitTests
 
 __all__ = ["Provider", "SmallFit", "solve_small"]
 
@@ -83,107 +85,182 @@ def solve_small(
     p0: np.ndarray,
     lower: np.ndarray,
     upper: np.ndarray,
+    tests: FitTests,
     *,
-    ftol: float,
-    xtol: float,
-    gtol: float,
-    max_nfev: int,
     x_scale: np.ndarray | None = None,
     loss: str = "linear",
     f_scale: float = 1.0,
 ) -> SmallFit:
-    """LM from ``p0`` (feasible) until a fit test holds or ``max_nfev`` evaluations."""
+    """LM from ``p0`` (feasible) until a fit test holds or ``max_nfev`` evaluations.
+
+    Arguments:
+        provider: the residuals and J of the fit.
+        p0: the start, within the bounds.
+        lower, upper: the bounds.
+        tests: the fit tests and the evaluation budget.
+        x_scale: the parameters' scales; None: MINPACK's scaling by J's columns.
+        loss, f_scale: the robust loss ρ and its scale c.
+
+    Returns:
+        The fit.
+    """
     p = np.clip(p0.astype(np.float64), lower, upper)
-    linear = loss == "linear"
-    r = provider.residuals(p)
-    nfev, njev, steps = 1, 0, 0
-
-    def measure(res: np.ndarray) -> tuple[float, np.ndarray | None, np.ndarray]:
-        if linear:
-            return 0.5 * float(res @ res), None, res
-        return _robust(res, loss, f_scale)
-
-    cost, rows, rs = measure(r)
-    j = provider.jacobian(p, r)
-    njev += 1
-    js = j if rows is None else j * rows[:, None]
-    norms = _rules.column_norms(js)
-    d = 1.0 / x_scale if x_scale is not None else _rules.start_scaling(norms)
-    lam = float(_rules.start_damping(norms, d))
-    nu = _rules.NU_START
-    status = 0
-    size = p.size
+    run = _Run.started(provider, p, (loss, f_scale), x_scale)
     while True:
-        g = js.T @ rs
-        pushing = _rules.held_at_bounds(p, lower, upper, g)
-        if _rules.gtol_met(g, pushing, _rules.column_norms(js), float(np.linalg.norm(rs)), gtol):
-            status = 1
+        g = run.js.T @ run.rs
+        pushing = _rules.held_at_bounds(run.p, lower, upper, g)
+        norms, size = _rules.column_norms(run.js), float(np.linalg.norm(run.rs))
+        if _rules.gtol_met(g, pushing, norms, size, tests.gtol):
+            run.status = 1
             break
-        if nfev >= max_nfev:
+        if run.nfev >= tests.max_nfev:
             break
-        free = ~pushing
-        width = int(free.sum())
-        jf = js[:, free]
-        gram = jf.T @ jf
-        scaled = gram / np.outer(d[free], d[free])
-        eig = np.linalg.eigvalsh(scaled)
-        use_gram = eig[0] > eig[-1] / GRAM_CONDITION**2
-        if not use_gram:
-            q, rfac = np.linalg.qr(jf)
-            qtr = q.T @ rs
-        accepted = False
-        while nfev < max_nfev:
-            delta = np.zeros(size)
-            if use_gram:
-                delta[free] = np.linalg.solve(gram + np.diag(lam * d[free] ** 2), g[free])
-            else:
-                stacked = np.vstack([rfac, np.diag(np.sqrt(lam) * d[free])])
-                delta[free] = np.linalg.lstsq(
-                    stacked, np.concatenate([qtr, np.zeros(width)]), rcond=None
-                )[0]
-            trial = np.clip(p - delta, lower, upper)
-            step = trial - p
-            r_new = provider.residuals(trial)
-            nfev += 1
-            steps += 1
-            if not np.all(np.isfinite(r_new)):
-                lam, nu = _rules.nielsen_reject(lam, nu)
-                continue
-            cost_new, rows_new, rs_new = measure(r_new)
-            moved = js @ step
-            offset = 0.0 if linear else cost - 0.5 * float(rs @ rs)
-            predicted = _rules.predicted_reduction(offset, float(g @ step), float(moved @ moved))
-            actual = cost - cost_new
-            ratio = _rules.gain_ratio(actual, predicted)
-            small_step = bool(_rules.xtol_met(d, step, p, xtol))
-            if actual > 0:
-                ftol_ok = bool(_rules.ftol_met(actual, cost, ratio, ftol))
-                p, r, cost, rows, rs = trial, r_new, cost_new, rows_new, rs_new
-                lam = _rules.nielsen_accept(lam, ratio)
-                nu = _rules.NU_START
-                accepted = True
-                if ftol_ok or small_step:
-                    status = int(_rules.stop_status(ftol_ok, small_step))
-                break
-            lam, nu = _rules.nielsen_reject(lam, nu)
-            if small_step:
-                status = 3
-                break
+        solve = _damped_solver(run.js[:, ~pushing], run.rs, g, ~pushing, run.d)
+        accepted = _attempts(run, solve, g, (lower, upper), tests)
         if accepted:
-            j = provider.jacobian(p, r)
-            njev += 1
-            js = j if rows is None else j * rows[:, None]
-            if x_scale is None:
-                d = _rules.updated_scaling(d, _rules.column_norms(js))
-        if status or not accepted:
+            run.rejacobian(rescale=x_scale is None)
+        if run.status or not accepted:
             break
-    return SmallFit(
-        params=p,
-        residuals=r,
-        jacobian=j if rows is None else j * rows[:, None],
-        cost=cost,
-        evaluations=nfev,
-        jacobians=njev,
-        steps=steps,
-        status=status,
-    )
+    return run.fit()
+
+
+@dataclass
+class _Run:
+    """One run of the driver: the accepted point, J's scaled rows there, D, λ, the counts."""
+
+    provider: Provider
+    loss: str
+    f_scale: float
+    p: np.ndarray
+    r: np.ndarray
+    cost: float
+    rows: np.ndarray | None
+    rs: np.ndarray
+    j: np.ndarray
+    js: np.ndarray
+    d: np.ndarray
+    lam: float
+    nu: float = _rules.NU_START
+    nfev: int = 1
+    njev: int = 1
+    steps: int = 0
+    status: int = 0
+
+    @classmethod
+    def started(
+        cls,
+        provider: Provider,
+        p: np.ndarray,
+        robust: tuple[str, float],
+        x_scale: np.ndarray | None,
+    ) -> _Run:
+        """The run at the start ``p`` (residuals and J evaluated once), with the loss and
+        its scale ``robust``, D from ``x_scale`` or J's columns, and λ's start."""
+        loss, f_scale = robust
+        r = provider.residuals(p)
+        cost, rows, rs = _measure(r, loss, f_scale)
+        j = provider.jacobian(p, r)
+        js = j if rows is None else j * rows[:, None]
+        norms = _rules.column_norms(js)
+        d = 1.0 / x_scale if x_scale is not None else _rules.start_scaling(norms)
+        lam = float(_rules.start_damping(norms, d))
+        return cls(provider, loss, f_scale, p, r, cost, rows, rs, j, js, d, lam)
+
+    def rejacobian(self, rescale: bool) -> None:
+        """J at the accepted point, and D's update unless the scales are given."""
+        self.j = self.provider.jacobian(self.p, self.r)
+        self.njev += 1
+        self.js = self.j if self.rows is None else self.j * self.rows[:, None]
+        if rescale:
+            self.d = _rules.updated_scaling(self.d, _rules.column_norms(self.js))
+
+    def fit(self) -> SmallFit:
+        """The fit where the run stopped."""
+        return SmallFit(
+            params=self.p,
+            residuals=self.r,
+            jacobian=self.j if self.rows is None else self.j * self.rows[:, None],
+            cost=self.cost,
+            evaluations=self.nfev,
+            jacobians=self.njev,
+            steps=self.steps,
+            status=self.status,
+        )
+
+
+def _measure(r: np.ndarray, loss: str, c: float) -> tuple[float, np.ndarray | None, np.ndarray]:
+    """The cost, J's row scale (None for the linear loss) and the scaled residuals at r."""
+    if loss == "linear":
+        return 0.5 * float(r @ r), None, r
+    return _robust(r, loss, c)
+
+
+def _damped_solver(
+    jf: np.ndarray, rs: np.ndarray, g: np.ndarray, free: np.ndarray, d: np.ndarray
+) -> Callable[[float], np.ndarray]:
+    """The damped step δ(λ) of J's free columns ``jf`` (zero on the held parameters): from
+    the P × P system (JᵀJ + λD²)δ = Jᵀr while J's scaled columns are well conditioned
+    (``GRAM_CONDITION``), else from J's thin QR factor, [R; √λ·D] δ = [Qᵀr; 0]."""
+    size, width = free.size, int(free.sum())
+    gram = jf.T @ jf
+    df = d[free]
+    eig = np.linalg.eigvalsh(gram / np.outer(df, df))
+    if eig[0] > eig[-1] / GRAM_CONDITION**2:
+
+        def from_gram(lam: float) -> np.ndarray:
+            delta = np.zeros(size)
+            delta[free] = np.linalg.solve(gram + np.diag(lam * df**2), g[free])
+            return delta
+
+        return from_gram
+    q, rfac = np.linalg.qr(jf)
+    rhs = np.concatenate([q.T @ rs, np.zeros(width)])
+
+    def from_qr(lam: float) -> np.ndarray:
+        delta = np.zeros(size)
+        stacked = np.vstack([rfac, np.diag(np.sqrt(lam) * df)])
+        delta[free] = np.linalg.lstsq(stacked, rhs, rcond=None)[0]
+        return delta
+
+    return from_qr
+
+
+def _attempts(
+    run: _Run,
+    solve: Callable[[float], np.ndarray],
+    g: np.ndarray,
+    bounds: tuple[np.ndarray, np.ndarray],
+    tests: FitTests,
+) -> bool:
+    """The damped trials of one step: True when one lowers the cost (and moves the run
+    there); False when a test stops the fit or the budget ends first."""
+    lower, upper = bounds
+    while run.nfev < tests.max_nfev:
+        trial = np.clip(run.p - solve(run.lam), lower, upper)
+        step = trial - run.p
+        r_new = run.provider.residuals(trial)
+        run.nfev += 1
+        run.steps += 1
+        if not np.all(np.isfinite(r_new)):
+            run.lam, run.nu = _rules.nielsen_reject(run.lam, run.nu)
+            continue
+        cost_new, rows_new, rs_new = _measure(r_new, run.loss, run.f_scale)
+        moved = run.js @ step
+        offset = 0.0 if run.loss == "linear" else run.cost - 0.5 * float(run.rs @ run.rs)
+        predicted = _rules.predicted_reduction(offset, float(g @ step), float(moved @ moved))
+        actual = run.cost - cost_new
+        ratio = _rules.gain_ratio(actual, predicted)
+        small_step = bool(_rules.xtol_met(run.d, step, run.p, tests.xtol))
+        if actual > 0:
+            ftol_ok = bool(_rules.ftol_met(actual, run.cost, ratio, tests.ftol))
+            run.p, run.r, run.cost, run.rows, run.rs = trial, r_new, cost_new, rows_new, rs_new
+            run.lam = _rules.nielsen_accept(run.lam, ratio)
+            run.nu = _rules.NU_START
+            if ftol_ok or small_step:
+                run.status = int(_rules.stop_status(ftol_ok, small_step))
+            return True
+        run.lam, run.nu = _rules.nielsen_reject(run.lam, run.nu)
+        if small_step:
+            run.status = 3
+            return False
+    return False

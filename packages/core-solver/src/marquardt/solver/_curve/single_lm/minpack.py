@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import _rules
+from ..fit_tests import FitTests
 from . import trust
 from .driver import Provider, SmallFit
 
@@ -43,15 +44,24 @@ def solve_lm(
     p0: np.ndarray,
     lower: np.ndarray,
     upper: np.ndarray,
+    tests: FitTests,
     *,
-    ftol: float,
-    xtol: float,
-    gtol: float,
-    max_nfev: int,
     x_scale: np.ndarray | None = None,
 ) -> SmallFit:
     """MINPACK's LM from ``p0`` (feasible; the linear loss) until a fit test holds or
-    ``max_nfev`` evaluations (module docstring)."""
+    ``max_nfev`` evaluations (module docstring).
+
+    Arguments:
+        provider: the residuals and J of the fit.
+        p0: the start, within the bounds.
+        lower, upper: the bounds.
+        tests: the fit tests and the evaluation budget.
+        x_scale: the parameters' scales; None: MINPACK's scaling by J's columns.
+
+    Returns:
+        The fit.
+    """
+    ftol, xtol, gtol, max_nfev = tests.ftol, tests.xtol, tests.gtol, tests.max_nfev
     p = np.clip(p0.astype(np.float64), lower, upper)
     r = provider.residuals(p)
     at = _Point(p, r, 0.5 * float(r @ r))
