@@ -253,13 +253,18 @@ def test_two_writers_of_one_key_leave_one_good_artifact(
     assert list(tmp_path.glob(".tmp-*")) == []
 
 
+def _listed_kernel(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, key: str) -> None:
+    """One kernel kept in a cache folder at ``tmp_path``, listed by the command."""
+    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
+    _stand_in(monkeypatch)
+    artifacts.save(key, {"name": "decay", "kind": "iteration", "fits": 8}, _build(1.0), CPU)
+    assert cache.main(["list"]) == 0
+
+
 def test_the_command_lists_and_clears_the_kernels(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
-    _stand_in(monkeypatch)
-    artifacts.save("k6", {"name": "decay", "kind": "iteration", "fits": 8}, _build(1.0), CPU)
-    assert cache.main(["list"]) == 0
+    _listed_kernel(monkeypatch, tmp_path, "k6")
     assert "decay iteration 8 fits" in capsys.readouterr().out
     assert cache.main(["clear"]) == 0
     assert "removed 2 files" in capsys.readouterr().out
@@ -338,10 +343,7 @@ def test_a_fresh_cache_is_private(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 def test_the_listing_gives_each_folders_verdict(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("MARQUARDT_CACHE_DIR", str(tmp_path))
-    _stand_in(monkeypatch)
-    artifacts.save("k9", {"name": "decay", "kind": "iteration", "fits": 8}, _build(1.0), CPU)
-    assert cache.main(["list"]) == 0
+    _listed_kernel(monkeypatch, tmp_path, "k9")
     out = capsys.readouterr().out
     assert (
         f"folder {tmp_path}: trusted" in out and f"folder {tmp_path / 'compiled'}: trusted" in out

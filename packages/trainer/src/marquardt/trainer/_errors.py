@@ -49,13 +49,35 @@ class WorkerFailedError(TrainerError, RuntimeError):
         self.rank = rank
 
 
-class RunFilesError(TrainerError, OSError):
+class _FieldsError(TrainerError):
+    """An error whose keyword fields cross a process boundary whole: pickled (a worker's
+    error sent to its parent) and rebuilt with the same message and fields."""
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self._fields = fields
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), str(self), dict(self._fields))
+
+
+class RunFilesError(_FieldsError, OSError):
     """A file of the run (checkpoint, metrics, logger output) could not be written.
 
     ``path``: the file; ``needed`` and ``free``: the bytes it needed (``None`` if unknown)
     and the bytes free on its file system; ``last_checkpoint``: the newest checkpoint left
     whole on disk (``None`` if there is none). ``errno`` is the file system's.
     """
+
+    path: str
+    needed: int | None
+    free: int | None
+    last_checkpoint: str | None
 
     def __init__(
         self,
@@ -67,38 +89,32 @@ class RunFilesError(TrainerError, OSError):
         free: int | None,
         last_checkpoint: str | None,
     ) -> None:
-        super().__init__(message)
-        self.errno = errno
+        super().__init__(
+            message,
+            errno=errno,
+            path=path,
+            needed=needed,
+            free=free,
+            last_checkpoint=last_checkpoint,
+        )
         self.filename = path
-        self.path = path
-        self.needed = needed
-        self.free = free
-        self.last_checkpoint = last_checkpoint
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[Any, ...]:  # the fields cross a process boundary whole
-        fields = {
-            "errno": self.errno,
-            "path": self.path,
-            "needed": self.needed,
-            "free": self.free,
-            "last_checkpoint": self.last_checkpoint,
-        }
-        return _rebuild, (type(self), str(self), fields)
 
 
 class CheckpointWriteError(RunFilesError, CheckpointError):
     """A checkpoint could not be written; the checkpoints already on disk are intact."""
 
 
-class NonFiniteLossError(TrainerError, FloatingPointError):
+class NonFiniteLossError(_FieldsError, FloatingPointError):
     """The training loss, or the parameters after a step, are NaN or infinite.
 
     ``step``, ``epoch`` and ``batch`` (the batch's index in its epoch) say where;
     ``last_checkpoint`` is the newest finite checkpoint (``None`` if there is none).
     """
+
+    step: int
+    epoch: int
+    batch: int
+    last_checkpoint: str | None
 
     def __init__(
         self,
@@ -109,20 +125,9 @@ class NonFiniteLossError(TrainerError, FloatingPointError):
         batch: int,
         last_checkpoint: str | None,
     ) -> None:
-        super().__init__(message)
-        self.step = step
-        self.epoch = epoch
-        self.batch = batch
-        self.last_checkpoint = last_checkpoint
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        fields = {
-            "step": self.step,
-            "epoch": self.epoch,
-            "batch": self.batch,
-            "last_checkpoint": self.last_checkpoint,
-        }
-        return _rebuild, (type(self), str(self), fields)
+        super().__init__(
+            message, step=step, epoch=epoch, batch=batch, last_checkpoint=last_checkpoint
+        )
 
 
 def _rebuild(cls: type[Exception], message: str, fields: dict[str, Any]) -> Exception:
