@@ -109,12 +109,14 @@ def _poisson_fit(options: FitOptions, call: dict[str, Any]) -> Any:
         options.start,
         bounds=(options.lower, options.upper),
         nan_policy="omit" if options.nan_policy == "omit" else None,
+        ftol=tests.ftol,
+        xtol=tests.xtol,
+        gtol=tests.gtol,
         max_nfev=tests.max_nfev,
         full_output=True,
         compile=False,
         fixed=call["fixed"],
         estimator="poisson",
-        **tests.tolerances(),
     )
     status = int(info["status"][0])
     message = info["messages"][status]
