@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..single_lm.driver import SmallFit, solve_small
+from ..single_lm.driver import Problem, SmallFit, solve_small
 from ..single_lm.minpack import solve_lm
 from .args import not_found
 from .covariance import columns_dependent, leastsq_info
@@ -66,14 +66,8 @@ def small_fit(
             _refuse_untracked(x, y, whitening, provider, start, lower, upper, untracked)
     else:
         provider = DifferenceProvider(f, x, y, whitening, differences)
-    fit = _solver(options)(
-        provider,
-        start,
-        lower,
-        upper,
-        options.tests,
-        x_scale=options.x_scale,
-    )
+    problem = Problem(provider, start, lower, upper, options.tests)
+    fit = _solver(options)(problem, x_scale=options.x_scale)
     if fit.status == 0:
         raise not_found(fit.message, options.tests.max_nfev)
     final = fit.jacobian
@@ -138,14 +132,14 @@ def _polished(
     left = options.tests.max_nfev - fit.evaluations
     if left < 2:
         return fit
-    more = _solver(options)(
+    again = Problem(
         _Exact(provider, exact),
         fit.params,
         options.lower,
         options.upper,
         replace(options.tests, max_nfev=left),
-        x_scale=options.x_scale,
     )
+    more = _solver(options)(again, x_scale=options.x_scale)
     return replace(
         more,
         evaluations=fit.evaluations + more.evaluations,

@@ -36,7 +36,7 @@ from ... import _rules
 from ..._lm.robust import rho
 from ..fit_tests import FitTests
 
-__all__ = ["Provider", "SmallFit", "solve_small"]
+__all__ = ["Problem", "Provider", "SmallFit", "solve_small"]
 
 #: The largest condition number of J's scaled columns for which a step is solved from the
 #: Gram matrix JᵀJ + λD² (a P × P solve); beyond it from J's QR factor.
@@ -47,7 +47,8 @@ MESSAGES = _rules.STATUS_MESSAGES
 
 
 class Provider(Protocol):
-    evaluations: int
+    @property
+    def evaluations(self) -> int: ...
 
     def residuals(self, p: np.ndarray) -> np.ndarray: ...
 
@@ -80,12 +81,27 @@ def _robust(r: np.ndarray, loss: str, c: float) -> tuple[float, np.ndarray, np.n
     return 0.5 * c * c * float(value.sum()), scale, scaled
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One fit as the single-fit drivers take it.
+
+    Arguments:
+        provider: the residuals and J of the fit.
+        p0: the start, within the bounds.
+        lower: the lower bounds.
+        upper: the upper bounds.
+        tests: the fit tests and the evaluation budget.
+    """
+
+    provider: Provider
+    p0: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    tests: FitTests
+
+
 def solve_small(
-    provider: Provider,
-    p0: np.ndarray,
-    lower: np.ndarray,
-    upper: np.ndarray,
-    tests: FitTests,
+    problem: Problem,
     *,
     x_scale: np.ndarray | None = None,
     loss: str = "linear",
@@ -94,18 +110,16 @@ def solve_small(
     """LM from ``p0`` (feasible) until a fit test holds or ``max_nfev`` evaluations.
 
     Arguments:
-        provider: the residuals and J of the fit.
-        p0: the start, within the bounds.
-        lower, upper: the bounds.
-        tests: the fit tests and the evaluation budget.
+        problem: the fit.
         x_scale: the parameters' scales; None: MINPACK's scaling by J's columns.
         loss, f_scale: the robust loss ρ and its scale c.
 
     Returns:
         The fit.
     """
-    p = np.clip(p0.astype(np.float64), lower, upper)
-    run = _Run.started(provider, p, (loss, f_scale), x_scale)
+    lower, upper, tests = problem.lower, problem.upper, problem.tests
+    p = np.clip(problem.p0.astype(np.float64), lower, upper)
+    run = _Run.started(problem.provider, p, (loss, f_scale), x_scale)
     while True:
         g = run.js.T @ run.rs
         pushing = _rules.held_at_bounds(run.p, lower, upper, g)

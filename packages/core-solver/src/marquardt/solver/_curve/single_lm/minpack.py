@@ -23,9 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ... import _rules
-from ..fit_tests import FitTests
 from . import trust
-from .driver import Provider, SmallFit
+from .driver import Problem, SmallFit
 
 __all__ = ["solve_lm"]
 
@@ -39,30 +38,20 @@ class _Point:
     cost: float
 
 
-def solve_lm(
-    provider: Provider,
-    p0: np.ndarray,
-    lower: np.ndarray,
-    upper: np.ndarray,
-    tests: FitTests,
-    *,
-    x_scale: np.ndarray | None = None,
-) -> SmallFit:
+def solve_lm(problem: Problem, *, x_scale: np.ndarray | None = None) -> SmallFit:
     """MINPACK's LM from ``p0`` (feasible; the linear loss) until a fit test holds or
     ``max_nfev`` evaluations (module docstring).
 
     Arguments:
-        provider: the residuals and J of the fit.
-        p0: the start, within the bounds.
-        lower, upper: the bounds.
-        tests: the fit tests and the evaluation budget.
+        problem: the fit (the linear loss).
         x_scale: the parameters' scales; None: MINPACK's scaling by J's columns.
 
     Returns:
         The fit.
     """
+    provider, lower, upper, tests = problem.provider, problem.lower, problem.upper, problem.tests
     ftol, xtol, gtol, max_nfev = tests.ftol, tests.xtol, tests.gtol, tests.max_nfev
-    p = np.clip(p0.astype(np.float64), lower, upper)
+    p = np.clip(problem.p0.astype(np.float64), lower, upper)
     r = provider.residuals(p)
     at = _Point(p, r, 0.5 * float(r @ r))
     count = {"nfev": 1, "njev": 1, "steps": 0}
