@@ -213,6 +213,26 @@ def _summed(
     return total
 
 
+def _product_chunks(
+    chunks: list[tuple[int, int]], per_chunk: int, index: torch.Tensor | None, k: int
+) -> list[tuple[int, int, torch.Tensor | None]]:
+    """The chunks of a product of ``k`` tangents: the batch's ``chunks``, or those of the
+    subsample ``index`` (``per_chunk`` samples each, fewer chunks), each cut ``k`` times
+    smaller (k tangents at once hold k times the activations); with the subsample's
+    indices of each (None for the whole batch)."""
+    ranges: list[tuple[int, int, torch.Tensor | None]]
+    if index is None:
+        ranges = [(lo, hi, None) for lo, hi in chunks]
+    else:
+        step = max(1, per_chunk)
+        ranges = [(lo, hi, index[lo:hi]) for lo, hi in slice_ranges(len(index), step)]
+    return [
+        (lo + a, lo + b, None if at is None else at[a:b])
+        for lo, hi, at in ranges
+        for a, b in slice_ranges(hi - lo, max(1, (hi - lo) // k) if k > 1 else hi - lo)
+    ]
+
+
 def gauss_newton_products(
     replicas: Replicas,
     residual_fn: AnyResidual,
@@ -262,20 +282,8 @@ def gauss_newton_products(
     rss = float(summed[-1])
 
     def product(vs: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-        ranges: list[tuple[int, int, torch.Tensor | None]]
-        if index is None:
-            ranges = [(lo, hi, None) for lo, hi in chunks]
-        else:
-            # The subsample's chunks: the same samples per chunk as the plan's, fewer chunks.
-            step = max(1, batch.plan.samples_per_chunk)
-            ranges = [(lo, hi, index[lo:hi]) for lo, hi in slice_ranges(len(index), step)]
-        # k tangents at once hold k times the activations: chunks k times smaller.
         k = int(vs.shape[0])
-        split = [
-            (lo + a, lo + b, None if at is None else at[a:b])
-            for lo, hi, at in ranges
-            for a, b in slice_ranges(hi - lo, max(1, (hi - lo) // k) if k > 1 else hi - lo)
-        ]
+        split = _product_chunks(chunks, batch.plan.samples_per_chunk, index, k)
 
         def job_of(lo: int, hi: int, at: torch.Tensor | None) -> Callable[[int], torch.Tensor]:
             def job(dev: int) -> torch.Tensor:
