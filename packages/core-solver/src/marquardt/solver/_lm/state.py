@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import SolverStateError, message
-from .damping import DampingRule
+from .damping.base import DampingRule
 from .matrix_free import ConjugateGradients
 from .subsets import ParamSelection
 

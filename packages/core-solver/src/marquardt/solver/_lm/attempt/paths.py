@@ -1,11 +1,11 @@
 """Which path a step's attempts take, and why: `AttemptPaths`.
 
-The eager attempts (``attempts.py``) serve every step. Where a step's attempts can be one
-pure tensor function (``attempt_tensor.py``): a dense system in torch tensors on one
+The eager attempts (``attempt.eager``) serve every step. Where a step's attempts can be one
+pure tensor function (``attempt.pure``): a dense system in torch tensors on one
 model device, the whole batch in one forward, a damping rule with a tensor form, and none
 of parameter subsets, geodesic acceleration, point residuals or a process group, the
 function is compiled on CPUs (``torch.compile``, inductor's C++) and captured as a CUDA
-graph on GPUs (``attempt_graphs.py``). ``compile_attempt`` ("auto", "on" or "off") decides:
+graph on GPUs (``attempt.graphs``). ``compile_attempt`` ("auto", "on" or "off") decides:
 "off" keeps the eager attempts; "on" compiles or captures at the first step that allows
 it; "auto" captures on GPUs once a second step has the same shapes (shapes are static), and on
 CPUs keeps the eager attempts, which the compiled one does not beat by its compile time. The
@@ -24,14 +24,14 @@ import torch
 
 from marquardt.jacobian import PointResidual, PreparedBatch, Replicas
 
-from .._backends.base import LinearSystem
-from .._backends.scaling import scaling_diagonal_torch
-from .attempt_graphs import capture_attempt, compile_attempt
-from .attempt_tensor import AttemptResult, AttemptSpec, lm_attempt, trial_loss_fn
-from .attempts import NOISE_ULPS
-from .damping import DampingRule
-from .options import Options
-from .tensor_damping import tensor_rule
+from ..._backends.base import LinearSystem
+from ..._backends.scaling import scaling_diagonal_torch
+from ..damping import tensor_rule
+from ..damping.base import DampingRule
+from ..options import Options
+from .decide import NOISE_ULPS
+from .graphs import capture_attempt, compile_attempt
+from .pure import AttemptResult, AttemptSpec, lm_attempt, trial_loss_fn
 
 __all__ = ["AttemptChoice", "AttemptPaths"]
 

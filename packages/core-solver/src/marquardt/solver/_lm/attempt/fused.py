@@ -1,8 +1,8 @@
 """The attempts of one step by the pure attempt function: `run_tensor_attempts`.
 
-The same loop as the eager attempts (``attempts.py``: the same acceptance, λ updates,
+The same loop as the eager attempts (``attempt.eager``: the same decision, λ updates,
 stopping tests and report), but each attempt is one call of ``lm_attempt``
-(``attempt_tensor.py``), plain, compiled or captured (``attempt_paths.py``), that leaves
+(``attempt.pure``), plain, compiled or captured (``attempt.paths``), that leaves
 θ, λ, ν and the decision on the device. The host reads the attempt's outcome once, in one
 transfer; θ is written into the model only when the attempt was accepted, so no trial
 point is ever left in it.
@@ -18,21 +18,15 @@ import torch
 
 from marquardt.jacobian import PreparedBatch, Replicas
 
-from .._backends.base import LinearSystem
-from .._backends.scaling import scaling_diagonal_torch
-from .._backends.systems import read_values
-from .attempt_tensor import AttemptResult
-from .attempts import (
-    NOISE_ULPS,
-    Attempts,
-    accepted_stop,
-    ceiling_stop,
-    finish_report,
-    rejection_reason,
-    rounding_stop,
-)
-from .damping import reported_gain_ratio
-from .report import StepReport
+from ..._backends.base import LinearSystem
+from ..._backends.scaling import scaling_diagonal_torch
+from ..._backends.systems import read_values
+from ..damping.base import reported_gain_ratio
+from ..report import StepReport
+from ..stopping import StopFacts
+from .decide import NOISE_ULPS, rejection_reason
+from .eager import Attempts, accepted_stop, ceiling_stop, finish_report
+from .pure import AttemptResult
 
 __all__ = ["AttemptRunner", "run_tensor_attempts"]
 
@@ -75,7 +69,7 @@ def run_tensor_attempts(
     replica = replicas[0]
     device = replica.device
     theta = replica.flat
-    param_norm = float(theta.double().norm()) if stopping.xtol is not None else 0.0
+    param_norm = float(theta.double().norm()) if stopping.wants("param_norm") else 0.0
     d = system.scale(how.scaling, scaling_diagonal_torch)
     jac = system.jacobian if system.underdetermined else None
     state = rule.state_dict()
@@ -125,10 +119,11 @@ def run_tensor_attempts(
             break
         report.rejections.append(rejection_reason(failed, status, trial, actual))
         if rounding:
-            terminated = rounding_stop(report, predicted, noise * abs(loss_before))
+            facts = StopFacts(rounding=True, predicted=predicted, bound=noise * abs(loss_before))
+            terminated = stopping.stop("rejected", facts, report)
             break
         if rule.at_ceiling:
-            terminated = ceiling_stop(report, rule.maximum)
+            terminated = ceiling_stop(stopping, report, rule.maximum)
             break
     finish_report(report, accepted, loss_after, step_norm)
     report.seconds_solve = seconds

@@ -22,19 +22,19 @@ import torch
 
 from marquardt.jacobian import ColumnSubset, JacobianEngine, PreparedBatch, Replicas
 
-from .._backends.base import ArrayBackend
-from .._backends.systems import host_vector
-from .assembly import Assembly
-from .attempt_paths import AttemptPaths
-from .attempts import Attempts, run_attempts
-from .damping import DampingRule
-from .geodesic import GeodesicAcceleration
-from .matrix_free import ConjugateGradients
-from .options import Options
-from .report import StepReport
-from .scaling import remembered
-from .subsets import SubsetBackend
-from .tensor_attempts import run_tensor_attempts
+from ..._backends.base import ArrayBackend
+from ..assembly import Assembly
+from ..damping.base import DampingRule
+from ..geodesic import GeodesicAcceleration
+from ..matrix_free import ConjugateGradients
+from ..options import Options
+from ..report import StepReport
+from ..scaling import remembered
+from ..stopping import StopFacts
+from ..subsets import SubsetBackend
+from .eager import Attempts, run_attempts
+from .fused import run_tensor_attempts
+from .paths import AttemptPaths
 
 __all__ = ["damped_step"]
 
@@ -112,12 +112,8 @@ def damped_step(
         seconds_collective=built.seconds_collective,
     )
     stopping, scaling = options.stopping, options.scaling
-    if stopping.gtol is not None and stopping.gtol_met(
-        host_vector(system.gradient), host_vector(system.diag), system.rss, n
-    ):
+    if stopping.stop("before", StopFacts(loss_before=loss_before, system=system), report):
         report.terminated = True
-        report.termination = "gtol"
-        report.reason = "gtol: the residual is orthogonal to the Jacobian columns"
         return report, loss_before, True, diag
     if scaling.memory > 0.0 and not system.underdetermined:
         diag = remembered(system.diag, diag, scaling.memory)

@@ -1,4 +1,4 @@
-"""The damped attempts of one step: `run_attempts`.
+"""The eager attempts of one step, on floats read from the devices: `run_attempts`.
 
 With the system assembled once, each attempt solves (A + λD) δ = g for the current λ,
 moves θ ← θ − lr·δ and evaluates the trial loss. The damping rule accepts the point
@@ -9,7 +9,7 @@ attempts, never errors. The loop ends on acceptance, when λ reaches its ceiling
 makes progress), when a rejected attempt's predicted decrease is itself below the rounding
 of the loss (more damping only shrinks it: the point is converged to rounding), or after
 ``attempts`` solves; an accepted step may also meet the MINPACK ftol / xtol tests (Moré 1978). θ is always the last accepted point afterwards.
-With ``accelerate`` (``_lm.geodesic``), each solved δ receives its second-order correction
+The decision is ``attempt.decide``'s. With ``accelerate`` (``_lm.geodesic``), each solved δ receives its second-order correction
 before it is tried, or the attempt is rejected (the hook returns the reason in words).
 """
 
@@ -24,34 +24,20 @@ import torch
 
 from marquardt.jacobian import Replicas
 
-from .._backends.base import (
-    FAILED_CHOLESKY,
-    ArrayBackend,
-    LinearSystem,
-    Solution,
-    predicted_reduction,
-)
-from .._backends.systems import read_values
-from .damping import DampingRule, reported_gain_ratio
-from .matrix_free import FAILED_CURVATURE
-from .report import StepReport
-from .stopping import StoppingCriteria
+from ..._backends.base import ArrayBackend, LinearSystem, Solution, loss_prediction
+from ..._backends.systems import read_values
+from ..damping.base import DampingRule, reported_gain_ratio
+from ..report import StepReport
+from ..stopping import StopFacts, Stops
+from .decide import NOISE_ULPS, decide, rejection_reason
 
 __all__ = [
-    "NOISE_ULPS",
     "Attempts",
     "accepted_stop",
     "ceiling_stop",
     "finish_report",
-    "rejection_reason",
-    "rounding_stop",
     "run_attempts",
 ]
-
-#: A trial loss must be lower than the loss at the start of the step by more than this many
-#: units of rounding (machine epsilon of the parameters' dtype, relative to the loss) to
-#: count as a decrease: differences below that are rounding noise of the loss evaluation.
-NOISE_ULPS = 16.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +49,7 @@ class Attempts:
     scaling: str
     attempts: int
     learning_rate: float
-    stopping: StoppingCriteria
+    stopping: Stops
     accelerate: Callable[[Solution, float], Solution | str] | None = None
 
 
@@ -76,22 +62,6 @@ class _Trial:
     curvature: float
     status: float
     delta_norm: float
-
-
-#: What a failed solve's status means, in words (any other: "non-finite step").
-_FAILURES = {
-    FAILED_CHOLESKY: "cholesky failed",
-    FAILED_CURVATURE: "non-positive curvature",
-}
-
-
-def _rejection(trial: float, actual: float) -> str:
-    """Why a trial point that was evaluated was not accepted, in words."""
-    if not math.isfinite(trial):
-        return "non-finite loss"
-    if actual > 0.0:
-        return "loss did not decrease beyond rounding"
-    return "loss did not decrease"
 
 
 def _evaluate(
@@ -141,7 +111,9 @@ def run_attempts(
     stopping = how.stopping
     backend = how.backend
     loss_before = report.loss_before
-    param_norm = float(replicas.flat_params().double().norm()) if stopping.xtol is not None else 0.0
+    param_norm = (
+        float(replicas.flat_params().double().norm()) if stopping.wants("param_norm") else 0.0
+    )
     replicas.backup()
     noise = NOISE_ULPS * torch.finfo(replicas.dtype).eps
     seconds_solve = 0.0
@@ -179,20 +151,22 @@ def run_attempts(
                 report.host_reads += 1
                 seconds_trial += time.perf_counter() - t
                 failed = trial.status != 0.0 or not math.isfinite(trial.delta_norm)
-                predicted = predicted_reduction(trial.gradient_dot, trial.curvature, lr) * scale
+                predicted = loss_prediction(trial.gradient_dot, trial.curvature, lr) * scale
                 actual = loss_before - trial.loss
-                # A reduction below the rounding error of the loss itself is noise, not
-                # progress: counting it would let a converged run wander on forever.
-                significant = actual > noise * abs(loss_before)
-                if (
-                    not failed
-                    and math.isfinite(trial.loss)
-                    and significant
-                    and rule.accepts(actual, predicted)
-                ):
-                    moved = False
+                bound = noise * abs(loss_before)
+                ok, rounding = decide(
+                    failed=failed,
+                    trial=trial.loss,
+                    actual=actual,
+                    predicted=predicted,
+                    bound=bound,
+                    accepts=rule.accepts,
+                )
+                if not failed:
                     report.predicted_reduction = predicted
                     report.gain_ratio = reported_gain_ratio(actual, predicted)
+                if ok:
+                    moved = False
                     rule.on_accept(actual, predicted)
                     accepted = True
                     loss_after = trial.loss
@@ -204,18 +178,13 @@ def run_attempts(
                 replicas.restore()
                 moved = False
                 report.rejections.append(rejection_reason(failed, trial.status, trial.loss, actual))
-                if not failed:
-                    report.predicted_reduction = predicted
-                    report.gain_ratio = reported_gain_ratio(actual, predicted)
-                    if 0.0 <= predicted <= noise * abs(loss_before):
-                        # More damping only shrinks the predicted decrease: no attempt can
-                        # pass the rounding test, so stop here instead of climbing to the
-                        # ceiling one trial forward at a time.
-                        terminated = rounding_stop(report, predicted, noise * abs(loss_before))
-                        break
+                if rounding:
+                    facts = StopFacts(rounding=True, predicted=predicted, bound=bound)
+                    terminated = stopping.stop("rejected", facts, report)
+                    break
                 rule.on_reject()
             if rule.at_ceiling:
-                terminated = ceiling_stop(report, rule.maximum)
+                terminated = ceiling_stop(stopping, report, rule.maximum)
                 break
     finally:
         if moved:
@@ -228,49 +197,31 @@ def run_attempts(
 
 
 def accepted_stop(
-    stopping: StoppingCriteria,
+    stopping: Stops,
     report: StepReport,
     actual: float,
     predicted: float,
     step_norm: float,
     param_norm: float,
 ) -> bool:
-    """Whether an accepted attempt meets MINPACK's ftol or xtol test (Moré 1978); the
-    report receives the termination and its sentence."""
-    if stopping.ftol_met(report.loss_before, actual, predicted):
-        report.termination = "ftol"
-        report.reason = "ftol: relative reductions of the loss ≤ ftol"
-        return True
-    if stopping.xtol_met(step_norm, param_norm):
-        report.termination = "xtol"
-        report.reason = "xtol: relative change of the parameters ≤ xtol"
-        return True
-    return False
-
-
-def rounding_stop(report: StepReport, predicted: float, rounding: float) -> bool:
-    """The step stops: a rejected attempt predicted less than the loss's rounding."""
-    report.termination = "rounding"
-    report.reason = (
-        f"the quadratic model predicts a decrease of {predicted:.3g}, "
-        f"below the rounding of the loss ({rounding:.3g}): no damped step can lower it"
+    """Whether an accepted attempt meets a stopping test (MINPACK's ftol or xtol, Moré
+    1978); the report receives the termination and its sentence."""
+    facts = StopFacts(
+        loss_before=report.loss_before,
+        actual=actual,
+        predicted=predicted,
+        step_norm=step_norm,
+        param_norm=param_norm,
     )
-    return True
+    return stopping.stop("accepted", facts, report)
 
 
-def ceiling_stop(report: StepReport, maximum: float) -> bool:
-    """The step stops: λ reached its ceiling."""
-    report.termination = "damping_max"
-    report.reason = (
-        f"damping reached its ceiling {maximum:g} without lowering the loss "
-        f"({report.attempts} attempts: {', '.join(report.rejections)})"
+def ceiling_stop(stopping: Stops, report: StepReport, maximum: float) -> bool:
+    """The step stops: λ reached its ceiling (the ``"ceiling"`` tests)."""
+    facts = StopFacts(
+        maximum=maximum, attempts=report.attempts, rejections=tuple(report.rejections)
     )
-    return True
-
-
-def rejection_reason(failed: bool, status: float, trial: float, actual: float) -> str:
-    """Why an evaluated attempt was rejected: its failed solve, or its trial loss."""
-    return _FAILURES.get(status, "non-finite step") if failed else _rejection(trial, actual)
+    return stopping.stop("ceiling", facts, report)
 
 
 def finish_report(report: StepReport, accepted: bool, loss_after: float, step_norm: float) -> None:
