@@ -28,11 +28,10 @@ from .._backends.choice import resolve_backend
 from .._errors import BatchNotFiniteError
 from .assembly import SystemRequest
 from .attempt.paths import AttemptPaths
-from .attempt.step import damped_step
+from .attempt.step import StepInput, StepTools, damped_step
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
 from .damping.base import DampingRule
-from .matrix_free import ConjugateGradients, TruncatedCG
 from .options import (
     STRATEGIES,
     LossFn,
@@ -42,8 +41,10 @@ from .options import (
 )
 from .report import StepReport
 from .scope import StepScope, step_scope
+from .solve.cg import ConjugateGradients
+from .solve.cg_options import TruncatedCG
 from .state import restored, solver_state
-from .step_fit import fit_step
+from .step_fit import StepLimits, fit_step
 from .stopping import StopFacts
 from .subsets import ParamSelection, Selector
 
@@ -113,6 +114,9 @@ class LMA:
         stopping: further stopping tests' options by name (``ftol``, ``xtol``, ``gtol``
             or a registered test's); a test that holds ends the run with its name as
             ``report.termination``.
+        linear_solver: the damped solve: "auto" (by the step's strategy: the backend's
+            Cholesky for dense systems, conjugate gradients for matrix-free ones) or a
+            registered solver's name.
 
     Raises:
         SolverConfigError: an argument is out of range, of the wrong kind, or cannot be
@@ -157,6 +161,7 @@ class LMA:
         cg: TruncatedCG | None = None,
         compile_attempt: str = "auto",
         stopping: Mapping[str, object] | None = None,
+        linear_solver: str = "auto",
     ) -> None:
         # The keywords are declared once, above; every one is checked before anything
         # is built or the model is touched.
@@ -305,17 +310,14 @@ class LMA:
             # the plan's collective, and refuse the batch too.
             self._scope.refuse(self._strategy)
             raise
-        refit = fit_step(
-            batch,
-            slice_size,
-            scope=self._scope,
-            engine=self._engine,
-            backend=self._backend.name,
-            memory_limit=self._options.memory_limit,
-            probes=self._options.cg.probes,
-            rank=self._options.cg.rank,
-            auto_subsets=self._options.auto_subsets,
+        limits = StepLimits(
+            self._backend.name,
+            self._options.memory_limit,
+            self._options.cg.probes,
+            self._options.cg.rank,
+            self._options.auto_subsets,
         )
+        refit = fit_step(batch, slice_size, scope=self._scope, engine=self._engine, limits=limits)
         if refit is not None:
             # Too large for the memory, chosen by the planner: matrix-free steps (or, where
             # those do not fit either, subsets) from now on.
@@ -329,21 +331,24 @@ class LMA:
             self._options.dtype, batch.params, probes=self._options.cg.probes, seed=self._steps
         )
         built = self._scope.assemble(self._engine, self._backend, batch, request)
-        report, loss, terminated, self._diag = damped_step(
+        given = StepInput(
             built,
             batch,
             columns,
-            options=self._options,
-            rule=self._rule,
-            backend=self._backend,
-            cg_solver=self._cg_solver,
-            engine=self._engine,
             trial_loss=lambda: self._trial_loss(batch),
             diag=self._diag,
             step=self._steps,
             strategy_reason=self._strategy_reason,
-            paths=self._attempt_paths,
         )
+        tools = StepTools(
+            self._options,
+            self._rule,
+            self._backend,
+            self._cg_solver,
+            self._engine,
+            self._attempt_paths,
+        )
+        report, loss, terminated, self._diag = damped_step(tools, given)
         return self._finish(report, t_begin, loss, terminated=terminated)
 
     def _finish(

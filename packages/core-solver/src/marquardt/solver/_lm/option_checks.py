@@ -20,14 +20,17 @@ from torch import nn
 
 from marquardt.jacobian import PointResidual
 
+# The strategies' one home is the planner that chooses among them.
+from marquardt.jacobian._planner import STRATEGIES
+
 from .._backends.base import ArrayBackend
 from .._backends.choice import BACKEND_CHOICES
 from .._backends.scaling import SCALINGS
 from .._errors import SolverConfigError, message
 from .damping import DAMPING, DampingArgs
 from .damping.base import DampingRule
-from .matrix_free import TruncatedCG
 from .numbers import positive_number
+from .solve.cg_options import TruncatedCG
 from .stopping import Stops
 
 __all__ = [
@@ -54,8 +57,6 @@ LossFn = Callable[..., Any]
 #: Names accepted by ``LMA(compile_attempt=...)``: the planner decides, wherever a step
 #: allows it, never (``attempt.paths``).
 ATTEMPT_MODES: tuple[str, ...] = ("auto", "on", "off")
-#: Names accepted by ``LMA(strategy=...)``.
-STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate", "matrix_free")
 
 
 def check_callables(

@@ -23,7 +23,6 @@ from marquardt.jacobian import PointResidual
 from .._backends.base import ArrayBackend
 from .._errors import SolverConfigError, message
 from .damping.base import DampingRule
-from .matrix_free import TruncatedCG
 from .memory_fit import check_limit
 from .option_checks import (
     STRATEGIES,
@@ -41,6 +40,8 @@ from .option_checks import (
 )
 from .points import check_point_residual
 from .robust import check_robust_loss, robust_residual_fn
+from .solve import check_solver
+from .solve.cg_options import TruncatedCG
 from .stopping import Stops
 from .subsets import ParamSelection, Selector, check_selection
 
@@ -114,6 +115,7 @@ class Options:
     acceleration: Acceleration | None
     cg: TruncatedCG
     compile_attempt: str = "auto"
+    linear_solver: str = "auto"
 
     @property
     def auto_subsets(self) -> bool:
@@ -143,6 +145,23 @@ def check_resolved_backend(acceleration: Acceleration | None, backend: ArrayBack
     """The geodesic acceleration refused on the backend ``backend="auto"`` chose, as it is
     when cuPyNumeric is named."""
     check_poor_start_backend(None if acceleration is None else acceleration.alpha, backend)
+
+
+def _acceleration(k: Mapping[str, Any]) -> tuple[Acceleration | None, float]:
+    """The geodesic acceleration (None: off) and the scaling's memory γ, checked."""
+    alpha, memory = check_poor_start_options(
+        k["geodesic"],
+        k["scaling_memory"],
+        geodesic_reject=k["geodesic_reject"],
+        geodesic_after=k["geodesic_after"],
+        scaling=k["scaling"],
+        backend=k["backend"],
+        params_per_step=k["params_per_step"],
+        process_group=k["process_group"],
+    )
+    if alpha is None:
+        return None, memory
+    return Acceleration(alpha, reject=k["geodesic_reject"], after=k["geodesic_after"]), memory
 
 
 def lma_options(
@@ -180,16 +199,7 @@ def lma_options(
     )
     check_choices(k["scaling"], k["attempts"], k["strategy"], k["backend"], k["dtype"])
     stops = stopping_tests(k["ftol"], k["xtol"], k["gtol"], k["stopping"])
-    alpha, memory = check_poor_start_options(
-        k["geodesic"],
-        k["scaling_memory"],
-        geodesic_reject=k["geodesic_reject"],
-        geodesic_after=k["geodesic_after"],
-        scaling=k["scaling"],
-        backend=k["backend"],
-        params_per_step=k["params_per_step"],
-        process_group=k["process_group"],
-    )
+    acceleration, memory = _acceleration(k)
     truncated_cg = check_matrix_free_options(
         k["cg"],
         strategy=k["strategy"],
@@ -222,9 +232,8 @@ def lma_options(
         seed=k["seed"],
         memory_limit=k["memory_limit"],
         process_group=k["process_group"],
-        acceleration=None
-        if alpha is None
-        else Acceleration(alpha, reject=k["geodesic_reject"], after=k["geodesic_after"]),
+        acceleration=acceleration,
         cg=truncated_cg,
         compile_attempt=check_compile_attempt(k["compile_attempt"]),
+        linear_solver=check_solver(k["linear_solver"]),
     )

@@ -20,7 +20,7 @@ from typing import Any
 
 from .._errors import SolverStateError, message
 from .damping.base import DampingRule
-from .matrix_free import ConjugateGradients
+from .solve.cg import ConjugateGradients
 from .subsets import ParamSelection
 
 __all__ = ["STATE_FORMAT", "STATE_KEYS", "checked_state", "restored", "solver_state"]

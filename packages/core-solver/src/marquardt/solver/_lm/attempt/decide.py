@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ..._backends.base import FAILED_CHOLESKY
-from ..matrix_free import FAILED_CURVATURE
+from ..solve.cg import FAILED_CURVATURE
 
 __all__ = ["NOISE_ULPS", "decide", "rejection_reason"]
 

@@ -24,10 +24,11 @@ import torch
 
 from marquardt.jacobian import Replicas
 
-from ..._backends.base import ArrayBackend, LinearSystem, Solution, loss_prediction
+from ..._backends.base import LinearSystem, Solution, loss_prediction
 from ..._backends.systems import read_values
 from ..damping.base import DampingRule, reported_gain_ratio
 from ..report import StepReport
+from ..solve.kind import LinearSolver
 from ..stopping import StopFacts, Stops
 from .decide import NOISE_ULPS, decide, rejection_reason
 
@@ -42,9 +43,10 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Attempts:
-    """How a step's attempts are made: the backend, the rule, the scaling and the limits."""
+    """How a step's attempts are made: the linear solver, the rule, the scaling and the
+    limits."""
 
-    backend: ArrayBackend
+    solver: LinearSolver
     rule: DampingRule
     scaling: str
     attempts: int
@@ -84,6 +86,92 @@ def _evaluate(
     return _Trial(*values)
 
 
+@dataclass
+class _Loop:
+    """The state of one step's attempts, and the step's constants they read."""
+
+    loss_after: float
+    seconds_trial: float
+    scale: float
+    bound: float
+    param_norm: float
+    accepted: bool = False
+    terminated: bool = False
+    step_norm: float = 0.0
+    seconds_solve: float = 0.0
+    moved: bool = False  # θ may differ from the backup (a trial point not yet accepted)
+
+
+def _solve(how: Attempts, system: LinearSystem, report: StepReport, loop: _Loop) -> Solution | str:
+    """One damped solve for the rule's λ (with its acceleration), or why it failed."""
+    lam = how.rule.damping
+    report.damping_used = lam
+    report.attempts += 1
+    t = time.perf_counter()
+    solved = how.solver.solve(system, lam, how.scaling)
+    loop.seconds_solve += time.perf_counter() - t
+    if solved is None:
+        return "cholesky failed"
+    if solved.iterations is not None:
+        report.cg_iterations.append(solved.iterations)
+        report.cg_stops.append(solved.stop)
+    if how.accelerate is None:
+        return solved
+    t = time.perf_counter()
+    accelerated = how.accelerate(solved, lam)
+    loop.seconds_trial += time.perf_counter() - t
+    return accelerated
+
+
+def _try(
+    how: Attempts,
+    solution: Solution,
+    replicas: Replicas,
+    trial_loss: Callable[[], float | torch.Tensor],
+    report: StepReport,
+    loop: _Loop,
+) -> bool:
+    """Evaluate the trial point of ``solution``, then keep it or restore θ (``decide``);
+    returns whether the attempts end here."""
+    rule, lr = how.rule, how.learning_rate
+    loop.moved = True
+    t = time.perf_counter()
+    trial = _evaluate(solution, replicas, lr, trial_loss)
+    report.host_reads += 1
+    loop.seconds_trial += time.perf_counter() - t
+    failed = trial.status != 0.0 or not math.isfinite(trial.delta_norm)
+    predicted = loss_prediction(trial.gradient_dot, trial.curvature, lr) * loop.scale
+    actual = report.loss_before - trial.loss
+    ok, rounding = decide(
+        failed=failed,
+        trial=trial.loss,
+        actual=actual,
+        predicted=predicted,
+        bound=loop.bound,
+        accepts=rule.accepts,
+    )
+    if not failed:
+        report.predicted_reduction = predicted
+        report.gain_ratio = reported_gain_ratio(actual, predicted)
+    if ok:
+        loop.moved = False
+        rule.on_accept(actual, predicted)
+        loop.accepted, loop.loss_after, loop.step_norm = True, trial.loss, lr * trial.delta_norm
+        loop.terminated = accepted_stop(
+            how.stopping, report, actual, predicted, loop.step_norm, loop.param_norm
+        )
+        return True
+    replicas.restore()
+    loop.moved = False
+    report.rejections.append(rejection_reason(failed, trial.status, trial.loss, actual))
+    if rounding:
+        facts = StopFacts(rounding=True, predicted=predicted, bound=loop.bound)
+        loop.terminated = how.stopping.stop("rejected", facts, report)
+        return True
+    rule.on_reject()
+    return False
+
+
 def run_attempts(
     how: Attempts,
     system: LinearSystem,
@@ -107,93 +195,33 @@ def run_attempts(
     accepted point when it propagates: a trial point is restored in a ``finally``.
     """
     rule = how.rule
-    lr = how.learning_rate
-    stopping = how.stopping
-    backend = how.backend
-    loss_before = report.loss_before
-    param_norm = (
-        float(replicas.flat_params().double().norm()) if stopping.wants("param_norm") else 0.0
+    wanted = how.stopping.wants("param_norm")
+    loop = _Loop(
+        loss_after=report.loss_before,
+        seconds_trial=seconds_trial,
+        scale=scale,
+        bound=NOISE_ULPS * torch.finfo(replicas.dtype).eps * abs(report.loss_before),
+        param_norm=float(replicas.flat_params().double().norm()) if wanted else 0.0,
     )
     replicas.backup()
-    noise = NOISE_ULPS * torch.finfo(replicas.dtype).eps
-    seconds_solve = 0.0
-    accepted = False
-    loss_after = loss_before
-    terminated = False
-    last_delta_norm = 0.0
-    moved = False  # θ may differ from the backup (a trial point not yet accepted)
     try:
         for _ in range(how.attempts):
-            lam = rule.damping
-            report.damping_used = lam
-            report.attempts += 1
-            t = time.perf_counter()
-            solved = backend.solve(system, lam, how.scaling)
-            seconds_solve += time.perf_counter() - t
-            if solved is not None and solved.iterations is not None:
-                report.cg_iterations.append(solved.iterations)
-                report.cg_stops.append(solved.stop)
-            solution: Solution | str | None = solved
-            if solved is not None and how.accelerate is not None:
-                t = time.perf_counter()
-                solution = how.accelerate(solved, lam)
-                seconds_trial += time.perf_counter() - t
+            solution = _solve(how, system, report, loop)
             if isinstance(solution, str):
                 report.rejections.append(solution)
                 rule.on_reject()
-            elif solution is None:
-                report.rejections.append("cholesky failed")
-                rule.on_reject()
-            else:
-                moved = True
-                t = time.perf_counter()
-                trial = _evaluate(solution, replicas, lr, trial_loss)
-                report.host_reads += 1
-                seconds_trial += time.perf_counter() - t
-                failed = trial.status != 0.0 or not math.isfinite(trial.delta_norm)
-                predicted = loss_prediction(trial.gradient_dot, trial.curvature, lr) * scale
-                actual = loss_before - trial.loss
-                bound = noise * abs(loss_before)
-                ok, rounding = decide(
-                    failed=failed,
-                    trial=trial.loss,
-                    actual=actual,
-                    predicted=predicted,
-                    bound=bound,
-                    accepts=rule.accepts,
-                )
-                if not failed:
-                    report.predicted_reduction = predicted
-                    report.gain_ratio = reported_gain_ratio(actual, predicted)
-                if ok:
-                    moved = False
-                    rule.on_accept(actual, predicted)
-                    accepted = True
-                    loss_after = trial.loss
-                    last_delta_norm = lr * trial.delta_norm
-                    terminated = accepted_stop(
-                        stopping, report, actual, predicted, last_delta_norm, param_norm
-                    )
-                    break
-                replicas.restore()
-                moved = False
-                report.rejections.append(rejection_reason(failed, trial.status, trial.loss, actual))
-                if rounding:
-                    facts = StopFacts(rounding=True, predicted=predicted, bound=bound)
-                    terminated = stopping.stop("rejected", facts, report)
-                    break
-                rule.on_reject()
+            elif _try(how, solution, replicas, trial_loss, report, loop):
+                break
             if rule.at_ceiling:
-                terminated = ceiling_stop(stopping, report, rule.maximum)
+                loop.terminated = ceiling_stop(how.stopping, report, rule.maximum)
                 break
     finally:
-        if moved:
+        if loop.moved:
             replicas.restore()
-
-    finish_report(report, accepted, loss_after, last_delta_norm)
-    report.seconds_solve = seconds_solve
-    report.seconds_trial = seconds_trial
-    return loss_after, terminated
+    finish_report(report, loop.accepted, loop.loss_after, loop.step_norm)
+    report.seconds_solve = loop.seconds_solve
+    report.seconds_trial = loop.seconds_trial
+    return loop.loss_after, loop.terminated
 
 
 def accepted_stop(

@@ -15,6 +15,7 @@ capture keeps the eager attempts from then on, with the reason in the report.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -33,7 +34,7 @@ from .decide import NOISE_ULPS
 from .graphs import capture_attempt, compile_attempt
 from .pure import AttemptResult, AttemptSpec, lm_attempt, trial_loss_fn
 
-__all__ = ["AttemptChoice", "AttemptPaths"]
+__all__ = ["AttemptChoice", "AttemptPaths", "AttemptStep"]
 
 #: Why "auto" keeps the eager attempts on CPUs: compiling takes seconds per model and
 #: shapes, and the compiled attempt measured no faster than the eager one, from small fits
@@ -56,8 +57,21 @@ class AttemptChoice:
 
 
 @dataclass(frozen=True)
-class _Step:
-    """What decides whether a step's attempts can be one tensor function."""
+class AttemptStep:
+    """What decides whether a step's attempts can be one tensor function.
+
+    Arguments:
+        system: the step's assembled system.
+        batch: the step's prepared batch.
+        subset: whether the step is on a parameter subset.
+        accelerated: whether the geodesic acceleration is on for this step.
+        replicas: the model's replicas.
+        options: the solver's options.
+        rule: the damping rule.
+        scaling: the name of the scaling D.
+        fused: whether the step's linear solver is the one the tensor attempt runs.
+        world_size: the ranks sharing the step (`AttemptPaths` fills it in).
+    """
 
     system: LinearSystem
     batch: PreparedBatch
@@ -66,11 +80,13 @@ class _Step:
     replicas: Replicas
     options: Options
     rule: DampingRule
-    world_size: int
+    scaling: str
+    fused: bool = True
+    world_size: int = 1
 
 
 #: Each condition that keeps the eager attempts, with its reason.
-_REFUSALS: tuple[tuple[Callable[[_Step], bool], str], ...] = (
+_REFUSALS: tuple[tuple[Callable[[AttemptStep], bool], str], ...] = (
     (lambda s: not isinstance(s.system.a, torch.Tensor), "the system is not in torch tensors"),
     (lambda s: s.batch.strategy == "matrix_free", "matrix-free steps solve by CG"),
     (lambda s: s.subset, "steps on parameter subsets"),
@@ -78,6 +94,7 @@ _REFUSALS: tuple[tuple[Callable[[_Step], bool], str], ...] = (
     (lambda s: len(s.replicas) > 1, "several model devices"),
     (lambda s: s.world_size > 1, "a process group"),
     (lambda s: tensor_rule(s.rule) is None, "a damping rule without a tensor form"),
+    (lambda s: not s.fused, "a linear solver without a tensor form"),
     (
         lambda s: isinstance(s.options.residual_fn, PointResidual),
         "residuals that differentiate the model by its inputs",
@@ -87,6 +104,41 @@ _REFUSALS: tuple[tuple[Callable[[_Step], bool], str], ...] = (
         "the trial forward needs several slices to fit the memory",
     ),
 )
+
+
+def _arguments(step: AttemptStep) -> tuple[Any, ...]:
+    """The runner's arguments for this step (zeros for θ's state, which a call replaces)."""
+    replica, system = step.replicas[0], step.system
+    device = replica.device
+    return (
+        replica.flat,
+        *(torch.zeros((), dtype=torch.float64, device=device),) * 3,
+        torch.ones((), dtype=torch.float64, device=device),
+        system.a,
+        system.g,
+        system.scale(step.scaling, scaling_diagonal_torch),
+        step.batch.inputs.to(device),
+        step.batch.targets.to(device),
+        system.jacobian if system.underdetermined else None,
+    )
+
+
+def _spec(step: AttemptStep) -> AttemptSpec:
+    """The attempts' constants for this step."""
+    replica, options = step.replicas[0], step.options
+    return AttemptSpec(
+        trial_loss=trial_loss_fn(
+            replica.module,
+            replica.param_dict,
+            options.residual_fn,  # type: ignore[arg-type]  # a PointResidual is refused
+            options.loss_fn,
+        ),
+        rule=tensor_rule(step.rule),  # type: ignore[arg-type]
+        learning_rate=options.learning_rate,
+        noise=NOISE_ULPS * torch.finfo(step.replicas.dtype).eps,
+        underdetermined=step.system.underdetermined,
+        rows=step.system.rows,
+    )
 
 
 def _key(args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -121,55 +173,27 @@ class AttemptPaths:
         self._last: tuple[Any, ...] | None = None
         self._failed = ""
 
-    def choose(
-        self,
-        system: LinearSystem,
-        batch: PreparedBatch,
-        *,
-        subset: bool,
-        accelerated: bool,
-        replicas: Replicas,
-        options: Options,
-        rule: DampingRule,
-        scaling: str,
-    ) -> AttemptChoice:
+    def choose(self, step: AttemptStep) -> AttemptChoice:
         """The path of this step's attempts (see the module docstring).
 
         Arguments:
-            system: the step's assembled system.
-            batch: the step's prepared batch.
-            subset: whether the step is on a parameter subset.
-            accelerated: whether the geodesic acceleration is on for this step.
-            replicas: the model's replicas.
-            options: the solver's options.
-            rule: the damping rule.
-            scaling: the name of the scaling D.
+            step: what decides it.
 
         Returns:
             The `AttemptChoice`.
         """
         if self.mode == "off":
             return AttemptChoice(None, "eager", "compile_attempt='off'")
-        step = _Step(system, batch, subset, accelerated, replicas, options, rule, self.world_size)
+        step = dataclasses.replace(step, world_size=self.world_size)
         for refused, why in _REFUSALS:
             if refused(step):
                 return AttemptChoice(None, "eager", why)
         if self._failed:
             return AttemptChoice(None, "eager", self._failed)
-        replica = replicas[0]
+        replica = step.replicas[0]
         if self.mode == "auto" and replica.device.type == "cpu":
             return AttemptChoice(None, "eager", _CPU_AUTO)
-        args = (
-            replica.flat,
-            *(torch.zeros((), dtype=torch.float64, device=replica.device),) * 3,
-            torch.ones((), dtype=torch.float64, device=replica.device),
-            system.a,
-            system.g,
-            system.scale(scaling, scaling_diagonal_torch),
-            batch.inputs.to(replica.device),
-            batch.targets.to(replica.device),
-            system.jacobian if system.underdetermined else None,
-        )
+        args = _arguments(step)
         key = _key(args)
         held = self._runners.get(key)
         if held is not None:
@@ -178,20 +202,7 @@ class AttemptPaths:
         static, self._last = key == self._last, key
         if self.mode == "auto" and not static:
             return AttemptChoice(None, "eager", "shapes not yet seen twice (auto)")
-        spec = AttemptSpec(
-            trial_loss=trial_loss_fn(
-                replica.module,
-                replica.param_dict,
-                options.residual_fn,  # type: ignore[arg-type]  # a PointResidual is refused
-                options.loss_fn,
-            ),
-            rule=tensor_rule(rule),  # type: ignore[arg-type]
-            learning_rate=options.learning_rate,
-            noise=NOISE_ULPS * torch.finfo(replicas.dtype).eps,
-            underdetermined=system.underdetermined,
-            rows=system.rows,
-        )
-        fn: Runner = partial(lm_attempt, spec)
+        fn: Runner = partial(lm_attempt, _spec(step))
         choice = self._build(fn, args, replica.device)
         if choice.runner is None:
             self._failed = choice.reason

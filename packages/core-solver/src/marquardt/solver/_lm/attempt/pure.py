@@ -24,7 +24,7 @@ from torch import nn
 
 from ..._backends.base import loss_prediction
 from ..._backends.torch_backend import factor_solve
-from ..damping.base import TensorRule
+from ..damping.base import Outcome, TensorRule
 from .decide import decide
 
 __all__ = ["AttemptResult", "AttemptSpec", "lm_attempt", "trial_loss_fn"]
@@ -161,13 +161,8 @@ def lm_attempt(
         accepts=spec.rule.accepts,
     )
     # A rounding stop leaves λ as it was.
-    damping_after, nu_after = spec.rule.update(
-        damping,
-        nu,
-        accepted=accepted,
-        rejected=~accepted & ~rounding,
-        ratio=actual / predicted,
-    )
+    outcome = Outcome(accepted, ~accepted & ~rounding, actual / predicted)
+    damping_after, nu_after = spec.rule.update(damping, nu, outcome)
     return AttemptResult(
         theta=torch.where(accepted, trial_theta, theta),
         damping=damping_after,

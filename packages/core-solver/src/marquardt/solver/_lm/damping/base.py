@@ -13,7 +13,7 @@ same decision and update as tensor ``where``s, for attempts that never read the 
 from __future__ import annotations
 
 import math
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
@@ -21,6 +21,8 @@ __all__ = [
     "NU_MAX",
     "Clamped",
     "DampingRule",
+    "Outcome",
+    "Pair",
     "TensorRule",
     "clamp_tensor",
     "reported_gain_ratio",
@@ -137,6 +139,20 @@ class Clamped:
         return f"{type(self).__name__}(damping={self.damping:.3g})"
 
 
+#: (λ, ν) as 0-dim tensors.
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+class Outcome(NamedTuple):
+    """An attempt's decision as a rule's tensor form reads it: ``accepted``, ``rejected``
+    (neither: the step stopped on rounding) and the gain ratio ``ratio`` = actual /
+    predicted reduction."""
+
+    accepted: torch.Tensor
+    rejected: torch.Tensor
+    ratio: torch.Tensor
+
+
 def clamp_tensor(value: torch.Tensor, minimum: float, maximum: float) -> torch.Tensor:
     """λ clamped to [minimum, maximum], NaN to the maximum, as `Clamped` does.
 
@@ -169,24 +185,14 @@ class TensorRule(Protocol):
         """
         ...
 
-    def update(
-        self,
-        damping: torch.Tensor,
-        nu: torch.Tensor,
-        *,
-        accepted: torch.Tensor,
-        rejected: torch.Tensor,
-        ratio: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(λ, ν) after the attempt: the rule's ``on_accept`` where ``accepted``, its
-        ``on_reject`` where ``rejected``, unchanged elsewhere, clamped.
+    def update(self, damping: torch.Tensor, nu: torch.Tensor, outcome: Outcome) -> Pair:
+        """(λ, ν) after the attempt: the rule's ``on_accept`` where ``outcome.accepted``,
+        its ``on_reject`` where ``outcome.rejected``, unchanged elsewhere, clamped.
 
         Arguments:
             damping: λ.
             nu: the rule's second state value (ν of Nielsen's rule; others keep it).
-            accepted: whether the attempt was accepted.
-            rejected: whether it was rejected (neither: the step stopped).
-            ratio: the gain ratio actual / predicted.
+            outcome: the attempt's decision and gain ratio.
 
         Returns:
             (λ, ν) for the next attempt.

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from .base import Clamped, DampingRule, TensorRule, clamp_tensor
+from .base import Clamped, DampingRule, Outcome, Pair, TensorRule, clamp_tensor
 from .kind import DampingArgs, DampingKind
 
 __all__ = ["KIND", "FixedDamping", "FixedTensor"]
@@ -65,18 +65,11 @@ class FixedTensor:
     def accepts(self, actual: torch.Tensor, predicted: torch.Tensor) -> torch.Tensor:
         return torch.isfinite(actual) & (actual > 0.0)
 
-    def update(
-        self,
-        damping: torch.Tensor,
-        nu: torch.Tensor,
-        *,
-        accepted: torch.Tensor,
-        rejected: torch.Tensor,
-        ratio: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, damping: torch.Tensor, nu: torch.Tensor, outcome: Outcome) -> Pair:
         lam_accept = clamp_tensor(damping * self.down, self.minimum, self.maximum)
         lam_reject = clamp_tensor(damping * self.up, self.minimum, self.maximum)
-        return torch.where(accepted, lam_accept, torch.where(rejected, lam_reject, damping)), nu
+        rejected = torch.where(outcome.rejected, lam_reject, damping)
+        return torch.where(outcome.accepted, lam_accept, rejected), nu
 
 
 def _tensor(rule: DampingRule) -> TensorRule:

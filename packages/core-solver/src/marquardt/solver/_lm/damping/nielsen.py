@@ -13,7 +13,16 @@ import math
 import torch
 
 from ..._rules import NU_START, nielsen_accept, nielsen_reject
-from .base import NU_MAX, Clamped, DampingRule, TensorRule, clamp_tensor, reported_gain_ratio
+from .base import (
+    NU_MAX,
+    Clamped,
+    DampingRule,
+    Outcome,
+    Pair,
+    TensorRule,
+    clamp_tensor,
+    reported_gain_ratio,
+)
 from .kind import DampingArgs, DampingKind
 
 __all__ = ["KIND", "NielsenDamping", "NielsenTensor"]
@@ -78,17 +87,12 @@ class NielsenTensor:
         good = (predicted > 0.0) & torch.isfinite(predicted) & torch.isfinite(actual)
         return good & (actual / predicted > 0.0)
 
-    def update(
-        self,
-        damping: torch.Tensor,
-        nu: torch.Tensor,
-        *,
-        accepted: torch.Tensor,
-        rejected: torch.Tensor,
-        ratio: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, damping: torch.Tensor, nu: torch.Tensor, outcome: Outcome) -> Pair:
+        accepted, rejected = outcome.accepted, outcome.rejected
         lam_reject, nu_reject = nielsen_reject(damping, nu)
-        lam_accept = clamp_tensor(nielsen_accept(damping, ratio), self.minimum, self.maximum)
+        lam_accept = clamp_tensor(
+            nielsen_accept(damping, outcome.ratio), self.minimum, self.maximum
+        )
         lam_reject = clamp_tensor(lam_reject, self.minimum, self.maximum)
         lam = torch.where(accepted, lam_accept, torch.where(rejected, lam_reject, damping))
         nu_after = torch.where(
