@@ -10,7 +10,13 @@ import pytest
 import torch
 from torch import nn
 
-from marquardt.solver import LMA, Solution, SolverConfigError, curve_fit_result
+from marquardt.solver import (
+    LMA,
+    Solution,
+    SolverConfigError,
+    StoppingCriteria,
+    curve_fit_result,
+)
 from marquardt.solver._backends.base import LinearSystem
 from marquardt.solver._backends.scaling import scaling_diagonal_torch
 from marquardt.solver._lm.damping import DAMPING, DampingArgs, DampingKind, register_damping
@@ -196,3 +202,13 @@ def test_the_default_kinds_are_the_registries_first(registered: None) -> None:
     assert list(SOLVERS)[:2] == ["cholesky", "cg"]
     assert {"fixed", "nielsen", "halving"} <= set(DAMPING)
     assert list(STOPPING)[:5] == ["gtol", "ftol", "xtol", "rounding", "damping_max"]
+
+
+def test_stopping_criteria_are_the_keywords() -> None:
+    by_keyword, _ = _fit(steps=40, ftol=1e-3)
+    by_criteria, _ = _fit(steps=40, stopping=StoppingCriteria(ftol=1e-3))
+    assert by_keyword.report is not None and by_criteria.report is not None
+    assert by_keyword.report.termination == by_criteria.report.termination == "ftol"
+    assert by_keyword.steps == by_criteria.steps
+    with pytest.raises(SolverConfigError, match="ftol"):
+        _fit(steps=1, ftol=1e-3, stopping={"ftol": 1e-4})

@@ -46,6 +46,7 @@ from .solve.cg_options import TruncatedCG
 from .state import restored, solver_state
 from .step_fit import StepLimits, fit_step
 from .stopping import StopFacts
+from .stopping.criteria import StoppingCriteria
 from .subsets import ParamSelection, Selector
 
 __all__ = ["LMA", "STRATEGIES"]
@@ -112,8 +113,8 @@ class LMA:
             graph on GPUs, or the eager attempts; models it cannot trace run eagerly, and
             ``report.attempt_path`` / ``attempt_reason`` say which ran and why.
         stopping: further stopping tests' options by name (``ftol``, ``xtol``, ``gtol``
-            or a registered test's); a test that holds ends the run with its name as
-            ``report.termination``.
+            or a registered test's), or a ``StoppingCriteria``; a test that holds ends the
+            run with its name as ``report.termination``.
         linear_solver: the damped solve: "auto" (by the step's strategy: the backend's
             Cholesky for dense systems, conjugate gradients for matrix-free ones) or a
             registered solver's name.
@@ -160,7 +161,7 @@ class LMA:
         scaling_memory: float = 0.0,
         cg: TruncatedCG | None = None,
         compile_attempt: str = "auto",
-        stopping: Mapping[str, object] | None = None,
+        stopping: Mapping[str, object] | StoppingCriteria | None = None,
         linear_solver: str = "auto",
     ) -> None:
         # The keywords are declared once, above; every one is checked before anything

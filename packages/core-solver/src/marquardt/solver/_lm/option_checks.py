@@ -32,6 +32,7 @@ from .damping.base import DampingRule
 from .numbers import positive_number
 from .solve.cg_options import TruncatedCG
 from .stopping import Stops
+from .stopping.criteria import StoppingCriteria
 
 __all__ = [
     "ATTEMPT_MODES",
@@ -209,7 +210,10 @@ def check_choices(
 
 def stopping_tests(ftol: object, xtol: object, gtol: object, stopping: object) -> Stops:
     """The stopping tests asked for: MINPACK's tolerances (each ≥ 0 or None: off) and the
-    ``stopping`` mapping of any registered test's option by name."""
+    ``stopping`` mapping of any registered test's option by name (or a
+    ``StoppingCriteria``)."""
+    if isinstance(stopping, StoppingCriteria):
+        stopping = stopping.values()
     if stopping is not None and not isinstance(stopping, Mapping):
         raise SolverConfigError(
             message(

@@ -3,17 +3,8 @@ convergence tests on L = ‖r‖²/N (Moré, Garbow & Hillstrom 1980, lmder), of
 Each formula is its test module's (``ftol``, ``xtol``, ``gtol``). Not the fit tests of
 ``_rules`` (SciPy's, on the cost of one fit), which the curve fits' drivers apply.
 
-With the loss L = ‖r‖²/N at the start of the step, an accepted step s = lr·δ with actual
-reduction a and predicted reduction p (both in loss units), and parameters x:
-
-* ftol: a/L ≤ ftol and p/L ≤ ftol and ρ = a/p ≤ 2 — both the actual and the predicted
-  relative reductions of the sum of squares are at most ftol;
-* xtol: ‖s‖ ≤ xtol·‖x‖ — the relative change of the parameters is at most xtol (MINPACK
-  measures both in the scaled norm ‖D·‖; here in the Euclidean norm);
-* gtol: max_j |J_jᵀ r| / (‖J_j‖·‖r‖) ≤ gtol — the residual is orthogonal to every column
-  of J to within gtol (tested before solving; columns with ‖J_j‖ = 0 are skipped).
-
-Each returns a bool; ``LMA`` reports the first that holds as the termination reason.
+``LMA(stopping=StoppingCriteria(...))`` is the same as its three keywords; each test that
+holds is reported by its name as the termination reason.
 """
 
 from __future__ import annotations
