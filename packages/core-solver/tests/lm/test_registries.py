@@ -205,10 +205,10 @@ def test_the_default_kinds_are_the_registries_first(registered: None) -> None:
 
 
 def test_stopping_criteria_are_the_keywords() -> None:
-    by_keyword, _ = _fit(steps=40, ftol=1e-3)
-    by_criteria, _ = _fit(steps=40, stopping=StoppingCriteria(ftol=1e-3))
+    by_keyword, _ = _fit(steps=40, xtol=1e-3)
+    by_criteria, _ = _fit(steps=40, stopping=StoppingCriteria(xtol=1e-3))
     assert by_keyword.report is not None and by_criteria.report is not None
-    assert by_keyword.report.termination == by_criteria.report.termination == "ftol"
+    assert by_keyword.report.termination == by_criteria.report.termination == "xtol"
     assert by_keyword.steps == by_criteria.steps
     with pytest.raises(SolverConfigError, match="ftol"):
         _fit(steps=1, ftol=1e-3, stopping={"ftol": 1e-4})
