@@ -357,7 +357,7 @@ class LMA:
     ) -> tuple[float, bool]:
         if self._started is None:
             self._started = t_begin
-        if not terminated:
+        if not terminated and self._options.stopping.asks("step"):
             elapsed = time.perf_counter() - self._started
             facts = StopFacts(
                 loss_before=report.loss_before, seconds=elapsed, steps=self._steps + 1

@@ -234,6 +234,8 @@ def accepted_stop(
 ) -> bool:
     """Whether an accepted attempt meets a stopping test (MINPACK's ftol or xtol, Moré
     1978); the report receives the termination and its sentence."""
+    if not stopping.asks("accepted"):
+        return False
     facts = StopFacts(
         loss_before=report.loss_before,
         actual=actual,

@@ -15,7 +15,6 @@ capture keeps the eager attempts from then on, with the reason in the report.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -70,7 +69,6 @@ class AttemptStep:
         rule: the damping rule.
         scaling: the name of the scaling D.
         fused: whether the step's linear solver is the one the tensor attempt runs.
-        world_size: the ranks sharing the step (`AttemptPaths` fills it in).
     """
 
     system: LinearSystem
@@ -82,25 +80,27 @@ class AttemptStep:
     rule: DampingRule
     scaling: str
     fused: bool = True
-    world_size: int = 1
 
 
 #: Each condition that keeps the eager attempts, with its reason.
-_REFUSALS: tuple[tuple[Callable[[AttemptStep], bool], str], ...] = (
-    (lambda s: not isinstance(s.system.a, torch.Tensor), "the system is not in torch tensors"),
-    (lambda s: s.batch.strategy == "matrix_free", "matrix-free steps solve by CG"),
-    (lambda s: s.subset, "steps on parameter subsets"),
-    (lambda s: s.accelerated, "the geodesic acceleration"),
-    (lambda s: len(s.replicas) > 1, "several model devices"),
-    (lambda s: s.world_size > 1, "a process group"),
-    (lambda s: tensor_rule(s.rule) is None, "a damping rule without a tensor form"),
-    (lambda s: not s.fused, "a linear solver without a tensor form"),
+_REFUSALS: tuple[tuple[Callable[[AttemptStep, int], bool], str], ...] = (
     (
-        lambda s: isinstance(s.options.residual_fn, PointResidual),
+        lambda s, world: not isinstance(s.system.a, torch.Tensor),
+        "the system is not in torch tensors",
+    ),
+    (lambda s, world: s.batch.strategy == "matrix_free", "matrix-free steps solve by CG"),
+    (lambda s, world: s.subset, "steps on parameter subsets"),
+    (lambda s, world: s.accelerated, "the geodesic acceleration"),
+    (lambda s, world: len(s.replicas) > 1, "several model devices"),
+    (lambda s, world: world > 1, "a process group"),
+    (lambda s, world: tensor_rule(s.rule) is None, "a damping rule without a tensor form"),
+    (lambda s, world: not s.fused, "a linear solver without a tensor form"),
+    (
+        lambda s, world: isinstance(s.options.residual_fn, PointResidual),
         "residuals that differentiate the model by its inputs",
     ),
     (
-        lambda s: s.batch.forward_samples < s.batch.samples,
+        lambda s, world: s.batch.forward_samples < s.batch.samples,
         "the trial forward needs several slices to fit the memory",
     ),
 )
@@ -184,9 +184,8 @@ class AttemptPaths:
         """
         if self.mode == "off":
             return AttemptChoice(None, "eager", "compile_attempt='off'")
-        step = dataclasses.replace(step, world_size=self.world_size)
         for refused, why in _REFUSALS:
-            if refused(step):
+            if refused(step, self.world_size):
                 return AttemptChoice(None, "eager", why)
         if self._failed:
             return AttemptChoice(None, "eager", self._failed)

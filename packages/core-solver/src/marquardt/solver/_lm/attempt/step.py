@@ -174,8 +174,8 @@ def damped_step(tools: StepTools, given: StepInput) -> StepOutcome:
     loss_before, scale, seconds_trial = _loss_before(options, given)
     report = _report(tools, given, solver.name, loss_before)
     system, diag = given.built.system, given.diag
-    facts = StopFacts(loss_before=loss_before, system=system)
-    if options.stopping.stop("before", facts, report):
+    stops = options.stopping
+    if stops.asks("before") and stops.stop("before", StopFacts(loss_before, system), report):
         report.terminated = True
         return StepOutcome(report, loss_before, True, diag)
     scaling = options.scaling

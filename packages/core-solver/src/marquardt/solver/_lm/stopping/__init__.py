@@ -52,7 +52,8 @@ def register_stop(kind: StopKind) -> None:
 
 
 class Stops:
-    """The stopping tests of one solver: those always on, and those given an option.
+    """The stopping tests of one solver: those always on, and those given an option, as the
+    registry held them when the solver was built.
 
     Arguments:
         values: each test's option by name (None or absent: off); checked by its kind.
@@ -75,6 +76,22 @@ class Stops:
                 )
             if value is not None:
                 self.values[name] = kind.check(value)
+        #: The tests that are on, by phase, in registry order.
+        self._asked: dict[str, list[StopKind]] = {phase: [] for phase in PHASES}
+        for name, kind in STOPPING.items():
+            if kind.check is None or name in self.values:
+                self._asked[kind.phase].append(kind)
+
+    def asks(self, phase: str) -> bool:
+        """Whether any test that is on is asked at ``phase``.
+
+        Arguments:
+            phase: one of ``PHASES``.
+
+        Returns:
+            True when `first` may find one.
+        """
+        return bool(self._asked[phase])
 
     def wants(self, what: str) -> bool:
         """Whether a test that is on needs ``what`` measured (`StopKind.needs`).
@@ -85,7 +102,7 @@ class Stops:
         Returns:
             True when some test needs it.
         """
-        return any(what in STOPPING[name].needs for name in self.values if name in STOPPING)
+        return any(what in kind.needs for kinds in self._asked.values() for kind in kinds)
 
     def first(self, phase: str, facts: StopFacts) -> tuple[str, str] | None:
         """The first test of ``phase`` that holds, in registry order.
@@ -97,14 +114,10 @@ class Stops:
         Returns:
             (its name, its sentence), or None when none holds.
         """
-        for name, kind in STOPPING.items():
-            if kind.phase != phase:
-                continue
-            if kind.check is not None and name not in self.values:
-                continue
-            sentence = kind.met(self.values.get(name), facts)
+        for kind in self._asked[phase]:
+            sentence = kind.met(self.values.get(kind.name), facts)
             if sentence is not None:
-                return name, sentence
+                return kind.name, sentence
         return None
 
     def stop(self, phase: str, facts: StopFacts, report: StepReport) -> bool:
