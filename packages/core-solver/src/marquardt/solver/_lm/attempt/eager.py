@@ -3,14 +3,16 @@
 With the system assembled once, each attempt solves (A + λD) δ = g for the current λ,
 moves θ ← θ − lr·δ and evaluates the trial loss. The damping rule accepts the point
 (Marquardt 1963: the loss decreased; Nielsen 1999: the gain ratio ρ = actual / predicted
-reduction is positive) and lowers λ, or θ is restored and λ raised for the next attempt.
-A failed Cholesky factorisation, a non-finite δ and a non-finite trial loss are rejected
-attempts, never errors. The loop ends on acceptance, when λ reaches its ceiling (no damping
-makes progress), when a rejected attempt's predicted decrease is itself below the rounding
-of the loss (more damping only shrinks it: the point is converged to rounding), or after
-``attempts`` solves; an accepted step may also meet the MINPACK ftol / xtol tests (Moré 1978). θ is always the last accepted point afterwards.
-The decision is ``attempt.decide``'s. With ``accelerate`` (``_lm.geodesic``), each solved δ receives its second-order correction
-before it is tried, or the attempt is rejected (the hook returns the reason in words).
+reduction is positive) and lowers λ, or θ is restored and λ raised for the next attempt;
+the decision is ``attempt.decide``'s. A failed Cholesky factorisation, a non-finite δ and a
+non-finite trial loss are rejected attempts, never errors. The loop ends on acceptance,
+when λ reaches its ceiling (no damping makes progress), when a rejected attempt's predicted
+decrease is itself below the rounding of the loss (more damping only shrinks it: the point
+is converged to rounding), or after ``attempts`` solves; an accepted step may also meet a
+stopping test (MINPACK's ftol / xtol, Moré 1978; ``_lm.stopping``). θ is always the last
+accepted point afterwards. With ``accelerate`` (``_lm.geodesic``), each solved δ receives
+its second-order correction before it is tried, or the attempt is rejected (the hook
+returns the reason in words).
 """
 
 from __future__ import annotations
