@@ -16,8 +16,8 @@ from problems import problem, residual_fn
 from torch import nn
 
 from marquardt.solver import LMA, SolverConfigError
-from marquardt.solver._lm.attempt_graphs import capture_attempt
-from marquardt.solver._lm.attempt_paths import AttemptPaths
+from marquardt.solver._lm.attempt.graphs import capture_attempt
+from marquardt.solver._lm.attempt.paths import AttemptPaths
 
 
 @pytest.fixture

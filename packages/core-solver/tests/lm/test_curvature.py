@@ -12,9 +12,9 @@ from torch import nn
 
 from marquardt.solver import LMA, SolverConfigError, SolverStateError, TruncatedCG
 from marquardt.solver._backends.base import LinearSystem
-from marquardt.solver._lm.curvature import MIN_CURVATURE_SAMPLES, curvature_size, draw_samples
-from marquardt.solver._lm.matrix_free import ConjugateGradients
-from marquardt.solver._lm.preconditioners import nystrom_sketch
+from marquardt.solver._lm.solve.cg import ConjugateGradients
+from marquardt.solver._lm.solve.curvature import MIN_CURVATURE_SAMPLES, curvature_size, draw_samples
+from marquardt.solver._lm.solve.preconditioners import nystrom_sketch
 
 
 def test_the_subsample_size_follows_the_budget() -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from marquardt.solver import DampingRule, FixedDamping, NielsenDamping
-from marquardt.solver._lm.damping import reported_gain_ratio
+from marquardt.solver._lm.damping.base import reported_gain_ratio
 
 
 def test_fixed_rule_multiplies_and_clamps() -> None:

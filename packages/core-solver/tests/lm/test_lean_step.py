@@ -12,7 +12,7 @@ from torch import nn
 
 import marquardt.jacobian._engine_plan as engine_module
 from marquardt.solver import LMA
-from marquardt.solver._lm import attempts as attempts_module
+from marquardt.solver._lm.attempt import eager as attempts_module
 from marquardt.testing.interrupts import interrupt_repeatedly
 
 

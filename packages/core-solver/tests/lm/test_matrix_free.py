@@ -20,7 +20,8 @@ from torch import nn
 
 from marquardt.jacobian import JacobianEngine, Replicas
 from marquardt.solver import LMA, SolverConfigError, TruncatedCG
-from marquardt.solver._lm.matrix_free import ConjugateGradients, matrix_free_system
+from marquardt.solver._lm.matrix_free import matrix_free_system
+from marquardt.solver._lm.solve.cg import ConjugateGradients
 from marquardt.testing.models import LargestTensor
 
 

@@ -18,11 +18,30 @@ from ._plan_split import first_device, verdict
 from ._plan_types import Plan, fmt_bytes
 from ._step_time import DENSE_STEP_WORTH, StepTime, step_seconds
 
-__all__ = ["MATRIX_FREE_VECTORS_HELD", "matrix_free_bytes", "plan_matrix_free"]
+__all__ = [
+    "CG_VECTORS",
+    "DEFAULT_PROBES",
+    "DEFAULT_RANK",
+    "MATRIX_FREE_VECTORS_HELD",
+    "SKETCH_VECTORS",
+    "matrix_free_bytes",
+    "plan_matrix_free",
+]
 
-#: Float64 P-vectors a matrix-free step holds: CG's 11, 1 probe, 4 per unit of the sketch's
-#: rank 16 (``marquardt.solver``'s ``CG_VECTORS``, ``probes``, ``SKETCH_VECTORS·rank``).
-MATRIX_FREE_VECTORS_HELD = 11 + 1 + 4 * 16
+#: Float64 P-vectors conjugate gradients hold at once: x, r, z, p, Ap, Ax, g, the estimate
+#: d̂ of diag(JᵀJ)/N, D, the preconditioner's M and the warm start (the solver's
+#: ``CG_VECTORS``, which its tests hold equal to this).
+CG_VECTORS = 11
+#: Hutchinson probes of diag(JᵀJ) a step draws by default, one P-vector Jᵀz each
+#: (``TruncatedCG.probes``).
+DEFAULT_PROBES = 1
+#: Float64 P-vectors per unit of the Nyström rank while the sketch is formed: the test
+#: matrix, its products, the factor and the basis kept (the solver's ``SKETCH_VECTORS``).
+SKETCH_VECTORS = 4
+#: The Nyström sketch's rank by default (``TruncatedCG.rank``).
+DEFAULT_RANK = 16
+#: Float64 P-vectors a matrix-free step holds with the default options.
+MATRIX_FREE_VECTORS_HELD = CG_VECTORS + DEFAULT_PROBES + SKETCH_VECTORS * DEFAULT_RANK
 
 
 def matrix_free_bytes(params: int, item: int) -> int:

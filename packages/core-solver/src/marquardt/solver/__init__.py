@@ -43,11 +43,13 @@ from ._errors import (
     SolverInputError,
     SolverStateError,
 )
-from ._lm.damping import DampingRule, FixedDamping, NielsenDamping
+from ._lm.damping.base import DampingRule
+from ._lm.damping.fixed import FixedDamping
+from ._lm.damping.nielsen import NielsenDamping
 from ._lm.lma import LMA
-from ._lm.matrix_free import TruncatedCG
 from ._lm.report import StepReport
-from ._lm.stopping import StoppingCriteria
+from ._lm.solve.cg_options import TruncatedCG
+from ._lm.stopping.criteria import StoppingCriteria
 from .timing import time
 
 __all__ = [

@@ -125,7 +125,7 @@ def predicted_reduction(offset: A, gs: A, curvature: A) -> A:
 def gain_ratio(actual: A, predicted: A) -> A:
     """ρ = actual / predicted decrease; ±1 by the sign of the actual one when the
     prediction is not positive (SciPy's ``least_squares`` reads it so). `LMA`'s report
-    keeps NaN there instead (``_lm.damping.reported_gain_ratio``); its rule accepts only ρ > 0."""
+    keeps NaN there instead (``_lm.damping.base.reported_gain_ratio``); its rule accepts only ρ > 0."""
     if isinstance(actual, (float, int)) and isinstance(predicted, (float, int)):
         if predicted > 0:
             return actual / predicted

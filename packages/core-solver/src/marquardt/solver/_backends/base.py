@@ -48,6 +48,7 @@ import torch
 
 from marquardt.jacobian import JacobianSlice, NormalProducts
 
+from .._rules import predicted_reduction
 from .scaling import SCALINGS
 
 __all__ = [
@@ -59,7 +60,7 @@ __all__ = [
     "JacobianBuffers",
     "LinearSystem",
     "Solution",
-    "predicted_reduction",
+    "loss_prediction",
 ]
 
 
@@ -171,18 +172,30 @@ class Solution:
             learning_rate: lr.
 
         Returns:
-            2·lr·δᵀg − lr²·δᵀAδ (`predicted_reduction`).
+            2·lr·δᵀg − lr²·δᵀAδ (`loss_prediction`).
         """
-        return predicted_reduction(
-            float(self.gradient_dot), float(self.curvature), float(learning_rate)
+        return float(
+            loss_prediction(float(self.gradient_dot), float(self.curvature), learning_rate)
         )
 
 
-def predicted_reduction(gradient_dot: float, curvature: float, learning_rate: float) -> float:
-    """(‖r‖² − ‖r − lr·Jδ‖²)/N = 2·lr·δᵀg − lr²·δᵀAδ for δᵀg = ``gradient_dot`` and
-    δᵀAδ = ``curvature`` (Nielsen 1999, eq. 2.3 in MSE units)."""
+def loss_prediction(gradient_dot: Any, curvature: Any, learning_rate: float) -> Any:
+    """The quadratic model's reduction of the mean squared residual for a step lr·δ.
+
+    (‖r‖² − ‖r − lr·Jδ‖²)/N = 2·lr·δᵀg − lr²·δᵀAδ (Nielsen 1999, eq. 2.3): the cost's
+    prediction of ``_rules.predicted_reduction`` (the one formula, in units of
+    C = ½‖r‖²) for s = −lr·δ, times 2/N, with g = Jᵀr/N and A = JᵀJ/N.
+
+    Arguments:
+        gradient_dot: δᵀg (a float or a 0-dim tensor).
+        curvature: δᵀAδ.
+        learning_rate: lr.
+
+    Returns:
+        The predicted reduction, of the kind given.
+    """
     lr = learning_rate
-    return 2.0 * lr * gradient_dot - lr * lr * curvature
+    return 2.0 * predicted_reduction(0.0, -lr * gradient_dot, (lr * lr) * curvature)
 
 
 @runtime_checkable

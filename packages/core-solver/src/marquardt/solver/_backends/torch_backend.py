@@ -159,7 +159,7 @@ def factor_solve(
     back: the status (0, ``FAILED_CHOLESKY`` or ``FAILED_NON_FINITE``) is a 0-dim tensor.
     ``m`` is factorised in place: the step holds two matrices (the system and this one),
     not three, and the factor's row-major layout gives both callers the same triangular
-    solves. The eager backend and the tensor attempt (``_lm/attempt_tensor.py``) share it.
+    solves. The eager backend and the tensor attempt (``_lm.attempt.pure``) share it.
 
     Arguments:
         m: A + λD (P × P, or N × N under-determined), float64.

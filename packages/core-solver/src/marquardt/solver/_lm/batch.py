@@ -53,19 +53,8 @@ def _all_finite(values: list[torch.Tensor]) -> bool:
     return all(bool(flag) for flag in flags)
 
 
-def check_batch(
-    inputs: object,
-    targets: object,
-    slice_size: object,
-    *,
-    dtype: torch.dtype,
-    home: Sequence[torch.device],
-    scans: FiniteScans | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, int | None]:
-    """``(inputs, targets, slice_size)`` checked for a model of ``dtype`` on ``home``.
-
-    With ``scans``, tensors it saw finite and unchanged are not scanned for NaN/inf again.
-    """
+def _check_shapes(inputs: object, targets: object) -> int:
+    """Tensors with matching, non-empty batch dimensions; returns the batch's size."""
     for name, value in (("inputs", inputs), ("targets", targets)):
         if not isinstance(value, torch.Tensor):
             raise SolverInputError(
@@ -101,6 +90,13 @@ def check_batch(
                 "pass matching (x, y) pairs, e.g. from one DataLoader batch",
             )
         )
+    return batch
+
+
+def _check_placement(
+    inputs: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype, home: Sequence[torch.device]
+) -> None:
+    """Floating tensors in the parameters' dtype, on the host or a model device."""
     for name, value in (("inputs", inputs), ("targets", targets)):
         if value.is_floating_point() and value.dtype != dtype:
             raise SolverInputError(
@@ -120,6 +116,10 @@ def check_batch(
                     f"move them with {name}.to({str(home[0])!r}) or keep them on the CPU",
                 )
             )
+
+
+def _check_finite(inputs: torch.Tensor, targets: torch.Tensor, scans: FiniteScans | None) -> None:
+    """No NaN/inf, scanning only what ``scans`` has not seen finite and unchanged."""
     unscanned = [
         (name, value)
         for name, value in (("inputs", inputs), ("targets", targets))
@@ -139,8 +139,12 @@ def check_batch(
             )
     if scans is not None:
         scans.remember(inputs, targets)
+
+
+def _check_slice(slice_size: object, batch: int) -> int | None:
+    """``slice_size``: None, or an integer in [1, batch]."""
     if slice_size is None:
-        return inputs, targets, None
+        return None
     if isinstance(slice_size, bool) or not isinstance(slice_size, int) or slice_size < 1:
         raise SolverInputError(
             message(
@@ -158,4 +162,24 @@ def check_batch(
                 "or drop the last, shorter batch (DataLoader(drop_last=True))",
             )
         )
-    return inputs, targets, int(slice_size)
+    return int(slice_size)
+
+
+def check_batch(
+    inputs: object,
+    targets: object,
+    slice_size: object,
+    *,
+    dtype: torch.dtype,
+    home: Sequence[torch.device],
+    scans: FiniteScans | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, int | None]:
+    """``(inputs, targets, slice_size)`` checked for a model of ``dtype`` on ``home``.
+
+    With ``scans``, tensors it saw finite and unchanged are not scanned for NaN/inf again.
+    """
+    batch = _check_shapes(inputs, targets)
+    assert isinstance(inputs, torch.Tensor) and isinstance(targets, torch.Tensor)
+    _check_placement(inputs, targets, dtype, home)
+    _check_finite(inputs, targets, scans)
+    return inputs, targets, _check_slice(slice_size, batch)

@@ -74,7 +74,6 @@ class GeodesicAcceleration:
         backend: ArrayBackend,
         system: LinearSystem,
         scaling: str,
-        replicas: Replicas,
         learning_rate: float,
     ) -> None:
         self.alpha = alpha
@@ -84,7 +83,7 @@ class GeodesicAcceleration:
         self._backend = backend
         self._system = system
         self._scaling = scaling
-        self._replicas = replicas
+        self._replicas: Replicas = engine.replicas
         self._lr = learning_rate
         self._weights: np.ndarray[Any, np.dtype[np.float64]] | None = None
         #: The step's (start, J, r) slices, kept from its first attempt when small.

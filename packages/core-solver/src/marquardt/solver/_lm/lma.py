@@ -9,7 +9,7 @@ Moré 1978). The mathematics, and what every keyword does, are in docs/algorithm
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -27,14 +27,12 @@ from .._backends.base import ArrayBackend
 from .._backends.choice import resolve_backend
 from .._errors import BatchNotFiniteError
 from .assembly import SystemRequest
-from .attempt_paths import AttemptPaths
+from .attempt.paths import AttemptPaths
+from .attempt.step import StepInput, StepTools, damped_step
 from .batch import FiniteScans, check_batch
 from .covariance import batch_covariance
-from .damped_step import damped_step
-from .damping import DampingRule
-from .matrix_free import ConjugateGradients, TruncatedCG
+from .damping.base import DampingRule
 from .options import (
-    DAMPING_RULES,
     STRATEGIES,
     LossFn,
     ResidualFn,
@@ -43,11 +41,18 @@ from .options import (
 )
 from .report import StepReport
 from .scope import StepScope, step_scope
+from .solve.cg import ConjugateGradients
+from .solve.cg_options import TruncatedCG
 from .state import restored, solver_state
-from .step_fit import fit_step
+from .step_fit import StepLimits, fit_step
+from .stopping import StopFacts
+from .stopping.criteria import StoppingCriteria
 from .subsets import ParamSelection, Selector
 
-__all__ = ["DAMPING_RULES", "LMA", "STRATEGIES"]
+__all__ = ["LMA", "STRATEGIES"]
+
+#: ``LMA.__init__``'s arguments that are not keywords of the options.
+_POSITIONAL = frozenset({"self", "model", "devices", "residual_fn"})
 
 
 class LMA:
@@ -107,6 +112,12 @@ class LMA:
             tensor function, compiled on CPUs (``torch.compile``) and captured as a CUDA
             graph on GPUs, or the eager attempts; models it cannot trace run eagerly, and
             ``report.attempt_path`` / ``attempt_reason`` say which ran and why.
+        stopping: further stopping tests' options by name (``ftol``, ``xtol``, ``gtol``
+            or a registered test's), or a ``StoppingCriteria``; a test that holds ends the
+            run with its name as ``report.termination``.
+        linear_solver: the damped solve: "auto" (by the step's strategy: the backend's
+            Cholesky for dense systems, conjugate gradients for matrix-free ones) or a
+            registered solver's name.
 
     Raises:
         SolverConfigError: an argument is out of range, of the wrong kind, or cannot be
@@ -150,43 +161,13 @@ class LMA:
         scaling_memory: float = 0.0,
         cg: TruncatedCG | None = None,
         compile_attempt: str = "auto",
+        stopping: Mapping[str, object] | StoppingCriteria | None = None,
+        linear_solver: str = "auto",
     ) -> None:
-        # Every argument is checked before anything is built or the model is touched.
-        options = lma_options(
-            model,
-            devices,
-            residual_fn,
-            loss_fn=loss_fn,
-            learning_rate=learning_rate,
-            damping=damping,
-            damping_start=damping_start,
-            damping_up=damping_up,
-            damping_down=damping_down,
-            damping_min=damping_min,
-            damping_max=damping_max,
-            scaling=scaling,
-            attempts=attempts,
-            strategy=strategy,
-            backend=backend,
-            dtype=dtype,
-            ftol=ftol,
-            xtol=xtol,
-            gtol=gtol,
-            jacobian_mode=jacobian_mode,
-            robust_loss=robust_loss,
-            f_scale=f_scale,
-            params_per_step=params_per_step,
-            param_selection=param_selection,
-            seed=seed,
-            memory_limit=memory_limit,
-            process_group=process_group,
-            geodesic=geodesic,
-            geodesic_reject=geodesic_reject,
-            geodesic_after=geodesic_after,
-            scaling_memory=scaling_memory,
-            cg=cg,
-            compile_attempt=compile_attempt,
-        )
+        # The keywords are declared once, above; every one is checked before anything
+        # is built or the model is touched.
+        given = {k: v for k, v in locals().items() if k not in _POSITIONAL}
+        options = lma_options(model, devices, residual_fn, given)
         if any(str(d).startswith("cuda") for d in options.devices):
             # A model GPU that Legate also holds would be shared by two allocators (Legate
             # reserves 95% of its GPUs' memory): refuse before anything is built.
@@ -211,6 +192,7 @@ class LMA:
         )
         self._diag: Any = None  # the remembered D of the last step (scaling_memory)
         self._steps = 0
+        self._started: float | None = None  # when the first step began (the "step" tests)
         self._scans = FiniteScans()  # the same batch, unchanged, is scanned once
         self.report: StepReport | None = None
         self._selection = options.selection(self._replicas[0].sizes, self._seed)
@@ -329,17 +311,14 @@ class LMA:
             # the plan's collective, and refuse the batch too.
             self._scope.refuse(self._strategy)
             raise
-        refit = fit_step(
-            batch,
-            slice_size,
-            scope=self._scope,
-            engine=self._engine,
-            backend=self._backend.name,
-            memory_limit=self._options.memory_limit,
-            probes=self._options.cg.probes,
-            rank=self._options.cg.rank,
-            auto_subsets=self._options.auto_subsets,
+        limits = StepLimits(
+            self._backend.name,
+            self._options.memory_limit,
+            self._options.cg.probes,
+            self._options.cg.rank,
+            self._options.auto_subsets,
         )
+        refit = fit_step(batch, slice_size, scope=self._scope, engine=self._engine, limits=limits)
         if refit is not None:
             # Too large for the memory, chosen by the planner: matrix-free steps (or, where
             # those do not fit either, subsets) from now on.
@@ -353,26 +332,37 @@ class LMA:
             self._options.dtype, batch.params, probes=self._options.cg.probes, seed=self._steps
         )
         built = self._scope.assemble(self._engine, self._backend, batch, request)
-        report, loss, terminated, self._diag = damped_step(
+        given = StepInput(
             built,
             batch,
             columns,
-            options=self._options,
-            rule=self._rule,
-            backend=self._backend,
-            cg_solver=self._cg_solver,
-            engine=self._engine,
             trial_loss=lambda: self._trial_loss(batch),
             diag=self._diag,
             step=self._steps,
             strategy_reason=self._strategy_reason,
-            paths=self._attempt_paths,
         )
+        tools = StepTools(
+            self._options,
+            self._rule,
+            self._backend,
+            self._cg_solver,
+            self._engine,
+            self._attempt_paths,
+        )
+        report, loss, terminated, self._diag = damped_step(tools, given)
         return self._finish(report, t_begin, loss, terminated=terminated)
 
     def _finish(
         self, report: StepReport, t_begin: float, loss: float, *, terminated: bool
     ) -> tuple[float, bool]:
+        if self._started is None:
+            self._started = t_begin
+        if not terminated and self._options.stopping.asks("step"):
+            elapsed = time.perf_counter() - self._started
+            facts = StopFacts(
+                loss_before=report.loss_before, seconds=elapsed, steps=self._steps + 1
+            )
+            terminated = self._options.stopping.stop("step", facts, report)
         report.terminated = terminated
         report.damping = self._rule.damping
         report.seconds_total = time.perf_counter() - t_begin

@@ -34,7 +34,7 @@ from marquardt.devices import device_memory, subset_size
 from marquardt.jacobian import JacobianPlan
 
 from .._errors import SolverConfigError, message
-from .matrix_free import CG_VECTORS, SKETCH_VECTORS
+from .solve.cg import CG_VECTORS, SKETCH_VECTORS
 
 __all__ = ["HEADROOM", "StepMemory", "check_limit", "step_memory", "usable_memory"]
 

@@ -12,8 +12,7 @@ Every check raises `SolverConfigError` in the house form and changes nothing.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -21,17 +20,22 @@ from torch import nn
 
 from marquardt.jacobian import PointResidual
 
+# The strategies' one home is the planner that chooses among them.
+from marquardt.jacobian._planner import STRATEGIES
+
 from .._backends.base import ArrayBackend
 from .._backends.choice import BACKEND_CHOICES
 from .._backends.scaling import SCALINGS
 from .._errors import SolverConfigError, message
-from .damping import DampingRule, FixedDamping, NielsenDamping
-from .matrix_free import TruncatedCG
-from .stopping import StoppingCriteria
+from .damping import DAMPING, DampingArgs
+from .damping.base import DampingRule
+from .numbers import positive_number
+from .solve.cg_options import TruncatedCG
+from .stopping import Stops
+from .stopping.criteria import StoppingCriteria
 
 __all__ = [
     "ATTEMPT_MODES",
-    "DAMPING_RULES",
     "STRATEGIES",
     "LossFn",
     "ResidualFn",
@@ -43,7 +47,7 @@ __all__ = [
     "check_poor_start_options",
     "damping_rule",
     "positive_number",
-    "stopping_criteria",
+    "stopping_tests",
 ]
 
 #: ``residual_fn(outputs, targets)``, or residuals that call the model as a function and
@@ -51,35 +55,9 @@ __all__ = [
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | PointResidual
 LossFn = Callable[..., Any]
 
-#: Names accepted by ``LMA(damping=...)`` (or pass a ``DampingRule`` instance).
-DAMPING_RULES: tuple[str, ...] = ("fixed", "nielsen")
 #: Names accepted by ``LMA(compile_attempt=...)``: the planner decides, wherever a step
-#: allows it, never (``attempt_paths.py``).
+#: allows it, never (``attempt.paths``).
 ATTEMPT_MODES: tuple[str, ...] = ("auto", "on", "off")
-#: Names accepted by ``LMA(strategy=...)``.
-STRATEGIES: tuple[str, ...] = ("auto", "explicit", "accumulate", "matrix_free")
-
-
-def positive_number(name: str, value: object, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SolverConfigError(
-            message(
-                f"LMA({name}=...) expects a number",
-                f"got {type(value).__name__}",
-                f"pass a float, e.g. {name}=1.0",
-            )
-        )
-    number = float(value)
-    if not math.isfinite(number) or number < 0.0 or (number == 0.0 and not allow_zero):
-        bound = "≥ 0" if allow_zero else "> 0"
-        raise SolverConfigError(
-            message(
-                f"LMA({name}=...) expects a finite number {bound}",
-                f"got {value!r}",
-                f"pass a finite {name} {bound}",
-            )
-        )
-    return number
 
 
 def check_callables(
@@ -148,17 +126,16 @@ def damping_rule(
             )
         )
     if isinstance(damping, str):
-        if damping not in DAMPING_RULES:
+        kind = DAMPING.get(damping)
+        if kind is None:
             raise SolverConfigError(
                 message(
                     f"LMA(damping={damping!r}) names a damping rule",
-                    f"the known rules are {DAMPING_RULES}",
+                    f"the known rules are {tuple(sorted(DAMPING))}",
                     "use 'fixed' or 'nielsen', or pass a DampingRule instance",
                 )
             )
-        if damping == "fixed":
-            return FixedDamping(start_, up=up_, down=down_, minimum=lo_, maximum=hi_)
-        return NielsenDamping(start_, minimum=lo_, maximum=hi_)
+        return kind.make(DampingArgs(start_, up_, down_, lo_, hi_))
     if isinstance(damping, DampingRule):
         return damping
     raise SolverConfigError(
@@ -231,13 +208,33 @@ def check_choices(
         )
 
 
-def stopping_criteria(ftol: object, xtol: object, gtol: object) -> StoppingCriteria:
-    """The MINPACK tolerances, each ≥ 0 or None (off)."""
-    tolerances = {
-        name: None if value is None else positive_number(name, value, allow_zero=True)
-        for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol))
-    }
-    return StoppingCriteria(**tolerances)
+def stopping_tests(ftol: object, xtol: object, gtol: object, stopping: object) -> Stops:
+    """The stopping tests asked for: MINPACK's tolerances (each ≥ 0 or None: off) and the
+    ``stopping`` mapping of any registered test's option by name (or a
+    ``StoppingCriteria``)."""
+    if isinstance(stopping, StoppingCriteria):
+        stopping = stopping.values()
+    if stopping is not None and not isinstance(stopping, Mapping):
+        raise SolverConfigError(
+            message(
+                "LMA(stopping=...) expects a mapping of stopping tests' options by name",
+                f"got {type(stopping).__name__}",
+                "pass e.g. stopping={'ftol': 1e-8}",
+            )
+        )
+    values = dict(stopping or {})
+    for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol)):
+        if value is not None:
+            if values.get(name) is not None:
+                raise SolverConfigError(
+                    message(
+                        f"LMA({name}=...) and LMA(stopping={{{name!r}: ...}})",
+                        "both were given",
+                        "pass the tolerance once",
+                    )
+                )
+            values[name] = value
+    return Stops(values)
 
 
 def check_matrix_free_options(

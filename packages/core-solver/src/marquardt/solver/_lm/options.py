@@ -3,7 +3,7 @@
 ``LMA`` keeps cuPyLMA's flat keyword face; `lma_options` turns the keywords into the
 objects the step uses, once, before anything is built: the damping rule (``damping`` and
 ``damping_start/up/down/min/max`` make a `NielsenDamping` or a `FixedDamping`, Marquardt
-1963, Nielsen 1999), the `StoppingCriteria` (MINPACK's ftol / xtol / gtol, Moré 1978), the
+1963, Nielsen 1999), the stopping tests `Stops` (MINPACK's ftol / xtol / gtol, Moré 1978, and any registered test), the
 `Scaling` of D, the `Acceleration` (Transtrum & Sethna 2012), the parameter `Subsets`,
 and the matrix-free step's `TruncatedCG`. Every check raises `SolverConfigError` in the
 house form and changes nothing; the checks themselves are in ``option_checks.py``.
@@ -11,8 +11,9 @@ house form and changes nothing; the checks themselves are in ``option_checks.py`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,11 +22,9 @@ from marquardt.jacobian import PointResidual
 
 from .._backends.base import ArrayBackend
 from .._errors import SolverConfigError, message
-from .damping import DampingRule
-from .matrix_free import TruncatedCG
+from .damping.base import DampingRule
 from .memory_fit import check_limit
 from .option_checks import (
-    DAMPING_RULES,
     STRATEGIES,
     LossFn,
     ResidualFn,
@@ -37,15 +36,16 @@ from .option_checks import (
     check_poor_start_options,
     damping_rule,
     positive_number,
-    stopping_criteria,
+    stopping_tests,
 )
 from .points import check_point_residual
 from .robust import check_robust_loss, robust_residual_fn
-from .stopping import StoppingCriteria
+from .solve import check_solver
+from .solve.cg_options import TruncatedCG
+from .stopping import Stops
 from .subsets import ParamSelection, Selector, check_selection
 
 __all__ = [
-    "DAMPING_RULES",
     "STRATEGIES",
     "Acceleration",
     "LossFn",
@@ -105,7 +105,7 @@ class Options:
     strategy: str
     backend: str | ArrayBackend
     dtype: torch.dtype | None
-    stopping: StoppingCriteria
+    stopping: Stops
     jacobian_mode: str
     robust: tuple[str, float] | None
     subsets: Subsets | None
@@ -115,6 +115,7 @@ class Options:
     acceleration: Acceleration | None
     cg: TruncatedCG
     compile_attempt: str = "auto"
+    linear_solver: str = "auto"
 
     @property
     def auto_subsets(self) -> bool:
@@ -146,70 +147,71 @@ def check_resolved_backend(acceleration: Acceleration | None, backend: ArrayBack
     check_poor_start_backend(None if acceleration is None else acceleration.alpha, backend)
 
 
+def _acceleration(k: Mapping[str, Any]) -> tuple[Acceleration | None, float]:
+    """The geodesic acceleration (None: off) and the scaling's memory γ, checked."""
+    alpha, memory = check_poor_start_options(
+        k["geodesic"],
+        k["scaling_memory"],
+        geodesic_reject=k["geodesic_reject"],
+        geodesic_after=k["geodesic_after"],
+        scaling=k["scaling"],
+        backend=k["backend"],
+        params_per_step=k["params_per_step"],
+        process_group=k["process_group"],
+    )
+    if alpha is None:
+        return None, memory
+    return Acceleration(alpha, reject=k["geodesic_reject"], after=k["geodesic_after"]), memory
+
+
 def lma_options(
     model: nn.Module,
     devices: Sequence[torch.device | str],
     residual_fn: ResidualFn,
-    *,
-    loss_fn: LossFn | None,
-    learning_rate: float,
-    damping: str | DampingRule,
-    damping_start: float,
-    damping_up: float,
-    damping_down: float,
-    damping_min: float,
-    damping_max: float,
-    scaling: str,
-    attempts: int,
-    strategy: str,
-    backend: str | ArrayBackend,
-    dtype: torch.dtype | None,
-    ftol: float | None,
-    xtol: float | None,
-    gtol: float | None,
-    jacobian_mode: str,
-    robust_loss: str | None,
-    f_scale: float,
-    params_per_step: int | None,
-    param_selection: str | Selector,
-    seed: int | None,
-    memory_limit: int | None,
-    process_group: object,
-    geodesic: float | None,
-    geodesic_reject: bool,
-    geodesic_after: int,
-    scaling_memory: float,
-    cg: TruncatedCG | None,
-    compile_attempt: str = "auto",
+    given: Mapping[str, Any],
 ) -> Options:
-    """Every ``LMA`` keyword checked (see ``LMA`` for their meaning), as option objects.
+    """Every ``LMA`` keyword checked (see ``LMA``, where they are declared, for their
+    meaning), as option objects.
+
+    Arguments:
+        model: the model.
+        devices: the model devices.
+        residual_fn: the residual function.
+        given: every other keyword of ``LMA``, by name.
+
+    Returns:
+        The checked `Options`.
 
     Raises:
         SolverConfigError: an argument is out of range, of the wrong kind, or cannot be
             combined with another; raised before anything is built.
     """
-    device_list = check_callables(model, devices, residual_fn, loss_fn)
-    lr = positive_number("learning_rate", learning_rate)
-    rule = damping_rule(damping, damping_start, damping_up, damping_down, damping_min, damping_max)
-    check_choices(scaling, attempts, strategy, backend, dtype)
-    stopping = stopping_criteria(ftol, xtol, gtol)
-    alpha, memory = check_poor_start_options(
-        geodesic,
-        scaling_memory,
-        geodesic_reject=geodesic_reject,
-        geodesic_after=geodesic_after,
-        scaling=scaling,
-        backend=backend,
-        params_per_step=params_per_step,
-        process_group=process_group,
+    k = given
+    device_list = check_callables(model, devices, residual_fn, k["loss_fn"])
+    lr = positive_number("learning_rate", k["learning_rate"])
+    rule = damping_rule(
+        k["damping"],
+        k["damping_start"],
+        k["damping_up"],
+        k["damping_down"],
+        k["damping_min"],
+        k["damping_max"],
     )
+    check_choices(k["scaling"], k["attempts"], k["strategy"], k["backend"], k["dtype"])
+    stops = stopping_tests(k["ftol"], k["xtol"], k["gtol"], k["stopping"])
+    acceleration, memory = _acceleration(k)
     truncated_cg = check_matrix_free_options(
-        cg, strategy=strategy, params_per_step=params_per_step, geodesic=geodesic
+        k["cg"],
+        strategy=k["strategy"],
+        params_per_step=k["params_per_step"],
+        geodesic=k["geodesic"],
     )
-    check_point_residual(residual_fn, model, loss_fn=loss_fn, robust_loss=robust_loss)
-    robust = check_robust_loss(robust_loss, f_scale, loss_fn)
-    check_selection(params_per_step, param_selection, seed, gtol)
-    check_limit(memory_limit)
+    loss_fn = k["loss_fn"]
+    check_point_residual(residual_fn, model, loss_fn=loss_fn, robust_loss=k["robust_loss"])
+    robust = check_robust_loss(k["robust_loss"], k["f_scale"], loss_fn)
+    size = k["params_per_step"]
+    check_selection(size, k["param_selection"], k["seed"], stops.values.get("gtol"))
+    check_limit(k["memory_limit"])
     if robust is not None and not isinstance(residual_fn, PointResidual):
         residual_fn = robust_residual_fn(residual_fn, *robust)
     return Options(
@@ -218,21 +220,20 @@ def lma_options(
         loss_fn=loss_fn,
         learning_rate=lr,
         rule=rule,
-        scaling=Scaling(scaling, memory),
-        attempts=attempts,
-        strategy=strategy,
-        backend=backend,
-        dtype=dtype,
-        stopping=stopping,
-        jacobian_mode=jacobian_mode,
+        scaling=Scaling(k["scaling"], memory),
+        attempts=k["attempts"],
+        strategy=k["strategy"],
+        backend=k["backend"],
+        dtype=k["dtype"],
+        stopping=stops,
+        jacobian_mode=k["jacobian_mode"],
         robust=robust,
-        subsets=None if params_per_step is None else Subsets(params_per_step, param_selection),
-        seed=seed,
-        memory_limit=memory_limit,
-        process_group=process_group,
-        acceleration=None
-        if alpha is None
-        else Acceleration(alpha, reject=geodesic_reject, after=geodesic_after),
+        subsets=None if size is None else Subsets(size, k["param_selection"]),
+        seed=k["seed"],
+        memory_limit=k["memory_limit"],
+        process_group=k["process_group"],
+        acceleration=acceleration,
         cg=truncated_cg,
-        compile_attempt=check_compile_attempt(compile_attempt),
+        compile_attempt=check_compile_attempt(k["compile_attempt"]),
+        linear_solver=check_solver(k["linear_solver"]),
     )

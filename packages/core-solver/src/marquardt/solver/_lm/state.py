@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._errors import SolverStateError, message
-from .damping import DampingRule
-from .matrix_free import ConjugateGradients
+from .damping.base import DampingRule
+from .solve.cg import ConjugateGradients
 from .subsets import ParamSelection
 
 __all__ = ["STATE_FORMAT", "STATE_KEYS", "checked_state", "restored", "solver_state"]

@@ -25,7 +25,7 @@ from .group import REFUSED, refused_elsewhere
 from .memory_fit import StepMemory, step_memory, usable_memory
 from .scope import StepScope
 
-__all__ = ["Refit", "fit_step"]
+__all__ = ["Refit", "StepLimits", "fit_step"]
 
 
 @dataclass(frozen=True)
@@ -38,86 +38,56 @@ class Refit:
     subsets: int | None = None
 
 
-def fit_step(
-    batch: PreparedBatch,
-    slice_size: int | None,
-    *,
-    scope: StepScope,
-    engine: JacobianEngine,
-    backend: str,
-    memory_limit: int | None,
-    probes: int,
-    rank: int = 0,
-    auto_subsets: bool,
-) -> Refit | None:
-    """None when the step of ``batch`` fits; else the `Refit` the planner chose.
+@dataclass(frozen=True)
+class StepLimits:
+    """What bounds a step's memory besides its batch.
 
     Arguments:
-        batch: the step's prepared batch (its plan, its columns).
-        slice_size: the step's slice size (to plan the matrix-free step of the batch).
-        scope: the step's scope (in a process group, the ranks agree on the plan).
-        engine: the Jacobian engine (its replicas' devices, dtype and P).
         backend: the name of the solver's array backend.
         memory_limit: the usable bytes (None: 0.8 × the free memory).
         probes: the matrix-free step's diagonal probes.
         rank: the matrix-free step's Nyström sketch rank.
         auto_subsets: whether the planner may choose (nothing was forced).
-
-    Raises:
-        SolverConfigError: a forced strategy or subset size that does not fit, or a step
-            that fits here but not on another rank.
-        ResidualNotFiniteError: another rank refused its share of the batch.
     """
-    if backend == "cupynumeric" and batch.strategy != "matrix_free":
-        if scope.world_size > 1:
-            *_, planned = scope.least((1, 0, 1))
-            if not planned:
-                raise refused_elsewhere(REFUSED)
-        return None
+
+    backend: str
+    memory_limit: int | None
+    probes: int
+    rank: int = 0
+    auto_subsets: bool = False
+
+
+def _free_fits(
+    batch: PreparedBatch,
+    slice_size: int | None,
+    engine: JacobianEngine,
+    limits: StepLimits,
+    scope: StepScope,
+) -> StepMemory | None:
+    """The matrix-free step of the same batch (a plan, no Jacobian formed), when it fits
+    on every rank."""
     replicas = engine.replicas
     devices = replicas.devices
-    solver_side = backend == "numpy" and batch.strategy != "matrix_free"
-    device = torch.device("cpu") if solver_side else devices[0]
-    item = replicas.dtype.itemsize
-    p = replicas.num_params
-    fit = step_memory(
-        batch.plan, p, item, len(devices), usable_memory(device, memory_limit), probes=probes
+    free_plan = engine.prepare(
+        batch.inputs, batch.targets, slice_size, strategy="matrix_free", checked=True
+    ).plan
+    free = step_memory(
+        free_plan,
+        replicas.num_params,
+        replicas.dtype.itemsize,
+        len(devices),
+        usable_memory(devices[0], limits.memory_limit),
+        probes=limits.probes,
+        rank=limits.rank,
     )
-    fits, fitting_k, planned = scope.least((int(fit.fits), fit.fitting_k, 1))
-    if not planned:
-        raise refused_elsewhere(REFUSED)
-    if fits:
-        return None
-    # Every rank is here (the minimum said "does not fit" to all of them).
-    if batch.columns is None and auto_subsets and batch.strategy != "matrix_free":
-        # The matrix-free step of the same batch: a plan, no Jacobian formed.
-        free_plan = engine.prepare(
-            batch.inputs, batch.targets, slice_size, strategy="matrix_free", checked=True
-        ).plan
-        free = step_memory(
-            free_plan,
-            p,
-            item,
-            len(devices),
-            usable_memory(devices[0], memory_limit),
-            probes=probes,
-            rank=rank,
-        )
-        (free_fits,) = scope.least((int(free.fits),))
-        if free_fits:
-            return _matrix_free(batch, p, fit, free)
-    if batch.columns is None and auto_subsets and fitting_k >= 1:
-        warnings.warn(
-            f"an LM step on all {p} parameters needs "
-            f"{fit.formula} = {fit.needed} B but {fit.usable} B are usable "
-            f"({fit.source}): stepping on random subsets of k = {fitting_k} "
-            "parameters (pass params_per_step= and param_selection= to choose)",
-            UserWarning,
-            stacklevel=3,
-        )
-        return Refit("auto", subsets=fitting_k)
+    (free_fits,) = scope.least((int(free.fits),))
+    return free if free_fits else None
+
+
+def _refuse(batch: PreparedBatch, fit: StepMemory, p: int) -> Exception:
+    """The refusal of a step that does not fit and that the planner may not change."""
     if fit.fits:
-        raise SolverConfigError(
+        return SolverConfigError(
             message(
                 "this step fits this rank's memory",
                 "another rank of the process group has too little memory for it",
@@ -129,7 +99,68 @@ def fit_step(
         if batch.columns is None
         else f"params_per_step={batch.columns.size} (strategy={batch.strategy!r})"
     )
-    raise fit.refuse(what)
+    return fit.refuse(what)
+
+
+def fit_step(
+    batch: PreparedBatch,
+    slice_size: int | None,
+    *,
+    scope: StepScope,
+    engine: JacobianEngine,
+    limits: StepLimits,
+) -> Refit | None:
+    """None when the step of ``batch`` fits; else the `Refit` the planner chose.
+
+    Arguments:
+        batch: the step's prepared batch (its plan, its columns).
+        slice_size: the step's slice size (to plan the matrix-free step of the batch).
+        scope: the step's scope (in a process group, the ranks agree on the plan).
+        engine: the Jacobian engine (its replicas' devices, dtype and P).
+        limits: the backend, memory and matrix-free options that bound the step.
+
+    Raises:
+        SolverConfigError: a forced strategy or subset size that does not fit, or a step
+            that fits here but not on another rank.
+        ResidualNotFiniteError: another rank refused its share of the batch.
+    """
+    dense = batch.strategy != "matrix_free"
+    if limits.backend == "cupynumeric" and dense:
+        if scope.world_size > 1:
+            *_, planned = scope.least((1, 0, 1))
+            if not planned:
+                raise refused_elsewhere(REFUSED)
+        return None
+    replicas = engine.replicas
+    devices = replicas.devices
+    device = torch.device("cpu") if limits.backend == "numpy" and dense else devices[0]
+    p = replicas.num_params
+    usable = usable_memory(device, limits.memory_limit)
+    fit = step_memory(
+        batch.plan, p, replicas.dtype.itemsize, len(devices), usable, probes=limits.probes
+    )
+    fits, fitting_k, planned = scope.least((int(fit.fits), fit.fitting_k, 1))
+    if not planned:
+        raise refused_elsewhere(REFUSED)
+    if fits:
+        return None
+    # Every rank is here (the minimum said "does not fit" to all of them).
+    free_to_choose = batch.columns is None and limits.auto_subsets
+    if free_to_choose and dense:
+        free = _free_fits(batch, slice_size, engine, limits, scope)
+        if free is not None:
+            return _matrix_free(batch, p, fit, free)
+    if free_to_choose and fitting_k >= 1:
+        warnings.warn(
+            f"an LM step on all {p} parameters needs "
+            f"{fit.formula} = {fit.needed} B but {fit.usable} B are usable "
+            f"({fit.source}): stepping on random subsets of k = {fitting_k} "
+            "parameters (pass params_per_step= and param_selection= to choose)",
+            UserWarning,
+            stacklevel=3,
+        )
+        return Refit("auto", subsets=fitting_k)
+    raise _refuse(batch, fit, p)
 
 
 def _matrix_free(batch: PreparedBatch, p: int, dense: StepMemory, free: StepMemory) -> Refit:

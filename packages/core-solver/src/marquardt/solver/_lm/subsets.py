@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-from marquardt.jacobian import JacobianSlice, NormalProducts
-
-from .._backends.base import ArrayBackend, LinearSystem, Solution
+from .._backends.base import LinearSystem, Solution
 from .._errors import SolverConfigError, SolverStateError, message
+from .solve.kind import LinearSolver
 
-__all__ = ["SELECTIONS", "ParamSelection", "SubsetBackend", "layer_blocks"]
+__all__ = ["SELECTIONS", "ParamSelection", "SubsetSolver", "layer_blocks"]
 
 SELECTIONS = ("layer", "random")
 
@@ -236,26 +235,22 @@ class ParamSelection:
         self._cursor = cursor
 
 
-class SubsetBackend:
-    """An `ArrayBackend` over the ``k × k`` system of a subset whose solutions are
+class SubsetSolver:
+    """A `LinearSolver` over the ``k × k`` system of a subset whose solutions are
     scattered into the ``P`` parameters (zero outside the subset), so the attempt loop
-    moves θ_S only."""
+    moves θ_S only.
 
-    def __init__(self, inner: ArrayBackend, index: torch.Tensor, params: int) -> None:
+    Arguments:
+        inner: the solver of the subset's system.
+        index: the subset's parameters.
+        params: P.
+    """
+
+    def __init__(self, inner: LinearSolver, index: torch.Tensor, params: int) -> None:
         self.inner = inner
         self.name = inner.name
         self._index = index
         self._params = params
-
-    def system_from_products(self, products: NormalProducts) -> LinearSystem:
-        """The inner backend's system of the subset's products."""
-        return self.inner.system_from_products(products)
-
-    def system_from_slices(
-        self, slices: Iterable[JacobianSlice], rows: int, params: int
-    ) -> LinearSystem:
-        """The inner backend's system of the subset's slices."""
-        return self.inner.system_from_slices(slices, rows, params)
 
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
         """The inner solve, δ_S scattered into a P-vector."""
@@ -273,6 +268,6 @@ class SubsetBackend:
             status=solved.status,
         )
 
-    def synchronize(self) -> None:
-        """The inner backend's."""
-        self.inner.synchronize()
+    def accept(self) -> None:
+        """The inner solver's."""
+        self.inner.accept()

@@ -1,8 +1,8 @@
 """The attempts of one step by the pure attempt function: `run_tensor_attempts`.
 
-The same loop as the eager attempts (``attempts.py``: the same acceptance, λ updates,
+The same loop as the eager attempts (``attempt.eager``: the same decision, λ updates,
 stopping tests and report), but each attempt is one call of ``lm_attempt``
-(``attempt_tensor.py``), plain, compiled or captured (``attempt_paths.py``), that leaves
+(``attempt.pure``), plain, compiled or captured (``attempt.paths``), that leaves
 θ, λ, ν and the decision on the device. The host reads the attempt's outcome once, in one
 transfer; θ is written into the model only when the attempt was accepted, so no trial
 point is ever left in it.
@@ -13,26 +13,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from marquardt.jacobian import PreparedBatch, Replicas
 
-from .._backends.base import LinearSystem
-from .._backends.scaling import scaling_diagonal_torch
-from .._backends.systems import read_values
-from .attempt_tensor import AttemptResult
-from .attempts import (
-    NOISE_ULPS,
-    Attempts,
-    accepted_stop,
-    ceiling_stop,
-    finish_report,
-    rejection_reason,
-    rounding_stop,
-)
-from .damping import reported_gain_ratio
-from .report import StepReport
+from ..._backends.base import LinearSystem
+from ..._backends.scaling import scaling_diagonal_torch
+from ..._backends.systems import read_values
+from ..damping.base import reported_gain_ratio
+from ..report import StepReport
+from ..stopping import StopFacts
+from .decide import NOISE_ULPS, rejection_reason
+from .eager import Attempts, accepted_stop, ceiling_stop, finish_report
+from .pure import AttemptResult
 
 __all__ = ["AttemptRunner", "run_tensor_attempts"]
 
@@ -43,6 +38,33 @@ AttemptRunner = Callable[..., AttemptResult]
 
 def _scalar(value: float, device: torch.device) -> torch.Tensor:
     return torch.tensor(value, dtype=torch.float64).to(device, non_blocking=True)
+
+
+def _read(out: AttemptResult) -> list[float]:
+    """The attempt's outcome on the host, in one transfer."""
+    return read_values(
+        [
+            out.accepted,
+            out.rounding,
+            out.loss,
+            out.status,
+            out.actual,
+            out.predicted,
+            out.delta_norm,
+            out.damping,
+            out.nu,
+        ]
+    )
+
+
+def _arguments(
+    system: LinearSystem, batch: PreparedBatch, scaling: str, device: torch.device
+) -> tuple[Any, ...]:
+    """The runner's arguments that every attempt of the step shares: A, g, D, the batch's
+    inputs and targets on the device, and J when under-determined."""
+    d = system.scale(scaling, scaling_diagonal_torch)
+    jac = system.jacobian if system.underdetermined else None
+    return system.a, system.g, d, batch.inputs.to(device), batch.targets.to(device), jac
 
 
 def run_tensor_attempts(
@@ -71,21 +93,14 @@ def run_tensor_attempts(
         The loss at the parameters the model holds afterwards, and whether a stopping
         test held.
     """
-    rule, stopping = how.rule, how.stopping
-    replica = replicas[0]
-    device = replica.device
-    theta = replica.flat
-    param_norm = float(theta.double().norm()) if stopping.xtol is not None else 0.0
-    d = system.scale(how.scaling, scaling_diagonal_torch)
-    jac = system.jacobian if system.underdetermined else None
+    rule, stopping, loss_before = how.rule, how.stopping, report.loss_before
+    device, theta = replicas[0].device, replicas[0].flat
+    param_norm = float(theta.double().norm()) if stopping.wants("param_norm") else 0.0
+    shared = _arguments(system, batch, how.scaling, device)
     state = rule.state_dict()
-    lam = _scalar(rule.damping, device)
-    nu = _scalar(state.get("nu", 0.0), device)
-    loss_before = report.loss_before
-    noise = NOISE_ULPS * torch.finfo(replicas.dtype).eps
+    lam, nu = _scalar(rule.damping, device), _scalar(state.get("nu", 0.0), device)
     fixed = (_scalar(loss_before, device), _scalar(scale, device))
-    inputs = batch.inputs.to(device)
-    targets = batch.targets.to(device)
+    bound = NOISE_ULPS * torch.finfo(replicas.dtype).eps * abs(loss_before)
     accepted, terminated = False, False
     loss_after, step_norm, seconds = loss_before, 0.0, 0.0
     for _ in range(how.attempts):
@@ -93,23 +108,10 @@ def run_tensor_attempts(
         report.attempts += 1
         t = time.perf_counter()
         with torch.no_grad():
-            out = runner(theta, lam, nu, *fixed, system.a, system.g, d, inputs, targets, jac)
-        values = read_values(
-            [
-                out.accepted,
-                out.rounding,
-                out.loss,
-                out.status,
-                out.actual,
-                out.predicted,
-                out.delta_norm,
-                out.damping,
-                out.nu,
-            ]
-        )
+            out = runner(theta, lam, nu, *fixed, *shared)
+        ok, rounding, trial, status, actual, predicted, norm, lam_after, nu_after = _read(out)
         seconds += time.perf_counter() - t
         report.host_reads += 1
-        ok, rounding, trial, status, actual, predicted, norm, lam_after, nu_after = values
         lam, nu = out.damping, out.nu
         rule.load_state_dict({**state, "damping": lam_after, "nu": nu_after})
         failed = status != 0.0 or not math.isfinite(norm)
@@ -125,10 +127,11 @@ def run_tensor_attempts(
             break
         report.rejections.append(rejection_reason(failed, status, trial, actual))
         if rounding:
-            terminated = rounding_stop(report, predicted, noise * abs(loss_before))
+            facts = StopFacts(rounding=True, predicted=predicted, bound=bound)
+            terminated = stopping.stop("rejected", facts, report)
             break
         if rule.at_ceiling:
-            terminated = ceiling_stop(report, rule.maximum)
+            terminated = ceiling_stop(stopping, report, rule.maximum)
             break
     finish_report(report, accepted, loss_after, step_norm)
     report.seconds_solve = seconds

@@ -1,7 +1,7 @@
 """The attempt function compiled on CPUs and captured on GPUs: `compile_attempt`,
 `capture_attempt`.
 
-Both wrap `lm_attempt` with a step's constants bound (``attempt_tensor.py``) and return
+Both wrap `lm_attempt` with a step's constants bound (``attempt.pure``) and return
 either a runner with the same call, or None with the reason in words; neither raises for
 a model that cannot be traced or a kernel that cannot be captured. Compiling goes through
 ``torch.compile`` (inductor: C++ on CPUs) with static shapes and the whole function as one
@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .attempt_tensor import AttemptResult
+from .pure import AttemptResult
 
 __all__ = ["CapturedAttempt", "capture_attempt", "compile_attempt"]
 

@@ -4,13 +4,13 @@ From the step's assembled system, A = JᵀJ/N and g = Jᵀr/N (or JJᵀ/N and r/
 under-determined), the scaling D and the current θ, λ and ν, one attempt forms the damped
 matrix A + λD, factorises it (float64 Cholesky; a failed factorisation is a rejected
 attempt, as on the eager path) and solves for δ, evaluates the loss at θ − lr·δ by a
-functional forward of the model, and decides as the eager attempts do (``attempts.py``):
+functional forward of the model, and decides as the eager attempts do (``attempt.decide``:
 accepted when the solve succeeded, the trial loss is finite, lower than the loss before by
 more than its rounding, and the damping rule accepts the gain ratio ρ = actual / predicted
-reduction (Nielsen 1999; Marquardt 1963). λ and ν follow the rule (``tensor_damping.py``);
-θ is ``where(accepted, θ − lr·δ, θ)``. Nothing is read back to the host: the decision,
-λ and the losses are tensors, so the same function runs eagerly, compiled by
-``torch.compile`` or captured as a CUDA graph (``attempt_paths.py``).
+reduction; Nielsen 1999; Marquardt 1963). λ and ν follow the rule's tensor form
+(``_lm.damping``); θ is ``where(accepted, θ − lr·δ, θ)``. Nothing is read back to the
+host: the decision, λ and the losses are tensors, so the same function runs eagerly,
+compiled by ``torch.compile`` or captured as a CUDA graph (``attempt.paths``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .._backends.torch_backend import factor_solve
-from .tensor_damping import TensorRule
+from ..._backends.base import loss_prediction
+from ..._backends.torch_backend import factor_solve
+from ..damping.base import Outcome, TensorRule
+from .decide import decide
 
 __all__ = ["AttemptResult", "AttemptSpec", "lm_attempt", "trial_loss_fn"]
 
@@ -147,23 +149,20 @@ def lm_attempt(
     trial_theta = torch.add(theta, delta.to(theta.dtype), alpha=-lr)
     loss = spec.trial_loss(trial_theta, inputs, targets)
     delta_norm = delta.norm()
-    predicted = (2.0 * lr * gradient_dot - (lr * lr) * curvature) * scale
+    predicted = loss_prediction(gradient_dot, curvature, lr) * scale
     actual = loss_before - loss
-    bound = spec.noise * loss_before.abs()
     failed = (status != 0.0) | ~torch.isfinite(delta_norm)
-    accepted = (
-        ~failed & torch.isfinite(loss) & (actual > bound) & spec.rule.accepts(actual, predicted)
-    )
-    # More damping only shrinks the predicted decrease: the step stops, λ as it was.
-    rounding = ~accepted & ~failed & (predicted >= 0.0) & (predicted <= bound)
-    damping_after, nu_after = spec.rule.update(
-        damping,
-        nu,
-        accepted=accepted,
-        rejected=~accepted & ~rounding,
+    accepted, rounding = decide(
+        failed=failed,
+        trial=loss,
         actual=actual,
         predicted=predicted,
+        bound=spec.noise * loss_before.abs(),
+        accepts=spec.rule.accepts,
     )
+    # A rounding stop leaves λ as it was.
+    outcome = Outcome(accepted, ~accepted & ~rounding, actual / predicted)
+    damping_after, nu_after = spec.rule.update(damping, nu, outcome)
     return AttemptResult(
         theta=torch.where(accepted, trial_theta, theta),
         damping=damping_after,

@@ -1,27 +1,22 @@
-"""`LMA`'s mean-loss tests: MINPACK-style convergence tests on L = ‖r‖²/N (Moré, Garbow &
-Hillstrom 1980, lmder), off unless set. Not the fit tests of ``_rules`` (SciPy's, on the
-cost of one fit), which the curve fits' drivers apply.
+"""`StoppingCriteria`: `LMA`'s mean-loss tests' tolerances as one value, MINPACK-style
+convergence tests on L = ‖r‖²/N (Moré, Garbow & Hillstrom 1980, lmder), off unless set.
+Each formula is its test module's (``ftol``, ``xtol``, ``gtol``). Not the fit tests of
+``_rules`` (SciPy's, on the cost of one fit), which the curve fits' drivers apply.
 
-With the loss L = ‖r‖²/N at the start of the step, an accepted step s = lr·δ with actual
-reduction a and predicted reduction p (both in loss units), and parameters x:
-
-* ftol: a/L ≤ ftol and p/L ≤ ftol and ρ = a/p ≤ 2 — both the actual and the predicted
-  relative reductions of the sum of squares are at most ftol;
-* xtol: ‖s‖ ≤ xtol·‖x‖ — the relative change of the parameters is at most xtol (MINPACK
-  measures both in the scaled norm ‖D·‖; here in the Euclidean norm);
-* gtol: max_j |J_jᵀ r| / (‖J_j‖·‖r‖) ≤ gtol — the residual is orthogonal to every column
-  of J to within gtol (tested before solving; columns with ‖J_j‖ = 0 are skipped).
-
-Each returns a bool; ``LMA`` reports the first that holds as the termination reason.
+``LMA(stopping=StoppingCriteria(...))`` is the same as its three keywords; each test that
+holds is reported by its name as the termination reason.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .ftol import ftol_met
+from .gtol import gtol_met
+from .xtol import xtol_met
 
 __all__ = ["StoppingCriteria"]
 
@@ -51,16 +46,7 @@ class StoppingCriteria:
         Returns:
             Whether the test holds (False when ``ftol`` is off).
         """
-        if self.ftol is None or not (loss_before > 0.0):
-            return False
-        if not (math.isfinite(actual) and math.isfinite(predicted)):
-            return False
-        rho_ok = predicted > 0.0 and actual <= 2.0 * predicted
-        return (
-            abs(actual) <= self.ftol * loss_before
-            and predicted <= self.ftol * loss_before
-            and rho_ok
-        )
+        return self.ftol is not None and ftol_met(self.ftol, loss_before, actual, predicted)
 
     def xtol_met(self, step_norm: float, param_norm: float) -> bool:
         """‖s‖ ≤ xtol·‖x‖.
@@ -72,9 +58,7 @@ class StoppingCriteria:
         Returns:
             Whether the test holds (False when ``xtol`` is off).
         """
-        if self.xtol is None:
-            return False
-        return step_norm <= self.xtol * param_norm
+        return self.xtol is not None and xtol_met(self.xtol, step_norm, param_norm)
 
     def gtol_met(
         self,
@@ -97,13 +81,13 @@ class StoppingCriteria:
         Returns:
             Whether the test holds (False when ``gtol`` is off).
         """
-        if self.gtol is None:
-            return False
-        if not (rss > 0.0):
-            return True
-        norms = np.sqrt(np.maximum(diag, 0.0) * (rss / rows))
-        mask = norms > 0.0
-        if not mask.any():
-            return True
-        cosine = float(np.max(np.abs(gradient[mask]) / norms[mask]))
-        return cosine <= self.gtol
+        return self.gtol is not None and gtol_met(self.gtol, gradient, diag, rss, rows)
+
+    def values(self) -> dict[str, float]:
+        """The tolerances that are on, by name (the options of ``stopping.Stops``).
+
+        Returns:
+            ``{"ftol": ..., ...}`` without those that are None.
+        """
+        given = {"ftol": self.ftol, "xtol": self.xtol, "gtol": self.gtol}
+        return {name: value for name, value in given.items() if value is not None}
