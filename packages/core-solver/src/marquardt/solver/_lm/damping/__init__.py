@@ -9,6 +9,7 @@ attempt paths read this registry and nothing else.
 
 from __future__ import annotations
 
+from ..registry import Registry
 from . import fixed, nielsen
 from .base import DampingRule, TensorRule
 from .kind import DampingArgs, DampingKind
@@ -16,10 +17,7 @@ from .kind import DampingArgs, DampingKind
 __all__ = ["DAMPING", "DampingArgs", "DampingKind", "register_damping", "tensor_rule"]
 
 #: The damping rules by name.
-DAMPING: dict[str, DampingKind] = {
-    fixed.KIND.name: fixed.KIND,
-    nielsen.KIND.name: nielsen.KIND,
-}
+DAMPING: Registry[DampingKind] = Registry(fixed.KIND, nielsen.KIND)
 
 
 def register_damping(kind: DampingKind) -> None:
@@ -28,7 +26,7 @@ def register_damping(kind: DampingKind) -> None:
     Arguments:
         kind: the rule's `DampingKind`.
     """
-    DAMPING[kind.name] = kind
+    DAMPING.add(kind)
 
 
 def tensor_rule(rule: DampingRule) -> TensorRule | None:

@@ -15,6 +15,7 @@ the step's strategy, in registry order.
 from __future__ import annotations
 
 from ..._errors import SolverConfigError, message
+from ..registry import Registry
 from . import cg, cholesky
 from .kind import LinearSolver, SolverKind, SolverParts
 
@@ -29,10 +30,7 @@ __all__ = [
 ]
 
 #: The linear solvers by name; ``"auto"`` takes the first that serves a strategy.
-SOLVERS: dict[str, SolverKind] = {
-    cholesky.KIND.name: cholesky.KIND,
-    cg.KIND.name: cg.KIND,
-}
+SOLVERS: Registry[SolverKind] = Registry(cholesky.KIND, cg.KIND)
 
 
 def register_solver(kind: SolverKind) -> None:
@@ -41,7 +39,7 @@ def register_solver(kind: SolverKind) -> None:
     Arguments:
         kind: the solver's `SolverKind`.
     """
-    SOLVERS[kind.name] = kind
+    SOLVERS.add(kind)
 
 
 def check_solver(name: object) -> str:

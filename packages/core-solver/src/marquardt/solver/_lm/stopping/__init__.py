@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._errors import SolverConfigError, message
+from ..registry import Registry
 from ..report import StepReport
 from . import ceiling, ftol, gtol, rounding, xtol
 from .kind import PHASES, StopFacts, StopKind
@@ -22,13 +23,9 @@ from .kind import PHASES, StopFacts, StopKind
 __all__ = ["STOPPING", "StopFacts", "StopKind", "Stops", "register_stop"]
 
 #: The stopping tests by name, asked in this order within a phase.
-STOPPING: dict[str, StopKind] = {
-    gtol.KIND.name: gtol.KIND,
-    ftol.KIND.name: ftol.KIND,
-    xtol.KIND.name: xtol.KIND,
-    rounding.KIND.name: rounding.KIND,
-    ceiling.KIND.name: ceiling.KIND,
-}
+STOPPING: Registry[StopKind] = Registry(
+    gtol.KIND, ftol.KIND, xtol.KIND, rounding.KIND, ceiling.KIND
+)
 
 
 def register_stop(kind: StopKind) -> None:
@@ -48,7 +45,7 @@ def register_stop(kind: StopKind) -> None:
                 "choose one of them",
             )
         )
-    STOPPING[kind.name] = kind
+    STOPPING.add(kind)
 
 
 class Stops:
