@@ -61,6 +61,7 @@ from ._plan_split import Split, plan_cpu, plan_gpus
 from ._plan_subsets import plan_subsets
 from ._plan_types import ITEMSIZE, SLICE_FACTOR, Plan, Strategy, fmt_bytes
 from ._step_time import prefers_matrix_free
+from ._whole import is_whole
 
 __all__ = ["plan"]
 
@@ -81,7 +82,7 @@ def _itemsize(dtype: Any) -> tuple[str, int]:
 
 
 def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_whole(value, 1):
         raise ValueError(
             f"{name}={value!r} was given; it must be a whole number >= 1. "
             f"HINT: pass the model's {name} as an int"

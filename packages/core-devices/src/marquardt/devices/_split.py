@@ -14,6 +14,7 @@ from . import _settings
 from ._discovery import GpuInfo, survey
 from ._errors import DeviceError, LegateConfigError
 from ._legate import LegateShare, legate_share
+from ._whole import is_whole
 
 if TYPE_CHECKING:
     import torch
@@ -98,7 +99,7 @@ def get_available_gpus(
             is left and ``cpu_fallback`` is false.
         LegateConfigError: ``LEGATE_CONFIG`` asks for more GPUs than are visible.
     """
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+    if count is not None and not is_whole(count, 1):
         raise DeviceError(
             f"count={count!r} model GPUs were asked for; a count must be a whole number >= 1. "
             "HINT: omit count to take every GPU left"

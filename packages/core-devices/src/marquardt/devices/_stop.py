@@ -34,6 +34,7 @@ from ._errors import CleanupError
 from ._proc import PROC, ProcessStat, available, holds_file, lineage, read_process, same_process
 from ._proc import user_name as _user_name
 from ._processes import ComputeProcess, ProcessSurvey, gpu_processes
+from ._whole import is_whole
 
 #: A process with a CUDA context holds these open (/dev/nvidiactl, /dev/nvidia0, …).
 DEVICE_FILES = "/dev/nvidia"
@@ -373,7 +374,7 @@ def stop_processes(
     without ``/proc``, or without NVML unless ``force``, and ``ValueError`` for a PID below
     1 or a negative time.
     """
-    bad = [pid for pid in pids if isinstance(pid, bool) or not isinstance(pid, int) or pid < 1]
+    bad = [pid for pid in pids if not is_whole(pid, 1)]
     if bad:
         raise ValueError(
             f"PIDs {bad!r} were given; a PID is a whole number >= 1 (0 and negative numbers "

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from marquardt.devices._whole import is_whole
+
 from ._config import TrainConfig
 from ._errors import ConfigError
 
@@ -64,9 +66,7 @@ def check_arguments(
             f"{type(optimize_step).__name__}. HINT: pass a function (model, optimizer, "
             "loss_fn, xs, device, dtype) -> (loss, metrics), or leave the default"
         )
-    if max_batches is not None and (
-        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
-    ):
+    if max_batches is not None and not is_whole(max_batches, 1):
         raise ConfigError(
             f"Trainer(max_batches={max_batches!r}): a whole number >= 1 or None. HINT: "
             "None uses every batch of the loader in each epoch"

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from marquardt.devices._whole import require_whole
+
 from .._errors import BatchNotFiniteError, SolverInputError, message
 
 __all__ = ["FiniteScans", "check_batch", "same_device"]
@@ -145,14 +147,13 @@ def _check_slice(slice_size: object, batch: int) -> int | None:
     """``slice_size``: None, or an integer in [1, batch]."""
     if slice_size is None:
         return None
-    if isinstance(slice_size, bool) or not isinstance(slice_size, int) or slice_size < 1:
-        raise SolverInputError(
-            message(
-                "LMA.step expects slice_size to be None or an integer ≥ 1",
-                f"got {slice_size!r}",
-                "pass e.g. slice_size=batch_size // num_devices",
-            )
-        )
+    slice_size = require_whole(
+        slice_size,
+        1,
+        SolverInputError,
+        "LMA.step expects slice_size to be None or an integer ≥ 1",
+        "pass e.g. slice_size=batch_size // num_devices",
+    )
     if slice_size > batch:
         raise SolverInputError(
             message(

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from marquardt.devices import device_memory, subset_size
+from marquardt.devices._whole import require_whole
 from marquardt.jacobian import JacobianPlan
 
 from .._errors import SolverConfigError, message
@@ -86,13 +87,13 @@ class StepMemory:
 
 def check_limit(limit: object) -> None:
     """Refuse a ``memory_limit`` that is not a positive whole number of bytes."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise SolverConfigError(
-            message(
-                "memory_limit was expected as a positive number of bytes",
-                f"got {limit!r}",
-                "pass e.g. memory_limit=8 << 30, or None for the device's free memory",
-            )
+    if limit is not None:
+        require_whole(
+            limit,
+            1,
+            SolverConfigError,
+            "memory_limit was expected as a positive number of bytes",
+            "pass e.g. memory_limit=8 << 30, or None for the device's free memory",
         )
 
 

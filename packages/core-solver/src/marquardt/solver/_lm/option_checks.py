@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from marquardt.devices._whole import require_whole
 from marquardt.jacobian import PointResidual
 
 # The strategies' one home is the planner that chooses among them.
@@ -173,14 +174,13 @@ def check_choices(
                 "use 'identity' (D = I) or 'marquardt' (D = diag(JᵀJ))",
             )
         )
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise SolverConfigError(
-            message(
-                "LMA(attempts=...) expects an integer ≥ 1",
-                f"got {attempts!r}",
-                "pass e.g. attempts=10",
-            )
-        )
+    require_whole(
+        attempts,
+        1,
+        SolverConfigError,
+        "LMA(attempts=...) expects an integer ≥ 1",
+        "pass e.g. attempts=10",
+    )
     if strategy not in STRATEGIES:
         raise SolverConfigError(
             message(

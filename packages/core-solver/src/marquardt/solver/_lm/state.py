@@ -18,6 +18,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from marquardt.devices._whole import require_whole
+
 from .._errors import SolverStateError, message
 from .damping.base import DampingRule
 from .solve.cg import ConjugateGradients
@@ -153,13 +155,11 @@ def checked_state(state: object, rule: DampingRule) -> tuple[dict[str, float], i
                 "pass what LMA.state_dict() returned",
             )
         )
-    steps = state["steps"]
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise SolverStateError(
-            message(
-                "load_state_dict expects 'steps' as an integer ≥ 0",
-                f"got {steps!r}",
-                "pass what LMA.state_dict() returned",
-            )
-        )
+    steps = require_whole(
+        state["steps"],
+        0,
+        SolverStateError,
+        "load_state_dict expects 'steps' as an integer ≥ 0",
+        "pass what LMA.state_dict() returned",
+    )
     return {k: float(v) for k, v in damping_state.items()}, steps

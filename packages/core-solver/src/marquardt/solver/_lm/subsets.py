@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from marquardt.devices._whole import is_whole
+
 from .._backends.base import LinearSystem, Solution
 from .._errors import SolverConfigError, SolverStateError, message
 from .solve.kind import LinearSolver
@@ -144,7 +146,7 @@ class ParamSelection:
         chose subsets itself before it was saved); its state is loaded by the caller."""
         rule = state.get("rule") if isinstance(state, dict) else None
         k = state.get("k") if isinstance(state, dict) else None
-        if rule not in SELECTIONS or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if rule not in SELECTIONS or not is_whole(k, 1):
             raise SolverStateError(
                 message(
                     "a param_selection state of rule 'layer' or 'random' with k ≥ 1 was expected",

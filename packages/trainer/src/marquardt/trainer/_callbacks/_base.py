@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import Any
 
+from marquardt.devices._whole import is_whole
+
 #: A callback function: ``fn(trainer, config, writer)``.
 CallbackFunction = Callable[..., Any]
 #: A condition on the ``OptimizeResult``: ``cond(opt_result) -> bool``.
@@ -110,7 +112,7 @@ class Callback:
         callback_condition: CallbackConditionFunction | None = None,
         modify_optimize_result: CallbackFunction | dict[str, Any] | None = None,
     ) -> None:
-        if isinstance(called_every, bool) or not isinstance(called_every, int) or called_every < 0:
+        if not is_whole(called_every, 0):
             raise ValueError(
                 f"{type(self).__name__}(called_every={called_every!r}): called_every must be a "
                 "whole number >= 0. HINT: the period in epochs, e.g. called_every=5; 0 turns "

@@ -18,6 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from marquardt.devices._whole import is_whole
+
 from ._base import Callback, TrainingStage, check_mode
 
 logger = logging.getLogger("marquardt.trainer")
@@ -59,7 +61,7 @@ class EarlyStopping(Callback):
         min_delta: float = 0.0,
     ) -> None:
         super().__init__(on=on, called_every=called_every)
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        if not is_whole(patience, 1):
             raise ValueError(
                 f"EarlyStopping(patience={patience!r}): patience must be a whole number >= 1. "
                 "HINT: the number of calls without improvement to tolerate, e.g. 5"

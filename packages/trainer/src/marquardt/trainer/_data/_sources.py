@@ -27,6 +27,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from marquardt.devices._whole import is_whole
+
 from .._errors import ConfigError
 
 
@@ -123,12 +125,12 @@ class DataSource:
                 "(fit(train_loader, val_loader)) or datasets (fit(train_dataset=..., "
                 "val_dataset=..., batch_size=...))"
             )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_whole(batch_size, 1):
             raise ConfigError(
                 f"fit(train_dataset=..., batch_size={batch_size!r}): a whole number >= 1 is "
                 "needed to build the loaders. HINT: e.g. batch_size=32 (per process)"
             )
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        if not is_whole(num_workers, 0):
             raise ConfigError(
                 f"fit(num_workers={num_workers!r}): a whole number >= 0. HINT: 0 loads in the "
                 "training process"

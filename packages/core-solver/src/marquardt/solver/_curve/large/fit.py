@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from marquardt.devices._whole import is_whole
 from marquardt.jacobian import keeps_grad_mode
 
 from ..._errors import CurveFitInputError, OptimizeWarning, user_stacklevel
@@ -146,7 +147,7 @@ def curve_fit_result(
     Raises:
         CurveFitInputError: bad input, before any work (a NumPy model among it).
     """
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+    if not is_whole(max_steps, 1):
         raise CurveFitInputError(
             f"curve_fit expects max_steps as an integer ≥ 1, but got {max_steps!r}. "
             "HINT: pass e.g. max_steps=1000"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from marquardt.devices._whole import require_whole
+
 from ..._errors import SolverConfigError, message
 from .preconditioners import PRECONDITIONERS
 
@@ -42,15 +44,13 @@ class TruncatedCG:
 
     def __post_init__(self) -> None:
         for name in ("iterations", "probes", "rank"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise SolverConfigError(
-                    message(
-                        f"TruncatedCG({name}=...) expects an integer ≥ 1",
-                        f"got {value!r}",
-                        f"pass e.g. {name}={20 if name == 'iterations' else 4}",
-                    )
-                )
+            require_whole(
+                getattr(self, name),
+                1,
+                SolverConfigError,
+                f"TruncatedCG({name}=...) expects an integer ≥ 1",
+                f"pass e.g. {name}={20 if name == 'iterations' else 4}",
+            )
         if self.preconditioner not in PRECONDITIONERS:
             raise SolverConfigError(
                 message(
