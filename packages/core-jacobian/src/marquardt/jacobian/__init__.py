@@ -21,6 +21,7 @@ from ._engine import JacobianEngine
 from ._errors import (
     BatchLengthError,
     BatchNormTrainingError,
+    CompileFallbackWarning,
     DeviceMismatchError,
     EmptyBatchError,
     JacobianError,
@@ -36,6 +37,7 @@ from ._errors import (
 )
 from ._gauss_newton import GaussNewtonProducts
 from ._grad_mode import keeps_grad_mode
+from ._pinn_step import PinnStep
 from ._planner import JacobianPlan, plan_jacobian
 from ._points import PointModel, PointResidual, ResidualGroup
 from ._prepared import PreparedBatch
@@ -45,6 +47,7 @@ from ._replicas import Replicas
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
+    "CompileFallbackWarning",
     "CausalWeights",
     "Collocation",
     "ColumnSubset",
@@ -62,6 +65,7 @@ __all__ = [
     "NormalProducts",
     "ParameterDtypeError",
     "PeriodicFeatures",
+    "PinnStep",
     "PointModel",
     "PointResidual",
     "PreparedBatch",
