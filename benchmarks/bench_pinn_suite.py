@@ -13,10 +13,11 @@ Methods (each in its own process, float64, the problem's tanh network from one s
 * ``adam_lbfgs``: Adam for half the budget, then L-BFGS (the schedule of DeepXDE, Lu et
   al. 2021, and of most PINN papers);
 * ``lm_tutorial``, ``lm_hard``, ``lm_causal``, ``lm_periodic``, ``lm_periodic_causal``,
-  ``lm_periodic_march``, ``lm_hard_rad`` (only when named in ``main``'s ``methods``): ``lm``
-  with the switches its name lists (``_pinn_lm.py``: geodesic acceleration, conditions
-  built in, causal weights annealed, a periodic network, time marching, residual-based
-  points), each only on the problems that have what it needs.
+  ``lm_periodic_march``, ``lm_hard_rad``, ``lm_windows`` (only when named in ``main``'s
+  ``methods``): ``lm`` with the switches its name lists (``_pinn_lm.py``: geodesic
+  acceleration, conditions built in, causal weights annealed, a periodic network, time
+  marching, residual-based points, Allen–Cahn's windows with the initial condition built
+  into each), each only on the problems that have what it needs.
 
 The clock excludes the error evaluations. The error is the problem's relative L2 error
 against its reference (for the inverse problem: the coefficient's relative error). Writes
@@ -61,8 +62,12 @@ LM_TARGET = {"poisson": 1e-6, "heat": 1e-6, "heat_inverse": 1e-6}
 ADAM_LR = 1e-3
 #: The switches the suite takes as LM's configuration where they did better than the
 #: defaults in its runs (Burgers: its conditions built in, 7.6e-5 against 2.4e-4 at 300 s;
-#: with residual-based points as well, 6.65e-5 at 300 s).
-SUITE_SETTING: dict[str, tuple[str, ...]] = {"burgers": ("lm_hard", "lm_hard_rad")}
+#: with residual-based points as well, 6.65e-5 at 300 s); Allen–Cahn: its windows with the
+#: initial condition built into each (`pinn_allen_cahn.py`).
+SUITE_SETTING: dict[str, tuple[str, ...]] = {
+    "burgers": ("lm_hard", "lm_hard_rad"),
+    "allen_cahn": ("lm_windows",),
+}
 
 
 # -- one method on one problem (in a child process) ------------------------------------------
@@ -99,7 +104,7 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
             stop = "non-finite error"
             break
         if done:
-            stop = "LM terminated (damping at its ceiling)"
+            stop = _pinn_lm.FINISHED.get(method, "LM terminated (damping at its ceiling)")
             break
     x, y = problem.batch(torch.Generator().manual_seed(0))
     rms = float("nan")

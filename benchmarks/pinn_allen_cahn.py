@@ -17,15 +17,14 @@ network's own input derivatives, which the forward Laplacian serves. LM steps on
 until its mean squared residual falls below ``tol`` (or its step cap), then moves on.
 
 `MarchedAllenCahn` is the whole solution (the frozen windows and the one being fitted);
-`march` runs the windows and reports the error against the spectral reference.
+`Windows` fits the windows one LM step at a time (the suite's ``lm_windows``, ``_pinn_lm.py``),
+`march` all of them.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +37,7 @@ from torch import nn
 from marquardt.jacobian import PeriodicFeatures, PointResidual, ResidualGroup
 from marquardt.solver import LMA
 
-__all__ = ["MarchSettings", "MarchedAllenCahn", "march", "network", "reference"]
+__all__ = ["MarchSettings", "MarchedAllenCahn", "Windows", "march", "network", "reference"]
 
 
 def network(harmonics: int, width: int, depth: int, seed: int = 0) -> nn.Sequential:
@@ -119,20 +118,20 @@ class MarchedAllenCahn(nn.Module):
         return torch.stack([tk, c.detach(), ct.detach(), cxx.detach()], 1)
 
     def forward(self, p: torch.Tensor) -> torch.Tensor:
-        x, t = p[:, 0], p[:, 1]
-        inner = torch.tensor(self.edges[1:-1], dtype=p.dtype)
+        x, t = p[..., 0], p[..., 1]
+        inner = torch.tensor(self.edges[1:-1], dtype=p.dtype, device=p.device)
         k = torch.bucketize(t.contiguous(), inner, right=True).clamp(max=len(self.nets) - 1)
-        out = corner(x, t)
         b = x * x * torch.cos(math.pi * x)
+        out = corner(x, t)
+        # Every window's network at every point, each kept where it serves: no
+        # data-dependent branch, so that torch.func maps it over points.
         for j, net in enumerate(self.nets):
-            here = k == j
-            if here.any():
-                tau = (t[here] - self.edges[j]).unsqueeze(1)
-                out[here] += b[here] + (tau * net(p[here]))[:, 0]
+            here = b + (t - self.edges[j]) * net(p)[..., 0]
+            out = torch.where(k == j, out + here, out)
             if j + 1 < len(self.nets):
-                end = torch.stack([x, torch.full_like(x, self.edges[j + 1])], 1)
-                b = b + (self.edges[j + 1] - self.edges[j]) * net(end)[:, 0]
-        return out.unsqueeze(1)
+                end = torch.stack([x, torch.full_like(x, self.edges[j + 1])], -1)
+                b = b + (self.edges[j + 1] - self.edges[j]) * net(end)[..., 0]
+        return out.unsqueeze(-1)
 
 
 @dataclass(frozen=True)
@@ -142,11 +141,11 @@ class MarchSettings:
     network's size, and the LMA keywords."""
 
     windows: int = 20
-    points: tuple[int, int] = (256, 8)
-    tol: float = 1e-8
-    steps: int = 200
+    points: tuple[int, int] = (192, 6)
+    tol: float = 1e-9
+    steps: int = 40
     harmonics: int = 16
-    width: int = 32
+    width: int = 24
     depth: int = 2
     lma: dict[str, Any] = field(default_factory=dict)
 
@@ -166,41 +165,60 @@ def _points(settings: MarchSettings, lo: float, hi: float, g: torch.Generator) -
     return torch.stack([x, t], 1)
 
 
-def march(
-    settings: MarchSettings,
-    on_window: Callable[[int, int, float, float], None] | None = None,
-    seed: int = 0,
-) -> tuple[MarchedAllenCahn, list[dict[str, float]]]:
-    """Fit the windows in turn; ``on_window(k, steps, loss, seconds)`` after each.
+class Windows:
+    """The windows of `MarchSettings`, fitted in turn, one LM step a call of `step`.
 
-    Returns:
-        The solution and one record per window (steps, final mean squared row, seconds).
+    Arguments:
+        settings: what to run.
+        seed: the seed of the first network and of the points.
     """
-    edges = [k / settings.windows for k in range(settings.windows + 1)]
-    net = network(settings.harmonics, settings.width, settings.depth, seed)
-    solution = MarchedAllenCahn([], edges)
-    g = torch.Generator().manual_seed(seed)
-    records = []
-    for k in range(settings.windows):
-        started = time.perf_counter()
-        p = _points(settings, edges[k], edges[k + 1], g)
-        solution.nets.append(net)
-        y = solution.known(p, k)
-        x, targets = RESIDUAL.batch(pde=(p, y))
-        lma = LMA(net, [torch.device("cpu")], RESIDUAL, **settings.lma)
-        loss, steps = float("inf"), 0
-        while steps < settings.steps and loss > settings.tol:
-            loss_t, terminated = lma.step(x, targets)
-            loss, steps = float(loss_t), steps + 1
-            if terminated:
-                break
-        seconds = time.perf_counter() - started
-        records.append({"steps": steps, "loss": loss, "seconds": seconds})
-        if on_window is not None:
-            on_window(k, steps, loss, seconds)
-        frozen = copy.deepcopy(net).requires_grad_(False)
-        solution.nets[k] = frozen
-    return solution, records
+
+    def __init__(self, settings: MarchSettings, seed: int = 0) -> None:
+        self.settings = settings
+        self.edges = [k / settings.windows for k in range(settings.windows + 1)]
+        self.net = network(settings.harmonics, settings.width, settings.depth, seed)
+        self.solution = MarchedAllenCahn([], self.edges)
+        self.records: list[dict[str, float]] = []
+        self._g = torch.Generator().manual_seed(seed)
+        self._start()
+
+    @property
+    def index(self) -> int:
+        """The window being fitted."""
+        return len(self.solution.nets) - 1
+
+    def _start(self) -> None:
+        k = len(self.solution.nets)
+        p = _points(self.settings, self.edges[k], self.edges[k + 1], self._g)
+        self.solution.nets.append(self.net)
+        self._batch = RESIDUAL.batch(pde=(p, self.solution.known(p, k)))
+        self._lma = LMA(self.net, [torch.device("cpu")], RESIDUAL, **self.settings.lma)
+        self._steps, self._loss = 0, float("inf")
+
+    def step(self) -> bool:
+        """One LM step of the current window; the next window once this one's mean squared
+        row is below ``tol`` or its steps are spent (its network frozen, the next one
+        starting from its weights). True once the last window is done."""
+        loss, terminated = self._lma.step(*self._batch)
+        self._steps, self._loss = self._steps + 1, float(loss)
+        s = self.settings
+        if not (terminated or self._loss <= s.tol or self._steps >= s.steps):
+            return False
+        k = self.index
+        self.records.append({"window": k, "steps": self._steps, "loss": self._loss})
+        self.solution.nets[k] = copy.deepcopy(self.net).requires_grad_(False)
+        if k + 1 == s.windows:
+            return True
+        self._start()
+        return False
+
+
+def march(settings: MarchSettings, seed: int = 0) -> Windows:
+    """Fit every window of ``settings`` (``Windows.records``: steps and loss of each)."""
+    windows = Windows(settings, seed)
+    while not windows.step():
+        pass
+    return windows
 
 
 def relative_l2(solution: nn.Module, upto: float = 1.0) -> float:
