@@ -70,7 +70,9 @@ def corner(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """
     y = (1 - x.abs()).abs()
     dt = AC_D * t.clamp(min=1e-300)
-    s = y * torch.erf(y / (2 * dt.sqrt())) + 2 * (dt / math.pi).sqrt() * torch.exp(-y * y / (4 * dt))
+    s = y * torch.erf(y / (2 * dt.sqrt())) + 2 * (dt / math.pi).sqrt() * torch.exp(
+        -y * y / (4 * dt)
+    )
     s = torch.where(t > 0, s, y)
     w = torch.exp(-((y / CORNER_WIDTH) ** 2))
     return w * (2 * torch.exp(-2 * AC_GAMMA * t) * s - 2 * y)

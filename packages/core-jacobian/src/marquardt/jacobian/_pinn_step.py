@@ -111,7 +111,8 @@ class PinnStep:
         inputs: the points, as built by ``residual.batch``.
         targets: their targets, as built by ``residual.batch``.
         compile: trace and compile the step with ``torch.compile(fullgraph=True)`` at its
-            first call (False: the eager function).
+            first call: True (inductor's kernels) or the name of a ``torch.compile``
+            backend; False: the eager function.
 
     A call ``step(damping)`` returns ``(δ, loss)`` at the model's current parameters,
     ``δ`` flat in ``named_parameters`` order (the update is θ − δ) and ``loss = ‖r‖²/N``.
@@ -123,7 +124,7 @@ class PinnStep:
         residual: PointResidual,
         inputs: torch.Tensor,
         targets: torch.Tensor,
-        compile: bool = False,
+        compile: bool | str = False,
     ) -> None:
         self.model = model
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -138,10 +139,11 @@ class PinnStep:
             for g, code, lo, hi in residual.runs(targets)
         ]
         self._layers = _named_layers(model)
-        self.compiled = compile
+        self.compiled = bool(compile)
         self._fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = self.eager
         if compile:
-            self._fn = torch.compile(self.eager, fullgraph=True, dynamic=False)
+            backend = "inductor" if compile is True else str(compile)
+            self._fn = torch.compile(self.eager, backend=backend, fullgraph=True, dynamic=False)
 
     @property
     def forward_laplacian(self) -> bool:
@@ -206,7 +208,9 @@ class PinnStep:
             res.append(r.reshape(-1))
         return torch.cat(jacs), torch.cat(res)
 
-    def eager(self, theta: torch.Tensor, damping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def eager(
+        self, theta: torch.Tensor, damping: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The step as a pure function (the reference the compiled step is tested against).
 
         Arguments:
