@@ -47,10 +47,10 @@ from ._replicas import Replicas
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
-    "CompileFallbackWarning",
     "CausalWeights",
     "Collocation",
     "ColumnSubset",
+    "CompileFallbackWarning",
     "DeviceMismatchError",
     "EmptyBatchError",
     "FourierFeatures",
