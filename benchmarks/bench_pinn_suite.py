@@ -115,7 +115,8 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
         "trace": thin(trace),
         "steps": len(times),
         "step_median_s": statistics.median(times) if times else float("nan"),
-        "params": sum(p.numel() for p in model.parameters()),
+        # A marched solution's P is that of one window's network.
+        "params": getattr(model, "window_params", 0) or sum(p.numel() for p in model.parameters()),
         "rows": int(x.shape[0]),
         "residual_rms": rms,
         "field_error": problem.field_error(view()),

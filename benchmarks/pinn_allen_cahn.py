@@ -103,6 +103,8 @@ class MarchedAllenCahn(nn.Module):
         super().__init__()
         self.nets = nn.ModuleList(nets)
         self.edges = edges
+        #: The parameters each window fits (P of one network; 0 before the first).
+        self.window_params = 0
 
     def known(self, p: torch.Tensor, k: int) -> torch.Tensor:
         """``(t_k, c, c_t, c_xx)`` at the points ``p`` of window ``k``: the known part
@@ -193,23 +195,28 @@ class Windows:
         k = len(self.solution.nets)
         p = _points(self.settings, self.edges[k], self.edges[k + 1], self._g)
         self.solution.nets.append(self.net)
+        self.solution.window_params = sum(p.numel() for p in self.net.parameters())
         self._batch = RESIDUAL.batch(pde=(p, self.solution.known(p, k)))
         self._lma = LMA(self.net, [torch.device("cpu")], RESIDUAL, **self.settings.lma)
         self._steps, self._loss = 0, float("inf")
 
     def step(self) -> bool:
         """One LM step of the current window; the next window once this one's mean squared
-        row is below ``tol`` or its steps are spent (its network frozen, the next one
-        starting from its weights). True once the last window is done."""
+        row is below ``tol`` or its steps are spent. True once the last window is done."""
         loss, terminated = self._lma.step(*self._batch)
         self._steps, self._loss = self._steps + 1, float(loss)
         s = self.settings
-        if not (terminated or self._loss <= s.tol or self._steps >= s.steps):
-            return False
+        if terminated or self._loss <= s.tol or self._steps >= s.steps:
+            return self.advance()
+        return False
+
+    def advance(self) -> bool:
+        """Freeze the current window's network and start the next window (its network
+        starting from the frozen one's weights). True when the current window was the last."""
         k = self.index
         self.records.append({"window": k, "steps": self._steps, "loss": self._loss})
         self.solution.nets[k] = copy.deepcopy(self.net).requires_grad_(False)
-        if k + 1 == s.windows:
+        if k + 1 == self.settings.windows:
             return True
         self._start()
         return False
