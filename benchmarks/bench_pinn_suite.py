@@ -22,7 +22,7 @@ Methods (each in its own process, float64, the problem's tanh network from one s
 The clock excludes the error evaluations. The error is the problem's relative L2 error
 against its reference (for the inverse problem: the coefficient's relative error). Writes
 ``results/pinn_suite.json`` and prints the rows with their targets (LM ≤ 1e-6 on Poisson,
-heat and the inverse heat problem, ≤ 1e-4 elsewhere, and ≤ 1/100 of the best first-order
+heat and the inverse heat problem, ≤ 1e-3 on Allen–Cahn, ≤ 1e-4 elsewhere, and ≤ 1/100 of the best first-order
 method's error). ``helmholtz_wide`` (``pinn_suite.LARGE``, only when named) is Helmholtz on
 a network of P = 132,609: its row is LM / Adam at equal time (≤ 1).
 
@@ -36,6 +36,7 @@ problems, methods and ``update``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -57,8 +58,9 @@ METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
 EXTRA_METHODS = tuple(m for m in _pinn_lm.SWITCHES if m not in METHODS)
 LM_METHODS = tuple(_pinn_lm.SWITCHES)
 FIRST_ORDER = ("adam", "lbfgs", "adam_lbfgs")
-#: LM's error target by problem (the easy three ≤ 1e-6, the others ≤ 1e-4).
-LM_TARGET = {"poisson": 1e-6, "heat": 1e-6, "heat_inverse": 1e-6}
+#: LM's error target by problem (the easy three ≤ 1e-6, Allen–Cahn ≤ 1e-3 (the PINN issue's;
+#: 1e-4 is its goal beyond), the others ≤ 1e-4).
+LM_TARGET = {"poisson": 1e-6, "heat": 1e-6, "heat_inverse": 1e-6, "allen_cahn": 1e-3}
 ADAM_LR = 1e-3
 #: The switches the suite takes as LM's configuration where they did better than the
 #: defaults in its runs (Burgers: its conditions built in, 7.6e-5 against 2.4e-4 at 300 s;
@@ -295,7 +297,12 @@ def rows(results: dict[str, Any]) -> list[Row]:
         if not any(m in runs for m in FIRST_ORDER):
             continue
         best_name, best = _best(runs, FIRST_ORDER)
-        rows.append(_ratio(f"pinn_suite: {name}, LM / best first-order", lm, best_name, best, 0.01))
+        ratio = _ratio(f"pinn_suite: {name}, LM / best first-order", lm, best_name, best, 0.01)
+        if lm_name not in ("lm", "lm_resample"):
+            # Not like for like: the first-order methods ran on the plain problem.
+            detail = f"{ratio.detail}; LM as {lm_name}, the first-order methods without it"
+            ratio = dataclasses.replace(ratio, detail=detail)
+        rows.append(ratio)
     return rows
 
 
