@@ -169,24 +169,6 @@ class PinnStep:
             return _TaylorPoint(self._layers, params)
         return PointModel(self.model, {**self._buffers, **params})
 
-    def rows(self, theta: torch.Tensor) -> torch.Tensor:
-        """The residual rows at the flat parameters ``theta``, in the points' group order.
-
-        Arguments:
-            theta: θ, flat.
-
-        Returns:
-            ``r``, ``(N,)``.
-        """
-        blocks = []
-        for fn, x, y in self._parts:
-
-            def one(xi: torch.Tensor, yi: torch.Tensor, fn: Any = fn) -> torch.Tensor:
-                return fn(self._point(self._params(theta)), xi, yi)
-
-            blocks.append(vmap(one)(x, y).reshape(-1))
-        return torch.cat(blocks)
-
     def jacobian(self, theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``J = ∂r/∂θ`` and ``r`` at ``theta``, per point by reverse mode over θ.
 
