@@ -17,7 +17,7 @@ Switches (each off in ``lm``; a method name lists the ones it turns on):
 * ``windows`` (Allen–Cahn): twenty windows in time, the initial condition built into each
   window (u = b_k(x) + (t − t_k)·N_k, b_k where the last window ended), a periodic network,
   the initial data's corner at x = ±1 in closed form, LM steps on each window until its
-  residual is small, its 80 steps are spent or the run has spent the window's share of
+  residual is small, its 40 steps are spent or the run has spent the window's share of
   the budget (``pinn_allen_cahn.Windows``); one thread (small steps, which a second thread
   on a loaded two-core machine made slower: benchmarks/NOTES.md).
 """

@@ -147,7 +147,7 @@ class MarchSettings:
     windows: int = 20
     points: tuple[int, int] = (192, 6)
     tol: float = 1e-9
-    steps: int = 80
+    steps: int = 40
     harmonics: int = 16
     width: int = 24
     depth: int = 2
