@@ -153,6 +153,17 @@ def engd_rows() -> list[Row]:
             detail=f"{steps['defaults_parts']}; {floor}",
         ),
     ]
+    if "pinn_step_compiled" in steps:
+        eager, compiled = steps["pinn_step_eager"], steps["pinn_step_compiled"]
+        rows.append(
+            row(
+                "ENGD Poisson: PinnStep's system and solve, compiled / eager (off by default)",
+                compiled / eager,
+                None,
+                detail=f"{compiled * 1e3:.2f} ms vs {eager * 1e3:.2f} ms, in turn; compile "
+                f"{steps['pinn_step_compile_s']:.1f} s; no trial forward; {floor}",
+            )
+        )
     return [dataclasses.replace(r, source="pinn_engd") for r in rows]
 
 
