@@ -68,7 +68,6 @@ __all__ = [
     "PROBLEMS",
     "Problem",
     "WithCoefficient",
-    "helmholtz_2700",
     "helmholtz_wide",
     "problem",
     "tanh_network",
@@ -433,15 +432,13 @@ LARGE: dict[str, Callable[[], Problem]] = {"helmholtz_wide": helmholtz_wide}
 
 
 def helmholtz_2700() -> Problem:
-    """Helmholtz on 2,300 equation points and 400 on the edge (2,700 rows), the same
-    network (P = 1,981): the shape the PINN step is timed at (``_pinn_step.py``)."""
+    """Helmholtz on 2,300 equation and 400 edge points: ``_pinn_step.py``'s 2,700 rows."""
     return dataclasses.replace(
         helmholtz(), name="helmholtz_2700", rows={"pde": 2300, "boundary": 400}
     )
 
 
-#: Run only when named, each with the budget it is run with: variants of the suite's
-#: problems at another size.
+#: Run only when named, each with the budget it is run with: the suite's problems resized.
 NAMED: dict[str, Callable[[], Problem]] = {"helmholtz_2700": helmholtz_2700}
 
 
