@@ -12,7 +12,11 @@ threads. Measured:
 * the median step, over ``steps`` steps after the fit above, of that LM and of LM with its
   defaults (no geodesic acceleration: one Jacobian per step), beside the floor: J by the
   same mode (the engine's forward-Laplacian J, the planner's chunks), JᵀJ and a 129 × 129
-  Cholesky factorisation, timed alone (target: one step ≤ 5 ms).
+  Cholesky factorisation, timed alone (target: one step ≤ 5 ms);
+* the same system as one function (``PinnStep``: J per point by reverse mode through the
+  forward Laplacian written over θ, JᵀJ, Jᵀr, Cholesky, the solve), eager and compiled
+  (``torch.compile``, inductor), in turn, medians of ``steps`` after the compile, and the
+  compile's seconds.
 
 Writes ``results/pinn_engd.json``; ``bench_pinn.py``'s report shows it::
 
@@ -29,7 +33,7 @@ import _machine
 import torch
 from _common import setup_threads, write_json
 
-from marquardt.jacobian import JacobianEngine, Replicas
+from marquardt.jacobian import JacobianEngine, PinnStep, Replicas
 from marquardt.solver import LMA
 from marquardt.testing.problems import poisson_exact, poisson_residual, poisson_source, tanh_mlp
 
@@ -121,6 +125,27 @@ def _steps(repeats: int) -> dict[str, Any]:
 
     out["floor"] = _median(floor, repeats)
     out["floor_mode"] = engine.last_plan.mode if engine.last_plan is not None else "?"
+    out.update(_pinn_steps(repeats))
+    return out
+
+
+def _pinn_steps(repeats: int) -> dict[str, float]:
+    """``PinnStep``'s step, eager and compiled, timed in turn (medians, so that a change of
+    load falls on both), and the seconds of the compile (its first call)."""
+    net, residual, x, y = problem()
+    eager = PinnStep(net, residual, x, y)
+    compiled = PinnStep(net, residual, x, y, compile=True)
+    eager.step(1e-3)
+    t0 = time.perf_counter()
+    compiled.step(1e-3)
+    out = {"pinn_step_compile_s": time.perf_counter() - t0}
+    times: dict[str, list[float]] = {"pinn_step_eager": [], "pinn_step_compiled": []}
+    for _ in range(repeats):
+        for name, step in (("pinn_step_eager", eager), ("pinn_step_compiled", compiled)):
+            t0 = time.perf_counter()
+            step.step(1e-3)
+            times[name].append(time.perf_counter() - t0)
+    out.update({name: statistics.median(t) for name, t in times.items()})
     return out
 
 

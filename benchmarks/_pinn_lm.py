@@ -13,14 +13,22 @@ Switches (each off in ``lm``; a method name lists the ones it turns on):
 * ``rad``: residual-based points (``Collocation(power=1)``: a quarter of the points redrawn
   every step, kept with probability ∝ |r|/mean|r| + 1; Wu et al. 2023);
 * ``resample``: a quarter of the points redrawn uniformly every step;
-* ``tutorial``: geodesic acceleration 0.75 and ``scaling_memory=1``.
+* ``tutorial``: geodesic acceleration 0.75 and ``scaling_memory=1``;
+* ``windows`` (Allen–Cahn): twenty windows in time, the initial condition built into each
+  window (u = b_k(x) + (t − t_k)·N_k, b_k where the last window ended), a periodic network,
+  the initial data's corner at x = ±1 in closed form, LM steps on each window until its
+  residual is small, its 40 steps are spent or the run has spent the window's share of
+  the budget (``pinn_allen_cahn.Windows``); one thread (small steps, which a second thread
+  on a loaded two-core machine made slower: benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pinn_allen_cahn
 import pinn_suite
 import torch
 from pinn_marching import Marching
@@ -39,7 +47,11 @@ SWITCHES: dict[str, tuple[str, ...]] = {
     "lm_periodic_causal": ("periodic", "causal"),
     "lm_periodic_march": ("periodic", "march"),
     "lm_hard_rad": ("hard", "rad"),
+    "lm_windows": ("windows",),
 }
+#: Why a run of the method stopped when its stepper says it is done (LM's damping at its
+#: ceiling, unless named here).
+FINISHED = {"lm_windows": "the last window fitted"}
 TUTORIAL_SETTINGS = {"geodesic": 0.75, "scaling_memory": 1.0}
 ANNEAL = (1e-2, 1e-1, 1.0, 10.0, 100.0)
 WINDOWS = 10
@@ -52,6 +64,8 @@ def lm_stepper(
     model whose error is measured; ``spent`` is the run's clock (``spent[0]``, seconds)."""
     switches = SWITCHES[method]
     problem = pinn_suite.problem(name)
+    if "windows" in switches:
+        return _windows_stepper(problem, budget, spent)
     causal = None
     if "hard" in switches:
         problem = pinn_suite.with_built_in(problem)
@@ -93,3 +107,37 @@ def lm_stepper(
         return marching.solution() if marching else model
 
     return problem, step, view
+
+
+def _windows_stepper(
+    problem: pinn_suite.Problem, budget: float, spent: list[float]
+) -> tuple[pinn_suite.Problem, Callable[[], bool], Callable[[], nn.Module]]:
+    """`lm_stepper` for ``windows``: Allen–Cahn's windows one LM step a call (True: the
+    last window is done), each window also ended once the run has spent its share of the
+    budget (window k by (k + 1)/windows of it), so that a slow machine fits every window."""
+    if problem.name != "allen_cahn":
+        raise ValueError(f"the windows of pinn_allen_cahn are Allen–Cahn's, not {problem.name!r}'s")
+    windows = pinn_allen_cahn.Windows(pinn_allen_cahn.MarchSettings())
+    share = budget / windows.settings.windows
+
+    def step() -> bool:
+        with threads(1):
+            if windows.step():
+                return True
+        k = windows.index
+        return (
+            spent[0] >= (k + 1) * share and k + 1 < windows.settings.windows and windows.advance()
+        )
+
+    return problem, step, lambda: windows.solution
+
+
+@contextlib.contextmanager
+def threads(count: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``count`` inside the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

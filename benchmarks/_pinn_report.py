@@ -153,7 +153,30 @@ def engd_rows() -> list[Row]:
             detail=f"{steps['defaults_parts']}; {floor}",
         ),
     ]
+    if "pinn_step_compiled" in steps:
+        eager, compiled = steps["pinn_step_eager"], steps["pinn_step_compiled"]
+        rows.append(
+            row(
+                "ENGD Poisson: PinnStep's system and solve, compiled / eager (off by default)",
+                compiled / eager,
+                None,
+                detail=f"{compiled * 1e3:.2f} ms vs {eager * 1e3:.2f} ms, in turn; compile "
+                f"{steps['pinn_step_compile_s']:.1f} s; no trial forward; {floor}",
+            )
+        )
     return [dataclasses.replace(r, source="pinn_engd") for r in rows]
+
+
+def _pinn_step_text(steps: dict[str, Any]) -> str:
+    """The sentence on `PinnStep`, eager and compiled, where the run measured it."""
+    if "pinn_step_compiled" not in steps:
+        return ""
+    eager, compiled = steps["pinn_step_eager"], steps["pinn_step_compiled"]
+    return (
+        f" The same system as one function (`PinnStep`): eager {eager * 1e3:.1f} ms, compiled "
+        f"{compiled * 1e3:.1f} ms ({compiled / eager:.2f}×) after a compile of "
+        f"{steps['pinn_step_compile_s']:.1f} s."
+    )
 
 
 def section(results: dict[str, Any]) -> str:
@@ -228,7 +251,7 @@ def section(results: dict[str, Any]) -> str:
             f"Steps (medians of {engd['repeats']}): geodesic {engd['step_s']['geodesic'] * 1e3:.1f} ms, "
             f"defaults {engd['step_s']['defaults'] * 1e3:.1f} ms, the floor (J by the "
             f"{engd['step_s']['floor_mode']} mode, JᵀJ, Cholesky, timed alone) "
-            f"{engd['step_s']['floor'] * 1e3:.1f} ms.",
+            f"{engd['step_s']['floor'] * 1e3:.1f} ms.{_pinn_step_text(engd['step_s'])}",
         ]
     lines += [
         "",

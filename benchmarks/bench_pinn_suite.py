@@ -13,15 +13,16 @@ Methods (each in its own process, float64, the problem's tanh network from one s
 * ``adam_lbfgs``: Adam for half the budget, then L-BFGS (the schedule of DeepXDE, Lu et
   al. 2021, and of most PINN papers);
 * ``lm_tutorial``, ``lm_hard``, ``lm_causal``, ``lm_periodic``, ``lm_periodic_causal``,
-  ``lm_periodic_march``, ``lm_hard_rad`` (only when named in ``main``'s ``methods``): ``lm``
-  with the switches its name lists (``_pinn_lm.py``: geodesic acceleration, conditions
-  built in, causal weights annealed, a periodic network, time marching, residual-based
-  points), each only on the problems that have what it needs.
+  ``lm_periodic_march``, ``lm_hard_rad``, ``lm_windows`` (only when named in ``main``'s
+  ``methods``): ``lm`` with the switches its name lists (``_pinn_lm.py``: geodesic
+  acceleration, conditions built in, causal weights annealed, a periodic network, time
+  marching, residual-based points, Allen–Cahn's windows with the initial condition built
+  into each), each only on the problems that have what it needs.
 
 The clock excludes the error evaluations. The error is the problem's relative L2 error
 against its reference (for the inverse problem: the coefficient's relative error). Writes
 ``results/pinn_suite.json`` and prints the rows with their targets (LM ≤ 1e-6 on Poisson,
-heat and the inverse heat problem, ≤ 1e-4 elsewhere, and ≤ 1/100 of the best first-order
+heat and the inverse heat problem, ≤ 1e-3 on Allen–Cahn, ≤ 1e-4 elsewhere, and ≤ 1/100 of the best first-order
 method's error). ``helmholtz_wide`` (``pinn_suite.LARGE``, only when named) is Helmholtz on
 a network of P = 132,609: its row is LM / Adam at equal time (≤ 1).
 
@@ -35,6 +36,7 @@ problems, methods and ``update``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -56,13 +58,18 @@ METHODS = ("lm", "lm_resample", "adam", "lbfgs", "adam_lbfgs")
 EXTRA_METHODS = tuple(m for m in _pinn_lm.SWITCHES if m not in METHODS)
 LM_METHODS = tuple(_pinn_lm.SWITCHES)
 FIRST_ORDER = ("adam", "lbfgs", "adam_lbfgs")
-#: LM's error target by problem (the easy three ≤ 1e-6, the others ≤ 1e-4).
-LM_TARGET = {"poisson": 1e-6, "heat": 1e-6, "heat_inverse": 1e-6}
+#: LM's error target by problem (the easy three ≤ 1e-6, Allen–Cahn ≤ 1e-3 (the PINN issue's;
+#: 1e-4 is its goal beyond), the others ≤ 1e-4).
+LM_TARGET = {"poisson": 1e-6, "heat": 1e-6, "heat_inverse": 1e-6, "allen_cahn": 1e-3}
 ADAM_LR = 1e-3
 #: The switches the suite takes as LM's configuration where they did better than the
 #: defaults in its runs (Burgers: its conditions built in, 7.6e-5 against 2.4e-4 at 300 s;
-#: with residual-based points as well, 6.65e-5 at 300 s).
-SUITE_SETTING: dict[str, tuple[str, ...]] = {"burgers": ("lm_hard", "lm_hard_rad")}
+#: with residual-based points as well, 6.65e-5 at 300 s); Allen–Cahn: its windows with the
+#: initial condition built into each (`pinn_allen_cahn.py`).
+SUITE_SETTING: dict[str, tuple[str, ...]] = {
+    "burgers": ("lm_hard", "lm_hard_rad"),
+    "allen_cahn": ("lm_windows",),
+}
 
 
 # -- one method on one problem (in a child process) ------------------------------------------
@@ -99,7 +106,7 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
             stop = "non-finite error"
             break
         if done:
-            stop = "LM terminated (damping at its ceiling)"
+            stop = _pinn_lm.FINISHED.get(method, "LM terminated (damping at its ceiling)")
             break
     x, y = problem.batch(torch.Generator().manual_seed(0))
     rms = float("nan")
@@ -110,7 +117,8 @@ def run_method(name: str, method: str, budget: float) -> dict[str, Any]:
         "trace": thin(trace),
         "steps": len(times),
         "step_median_s": statistics.median(times) if times else float("nan"),
-        "params": sum(p.numel() for p in model.parameters()),
+        # A marched solution's P is that of one window's network.
+        "params": getattr(model, "window_params", 0) or sum(p.numel() for p in model.parameters()),
         "rows": int(x.shape[0]),
         "residual_rms": rms,
         "field_error": problem.field_error(view()),
@@ -199,7 +207,8 @@ def main(
         raise SystemExit(f"unknown methods {unknown}; the known ones are {METHODS + EXTRA_METHODS}")
     if update:
         results = json.loads((RESULTS_DIR / f"{name_json}.json").read_text())
-        if results["budget_s"] != budget and not set(methods) <= set(EXTRA_METHODS):
+        own_budget = set(methods) <= set(EXTRA_METHODS) or set(problems) <= set(pinn_suite.NAMED)
+        if results["budget_s"] != budget and not own_budget:
             raise SystemExit(
                 f"an update with a budget of {budget} s into results of "
                 f"{results['budget_s']} s: the runs would not compare. HINT: pass the budget "
@@ -274,9 +283,11 @@ def rows(results: dict[str, Any]) -> list[Row]:
             notes.append(f"best switch {switch} {switched:.2g}")
         if entry["published"]:
             notes.append(f"published {_published(entry)}")
+        budget = (runs.get(lm_name) or {}).get("budget_s", results["budget_s"])
+        at = f" at {budget:.0f} s" if budget != results["budget_s"] else ""
         rows.append(
             row(
-                f"pinn_suite: {name}, LM error",
+                f"pinn_suite: {name}, LM error{at}",
                 lm,
                 LM_TARGET.get(name, 1e-4),
                 unit="",
@@ -286,7 +297,12 @@ def rows(results: dict[str, Any]) -> list[Row]:
         if not any(m in runs for m in FIRST_ORDER):
             continue
         best_name, best = _best(runs, FIRST_ORDER)
-        rows.append(_ratio(f"pinn_suite: {name}, LM / best first-order", lm, best_name, best, 0.01))
+        ratio = _ratio(f"pinn_suite: {name}, LM / best first-order", lm, best_name, best, 0.01)
+        if lm_name not in ("lm", "lm_resample"):
+            # Not like for like: the first-order methods ran on the plain problem.
+            detail = f"{ratio.detail}; LM as {lm_name}, the first-order methods without it"
+            ratio = dataclasses.replace(ratio, detail=detail)
+        rows.append(ratio)
     return rows
 
 

@@ -298,3 +298,63 @@ def test_the_periodic_variant_drops_the_periodic_rows_and_is_periodic() -> None:
         assert float((model(x) - shifted).abs().max()) <= 1e-12
     with pytest.raises(ValueError, match="not periodic"):
         suite.with_periodic(suite.problem("burgers"))
+
+
+def _small_windows() -> object:
+    import pinn_allen_cahn as ac
+
+    settings = ac.MarchSettings(windows=4, points=(16, 2), steps=2, harmonics=2, width=4, depth=1)
+    return ac.Windows(settings)
+
+
+def test_allen_cahn_windows_start_where_the_last_one_ended() -> None:
+    import pinn_allen_cahn as ac
+
+    windows = _small_windows()
+    assert isinstance(windows, ac.Windows)
+    x = torch.linspace(-0.9, 0.9, 7, dtype=torch.float64)
+    with torch.no_grad():
+        at_zero = windows.solution(torch.stack([x, torch.zeros_like(x)], 1))[:, 0]
+    assert torch.equal(at_zero, ac.initial(x)[0])  # the initial condition, exactly
+    while windows.index == 0:
+        windows.step()
+    assert windows.records[0]["steps"] == 2
+    # The second window's network starts from the weights the first one ended with ...
+    first, second = windows.solution.nets
+    assert all(
+        torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters(), strict=True)
+    )
+    with torch.no_grad():
+        for p in second.parameters():
+            p.add_(0.3)  # ... and is trained on: the frozen first window keeps its own
+    t = 0.25
+    before = torch.stack([x, torch.full_like(x, t - 1e-12)], 1)
+    after = torch.stack([x, torch.full_like(x, t)], 1)
+    with torch.no_grad():
+        u_before = windows.solution(before)[:, 0]
+        u_after = windows.solution(after)[:, 0]
+        expected = ac.initial(x)[0] + ac.corner(x, after[:, 1]) + t * first(after)[:, 0]
+    # u is continuous across the window's start, whatever the second network does there.
+    assert float((u_after - u_before).abs().max()) <= 1e-9
+    torch.testing.assert_close(u_after, expected, rtol=0, atol=1e-14)
+    # The second window's rows are told the first window's end value: (t_1, c, c_t, c_xx).
+    known = windows.solution.known(after, 1)
+    assert bool((known[:, 0] == t).all())
+    torch.testing.assert_close(known[:, 1], expected, rtol=0, atol=1e-14)
+
+
+def test_allen_cahn_corner_is_zero_at_the_start_and_makes_the_slopes_periodic() -> None:
+    import pinn_allen_cahn as ac
+
+    x = torch.tensor([-1 + 1e-7, 1 - 1e-7, -0.3, 0.0, 0.3], dtype=torch.float64)
+    assert float(ac.corner(x, torch.zeros_like(x)).abs().max()) == 0.0
+    # The periodic extension of u(x, 0) has the slopes 2 at x = −1 and −2 at x = 1; with
+    # the corner added they meet (to the corner's rounding, O(y/√(Dt)), at y = 1e-7).
+    xs = x[:2].clone().requires_grad_(True)
+    t = torch.full_like(xs, 0.05)
+    (slope,) = torch.autograd.grad((ac.initial(xs)[0] + ac.corner(xs, t)).sum(), xs)
+    (plain,) = torch.autograd.grad(ac.initial(xs)[0].sum(), xs)
+    assert float((plain[0] - plain[1]).abs()) > 3.9
+    assert float((slope[0] - slope[1]).abs()) <= 1e-3
+    # Far from x = ±1 it is nothing.
+    assert float(ac.corner(x[2:], torch.full_like(x[2:], 0.5)).abs().max()) <= 1e-12

@@ -17,6 +17,7 @@ from ._engine import JacobianEngine
 from ._errors import (
     BatchLengthError,
     BatchNormTrainingError,
+    CompileFallbackWarning,
     DeviceMismatchError,
     EmptyBatchError,
     JacobianError,
@@ -38,6 +39,7 @@ from ._pinn import (
     FourierFeatures,
     HardBoundary,
     PeriodicFeatures,
+    PinnStep,
     Sine,
 )
 from ._planner import JacobianPlan, plan_jacobian
@@ -52,6 +54,7 @@ __all__ = [
     "CausalWeights",
     "Collocation",
     "ColumnSubset",
+    "CompileFallbackWarning",
     "DeviceMismatchError",
     "EmptyBatchError",
     "FourierFeatures",
@@ -66,6 +69,7 @@ __all__ = [
     "NormalProducts",
     "ParameterDtypeError",
     "PeriodicFeatures",
+    "PinnStep",
     "PointModel",
     "PointResidual",
     "PreparedBatch",

@@ -12,6 +12,7 @@ from marquardt.devices.messages import message
 __all__ = [
     "BatchLengthError",
     "BatchNormTrainingError",
+    "CompileFallbackWarning",
     "DeviceMismatchError",
     "EmptyBatchError",
     "JacobianError",
@@ -83,3 +84,8 @@ class UnknownModeError(JacobianError):
 class ResidualNotDifferentiableError(JacobianError):
     """A group of a ``PointResidual`` does not depend on the parameters at its first points
     (piecewise-linear activations, such as ReLU, under a second derivative)."""
+
+
+class CompileFallbackWarning(UserWarning):
+    """A compiled step was asked for and the compiler could not trace the network: the
+    step runs eagerly (the same function, uncompiled)."""

@@ -4,7 +4,8 @@ The layers networks for PINNs use and torch lacks (``activations.py``: `Sine`,
 `FourierFeatures`, `PeriodicFeatures`), Dirichlet conditions built into the network
 (``boundary.py``: `HardBoundary`), causal weights for residuals in time (``causal.py``:
 `CausalWeights`) and collocation points drawn afresh as training goes
-(``collocation.py``: `Collocation`). ``taylor_rules.py`` registers the layers' forward
+(``collocation.py``: `Collocation`); the whole LM step of a PINN as one function, compiled
+where asked (``step.py``: `PinnStep`). ``taylor_rules.py`` registers the layers' forward
 Laplacian with the engine's modes. This room imports the engine; the engine never imports
 it.
 """
@@ -16,6 +17,7 @@ from .activations import FourierFeatures, PeriodicFeatures, Sine
 from .boundary import HardBoundary
 from .causal import CausalWeights
 from .collocation import Collocation
+from .step import PinnStep
 
 __all__ = [
     "CausalWeights",
@@ -23,5 +25,6 @@ __all__ = [
     "FourierFeatures",
     "HardBoundary",
     "PeriodicFeatures",
+    "PinnStep",
     "Sine",
 ]
