@@ -8,7 +8,7 @@ The analysis of the misses is hand-written in ``NOTES.md``, which RESULTS.md lin
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -118,14 +118,16 @@ class Summary:
         )
 
 
-def kept_runs(names: list[str], report: Report) -> list[Run]:
+def kept_runs(names: list[str], report: Report, previous: list[Run] | None = None) -> list[Run]:
     """The runs of benchmarks not run this time, with rows rebuilt from each one's latest
     results: a benchmark last run alone (run_all with a subset) keeps its figures and
-    verdicts, not those of the last full run."""
-    try:
-        previous = Summary.load(json.loads(report.summary_json.read_text())).runs
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
-        previous = []
+    verdicts, not those of the last full run. ``previous``: the recorded runs (None: read
+    from the report's summary JSON)."""
+    if previous is None:
+        try:
+            previous = Summary.load(json.loads(report.summary_json.read_text())).runs
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
+            previous = []
     by_name = {r.name: r for r in previous}
     kept = []
     for name in names:
@@ -140,6 +142,16 @@ def kept_runs(names: list[str], report: Report) -> list[Run]:
         if run.rows:
             kept.append(run)
     return kept
+
+
+def rebuilt(summary: Summary, report: Report) -> Summary:
+    """``summary`` with every run's rows rebuilt from its benchmark's recorded results, so
+    that the report says what the data say (a run whose results are missing or unreadable
+    keeps its recorded rows, and a run that did not complete its failure): what
+    ``run_all.py --render`` writes and ``--check`` asks for."""
+    copies = [replace(r) for r in summary.runs if not r.error]
+    fresh = {r.name: r for r in kept_runs([r.name for r in copies], report, copies)}
+    return replace(summary, runs=[fresh.get(r.name, r) for r in summary.runs])
 
 
 def complete(runs: list[Run], report: Report) -> list[Run]:

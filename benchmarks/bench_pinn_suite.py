@@ -259,6 +259,13 @@ def _best(runs: dict[str, Any], methods: tuple[str, ...]) -> tuple[str, float]:
     return name, _final(runs.get(name))
 
 
+def _measured_at(run: dict[str, Any] | None) -> str:
+    """" (measured at <commit>)" for a run recorded apart from the rest of its results (a
+    later rerun of one method, merged into the record), "" otherwise."""
+    source = (run or {}).get("source", "")
+    return f" (measured at {source})" if source else ""
+
+
 def _published(entry: dict[str, Any]) -> str:
     return "; ".join(f"{e:.2g} ({what}; {src})" for what, e, src in entry["published"])
 
@@ -277,7 +284,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
             what = f"pinn_suite: {name} (P = {params:,}), LM / Adam at equal time"
             rows.append(_ratio(what, lm, "adam", _final(runs.get("adam")), 1.0))
             continue
-        notes = [lm_name]
+        notes = [lm_name + _measured_at(runs.get(lm_name))]
         switch, switched = _best(runs, EXTRA_METHODS)
         if math.isfinite(switched):
             notes.append(f"best switch {switch} {switched:.2g}")

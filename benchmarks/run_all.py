@@ -16,10 +16,12 @@ every one that runs there), each on its device path, into ``results/<name>-gpu.j
 ``RESULTS-gpu.md``; ``--budget SECONDS`` is the time budget of the benchmarks that take one;
 ``--source TEXT`` says what was measured where the tree is not a git checkout;
 ``--wait-idle SECONDS`` waits up to that long for the 1-minute load average to drop below
-``IDLE_LOAD`` before starting; ``--render`` rewrites RESULTS.md (with ``--device cuda``:
-RESULTS-gpu.md) from the recorded results without measuring; ``--index`` prints the
+``IDLE_LOAD`` before starting; ``--render`` rebuilds every run's rows from its recorded
+results and rewrites summary.json and RESULTS.md (with ``--device cuda``: the GPU's) without
+measuring; ``--index`` prints the
 README's table of benchmarks; ``--check`` checks that every record loads, the README's table
-is ``--index``'s, every recorded result renders, and RESULTS.md (RESULTS-gpu.md too where
+is ``--index``'s, every recorded result renders, every run's recorded rows are what its
+results give, and RESULTS.md (RESULTS-gpu.md too where
 ``summary-gpu.json`` is recorded) is byte for byte what the recorded results render to
 (``nox -s bench`` runs it first, ``nox -s lint`` too). Every result records the commit and
 machine it was measured on (``_stamp.py``), and the report shows them beside each row.
@@ -146,7 +148,8 @@ def first_difference(written: str, rendered: str) -> str:
 
 def check_reports() -> list[str]:
     """What is wrong with the reports: RESULTS.md (and RESULTS-gpu.md where its summary is
-    recorded) not byte for byte what ``results/*.json`` and ``summary*.json`` render to."""
+    recorded) not byte for byte what ``results/*.json`` and ``summary*.json`` render to, or
+    a run's recorded rows not what its results give."""
     problems = []
     for written in (report.CPU, report.Report("-gpu")):
         if not written.markdown.exists() or not written.summary_json.exists():
@@ -158,7 +161,19 @@ def check_reports() -> list[str]:
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             problems.append(f"{written.summary_json.name} does not load: {exc!r}")
             continue
-        where = first_difference(written.markdown.read_text(), report.render(summary, written))
+        fresh = report.rebuilt(summary, written)
+        stale = [
+            r.name
+            for r, f in zip(summary.runs, fresh.runs, strict=False)
+            if r.name != f.name or [x.record() for x in r.rows] != [x.record() for x in f.rows]
+        ]
+        if stale or len(summary.runs) != len(fresh.runs):
+            problems.append(
+                f"{written.summary_json.name}'s rows are not what results/*.json give "
+                f"(first: {(stale or ['a run without results'])[0]}). HINT: python "
+                f"benchmarks/run_all.py --render{' --device cuda' * written.gpu}"
+            )
+        where = first_difference(written.markdown.read_text(), report.render(fresh, written))
         if where:
             problems.append(
                 f"{written.markdown.name} is not what its data render to: {where}. HINT: "
@@ -234,9 +249,11 @@ def main() -> int:
                 f"run_all: --render found no {written.summary_json.name}: no run on that "
                 "device was recorded. HINT: run the benchmarks first (see gpu/README.md)"
             )
-        recorded = json.loads(written.summary_json.read_text())
-        report.write(report.Summary.load(recorded), written)
-        print(f"wrote {written.markdown}")
+        recorded = report.Summary.load(json.loads(written.summary_json.read_text()))
+        fresh = report.rebuilt(recorded, written)
+        written.summary_json.write_text(json.dumps(fresh.record(), indent=2, default=str) + "\n")
+        report.write(fresh, written)
+        print(f"wrote {written.summary_json} and {written.markdown}")
         return 0
     names = chosen([n for n in [*args.names, *args.only.split(",")] if n], args.device)
     if args.device.startswith("cuda") and not torch.cuda.is_available():

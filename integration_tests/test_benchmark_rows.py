@@ -151,7 +151,8 @@ def test_the_results_check_fails_on_a_hand_edit_and_passes_on_a_fresh_render(
     monkeypatch.setattr(c, "RESULTS_DIR", results)
     monkeypatch.setattr(report.Report, "shown", lambda self: ["subset_damping"])
     last = {"source": "commit 1111111", "cpu": "test CPU", "cores": 2}
-    data = {MEASURED: {**last, "source": "commit 0000000"}, "runs": [], "load_before": 1.0}
+    # results that give no rows of their own: the run keeps its recorded rows
+    data = {MEASURED: {**last, "source": "commit 0000000"}, "runs": {}, "load_before": 1.0}
     (results / "subset_damping.json").write_text(json.dumps(data))
     machine = {
         **last,
@@ -183,6 +184,55 @@ def test_the_results_check_fails_on_a_hand_edit_and_passes_on_a_fresh_render(
     assert "the file has" in run_all.check_reports()[0]
     report.write(summary, report.CPU)
     assert run_all.check_reports() == []
+
+
+def test_the_results_check_fails_on_rows_the_data_do_not_give_and_render_rebuilds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import _common as c
+    import _results_md as report
+    import run_all
+    from _rows import Run, row
+    from _stamp import MEASURED
+
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(c, "HERE", tmp_path)
+    monkeypatch.setattr(c, "RESULTS_DIR", results)
+    monkeypatch.setattr(report.Report, "shown", lambda self: ["subset_damping"])
+    runs = {"shared 0": {"mse": 2.0, "rejected": 1}, "per-block 0": {"mse": 1.0, "rejected": 0}}
+    data = {MEASURED: {"source": "commit 0000000", "cpu": "test CPU", "cores": 2}, "runs": runs}
+    (results / "subset_damping.json").write_text(json.dumps(data))
+    what = "subset_damping: per-block λ / shared λ, final MSE (0)"
+    machine = {
+        **data[MEASURED],
+        **dict.fromkeys(("cpu_flags", "memory_gib", "threads_used", "python", "platform"), "x"),
+        **dict.fromkeys(("torch", "torch_blas", "numpy", "numpy_blas"), "x"),
+        "torch_levenberg_marquardt": "x",
+    }
+    # rows recorded from an older form of the results: 0.25 where the data now give 0.5
+    run = Run("subset_damping", [row(what, 0.25, None)], 1.0, 0.5, 0.6)
+    summary = report.Summary("2026-01-01 00:00", 60.0, machine, [run])
+    (results / "summary.json").write_text(json.dumps(summary.record()))
+    report.write(summary, report.CPU)
+    problems = run_all.check_reports()
+    assert (
+        problems
+        and "rows are not what results/*.json give (first: subset_damping)" in (problems[0])
+    )
+    fresh = report.rebuilt(summary, report.CPU)
+    assert [r.value for r in fresh.runs[0].rows] == [0.5]
+    assert [r.value for r in summary.runs[0].rows] == [0.25]  # the recorded summary untouched
+    (results / "summary.json").write_text(json.dumps(fresh.record()))
+    report.write(fresh, report.CPU)
+    assert run_all.check_reports() == []
+    # a run that did not complete keeps its failure, whatever older results say
+    failed = Run("subset_damping", [row("subset_damping: did not complete", None, None)])
+    failed.error = "exit code 1"
+    kept = report.rebuilt(report.Summary("x", 1.0, machine, [failed]), report.CPU)
+    assert [r.what for r in kept.runs[0].rows] == ["subset_damping: did not complete"]
 
 
 def test_a_stamp_says_not_recorded_for_what_an_older_result_lacks() -> None:
