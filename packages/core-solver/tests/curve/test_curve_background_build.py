@@ -167,10 +167,11 @@ def test_a_killed_build_leaves_no_corrupt_artifact_and_no_stale_lock(builds_on: 
 
 
 def test_a_cancelled_background_build_leaves_nothing(builds_on: Path) -> None:
-    graph = torch.fx.symbolic_trace(torch.nn.Linear(2, 1))
-    inputs = [torch.zeros(3, 2)]
+    def trace() -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+        return torch.fx.symbolic_trace(torch.nn.Linear(2, 1)), [torch.zeros(3, 2)]
+
     artifacts.writable_folder()
-    job = background.Job("k-cancel", {"name": "lin", "kind": "iteration"}, graph, inputs, 1)
+    job = background.Job("k-cancel", {"name": "lin", "kind": "iteration"}, trace, 1)
     assert background.start([job])
     assert not background.start([job])  # once per process and key
     deadline = time.monotonic() + 60
