@@ -29,6 +29,8 @@ one fresh process (no repeats).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -44,6 +46,8 @@ from _rows import row
 ROWS = tuple((fits, dtype) for dtype in ("float32", "float64") for fits in (1_000, 10_000, 100_000))
 QUICK_ROWS = ((1_000, "float32"),)
 TARGET = 1.5
+#: The rows (M up to this) whose second process makes a third call under a busy loop.
+BUSY_FITS = 10_000
 #: Seconds a child process may take (a first process waits for its builds).
 CHILD_TIMEOUT = 900.0
 SIDE = 6
@@ -106,7 +110,35 @@ def process(kind: str, fits: int, dtype: str) -> dict[str, Any]:
     else:
         out["later_s"], info = _call(data, dtype, **options)
         out["later_compiled"] = bool(info["compiled"])
+    if kind == "second" and fits <= BUSY_FITS:
+        out["busy"] = _under_load(data, dtype)
     return out
+
+
+def _under_load(data: dict[str, np.ndarray], dtype: str) -> dict[str, Any]:
+    """A third call of the second process with a busy loop on every core started after the
+    second: what it compiled (in the call or in the background) and its time."""
+    from marquardt.solver._curve.small import artifacts, background
+
+    compiled, builds = artifacts.STATS["compiled"], len(background._STARTED)
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 1)
+    ]
+    try:
+        time.sleep(1.0)  # the load the thread rule reads (runnable threads) is there now
+        seconds, info = _call(data, dtype)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    return {
+        "s": seconds,
+        "compiled": bool(info["compiled"]),
+        "compile_s": float(info["compile_seconds"]),
+        "new_kernels": artifacts.STATS["compiled"] - compiled,
+        "new_builds": len(background._STARTED) - builds,
+    }
 
 
 def case(fits: int, dtype: str) -> dict[str, Any]:
@@ -165,6 +197,19 @@ def rows(summary: dict[str, Any]) -> list[Any]:
                 f"{r['load_after']:.1f}",
             )
         )
+        busy = r["second"].get("busy")
+        if busy is not None:
+            found.append(
+                row(
+                    f"{label}: a busy loop started between two calls of one process: kernels "
+                    "compiled (in the call or in the background)",
+                    busy["new_kernels"] + busy["new_builds"],
+                    0,
+                    unit="",
+                    detail=f"the call under load {busy['s']:.2f} s, compiled: {busy['compiled']}, "
+                    f"compile {busy['compile_s']:.1f} s",
+                )
+            )
     return found
 
 
