@@ -61,10 +61,18 @@ print(json.dumps({"stats": artifacts.STATS, "popt": popt.tolist(), "compiled": i
 
 
 def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_process(
-    builds_on: Path,
+    builds_on: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from compiled_models import decay
 
+    traced_here: list[int] = []  # the builder's appends stay in the builder
+    make_fx = compiled.make_fx
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        traced_here.append(os.getpid())
+        return make_fx(*args, **kwargs)
+
+    monkeypatch.setattr(compiled, "make_fx", counted)
     problem = _decays()
     eager = curve_fit_batch(decay, **problem, full_output=True, compile=False)
     started = time.perf_counter()
@@ -75,6 +83,8 @@ def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_pro
     assert seconds < 0.5 * compiled.COMPILE_SECONDS
     np.testing.assert_array_equal(first[0], eager[0])
     assert background.wait(timeout=background.BUILD_SECONDS)
+    # Nothing was traced in the calling process: the forked builder traced the kernels.
+    assert traced_here == []
     kinds = sorted(e["description"]["kind"] for e in cache.entries())
     assert kinds == ["covariance", "iteration", "start"], cache.entries()
     assert build_lock.builds(builds_on) == [] and not list(builds_on.glob(".tmp-*"))
