@@ -193,6 +193,33 @@ def test_a_cancelled_background_build_leaves_nothing(builds_on: Path) -> None:
     assert not (builds_on / "k-cancel.json").exists() and not list(builds_on.glob(".tmp-*"))
 
 
+def _doubled(x: torch.Tensor) -> torch.Tensor:
+    return 2.0 * x + 1.0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_builder_forked_from_a_process_that_ran_on_two_threads_builds_for_two(
+    builds_on: Path,
+) -> None:
+    # The caller's OpenMP threads are not in a forked child: a parallel region there waits
+    # for them forever. The caller has run one; the kernel is built for two threads, on
+    # inputs large enough that the compile's own operations run in parallel regions.
+    torch.set_num_threads(2)
+    assert float(torch.ones(4_000_000).sum()) == 4_000_000
+    x = torch.linspace(0.0, 1.0, 400_000)
+
+    def trace() -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+        return torch.fx.symbolic_trace(_doubled), [x]
+
+    job = background.Job("k-threads", {"name": "doubled", "kind": "iteration"}, trace, 2)
+    assert background.start([job])
+    assert background.wait(timeout=180), (builds_on / "builds.log").read_text()
+    kernel, bad = artifacts.load("k-threads", torch.device("cpu"))
+    assert kernel is not None and not bad
+    torch.testing.assert_close(kernel(x)[0], _doubled(x))
+    assert not list(builds_on.glob(".tmp-*")) and build_lock.builds(builds_on) == []
+
+
 def test_the_listing_shows_builds_in_progress(
     builds_on: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,33 +4,38 @@ what the call ran eagerly, and a later call or process loads it.
 Under ``compile="auto"`` a call whose kernel is not kept runs eagerly now and notes, for
 each missing kernel, how to trace it (a ``Job``). When the call ends (so that the builder
 does not compete with it) the calling process forks once (f cannot be sent to another
-process: the child inherits it), and the child, in a session of its own (the terminal's
-Ctrl-C does not reach it) and writing only to the builders' log, for each kernel in turn:
+process: the child inherits it). The child, in a session of its own (the terminal's Ctrl-C
+does not reach it), writing only to the builders' log and at low priority
+(``os.nice(NICE)``), traces each kernel's graph of ATen operations (``make_fx``) on one
+thread (the caller's OpenMP threads are not in a forked child, and GNU OpenMP would wait
+for them forever in a parallel region), writes the graphs to a private file and becomes a
+fresh interpreter (``exec``: the same process, with OpenMP threads of its own), which, for
+each kernel in turn:
 
-- lowers its priority (``os.nice(NICE)``), traces the graph of ATen operations
-  (``make_fx``, on one thread: the parent's OpenMP threads are not in the child) and
-  compiles it for the thread count the kernel is built for (``kernel_key.build_threads``);
+- runs on the thread count the kernel is built for (``kernel_key.build_threads``);
 - refuses a cache folder that is inside a git work tree or that another account could
   write to (``artifacts.writable_folder``, the trust check);
 - holds the key's build lock (``build_lock``: ``flock``, dropped by the system when the
   builder dies), so that two processes never build one key, and leaves quietly where
-  another builder holds it (before tracing);
+  another builder holds it;
 - compiles the package (``artifacts.keep``: written under a temporary name and renamed,
-  the manifest last), and ends after ``BUILD_SECONDS`` at most (``SIGALRM``), leaving no
-  manifest and, once the next builder of the key takes the lock, no temporary file.
+  the manifest last).
 
-The call itself pays only the fork (milliseconds), not the trace. ``python -m
-marquardt.solver.cache list`` shows the builds in progress. At the calling interpreter's
-exit a build continues (the kernel is for later processes; its time limit bounds it, and
-its low priority keeps it out of the way); ``cancel`` ends this process's builds at once,
-``wait`` waits for them. ``MARQUARDT_SOLVER_BACKGROUND_BUILD=0`` turns background builds
-off (the call then runs eagerly and nothing is built).
+The builder ends after ``BUILD_SECONDS`` at most (``SIGALRM``), leaving no manifest and,
+once the next builder of the key takes the lock, no temporary file. The call itself pays
+only the fork (milliseconds), not the trace. ``python -m marquardt.solver.cache list``
+shows the builds in progress. At the calling interpreter's exit a build continues (the
+kernel is for later processes; its time limit bounds it, and its low priority keeps it out
+of the way); ``cancel`` ends this process's builds at once, ``wait`` waits for them.
+``MARQUARDT_SOLVER_BACKGROUND_BUILD=0`` turns background builds off (the call then runs
+eagerly and nothing is built).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import signal
 import sys
 import time
@@ -45,12 +50,29 @@ import torch
 from ..._settings import cache_dir
 from . import artifacts, build_lock
 
-__all__ = ["BUILD_SECONDS", "LOG", "NICE", "Builder", "Job", "cancel", "done", "start", "wait"]
+__all__ = [
+    "BUILD_SECONDS",
+    "LOG",
+    "NICE",
+    "Builder",
+    "Job",
+    "cancel",
+    "done",
+    "main",
+    "start",
+    "wait",
+]
 
 #: The most seconds a background build runs (waiting for the lock included).
 BUILD_SECONDS = 600
 #: How much a background build lowers its priority (``os.nice``).
 NICE = 10
+#: What the forked builder becomes to compile (``main``): a fresh interpreter, whose
+#: OpenMP threads are its own.
+_BOOT = (
+    "import sys; from marquardt.solver._curve.small.background import main; "
+    "sys.exit(main(sys.argv[1]))"
+)
 #: The builders' log in the cache folder: a line per build (built, left to another
 #: builder, failed and why), and whatever the compiler says.
 LOG = "builds.log"
@@ -182,14 +204,31 @@ def _builders() -> list[Builder]:
     return list({id(b): b for b in _STARTED.values()}.values())
 
 
+def _picklable(graph: torch.fx.GraphModule) -> None:
+    """The traced graph made picklable, computing the same: constants that are torch's
+    efficient zero tensors (forward-mode tangents) become ordinary zeros, and the type
+    annotations the tracer copied from the Python function (strings under postponed
+    annotations) are dropped."""
+    for node in graph.graph.nodes:
+        node.type = None
+        if node.op != "get_attr":
+            continue
+        value = getattr(graph, str(node.target))
+        if isinstance(value, torch.Tensor) and value._is_zerotensor():
+            plain = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+            setattr(graph, str(node.target), plain)
+    graph.recompile()
+
+
 def _child(log: int, folder: Path, jobs: list[Job]) -> int:
-    """The forked builder's body (module docstring), before it exits.
+    """The forked builder's body (module docstring): it traces the jobs, writes them to a
+    private file and becomes a fresh interpreter (``exec``, the same process) that compiles
+    them (``main``); it returns only where that fails.
 
     **Arguments:** ``log``: a descriptor of the builders' log; ``folder``: the cache
     folder; ``jobs``: what to build, in turn.
 
-    **Returns:** the exit status: 0 every kernel built or left to another builder, 1 some
-    failed.
+    **Returns:** the exit status where no compile could start: 1.
     """
     os.setsid()  # its own session: the terminal's Ctrl-C does not reach it
     quiet = os.open(os.devnull, os.O_RDONLY)
@@ -200,35 +239,76 @@ def _child(log: int, folder: Path, jobs: list[Job]) -> int:
     for number in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(ValueError, OSError):  # the caller's handlers are not ours
             signal.signal(number, signal.SIG_DFL)
-    signal.alarm(BUILD_SECONDS)  # bounded: the default action ends the process
+    signal.alarm(BUILD_SECONDS)  # bounded (kept across exec): the default action ends it
     with contextlib.suppress(OSError):  # a system that refuses it: normal priority
         os.nice(NICE)
-    # Imported before the graphs are exported: their tracer looks for the compiler's ops.
+    # The caller's OpenMP threads are not in this process, and GNU OpenMP waits for them
+    # forever in its next parallel region: the trace runs on one thread, and the compile
+    # (which runs operations of its own, on the kernel's threads) in a fresh interpreter.
+    torch.set_num_threads(1)
+    work = []
+    for job in jobs:
+        try:
+            graph, inputs = job.trace()
+            _picklable(graph)
+        except Exception as err:  # the model cannot be traced: the next call runs eagerly
+            about = job.description
+            what = f"{about.get('name')} {about.get('kind')} {job.key[:12]}"
+            _say(f"failed {what}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            continue
+        work.append({**vars(job), "trace": None, "graph": graph, "inputs": inputs})
+    if not work:
+        return 1
+    path = folder / f".tmp-jobs-{os.getpid()}-{time.time_ns()}.pkl"  # cancel's pattern
+    try:
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+            pickle.dump(work, out)
+        os.execv(sys.executable, [sys.executable, "-c", _BOOT, str(path)])
+    finally:  # reached only where the file or the exec failed
+        path.unlink(missing_ok=True)
+    return 1  # pragma: no cover - execv does not return
+
+
+def main(path: str) -> int:
+    """The compiling builder's body (module docstring), in the interpreter ``_child``
+    became.
+
+    **Arguments:** ``path``: the private file of traced jobs (removed once read).
+
+    **Returns:** the exit status: 0 every kernel built or left to another builder, 1 some
+    failed, 2 no folder to keep them in.
+    """
+    # Imported before the graphs are rebuilt: their tracer looks for the compiler's ops.
     import torch._inductor  # noqa: F401
 
-    return 1 if sum(_build(folder, job) for job in jobs) else 0
+    with open(path, "rb") as jobs_file:
+        jobs = pickle.load(jobs_file)
+    Path(path).unlink(missing_ok=True)
+    folder = artifacts.writable_folder()
+    if folder is None:
+        _say(f"not built {len(jobs)} kernels: no cache folder to keep them in")
+        return 2
+    return 1 if sum(_build(folder, work) for work in jobs) else 0
 
 
-def _build(folder: Path, job: Job) -> int:
-    """Trace and build one job in the builder (``_child``); 0 built or left to another
-    builder, 1 failed (said in the log)."""
-    about = job.description
-    what = f"{about.get('name')} {about.get('kind')} {job.key[:12]}"
+def _build(folder: Path, work: dict[str, Any]) -> int:
+    """Build one traced job in the builder (``main``); 0 built or left to another builder,
+    1 failed (said in the log)."""
+    torch.set_num_threads(int(work["threads"]))
+    key, about = work["key"], work["description"]
+    what = f"{about.get('name')} {about.get('kind')} {key[:12]}"
 
     def build(path: Path) -> None:  # under the key's lock: one compile at a time
-        torch.set_num_threads(1)  # the trace runs here, without the caller's OpenMP pool
-        graph, inputs = job.trace()
         with build_lock.held(folder, build_lock.QUEUE, {}, BUILD_SECONDS) as turn:
             if not turn:
                 raise TimeoutError("no turn to compile within the time limit")
-            torch.set_num_threads(job.threads)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                artifacts.compile_package(graph, inputs, path)
+                artifacts.compile_package(work["graph"], work["inputs"], path)
 
     started = time.perf_counter()
     try:
-        kept = artifacts.keep(folder, job.key, about, build, BUILD_SECONDS)
+        kept = artifacts.keep(folder, key, about, build, BUILD_SECONDS)
     except Exception as err:  # a failed build leaves nothing: the next call runs eagerly
         _say(f"failed {what}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
         return 1
