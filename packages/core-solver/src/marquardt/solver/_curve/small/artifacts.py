@@ -71,9 +71,10 @@ STATS = {"loaded": 0, "compiled": 0, "saved": 0, "rebuilt": 0}
 STALE_SECONDS = 3600.0
 #: The most seconds a compile waits for another process building the same key.
 BUILD_WAIT = 900.0
-#: The C++ compiler's optimisation of a package's wrapper (inductor's default is "O1"; the
-#: kernels' own code keeps inductor's "O3"): benchmarks/NOTES.md, the compile profile.
-WRAPPER_OPT_LEVEL = "O0"
+#: The C++ compiler's optimisation of a package's wrapper (the C++ that calls its kernels
+#: in turn), inductor's default; the kernels' own code keeps inductor's "O3". "O0" saved a
+#: fifth of the wrappers' compile but its calls measured slower (benchmarks/NOTES.md).
+WRAPPER_OPT_LEVEL = "O1"
 
 #: Keys whose kept files failed the trust check in this process: neither loaded nor
 #: written again here.
@@ -201,8 +202,7 @@ def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], pat
     import torch._inductor
 
     exported = torch.export.export(graph, tuple(inputs), strict=False)
-    # The wrapper (the C++ that calls the kernels in turn) at WRAPPER_OPT_LEVEL: its
-    # compile was most of the system compiler's time, and it does no arithmetic itself.
+    # The wrapper at WRAPPER_OPT_LEVEL: its compile is most of the system compiler's time.
     with torch._inductor.config.patch(
         {"aot_inductor.compile_wrapper_opt_level": WRAPPER_OPT_LEVEL}
     ):
