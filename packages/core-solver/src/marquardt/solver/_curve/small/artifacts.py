@@ -72,8 +72,8 @@ STALE_SECONDS = 3600.0
 #: The most seconds a compile waits for another process building the same key.
 BUILD_WAIT = 900.0
 #: The C++ compiler's optimisation of a package's wrapper (the C++ that calls its kernels
-#: in turn), inductor's default; the kernels' own code keeps inductor's "O3". "O0" saved a
-#: fifth of the wrappers' compile but its calls measured slower (benchmarks/NOTES.md).
+#: in turn), inductor's default; the kernels' own code keeps inductor's "O3". "O0" saves a
+#: quarter of the wrappers' compile at the same call times (benchmarks/NOTES.md).
 WRAPPER_OPT_LEVEL = "O1"
 
 #: Keys whose kept files failed the trust check in this process: neither loaded nor
