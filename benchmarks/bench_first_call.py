@@ -17,9 +17,11 @@ one after the other:
 
 Target: the first call of ``first`` ≤ 1.5× the eager first call in every row. Shown
 beside it: the build time, and the second process's later call against the eager later
-call (the compiled speed the wait bought). Rows: M = 10³, 10⁴, 10⁵ in float32 and M = 10⁴
-in float64 (``ROWS``; M = 10⁶ and the other float64 rows with ``main(rows=...)``: each row
-waits for its own builds, a minute or two here); ``--quick``: M = 10³, float32.
+call (the compiled speed the wait bought). Rows: M = 10³, 10⁴, 10⁵ in float32
+(``ROWS``); the same in float64 is ``first_call_f64`` and M = 10⁶ in both
+``first_call_large``, runs of their own so that each stays within ten minutes (every row
+waits for its own builds, a minute or more here); ``--quick``: M = 10³, float32. Every
+figure is one call in one fresh process (no repeats).
 
 ``python benchmarks/run_all.py first_call [--quick]``.
 """
@@ -27,6 +29,8 @@ waits for its own builds, a minute or two here); ``--quick``: M = 10³, float32.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -39,9 +43,11 @@ from _registry import Options
 from _rows import row
 
 #: (M, dtype) of a full run, and of a quick one.
-ROWS = ((1_000, "float32"), (10_000, "float32"), (100_000, "float32"), (10_000, "float64"))
+ROWS = ((1_000, "float32"), (10_000, "float32"), (100_000, "float32"))
 QUICK_ROWS = ((1_000, "float32"),)
 TARGET = 1.5
+#: The rows (M up to this) whose second process makes a third call under a busy loop.
+BUSY_FITS = 10_000
 #: Seconds a child process may take (a first process waits for its builds).
 CHILD_TIMEOUT = 900.0
 SIDE = 6
@@ -104,7 +110,35 @@ def process(kind: str, fits: int, dtype: str) -> dict[str, Any]:
     else:
         out["later_s"], info = _call(data, dtype, **options)
         out["later_compiled"] = bool(info["compiled"])
+    if kind == "second" and fits <= BUSY_FITS:
+        out["busy"] = _under_load(data, dtype)
     return out
+
+
+def _under_load(data: dict[str, np.ndarray], dtype: str) -> dict[str, Any]:
+    """A third call of the second process with a busy loop on every core started after the
+    second: what it compiled (in the call or in the background) and its time."""
+    from marquardt.solver._curve.kernel_cache import artifacts, background
+
+    compiled, builds = artifacts.STATS["compiled"], len(background._STARTED)
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 1)
+    ]
+    try:
+        time.sleep(1.0)  # the load the thread rule reads (runnable threads) is there now
+        seconds, info = _call(data, dtype)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    return {
+        "s": seconds,
+        "compiled": bool(info["compiled"]),
+        "compile_s": float(info["compile_seconds"]),
+        "new_kernels": artifacts.STATS["compiled"] - compiled,
+        "new_builds": len(background._STARTED) - builds,
+    }
 
 
 def case(fits: int, dtype: str) -> dict[str, Any]:
@@ -163,6 +197,19 @@ def rows(summary: dict[str, Any]) -> list[Any]:
                 f"{r['load_after']:.1f}",
             )
         )
+        busy = r["second"].get("busy")
+        if busy is not None:
+            found.append(
+                row(
+                    f"{label}: a busy loop started between two calls of one process: kernels "
+                    "compiled (in the call or in the background)",
+                    busy["new_kernels"] + busy["new_builds"],
+                    0,
+                    unit="",
+                    detail=f"the call under load {busy['s']:.2f} s, compiled: {busy['compiled']}, "
+                    f"compile {busy['compile_s']:.1f} s",
+                )
+            )
     return found
 
 

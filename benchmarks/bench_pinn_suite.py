@@ -260,7 +260,7 @@ def _best(runs: dict[str, Any], methods: tuple[str, ...]) -> tuple[str, float]:
 
 
 def _measured_at(run: dict[str, Any] | None) -> str:
-    """" (measured at <commit>)" for a run recorded apart from the rest of its results (a
+    """ " (measured at <commit>)" for a run recorded apart from the rest of its results (a
     later rerun of one method, merged into the record), "" otherwise."""
     source = (run or {}).get("source", "")
     return f" (measured at {source})" if source else ""

@@ -61,10 +61,18 @@ print(json.dumps({"stats": artifacts.STATS, "popt": popt.tolist(), "compiled": i
 
 
 def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_process(
-    builds_on: Path,
+    builds_on: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from compiled_models import decay
 
+    traced_here: list[int] = []  # the builder's appends stay in the builder
+    make_fx = compiled.make_fx
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        traced_here.append(os.getpid())
+        return make_fx(*args, **kwargs)
+
+    monkeypatch.setattr(compiled, "make_fx", counted)
     problem = _decays()
     eager = curve_fit_batch(decay, **problem, full_output=True, compile=False)
     started = time.perf_counter()
@@ -75,6 +83,8 @@ def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_pro
     assert seconds < 0.5 * compiled.COMPILE_SECONDS
     np.testing.assert_array_equal(first[0], eager[0])
     assert background.wait(timeout=background.BUILD_SECONDS)
+    # Nothing was traced in the calling process: the forked builder traced the kernels.
+    assert traced_here == []
     kinds = sorted(e["description"]["kind"] for e in cache.entries())
     assert kinds == ["covariance", "iteration", "start"], cache.entries()
     assert build_lock.builds(builds_on) == [] and not list(builds_on.glob(".tmp-*"))
@@ -167,10 +177,11 @@ def test_a_killed_build_leaves_no_corrupt_artifact_and_no_stale_lock(builds_on: 
 
 
 def test_a_cancelled_background_build_leaves_nothing(builds_on: Path) -> None:
-    graph = torch.fx.symbolic_trace(torch.nn.Linear(2, 1))
-    inputs = [torch.zeros(3, 2)]
+    def trace() -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+        return torch.fx.symbolic_trace(torch.nn.Linear(2, 1)), [torch.zeros(3, 2)]
+
     artifacts.writable_folder()
-    job = background.Job("k-cancel", {"name": "lin", "kind": "iteration"}, graph, inputs, 1)
+    job = background.Job("k-cancel", {"name": "lin", "kind": "iteration"}, trace, 1)
     assert background.start([job])
     assert not background.start([job])  # once per process and key
     deadline = time.monotonic() + 60
@@ -180,6 +191,33 @@ def test_a_cancelled_background_build_leaves_nothing(builds_on: Path) -> None:
     assert background.cancel() == 1
     assert build_lock.builds(builds_on) == []
     assert not (builds_on / "k-cancel.json").exists() and not list(builds_on.glob(".tmp-*"))
+
+
+def _doubled(x: torch.Tensor) -> torch.Tensor:
+    return 2.0 * x + 1.0
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_a_builder_forked_from_a_process_that_ran_on_two_threads_builds_for_two(
+    builds_on: Path,
+) -> None:
+    # The caller's OpenMP threads are not in a forked child: a parallel region there waits
+    # for them forever. The caller has run one; the kernel is built for two threads, on
+    # inputs large enough that the compile's own operations run in parallel regions.
+    torch.set_num_threads(2)
+    assert float(torch.ones(4_000_000).sum()) == 4_000_000
+    x = torch.linspace(0.0, 1.0, 400_000)
+
+    def trace() -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
+        return torch.fx.symbolic_trace(_doubled), [x]
+
+    job = background.Job("k-threads", {"name": "doubled", "kind": "iteration"}, trace, 2)
+    assert background.start([job])
+    assert background.wait(timeout=180), (builds_on / "builds.log").read_text()
+    kernel, bad = artifacts.load("k-threads", torch.device("cpu"))
+    assert kernel is not None and not bad
+    torch.testing.assert_close(kernel(x)[0], _doubled(x))
+    assert not list(builds_on.glob(".tmp-*")) and build_lock.builds(builds_on) == []
 
 
 def test_the_listing_shows_builds_in_progress(

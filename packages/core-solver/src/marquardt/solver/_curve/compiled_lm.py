@@ -28,8 +28,8 @@ Under ``compile="auto"`` a kept kernel is always used. A missing one is compiled
 (saying what, alive and its expected time on stderr: ``progress``) only where the call
 repays it: its predicted eager time (``eager_seconds``) exceeds the predicted compile
 (``COMPILE_SECONDS``). Else, for a call of at least ``COMPILE_WORK`` elements of J, the
-graph is traced here and compiled in a background process (``_curve.kernel_cache.background``)
-while the call runs eagerly; a later chunk, call or process loads it. A kernel is built for
+call runs eagerly and, once it ends, a background process forked from it traces and
+compiles the graph (``_curve.kernel_cache.background``); a later chunk, call or process loads it. A kernel is built for
 ``kernel_key.build_threads``, never for the load of the moment, so one kernel serves every
 thread count. The eager iteration runs instead, with one ``CompileWarning`` per model,
 where the model cannot be traced or compiled (Python control flow on tensor values, such
@@ -319,7 +319,7 @@ class CompiledIterations:
             held.ABSENT.pop((shapes, fits), None)
             held.BAD.discard(key)
         elif run is None and trace is not None and self.background and key is not None:
-            self._in_background(shapes, key, description or {}, trace)
+            self._in_background(key, description or {}, trace)
         if run is None:
             return None
         kernel = held.Kernel(fits, run, self.f)
@@ -340,27 +340,20 @@ class CompiledIterations:
 
     def _in_background(
         self,
-        shapes: tuple[Any, ...],
         key: str,
         description: dict[str, Any],
         trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]],
     ) -> None:
-        """Trace here and queue the background build of ``key`` for the call's end
-        (``finish``; once per process and key; not where the key's kept files failed the
-        trust check, or the folder may not keep kernels); a model that cannot be traced
-        runs eagerly with one warning."""
+        """Queue the background build of ``key`` for the call's end (``finish``; once per
+        process and key; not where the key's kept files failed the trust check, or the
+        folder may not keep kernels). The builder traces it (a model that cannot be traced
+        fails there, said in the builders' log, and runs eagerly here)."""
         if key in held.SPAWNED or key in artifacts.UNTRUSTED:
             return
         held.SPAWNED.add(key)
         if artifacts.writable_folder() is None:
             return
-        try:
-            graph, inputs = self._traced(trace)
-        except Exception as err:  # the model cannot be traced: eager, as inline
-            held.FAILED.add(shapes)
-            held.warn_once(self.f, f"{type(err).__name__}: {str(err).splitlines()[0][:300]}")
-            return
-        self.jobs.append(Job(key, description, graph, inputs, self.threads))
+        self.jobs.append(Job(key, description, lambda: self._traced(trace), self.threads))
 
     def _build(
         self,

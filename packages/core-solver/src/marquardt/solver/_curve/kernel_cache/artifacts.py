@@ -49,6 +49,7 @@ from . import build_lock
 __all__ = [
     "FORMAT",
     "STATS",
+    "WRAPPER_OPT_LEVEL",
     "Kernel",
     "clear",
     "compile_package",
@@ -70,6 +71,10 @@ STATS = {"loaded": 0, "compiled": 0, "saved": 0, "rebuilt": 0}
 STALE_SECONDS = 3600.0
 #: The most seconds a compile waits for another process building the same key.
 BUILD_WAIT = 900.0
+#: The C++ compiler's optimisation of a package's wrapper (the C++ that calls its kernels
+#: in turn), inductor's default; the kernels' own code keeps inductor's "O3". "O0" saves a
+#: quarter of the wrappers' compile at the same call times (benchmarks/NOTES.md).
+WRAPPER_OPT_LEVEL = "O1"
 
 #: Keys whose kept files failed the trust check in this process: neither loaded nor
 #: written again here.
@@ -197,7 +202,11 @@ def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], pat
     import torch._inductor
 
     exported = torch.export.export(graph, tuple(inputs), strict=False)
-    torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+    # The wrapper at WRAPPER_OPT_LEVEL: its compile is most of the system compiler's time.
+    with torch._inductor.config.patch(
+        {"aot_inductor.compile_wrapper_opt_level": WRAPPER_OPT_LEVEL}
+    ):
+        torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
 
 
 def writable_folder() -> Path | None:

@@ -1,29 +1,34 @@
-"""Kernels built without blocking the call: a background process compiles what the call
-traced, and a later call or process loads it.
+"""Kernels built without blocking the call: a background process traces and compiles
+what the call ran eagerly, and a later call or process loads it.
 
-Under ``compile="auto"`` a call whose kernel is not kept runs eagerly now. The graph is
-traced in the calling process (``make_fx``: f cannot be sent to another process, the
-traced graph of ATen operations can), pickled with its example inputs and, when the call
-ends (so that the builder does not compete with it), sent with the call's other missing
-kernels through a pipe to one new Python process (``python -c``, started in its own
-session so that the terminal's Ctrl-C does not reach it), which, for each kernel in turn:
+Under ``compile="auto"`` a call whose kernel is not kept runs eagerly now and notes, for
+each missing kernel, how to trace it (a ``Job``). When the call ends (so that the builder
+does not compete with it) the calling process forks once (f cannot be sent to another
+process: the child inherits it). The child, in a session of its own (the terminal's Ctrl-C
+does not reach it), writing only to the builders' log and at low priority
+(``os.nice(NICE)``), traces each kernel's graph of ATen operations (``make_fx``) on one
+thread (the caller's OpenMP threads are not in a forked child, and GNU OpenMP would wait
+for them forever in a parallel region), writes the graphs to a private file and becomes a
+fresh interpreter (``exec``: the same process, with OpenMP threads of its own), which, for
+each kernel in turn:
 
-- lowers its priority (``os.nice(NICE)``) and runs on the thread count the kernel is built
-  for (``kernel_key.build_threads``);
+- runs on the thread count the kernel is built for (``kernel_key.build_threads``);
 - refuses a cache folder that is inside a git work tree or that another account could
   write to (``artifacts.writable_folder``, the trust check);
 - holds the key's build lock (``build_lock``: ``flock``, dropped by the system when the
   builder dies), so that two processes never build one key, and leaves quietly where
   another builder holds it;
 - compiles the package (``artifacts.keep``: written under a temporary name and renamed,
-  the manifest last), and ends after ``BUILD_SECONDS`` at most (``SIGALRM``), leaving no
-  manifest and, once the next builder of the key takes the lock, no temporary file.
+  the manifest last).
 
-``python -m marquardt.solver.cache list`` shows the builds in progress. At the calling
-interpreter's exit a build continues (the kernel is for later processes; its time limit
-bounds it, and its low priority keeps it out of the way); ``cancel`` ends this process's
-builds at once, ``wait`` waits for them. ``MARQUARDT_SOLVER_BACKGROUND_BUILD=0`` turns
-background builds off (the call then runs eagerly and nothing is built).
+The builder ends after ``BUILD_SECONDS`` at most (``SIGALRM``), leaving no manifest and,
+once the next builder of the key takes the lock, no temporary file. The call itself pays
+only the fork (milliseconds), not the trace. ``python -m marquardt.solver.cache list``
+shows the builds in progress. At the calling interpreter's exit a build continues (the
+kernel is for later processes; its time limit bounds it, and its low priority keeps it out
+of the way); ``cancel`` ends this process's builds at once, ``wait`` waits for them.
+``MARQUARDT_SOLVER_BACKGROUND_BUILD=0`` turns background builds off (the call then runs
+eagerly and nothing is built).
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ import contextlib
 import os
 import pickle
 import signal
-import subprocess
 import sys
-import threading
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,23 +50,158 @@ import torch
 from ..._settings import cache_dir
 from . import artifacts, build_lock
 
-__all__ = ["BUILD_SECONDS", "LOG", "NICE", "Job", "cancel", "done", "main", "start", "wait"]
+__all__ = [
+    "BUILD_SECONDS",
+    "LOG",
+    "NICE",
+    "Builder",
+    "Job",
+    "cancel",
+    "done",
+    "main",
+    "start",
+    "wait",
+]
 
 #: The most seconds a background build runs (waiting for the lock included).
 BUILD_SECONDS = 600
 #: How much a background build lowers its priority (``os.nice``).
 NICE = 10
-#: What the new process runs: its job is read from the pipe before anything is imported,
-#: so that the caller's write never waits on the builder's imports.
+#: What the forked builder becomes to compile (``main``): a fresh interpreter, whose
+#: OpenMP threads are its own.
 _BOOT = (
-    "import sys; job = sys.stdin.buffer.read(); "
-    "from marquardt.solver._curve.kernel_cache.background import main; sys.exit(main(job))"
+    "import sys; from marquardt.solver._curve.kernel_cache.background import main; "
+    "sys.exit(main(sys.argv[1]))"
 )
 #: The builders' log in the cache folder: a line per build (built, left to another
 #: builder, failed and why), and whatever the compiler says.
 LOG = "builds.log"
+#: How often ``Builder.wait`` looks whether its builder has ended, in seconds.
+POLL_SECONDS = 0.05
+
+
+@dataclass
+class Job:
+    """One kernel to build: its ``key`` and ``description`` (``kernel_key``), ``trace()``
+    giving its traced graph of ATen operations and example inputs (CPU tensors), and the
+    ``threads`` it is built for."""
+
+    key: str
+    description: dict[str, Any]
+    trace: Callable[[], tuple[torch.fx.GraphModule, list[torch.Tensor]]]
+    threads: int
+
+
+class Builder:
+    """A forked background builder of this process: ``pid``, ``poll()`` (None while it
+    runs, else its exit status) and ``wait(timeout)``, as ``subprocess.Popen`` has them."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """Its exit status, or None while it runs (reaped once it has ended)."""
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: it has ended
+                self.returncode = -1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status once it has ended; ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"builder {self.pid} still running")
+            time.sleep(POLL_SECONDS)
+        assert self.returncode is not None
+        return self.returncode
+
+
 #: This process's builds, by key.
-_STARTED: dict[str, subprocess.Popen[bytes]] = {}
+_STARTED: dict[str, Builder] = {}
+
+
+def start(jobs: list[Job]) -> bool:
+    """Fork one background builder that traces and builds ``jobs`` in turn.
+
+    **Arguments:** ``jobs``: the kernels a call found missing (those this process started
+    a build of already are left out).
+
+    **Returns:** whether a builder was started (False where no job is left, the cache
+    folder may not keep kernels, or the system cannot fork).
+    """
+    jobs = [job for job in jobs if job.key not in _STARTED]
+    folder = artifacts.writable_folder()
+    if not jobs or folder is None or not hasattr(os, "fork"):
+        return False
+    log = os.open(folder / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with warnings.catch_warnings():  # forking a process with threads: the child uses none
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: it never returns into the caller's code
+        status = 1
+        try:
+            status = _child(log, folder, jobs)
+        finally:
+            os._exit(status)
+    os.close(log)
+    builder = Builder(pid)
+    for job in jobs:
+        _STARTED[job.key] = builder
+    return True
+
+
+def done(key: str) -> bool:
+    """Whether this process started a build of ``key`` that has ended since."""
+    builder = _STARTED.get(key)
+    return builder is not None and builder.poll() is not None
+
+
+def wait(timeout: float = BUILD_SECONDS) -> bool:
+    """Wait for this process's background builds to end.
+
+    **Arguments:** ``timeout``: the most seconds to wait, for all of them.
+
+    **Returns:** whether every one has ended.
+    """
+    deadline = time.monotonic() + timeout
+    for builder in _builders():
+        try:
+            builder.wait(max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            return False
+    return True
+
+
+def cancel() -> int:
+    """End this process's background builds now (SIGKILL to each builder's session: the
+    compiler it runs too) and remove their half-made files; their locks died with them.
+
+    **Returns:** how many were still running.
+    """
+    running = 0
+    for builder in _builders():
+        if builder.poll() is None:
+            running += 1
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(builder.pid, signal.SIGKILL)
+            builder.wait()
+            for left in cache_dir().glob(f".tmp-*-{builder.pid}-*"):
+                left.unlink(missing_ok=True)  # its half-made files (named by its pid)
+    return running
+
+
+def _builders() -> list[Builder]:
+    """This process's builders, each once."""
+    return list({id(b): b for b in _STARTED.values()}.values())
 
 
 def _picklable(graph: torch.fx.GraphModule) -> None:
@@ -80,133 +220,80 @@ def _picklable(graph: torch.fx.GraphModule) -> None:
     graph.recompile()
 
 
-@dataclass
-class Job:
-    """One kernel to build: its ``key`` and ``description`` (``kernel_key``), its traced
-    ``graph`` with example ``inputs`` (CPU tensors), and the ``threads`` it is built for."""
+def _child(log: int, folder: Path, jobs: list[Job]) -> int:
+    """The forked builder's body (module docstring): it traces the jobs, writes them to a
+    private file and becomes a fresh interpreter (``exec``, the same process) that compiles
+    them (``main``); it returns only where that fails.
 
-    key: str
-    description: dict[str, Any]
-    graph: torch.fx.GraphModule
-    inputs: list[torch.Tensor]
-    threads: int
+    **Arguments:** ``log``: a descriptor of the builders' log; ``folder``: the cache
+    folder; ``jobs``: what to build, in turn.
 
-
-def start(jobs: list[Job]) -> bool:
-    """Start one background process that builds ``jobs`` in turn.
-
-    **Arguments:** ``jobs``: the kernels a call found missing (those this process started
-    a build of already are left out).
-
-    **Returns:** whether a process was started (False where no job is left, or the cache
-    folder may not keep kernels).
+    **Returns:** the exit status where no compile could start: 1.
     """
-    jobs = [job for job in jobs if job.key not in _STARTED]
-    folder = artifacts.writable_folder()
-    if not jobs or folder is None:
-        return False
+    os.setsid()  # its own session: the terminal's Ctrl-C does not reach it
+    quiet = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(quiet, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.stdout = sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    for number in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):  # the caller's handlers are not ours
+            signal.signal(number, signal.SIG_DFL)
+    signal.alarm(BUILD_SECONDS)  # bounded (kept across exec): the default action ends it
+    with contextlib.suppress(OSError):  # a system that refuses it: normal priority
+        os.nice(NICE)
+    # The caller's OpenMP threads are not in this process, and GNU OpenMP waits for them
+    # forever in its next parallel region: the trace runs on one thread, and the compile
+    # (which runs operations of its own, on the kernel's threads) in a fresh interpreter.
+    torch.set_num_threads(1)
+    work = []
     for job in jobs:
-        _picklable(job.graph)
-    blob = pickle.dumps([vars(job) for job in jobs])
-    log = os.open(folder / LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            graph, inputs = job.trace()
+            _picklable(graph)
+        except Exception as err:  # the model cannot be traced: the next call runs eagerly
+            about = job.description
+            what = f"{about.get('name')} {about.get('kind')} {job.key[:12]}"
+            _say(f"failed {what}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            continue
+        work.append({**vars(job), "trace": None, "graph": graph, "inputs": inputs})
+    if not work:
+        return 1
+    path = folder / f".tmp-jobs-{os.getpid()}-{time.time_ns()}.pkl"  # cancel's pattern
     try:
-        process = subprocess.Popen(
-            [sys.executable, "-c", _BOOT],
-            stdin=subprocess.PIPE,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-    finally:
-        os.close(log)
-    for job in jobs:
-        _STARTED[job.key] = process
-
-    def send() -> None:
-        try:
-            assert process.stdin is not None
-            process.stdin.write(blob)
-            process.stdin.close()
-        except OSError:  # the builder ended first (killed): it built nothing
-            pass
-
-    threading.Thread(target=send, name="marquardt-build", daemon=True).start()
-    return True
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+            pickle.dump(work, out)
+        os.execv(sys.executable, [sys.executable, "-c", _BOOT, str(path)])
+    finally:  # reached only where the file or the exec failed
+        path.unlink(missing_ok=True)
+    return 1  # pragma: no cover - execv does not return
 
 
-def done(key: str) -> bool:
-    """Whether this process started a build of ``key`` that has ended since."""
-    process = _STARTED.get(key)
-    return process is not None and process.poll() is not None
+def main(path: str) -> int:
+    """The compiling builder's body (module docstring), in the interpreter ``_child``
+    became.
 
-
-def wait(timeout: float = BUILD_SECONDS) -> bool:
-    """Wait for this process's background builds to end.
-
-    **Arguments:** ``timeout``: the most seconds to wait, for all of them.
-
-    **Returns:** whether every one has ended.
-    """
-    deadline = time.monotonic() + timeout
-    for process in _processes():
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return False
-    return True
-
-
-def cancel() -> int:
-    """End this process's background builds now (SIGKILL to each builder's session: the
-    compiler it runs too) and remove their half-made files; their locks died with them.
-
-    **Returns:** how many were still running.
-    """
-    running = 0
-    for process in _processes():
-        if process.poll() is None:
-            running += 1
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            for left in cache_dir().glob(f".tmp-*-{process.pid}-*"):
-                left.unlink(missing_ok=True)  # its half-made files (named by its pid)
-    return running
-
-
-def _processes() -> list[subprocess.Popen[bytes]]:
-    """This process's builders, each once."""
-    return list({id(p): p for p in _STARTED.values()}.values())
-
-
-def main(job: bytes) -> int:
-    """The background builder's body (module docstring).
-
-    **Arguments:** ``job``: the pickled jobs (``Job``'s fields, one dict each).
+    **Arguments:** ``path``: the private file of traced jobs (removed once read).
 
     **Returns:** the exit status: 0 every kernel built or left to another builder, 1 some
     failed, 2 no folder to keep them in.
     """
-    signal.alarm(BUILD_SECONDS)  # bounded: the default action ends the process
-    with contextlib.suppress(OSError):  # a system that refuses it: normal priority
-        os.nice(NICE)
     # Imported before the graphs are rebuilt: their tracer looks for the compiler's ops.
     import torch._inductor  # noqa: F401
 
-    jobs = pickle.loads(job)
+    with open(path, "rb") as jobs_file:
+        jobs = pickle.load(jobs_file)
+    Path(path).unlink(missing_ok=True)
     folder = artifacts.writable_folder()
     if folder is None:
         _say(f"not built {len(jobs)} kernels: no cache folder to keep them in")
         return 2
-    failed = 0
-    for work in jobs:
-        failed += _build(folder, work)
-    return 1 if failed else 0
+    return 1 if sum(_build(folder, work) for work in jobs) else 0
 
 
 def _build(folder: Path, work: dict[str, Any]) -> int:
-    """Build one job in the builder (``main``); 0 built or left to another builder, 1
-    failed (said in the log)."""
+    """Build one traced job in the builder (``main``); 0 built or left to another builder,
+    1 failed (said in the log)."""
     torch.set_num_threads(int(work["threads"]))
     key, about = work["key"], work["description"]
     what = f"{about.get('name')} {about.get('kind')} {key[:12]}"
@@ -215,7 +302,9 @@ def _build(folder: Path, work: dict[str, Any]) -> int:
         with build_lock.held(folder, build_lock.QUEUE, {}, BUILD_SECONDS) as turn:
             if not turn:
                 raise TimeoutError("no turn to compile within the time limit")
-            artifacts.compile_package(work["graph"], work["inputs"], path)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                artifacts.compile_package(work["graph"], work["inputs"], path)
 
     started = time.perf_counter()
     try:
