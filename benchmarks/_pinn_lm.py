@@ -24,8 +24,7 @@ Switches (each off in ``lm``; a method name lists the ones it turns on):
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pinn_allen_cahn
@@ -35,6 +34,7 @@ from pinn_marching import Marching
 from torch import nn
 
 from marquardt.solver import LMA
+from marquardt.solver._curve.threads import torch_threads
 
 #: By LM method, its switches.
 SWITCHES: dict[str, tuple[str, ...]] = {
@@ -121,7 +121,7 @@ def _windows_stepper(
     share = budget / windows.settings.windows
 
     def step() -> bool:
-        with threads(1):
+        with torch_threads(1):
             if windows.step():
                 return True
         k = windows.index
@@ -130,14 +130,3 @@ def _windows_stepper(
         )
 
     return problem, step, lambda: windows.solution
-
-
-@contextlib.contextmanager
-def threads(count: int) -> Iterator[None]:
-    """torch's intra-op threads set to ``count`` inside the block."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)

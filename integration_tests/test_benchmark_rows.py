@@ -133,33 +133,46 @@ def test_the_pinn_step_rows_come_from_the_step_results(
     assert "| helmholtz (suite) | 1,981 | 1,100 | 60 ms | 100 ms | 0.60× | 40 ms |" in text
 
 
-def test_the_results_check_fails_on_a_hand_edit_and_passes_on_a_fresh_render(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import json
-    from dataclasses import replace
-
+def _results_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A results folder of its own under ``tmp_path``, the report showing subset_damping."""
     import _common as c
     import _results_md as report
-    import run_all
-    from _rows import Run, row
-    from _stamp import MEASURED
 
     results = tmp_path / "results"
     results.mkdir()
     monkeypatch.setattr(c, "HERE", tmp_path)
     monkeypatch.setattr(c, "RESULTS_DIR", results)
     monkeypatch.setattr(report.Report, "shown", lambda self: ["subset_damping"])
-    last = {"source": "commit 1111111", "cpu": "test CPU", "cores": 2}
-    # results that give no rows of their own: the run keeps its recorded rows
-    data = {MEASURED: {**last, "source": "commit 0000000"}, "runs": {}, "load_before": 1.0}
-    (results / "subset_damping.json").write_text(json.dumps(data))
-    machine = {
-        **last,
+    return results
+
+
+def _machine(stamp: dict[str, object]) -> dict[str, object]:
+    """A run's machine record: ``stamp`` and placeholders for what the report reads."""
+    return {
+        **stamp,
         **dict.fromkeys(("cpu_flags", "memory_gib", "threads_used", "python", "platform"), "x"),
         **dict.fromkeys(("torch", "torch_blas", "numpy", "numpy_blas"), "x"),
         "torch_levenberg_marquardt": "x",
     }
+
+
+def test_the_results_check_fails_on_a_hand_edit_and_passes_on_a_fresh_render(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    from dataclasses import replace
+
+    import _results_md as report
+    import run_all
+    from _rows import Run, row
+    from _stamp import MEASURED
+
+    results = _results_in(tmp_path, monkeypatch)
+    last = {"source": "commit 1111111", "cpu": "test CPU", "cores": 2}
+    # results that give no rows of their own: the run keeps its recorded rows
+    data = {MEASURED: {**last, "source": "commit 0000000"}, "runs": {}, "load_before": 1.0}
+    (results / "subset_damping.json").write_text(json.dumps(data))
+    machine = _machine(last)
     part = replace(row("subset: part", 1.0, None), source="subset_part")  # a part run alone
     (results / "subset_part.json").write_text(json.dumps({MEASURED: {"cpu": "part CPU"}}))
     run = Run("subset_damping", [row("subset: steps", 3.0, None), part], 1.0, 0.5, 0.6)
@@ -191,27 +204,17 @@ def test_the_results_check_fails_on_rows_the_data_do_not_give_and_render_rebuild
 ) -> None:
     import json
 
-    import _common as c
     import _results_md as report
     import run_all
     from _rows import Run, row
     from _stamp import MEASURED
 
-    results = tmp_path / "results"
-    results.mkdir()
-    monkeypatch.setattr(c, "HERE", tmp_path)
-    monkeypatch.setattr(c, "RESULTS_DIR", results)
-    monkeypatch.setattr(report.Report, "shown", lambda self: ["subset_damping"])
+    results = _results_in(tmp_path, monkeypatch)
     runs = {"shared 0": {"mse": 2.0, "rejected": 1}, "per-block 0": {"mse": 1.0, "rejected": 0}}
     data = {MEASURED: {"source": "commit 0000000", "cpu": "test CPU", "cores": 2}, "runs": runs}
     (results / "subset_damping.json").write_text(json.dumps(data))
     what = "subset_damping: per-block λ / shared λ, final MSE (0)"
-    machine = {
-        **data[MEASURED],
-        **dict.fromkeys(("cpu_flags", "memory_gib", "threads_used", "python", "platform"), "x"),
-        **dict.fromkeys(("torch", "torch_blas", "numpy", "numpy_blas"), "x"),
-        "torch_levenberg_marquardt": "x",
-    }
+    machine = _machine(data[MEASURED])
     # rows recorded from an older form of the results: 0.25 where the data now give 0.5
     run = Run("subset_damping", [row(what, 0.25, None)], 1.0, 0.5, 0.6)
     summary = report.Summary("2026-01-01 00:00", 60.0, machine, [run])
