@@ -114,6 +114,10 @@ def _legate_env(stub_dir: Path | None) -> dict[str, str]:
 
         env = env_for_legate_cpu(stub_dir, cpus=1)
     env["LEGATE_AUTO_CONFIG"] = "0"
+    # The launcher starts ``python`` from PATH: make it this interpreter's.
+    env["PATH"] = os.pathsep.join(
+        p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p
+    )
     env.setdefault("LEGATE_CONFIG", "--cpus 1 --gpus 0 --sysmem 4000")
     return env
 

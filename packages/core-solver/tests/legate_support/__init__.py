@@ -101,6 +101,10 @@ def env_for_legate_cpu(
     # Results must not depend on a backend override left in the caller's environment.
     env.pop("MARQUARDT_SOLVER_BACKEND", None)
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # The launcher starts ``python`` from PATH: make it this interpreter's, not the first one found.
+    env["PATH"] = os.pathsep.join(
+        p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p
+    )
     return env
 
 
