@@ -64,7 +64,7 @@ ADAM_RATES = (1e-3, 3e-3, 1e-2, 3e-2)
 #: On a GPU: the timed steps of each side of ``PinnStep`` and the seconds its process may
 #: take (the compile included).
 STEP_REPEATS = 20
-STEP_TIMEOUT = 60.0
+STEP_TIMEOUT = 25.0
 
 
 # -- the problem ----------------------------------------------------------------------------
