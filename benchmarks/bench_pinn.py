@@ -249,7 +249,9 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
     """The comparison (each method in its own process); writes the JSON and the figures."""
     setup_threads()
     budget = budget or (10.0 if quick else 50.0)
-    info = _machine.describe()
+    # The device's record (a GPU's names it): the report shows the CPU's step rows only
+    # beside a CPU's results (``_pinn_report.summary``).
+    info = _machine.describe(device)
     results: dict[str, Any] = {"machine": info, "budget_s": budget, "quick": quick}
     tuning = {}
     for lr in ADAM_RATES:

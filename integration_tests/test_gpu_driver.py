@@ -170,3 +170,35 @@ def test_the_pinn_step_on_a_gpu_gives_its_row_or_says_why_not() -> None:
     assert ratio.value == pytest.approx(0.25) and ratio.verdict == "info"
     assert "1.00 ms vs 4.00 ms" in ratio.detail and "compiled ran: True" in ratio.detail
     assert "(0.25×) after a compile of 12.0 s" in report.device_step_text(step)
+
+
+def test_the_pinn_run_on_a_gpu_times_pinnstep_there_and_shows_no_cpu_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import _pinn_report as report
+    import bench_pinn as bench
+
+    run = {"trace": [[0.0, 1.0], [2.0, 1e-3]], "steps": 9, "step_median_s": 0.01,
+           "memory_mib": 5.0, "params": 337, "rows": 484}  # fmt: skip
+    asked = []
+
+    def call(module: str, function: str, args: list[Any], **kw: Any) -> tuple[Any, str]:
+        asked.append((module, function, list(args), kw["timeout"]))
+        return {"pinn_step_eager": 0.004, "pinn_step_compiled": 0.002, "repeats": args[1],
+                "pinn_step_compile_s": 9.0, "pinn_step_compiled_ran": 1.0}, ""  # fmt: skip
+
+    machine = {"cpu": "c", "cores": 16, "gpu": "H200", "load_average_1min": 1.0}
+    monkeypatch.setattr(bench, "_child", lambda *args, **kw: dict(run))
+    monkeypatch.setattr(bench._child_process, "call", call)
+    cpu = {k: v for k, v in machine.items() if k != "gpu"}
+    monkeypatch.setattr(
+        bench._machine, "describe", lambda device="cpu": machine if device != "cpu" else cpu
+    )
+    monkeypatch.setattr(bench.report, "figures", lambda *args: None)
+    results = bench.main(quick=True, budget=2.0, device="cuda:0")
+    assert asked == [("_pinn_engd", "device_steps", ["cuda:0", bench.STEP_REPEATS],
+                      bench.STEP_TIMEOUT)]  # fmt: skip
+    rows = report.summary(results)
+    assert rows[-1].what.startswith("PINN step on the device") and rows[-1].value == 0.5
+    assert not [r for r in rows if r.source], "the CPU's recorded step rows in a GPU's report"
+    assert "(0.50×) after a compile of 9.0 s" in report.section(results)
