@@ -23,7 +23,7 @@ Writes ``results/pinn_engd.json``; ``bench_pinn.py``'s report shows it. On a GPU
 the network and points on the device, each step's clock stopped after the device has
 finished) and records it in its own results::
 
-    python benchmarks/_child.py _pinn_engd main '[60.0]'
+    python benchmarks/_child.py _pinn_engd main '[60.0]'   # [10.0, 50, true]: a quick run
     python benchmarks/_child.py _pinn_engd device_steps '["cuda:0", 20]'
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import _machine
 import torch
-from _common import setup_threads, synchronize, write_json
+from _common import setup_threads, suffix, synchronize, write_json
 
 from marquardt.jacobian import JacobianEngine, PinnStep, Replicas
 from marquardt.solver import LMA
@@ -179,8 +179,9 @@ def device_steps(device: str, repeats: int = 20) -> dict[str, Any]:
     return out
 
 
-def main(budget: float = 60.0, repeats: int = 50) -> str:
-    """Fit for ``budget`` seconds, time the steps (medians of ``repeats``); the JSON's path."""
+def main(budget: float = 60.0, repeats: int = 50, quick: bool = False) -> str:
+    """Fit for ``budget`` seconds, time the steps (medians of ``repeats``); the JSON's path
+    (``results/pinn_engd-quick.json`` for a ``quick`` run, which leaves the recorded one)."""
     setup_threads()
     result: dict[str, Any] = {
         "machine": _machine.describe(),
@@ -191,4 +192,4 @@ def main(budget: float = 60.0, repeats: int = 50) -> str:
     result["fit"] = _fit(budget)
     result["step_s"] = _steps(repeats)
     result["load_after"] = _machine.load_average()
-    return str(write_json("pinn_engd", result))
+    return str(write_json("pinn_engd" + suffix(quick), result))

@@ -281,7 +281,7 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
         path, error = _child_process.call("_pinn_step", "main", [quick], timeout=900)
         print(f"the step by the Jacobian's path: {path or error}", flush=True)
         path, error = _child_process.call(
-            "_pinn_engd", "main", [10.0 if quick else 60.0], timeout=900
+            "_pinn_engd", "main", [10.0 if quick else 60.0, 50, quick], timeout=900
         )
         print(f"ENGD's Poisson: {path or error}", flush=True)
     else:

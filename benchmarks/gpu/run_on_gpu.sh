@@ -149,9 +149,9 @@ import sys
 
 print("python", sys.version.replace("\n", " "), "on", platform.platform())
 for name in (
-    "torch", "numpy", "scipy", "matplotlib", "pytest", "pytest-timeout", "nvidia-ml-py",
+    "torch", "triton", "numpy", "scipy", "matplotlib", "pytest", "pytest-timeout", "nvidia-ml-py",
     "setuptools", "cupy-cuda13x", "cupy-cuda12x", "legate", "pytorch-lightning",
-    "torchmetrics", "lightning-utilities", "tqdm", "torch-levenberg-marquardt",
+    "torchmetrics", "lightning-utilities", "tqdm", "torch-levenberg-marquardt", "torchimize",
 ):
     try:
         print(f"{name} {metadata.version(name)}")
