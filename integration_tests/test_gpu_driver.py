@@ -66,7 +66,7 @@ def test_the_readme_states_the_one_command_and_the_defaults() -> None:
     text = " ".join((GPU / "README.md").read_text().split())
     assert "OUT=$OUT bash benchmarks/gpu/run_on_gpu.sh" in text
     assert f"`{_default('BENCH_PARTS')}`" in text
-    assert "benchmarks/gpu/wheels" in text and "carry" in text
+    assert "benchmarks/gpu/wheels" in text and "wheels folder carried" in text
 
 
 def _fake_children(

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Runs the GPU checks from the repository root on a machine with an NVIDIA GPU and no network.
+# Runs the GPU checks from the repository root on a machine with an NVIDIA GPU and no network:
+#   OUT=$OUT bash benchmarks/gpu/run_on_gpu.sh
+# (README.md beside this: the wheels to carry, what comes back, a dry run without a GPU).
 #
 # Needs Python 3.12 with torch (a CUDA build), numpy, scipy, pytest, matplotlib and
 # nvidia-ml-py; no nox. Installs the four packages from their folders and the wheels in
 # benchmarks/gpu/wheels (fetch_wheels.sh) into a scratch folder with pip --no-deps, then
 # runs, each part under its own time limit and whether or not the parts before it passed:
-#   env, env-nvidia-smi  what the machine has
+#   env, env-nvidia-smi  what the machine has (env-nvidia-smi skipped where there is no
+#                        nvidia-smi)
 #   install              the packages and the carried wheels
 #   devices, devices-processes, devices-plan  marquardt-devices: the table, the GPU
 #                        processes, and its plan for P=49921 N=10000
@@ -13,7 +16,7 @@
 #   integration          integration_tests/test_gpu.py
 #   bench-<name>         benchmarks/run_all.py <name> --device cuda:0 for each benchmark of
 #                        BENCH_PARTS, each a part with its own time limit and budget, in the
-#                        order of the targets: the same benchmarks as on the CPU,
+#                        order of the targets they decide: the same benchmarks as on the CPU,
 #                        each on its device path (LM steps at every shape with GPU memory and
 #                        host synchronisations, many fits, small fits, a new model's first
 #                        call against the eager one with compile=True's Triton build and the
