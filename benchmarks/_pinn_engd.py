@@ -18,9 +18,13 @@ threads. Measured:
   (``torch.compile``, inductor), in turn, medians of ``steps`` after the compile, and the
   compile's seconds.
 
-Writes ``results/pinn_engd.json``; ``bench_pinn.py``'s report shows it::
+Writes ``results/pinn_engd.json``; ``bench_pinn.py``'s report shows it. On a GPU,
+``bench_pinn.py --device cuda`` measures the last of these alone there (``device_steps``:
+the network and points on the device, each step's clock stopped after the device has
+finished) and records it in its own results::
 
-    python benchmarks/_child.py _pinn_engd main '[60.0]'
+    python benchmarks/_child.py _pinn_engd main '[60.0]'   # [10.0, 50, true]: a quick run
+    python benchmarks/_child.py _pinn_engd device_steps '["cuda:0", 20]'
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 import _machine
 import torch
-from _common import setup_threads, write_json
+from _common import setup_threads, suffix, synchronize, write_json
 
 from marquardt.jacobian import JacobianEngine, PinnStep, Replicas
 from marquardt.solver import LMA
@@ -129,28 +133,55 @@ def _steps(repeats: int) -> dict[str, Any]:
     return out
 
 
-def _pinn_steps(repeats: int) -> dict[str, float]:
-    """``PinnStep``'s step, eager and compiled, timed in turn (medians, so that a change of
-    load falls on both), and the seconds of the compile (its first call)."""
+def _pinn_steps(repeats: int, device: str = "cpu") -> dict[str, float]:
+    """``PinnStep``'s step on ``device``, eager and compiled, timed in turn (medians, so
+    that a change of load falls on both; each until the device has finished), and the
+    seconds of the compile (its first call)."""
     net, residual, x, y = problem()
+    where = torch.device(device)
+    net, x, y = net.to(where), x.to(where), y.to(where)
     eager = PinnStep(net, residual, x, y)
     compiled = PinnStep(net, residual, x, y, compile=True)
-    eager.step(1e-3)
-    t0 = time.perf_counter()
-    compiled.step(1e-3)
-    out = {"pinn_step_compile_s": time.perf_counter() - t0}
+
+    def timed(step: PinnStep) -> float:
+        synchronize(where)
+        t0 = time.perf_counter()
+        step.step(1e-3)
+        synchronize(where)
+        return time.perf_counter() - t0
+
+    timed(eager)
+    out = {"pinn_step_compile_s": timed(compiled)}
     times: dict[str, list[float]] = {"pinn_step_eager": [], "pinn_step_compiled": []}
     for _ in range(repeats):
         for name, step in (("pinn_step_eager", eager), ("pinn_step_compiled", compiled)):
-            t0 = time.perf_counter()
-            step.step(1e-3)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(timed(step))
     out.update({name: statistics.median(t) for name, t in times.items()})
+    out["pinn_step_compiled_ran"] = float(compiled.compiled)
     return out
 
 
-def main(budget: float = 60.0, repeats: int = 50) -> str:
-    """Fit for ``budget`` seconds, time the steps (medians of ``repeats``); the JSON's path."""
+def device_steps(device: str, repeats: int = 20) -> dict[str, Any]:
+    """``PinnStep``'s step on ``device`` alone (``_pinn_steps``), with the machine and load.
+
+    **Arguments:** ``device``: a torch device ("cuda:0"); ``repeats``: the timed steps of
+    each side after the compile.
+
+    **Returns:** the figures (``pinn_step_eager``, ``pinn_step_compiled``: median seconds;
+    ``pinn_step_compile_s``; ``pinn_step_compiled_ran``: 1.0 where the compiled step did not
+    fall back to the eager one), ``repeats``, ``device``, the machine and the load.
+    """
+    load = _machine.load_average()
+    out: dict[str, Any] = {"device": device, "repeats": repeats, "load_before": load}
+    out.update(_pinn_steps(repeats, device))
+    out["machine"] = _machine.describe(device)
+    out["load_after"] = _machine.load_average()
+    return out
+
+
+def main(budget: float = 60.0, repeats: int = 50, quick: bool = False) -> str:
+    """Fit for ``budget`` seconds, time the steps (medians of ``repeats``); the JSON's path
+    (``results/pinn_engd-quick.json`` for a ``quick`` run, which leaves the recorded one)."""
     setup_threads()
     result: dict[str, Any] = {
         "machine": _machine.describe(),
@@ -161,4 +192,4 @@ def main(budget: float = 60.0, repeats: int = 50) -> str:
     result["fit"] = _fit(budget)
     result["step_s"] = _steps(repeats)
     result["load_after"] = _machine.load_average()
-    return str(write_json("pinn_engd", result))
+    return str(write_json("pinn_engd" + suffix(quick), result))

@@ -167,6 +167,42 @@ def engd_rows() -> list[Row]:
     return [dataclasses.replace(r, source="pinn_engd") for r in rows]
 
 
+def device_step_rows(step: dict[str, Any] | None) -> list[Row]:
+    """A GPU run's `PinnStep` (``_pinn_engd.device_steps``): compiled / eager, no target
+    (the CPU's row has none either); nothing where the run did not measure it."""
+    if step is None:
+        return []
+    label = "PINN step on the device, ENGD Poisson (P = 129, 900 rows): PinnStep compiled / eager"
+    if "error" in step:
+        return [row(label, None, None, detail=f"did not complete: {step['error']}")]
+    eager, compiled = step["pinn_step_eager"], step["pinn_step_compiled"]
+    return [
+        row(
+            label,
+            compiled / eager,
+            None,
+            detail=f"{compiled * 1e3:.2f} ms vs {eager * 1e3:.2f} ms, in turn, medians of "
+            f"{step['repeats']}; compile {step['pinn_step_compile_s']:.1f} s; compiled ran: "
+            f"{bool(step['pinn_step_compiled_ran'])}",
+        )
+    ]
+
+
+def device_step_text(step: dict[str, Any] | None) -> str:
+    """A GPU run's `PinnStep` in one sentence ("" where the run did not measure it)."""
+    if step is None:
+        return ""
+    if "error" in step:
+        return f"`PinnStep` on the device did not complete: {step['error']}."
+    eager, compiled = step["pinn_step_eager"], step["pinn_step_compiled"]
+    return (
+        f"ENGD's Poisson (P = 129, 900 rows) on the device as one function (`PinnStep`, "
+        f"`_pinn_engd.py`), medians of {step['repeats']} in turn: eager {eager * 1e3:.2f} ms, "
+        f"compiled {compiled * 1e3:.2f} ms ({compiled / eager:.2f}×) after a compile of "
+        f"{step['pinn_step_compile_s']:.1f} s."
+    )
+
+
 def _pinn_step_text(steps: dict[str, Any]) -> str:
     """The sentence on `PinnStep`, eager and compiled, where the run measured it."""
     if "pinn_step_compiled" not in steps:
@@ -253,6 +289,8 @@ def section(results: dict[str, Any]) -> str:
             f"{engd['step_s']['floor_mode']} mode, JᵀJ, Cholesky, timed alone) "
             f"{engd['step_s']['floor'] * 1e3:.1f} ms.{_pinn_step_text(engd['step_s'])}",
         ]
+    if results.get("pinn_step"):
+        lines += ["", device_step_text(results["pinn_step"])]
     lines += [
         "",
         "![error against wall time](../docs/img/pinn_error_time.png)",

@@ -25,7 +25,13 @@ and folders, with the wrappers at ``-O0``, to show what that would save; the bes
 
 Target: ≤ 15 s each (``TARGET``). One process per model and pass, not repeated.
 
-``python benchmarks/run_all.py compile_time [--quick]`` (``--quick``: the decay alone).
+On a GPU (``--device cuda``) the fits and data are on the device, each call's clock stops
+after the device has finished, and inductor writes Triton kernels (compiled inside
+``inductor``, beside the C++ wrappers' g++ runs); one pass (the package's wrappers) of the
+elliptic Gaussian (``GPU_MODELS``), so that it fits a GPU run's few minutes.
+
+``python benchmarks/run_all.py compile_time [--quick] [--device cuda]`` (``--quick``: the
+decay alone).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import _common as c
 import _machine
 import numpy as np
 import torch
@@ -47,6 +54,8 @@ from marquardt.testing.problems import decay, gauss2d, spots
 
 MODELS = ("gauss5", "gauss7", "elliptic", "decay")
 QUICK_MODELS = ("decay",)
+#: The models on a GPU (one pass: ``PASSES[0]``).
+GPU_MODELS = ("elliptic",)
 #: The wrappers' optimisation in each pass: the package's, then the cheaper one.
 PASSES = ("O1", "O0")
 #: Later calls after the compiling one; the best is the kernels' run time.
@@ -124,26 +133,32 @@ def _instrument(level: str) -> _Clock:
     return clock
 
 
-def _call(f: Callable[..., Any], data: dict[str, np.ndarray], **options: Any) -> tuple[float, Any]:
+def _call(
+    f: Callable[..., Any], data: dict[str, np.ndarray], device: str, **options: Any
+) -> tuple[float, Any]:
+    """One call on ``device`` and its seconds (until the device has finished), its info."""
     from marquardt.solver import curve_fit_batch
 
-    kind = getattr(torch, DTYPE)
-    x, y, p0 = (torch.from_numpy(np.asarray(data[k])).to(kind) for k in ("x", "y", "p0"))
+    kind, where = getattr(torch, DTYPE), torch.device(device)
+    x, y, p0 = (torch.from_numpy(np.asarray(data[k])).to(where, kind) for k in ("x", "y", "p0"))
+    c.synchronize(where)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         started = time.perf_counter()
         _, _, info = curve_fit_batch(f, x, y, p0, full_output=True, **options)
+        c.synchronize(where)
     return time.perf_counter() - started, info
 
 
-def process(name: str, level: str) -> dict[str, Any]:
-    """One fresh process: compile ``name``'s kernels (``compile=True``), then later calls."""
+def process(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
+    """One fresh process: compile ``name``'s kernels (``compile=True``) on ``device``, then
+    later calls."""
     from marquardt.solver._curve.kernel_cache import artifacts
 
     f, data = problem(name)
     clock = _instrument(level)
-    call_s, info = _call(f, data, compile=True)
-    later = [_call(f, data, compile=True) for _ in range(LATER_CALLS)]
+    call_s, info = _call(f, data, device, compile=True)
+    later = [_call(f, data, device, compile=True) for _ in range(LATER_CALLS)]
     return {
         "call_s": call_s,
         "compile_s": float(info["compile_seconds"]),
@@ -155,22 +170,27 @@ def process(name: str, level: str) -> dict[str, Any]:
     }
 
 
-def main(quick: bool = False) -> dict[str, Any]:
-    """Every model in both passes (module docstring)."""
+def main(
+    quick: bool = False, device: str = "cpu", timeout: float = CHILD_TIMEOUT
+) -> dict[str, Any]:
+    """Every model in both passes (on a GPU: ``GPU_MODELS`` in the first; module
+    docstring), each process given ``timeout`` seconds."""
     import _child
 
-    models = QUICK_MODELS if quick else MODELS
-    machine = _machine.describe()
+    gpu = torch.device(device).type == "cuda"
+    models = QUICK_MODELS if quick else GPU_MODELS if gpu else MODELS
+    passes = PASSES[:1] if gpu else PASSES
+    machine = _machine.describe(device)
     out: dict[str, Any] = {
         "quick": quick,
         "fits": FITS,
         "dtype": DTYPE,
-        "machine": {k: machine[k] for k in ("cpu", "cores", "torch")},
+        "machine": {k: machine[k] for k in ("cpu", "cores", "torch", "gpu") if k in machine},
         "load_before": _machine.load_average(),
         "later_calls": LATER_CALLS,
         "rows": [],
     }
-    for level in PASSES:
+    for level in passes:
         with tempfile.TemporaryDirectory() as inductor:
             for name in models:
                 with tempfile.TemporaryDirectory() as kept:
@@ -180,8 +200,8 @@ def main(quick: bool = False) -> dict[str, Any]:
                     result, error = _child.call(
                         "bench_compile_time",
                         "process",
-                        [name, level],
-                        timeout=CHILD_TIMEOUT,
+                        [name, level, device],
+                        timeout=timeout,
                         env=env,
                     )
                 if error:
@@ -232,8 +252,13 @@ def section(summary: dict[str, Any]) -> str:
     machine = summary["machine"]
     head = ["model", "wrappers", "compile (s)", "trace", "export", "inductor", "of it g++"]
     head += ["g++: header / kernels / wrappers / links", f"{_later(summary)} (s)", "load"]
+    gpu = (
+        f"GPU {machine['gpu']} (inductor's Triton kernels compiled inside `inductor`); "
+        if machine.get("gpu")
+        else ""
+    )
     lines = [
-        f"CPU {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}; "
+        f"{gpu}CPU {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}; "
         f"{summary['fits']:,} fits, {summary['dtype']}, `compile=True`, each a fresh process with "
         "an empty kernel folder; inductor's cache folder fresh for each pass (its first process "
         "builds the precompiled header). Seconds; one process each, not repeated.",
@@ -261,5 +286,6 @@ def section(summary: dict[str, Any]) -> str:
 
 
 def run(o: Options) -> dict[str, Any]:
-    """The benchmark, as ``run_all.py`` runs it."""
-    return main(quick=o.quick)
+    """The benchmark, as ``run_all.py`` runs it (``--budget``: the seconds each process
+    may take, ``CHILD_TIMEOUT`` without it)."""
+    return main(quick=o.quick, device=o.device, timeout=o.budget or CHILD_TIMEOUT)

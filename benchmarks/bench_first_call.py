@@ -23,7 +23,19 @@ call (the compiled speed the wait bought). Rows: M = 10³, 10⁴, 10⁵ in float
 waits for its own builds, a minute or more here); ``--quick``: M = 10³, float32. Every
 figure is one call in one fresh process (no repeats).
 
-``python benchmarks/run_all.py first_call [--quick]``.
+On a GPU (``--device cuda``) the fits and data are on the device and each call's clock
+stops after the device has finished. A default call there builds nothing in the background
+(background builds are the CPU's) and compiles inline only where the call repays it, so a
+fourth process runs between ``first`` and ``second``:
+
+* ``build``: the first's cache folder, ``compile=True``: its first call (inductor's and
+  Triton's compile of the kernels, then the fits) and a later call; ``second`` then loads
+  the kernels it kept.
+
+Row: M = 10⁵ in float32 (``GPU_ROWS``; ``--quick``: 10³), the figures of the CPU's rows and
+the compiling first call against the eager first call, with its compile's seconds.
+
+``python benchmarks/run_all.py first_call [--quick] [--device cuda]``.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ import time
 import warnings
 from typing import Any
 
+import _common as c
 import _machine
 import numpy as np
 import torch
@@ -45,6 +58,13 @@ from _rows import row
 #: (M, dtype) of a full run, and of a quick one.
 ROWS = ((1_000, "float32"), (10_000, "float32"), (100_000, "float32"))
 QUICK_ROWS = ((1_000, "float32"),)
+#: The same on a GPU: one row each.
+GPU_ROWS = ((100_000, "float32"),)
+GPU_QUICK_ROWS = QUICK_ROWS
+#: The processes of a row, in turn, by device type (module docstring).
+KINDS = {"cpu": ("eager", "first", "second"), "cuda": ("eager", "first", "build", "second")}
+#: Each kind's keywords for ``curve_fit_batch`` (none: the defaults).
+OPTIONS: dict[str, dict[str, Any]] = {"eager": {"compile": False}, "build": {"compile": True}}
 TARGET = 1.5
 #: The rows (M up to this) whose second process makes a third call under a busy loop.
 BUSY_FITS = 10_000
@@ -79,25 +99,31 @@ def problem(fits: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {"x": x, "y": y, "p0": p0}
 
 
-def _call(data: dict[str, np.ndarray], dtype: str, **options: Any) -> tuple[float, dict[str, Any]]:
+def _call(
+    data: dict[str, np.ndarray], dtype: str, device: str = "cpu", **options: Any
+) -> tuple[float, dict[str, Any]]:
+    """One call on ``device`` and its seconds (until the device has finished), its info."""
     from marquardt.solver import curve_fit_batch
 
-    kind = getattr(torch, dtype)
-    x, y, p0 = (torch.from_numpy(data[k]).to(kind) for k in ("x", "y", "p0"))
+    kind, where = getattr(torch, dtype), torch.device(device)
+    x, y, p0 = (torch.from_numpy(data[k]).to(where, kind) for k in ("x", "y", "p0"))
+    c.synchronize(where)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
         _, _, info = curve_fit_batch(elliptic, x, y, p0, full_output=True, **options)
+        c.synchronize(where)
     return time.perf_counter() - start, info
 
 
-def process(kind: str, fits: int, dtype: str) -> dict[str, Any]:
-    """One fresh process of a row (module docstring): ``eager``, ``first`` or ``second``."""
+def process(kind: str, fits: int, dtype: str, device: str = "cpu") -> dict[str, Any]:
+    """One fresh process of a row (module docstring): ``eager``, ``first``, ``build`` or
+    ``second``, its fits on ``device``."""
     from marquardt.solver._curve.kernel_cache import background
 
     data = problem(fits)
-    options = {"compile": False} if kind == "eager" else {}
-    first_s, info = _call(data, dtype, **options)
+    options = OPTIONS.get(kind, {})
+    first_s, info = _call(data, dtype, device, **options)
     out: dict[str, Any] = {
         "first_s": first_s,
         "compiled": bool(info["compiled"]),
@@ -108,9 +134,9 @@ def process(kind: str, fits: int, dtype: str) -> dict[str, Any]:
         out["builds_ended"] = background.wait()
         out["build_s"] = time.perf_counter() - started
     else:
-        out["later_s"], info = _call(data, dtype, **options)
+        out["later_s"], info = _call(data, dtype, device, **options)
         out["later_compiled"] = bool(info["compiled"])
-    if kind == "second" and fits <= BUSY_FITS:
+    if kind == "second" and fits <= BUSY_FITS and torch.device(device).type == "cpu":
         out["busy"] = _under_load(data, dtype)
     return out
 
@@ -141,47 +167,76 @@ def _under_load(data: dict[str, np.ndarray], dtype: str) -> dict[str, Any]:
     }
 
 
-def case(fits: int, dtype: str) -> dict[str, Any]:
-    """One row: the three processes, each fresh (module docstring)."""
+def case(
+    fits: int, dtype: str, device: str = "cpu", timeout: float = CHILD_TIMEOUT
+) -> dict[str, Any]:
+    """One row: its processes (``KINDS``), each fresh, each given ``timeout`` seconds (module
+    docstring). A GPU's ``build`` process that fails is recorded (``{"error": ...}``) and
+    ends the row: the second would have nothing to load."""
     import _child
 
     out: dict[str, Any] = {"fits": fits, "dtype": dtype, "load_before": _machine.load_average()}
     with tempfile.TemporaryDirectory() as eager_cache, tempfile.TemporaryDirectory() as cache:
-        for kind, folder in (("eager", eager_cache), ("first", cache), ("second", cache)):
-            env = {**os.environ, "MARQUARDT_CACHE_DIR": folder}
+        for kind in KINDS[torch.device(device).type]:
+            env = {**os.environ, "MARQUARDT_CACHE_DIR": eager_cache if kind == "eager" else cache}
             env.pop("MARQUARDT_SOLVER_BACKGROUND_BUILD", None)
             result, error = _child.call(
-                "bench_first_call", "process", [kind, fits, dtype], timeout=CHILD_TIMEOUT, env=env
+                "bench_first_call", "process", [kind, fits, dtype, device], timeout=timeout, env=env
             )
+            if error and kind == "build":
+                out["build"] = {"error": error}
+                break
             if error:
                 raise RuntimeError(f"first_call M={fits} {dtype}, {kind} process: {error}")
             out[kind] = result
     out["load_after"] = _machine.load_average()
     out["first_vs_eager"] = out["first"]["first_s"] / out["eager"]["first_s"]
-    out["second_later_vs_eager_later"] = out["second"]["later_s"] / out["eager"]["later_s"]
-    print(
-        f"  M={fits:,} {dtype}: eager first {out['eager']['first_s']:.2f} s, default first "
-        f"{out['first']['first_s']:.2f} s ({out['first_vs_eager']:.2f}×), builds "
-        f"{out['first']['build_s']:.1f} s, second process later {out['second']['later_s']:.2f} s "
-        f"vs eager later {out['eager']['later_s']:.2f} s; load {out['load_before']:.1f}",
-        flush=True,
-    )
+    if "second" in out:
+        out["second_later_vs_eager_later"] = out["second"]["later_s"] / out["eager"]["later_s"]
+    if "first_s" in out.get("build", {}):
+        out["build_vs_eager"] = out["build"]["first_s"] / out["eager"]["first_s"]
+    print(f"  M={fits:,} {dtype}: {_detail(out)}", flush=True)
     return out
 
 
-def main(quick: bool = False, rows: Any = None) -> dict[str, Any]:
-    """Every row of the run (module docstring)."""
-    chosen = [tuple(r) for r in rows] if rows is not None else QUICK_ROWS if quick else ROWS
-    machine = _machine.describe()
+def _detail(r: dict[str, Any]) -> str:
+    """A row's figures beside its ratio: the first calls, the build, the second process."""
+    text = f"{r['first']['first_s']:.2f} s vs {r['eager']['first_s']:.2f} s; "
+    if "build" in r:
+        text += "no background build on the device"
+    else:
+        text += f"background build {r['first']['build_s']:.0f} s"
+    if "second" in r:
+        text += (
+            f"; second process's later call {r['second_later_vs_eager_later']:.2f}× the eager "
+            f"later call (compiled: {r['second']['later_compiled']})"
+        )
+    return text + f"; load {r['load_before']:.1f} → {r['load_after']:.1f}"
+
+
+def main(
+    quick: bool = False, rows: Any = None, device: str = "cpu", timeout: float = CHILD_TIMEOUT
+) -> dict[str, Any]:
+    """Every row of the run on ``device``, each process given ``timeout`` seconds (module
+    docstring)."""
+    gpu = torch.device(device).type == "cuda"
+    if rows is not None:
+        chosen = [tuple(r) for r in rows]
+    elif gpu:
+        chosen = list(GPU_QUICK_ROWS if quick else GPU_ROWS)
+    else:
+        chosen = list(QUICK_ROWS if quick else ROWS)
+    machine = _machine.describe(device)
     return {
         "quick": quick,
-        "machine": {k: machine[k] for k in ("cpu", "cores", "torch")},
-        "rows": [case(int(fits), str(dtype)) for fits, dtype in chosen],
+        "machine": {k: machine[k] for k in ("cpu", "cores", "torch", "gpu") if k in machine},
+        "rows": [case(int(fits), str(dtype), device, timeout) for fits, dtype in chosen],
     }
 
 
 def rows(summary: dict[str, Any]) -> list[Any]:
-    """The first call against the eager first call, per row."""
+    """The first call against the eager first call, per row (on a GPU also the compiling
+    process and the second process's kept kernels: ``_build_rows``)."""
     found = []
     for r in summary["rows"]:
         label = f"first call M={r['fits']:,} {r['dtype']}"
@@ -190,14 +245,12 @@ def rows(summary: dict[str, Any]) -> list[Any]:
                 f"{label}: default (empty cache) / eager first call",
                 r["first_vs_eager"],
                 TARGET,
-                detail=f"{r['first']['first_s']:.2f} s vs {r['eager']['first_s']:.2f} s; "
-                f"background build {r['first']['build_s']:.0f} s; second process's later call "
-                f"{r['second_later_vs_eager_later']:.2f}× the eager later call "
-                f"(compiled: {r['second']['later_compiled']}); load {r['load_before']:.1f} → "
-                f"{r['load_after']:.1f}",
+                detail=_detail(r),
             )
         )
-        busy = r["second"].get("busy")
+        if "build" in r:
+            found.extend(_build_rows(label, r))
+        busy = r.get("second", {}).get("busy")
         if busy is not None:
             found.append(
                 row(
@@ -213,44 +266,85 @@ def rows(summary: dict[str, Any]) -> list[Any]:
     return found
 
 
+def _build_rows(label: str, r: dict[str, Any]) -> list[Any]:
+    """A GPU row's compiling process against the eager one (no target: what compiling costs
+    the first call), and the second process's kept kernels against the eager later call."""
+    b, e = r["build"], r["eager"]
+    ratio = f"{label}: compile=True first call (its compile in it) / eager first call"
+    if "error" in b:
+        return [row(ratio, None, None, detail=f"did not complete: {b['error']}")]
+    s = r["second"]
+    return [
+        row(
+            ratio,
+            r["build_vs_eager"],
+            None,
+            detail=f"{b['first_s']:.2f} s vs {e['first_s']:.2f} s; compile "
+            f"{b['compile_s']:.1f} s, compiled: {b['compiled']}; its later call "
+            f"{b['later_s']:.3f} s",
+        ),
+        row(
+            f"{label}: second process (default arguments, the kept kernels) later call / eager "
+            "later call",
+            r["second_later_vs_eager_later"],
+            None,
+            detail=f"{s['later_s']:.3f} s ({r['fits'] / s['later_s']:.3g} fits/s, compiled: "
+            f"{s['later_compiled']}) vs {e['later_s']:.3f} s; its first call (the kernels' "
+            f"load) {s['first_s']:.2f} s",
+        ),
+    ]
+
+
 def section(summary: dict[str, Any]) -> str:
     """The rows as a Markdown table, with the machine."""
     machine = summary["machine"]
+    built = any("build" in r for r in summary["rows"])
     head = [
         "M",
         "dtype",
         "eager first / later (s)",
         "default first (s)",
         "÷ eager first",
-        "background build (s)",
+        "compile=True first (s): its compile" if built else "background build (s)",
         "second process first / later (s)",
         "later ÷ eager later",
         "load",
     ]
+    gpu = f"GPU {machine['gpu']}; " if machine.get("gpu") else ""
     lines = [
-        f"CPU {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}. Each "
+        f"{gpu}CPU {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}. Each "
         "column a fresh process; one call each, not repeated.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
     ]
     for r in summary["rows"]:
-        e, f, s = r["eager"], r["first"], r["second"]
+        e, f, s = r["eager"], r["first"], r.get("second")
         cells = [
             f"{r['fits']:,}",
             r["dtype"],
             f"{e['first_s']:.2f} / {e['later_s']:.2f}",
             f"{f['first_s']:.2f}",
             f"{r['first_vs_eager']:.2f}",
-            f"{f['build_s']:.0f}",
-            f"{s['first_s']:.2f} / {s['later_s']:.2f}",
-            f"{r['second_later_vs_eager_later']:.2f}",
+            _build_cell(r),
+            f"{s['first_s']:.2f} / {s['later_s']:.2f}" if s else "—",
+            f"{r['second_later_vs_eager_later']:.2f}" if s else "—",
             f"{r['load_before']:.1f} → {r['load_after']:.1f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def _build_cell(r: dict[str, Any]) -> str:
+    """The section's build column: the background build, or a GPU's compiling process."""
+    if "build" not in r:
+        return f"{r['first']['build_s']:.0f}"
+    if "error" in r["build"]:
+        return "did not complete"
+    return f"{r['build']['first_s']:.2f}: {r['build']['compile_s']:.1f}"
+
+
 def run(o: Options) -> dict[str, Any]:
-    """The benchmark, as ``run_all.py`` runs it."""
-    return main(quick=o.quick)
+    """The benchmark, as ``run_all.py`` runs it (``--budget``: the seconds each process
+    may take, ``CHILD_TIMEOUT`` without it)."""
+    return main(quick=o.quick, device=o.device, timeout=o.budget or CHILD_TIMEOUT)

@@ -26,6 +26,11 @@ its memory; with ``--device cuda``, the peak of CUDA memory allocated over the s
     python benchmarks/_child.py _pinn_orders main '[false, "cpu"]'   # the Jacobian orders
     python benchmarks/_child.py _pinn_step main '[false]'   # the step by the Jacobian's path
     python benchmarks/_child.py _pinn_engd main '[60.0]'   # ENGD's Poisson, P = 129
+
+On a GPU the run also times ENGD's Poisson step as one function (``PinnStep``), eager and
+compiled, on the device (``_pinn_engd.device_steps``, in a process of its own after the
+methods; ``STEP_REPEATS`` steps each, ``STEP_TIMEOUT`` seconds at most), its rows and
+sentence in the GPU's report.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ from marquardt.testing.problems import poisson_exact, poisson_residual, poisson_
 #: has torch-levenberg-marquardt (marquardt then comes from PYTHONPATH).
 PEER_PYTHON = Path(os.environ.get("MARQUARDT_BENCH_PYTHON", sys.executable))
 ADAM_RATES = (1e-3, 3e-3, 1e-2, 3e-2)
+#: On a GPU: the timed steps of each side of ``PinnStep`` and the seconds its process may
+#: take (the compile included).
+STEP_REPEATS = 20
+STEP_TIMEOUT = 25.0
 
 
 # -- the problem ----------------------------------------------------------------------------
@@ -240,7 +249,9 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
     """The comparison (each method in its own process); writes the JSON and the figures."""
     setup_threads()
     budget = budget or (10.0 if quick else 50.0)
-    info = _machine.describe()
+    # The device's record (a GPU's names it): the report shows the CPU's step rows only
+    # beside a CPU's results (``_pinn_report.summary``).
+    info = _machine.describe(device)
     results: dict[str, Any] = {"machine": info, "budget_s": budget, "quick": quick}
     tuning = {}
     for lr in ADAM_RATES:
@@ -270,10 +281,16 @@ def main(quick: bool = False, budget: float | None = None, device: str = "cpu") 
         path, error = _child_process.call("_pinn_step", "main", [quick], timeout=900)
         print(f"the step by the Jacobian's path: {path or error}", flush=True)
         path, error = _child_process.call(
-            "_pinn_engd", "main", [10.0 if quick else 60.0], timeout=900
+            "_pinn_engd", "main", [10.0 if quick else 60.0, 50, quick], timeout=900
         )
         print(f"ENGD's Poisson: {path or error}", flush=True)
-    rows = report.run_rows(runs)
+    else:
+        step, error = _child_process.call(
+            "_pinn_engd", "device_steps", [device, STEP_REPEATS], timeout=STEP_TIMEOUT
+        )
+        results["pinn_step"] = step or {"error": error}
+        print(f"PinnStep on {device}: {report.device_step_text(results['pinn_step'])}", flush=True)
+    rows = report.run_rows(runs) + report.device_step_rows(results.get("pinn_step"))
     results["rows"] = [r.record() for r in rows]
     report.figures(runs, c.suffix(quick, device), results)
     return results

@@ -2,7 +2,9 @@
 # Downloads the wheels that run_on_gpu.sh installs on a GPU machine without a network.
 #
 # The peer, torch-levenberg-marquardt, and its pure-Python dependencies pytorch-lightning,
-# torchmetrics and lightning-utilities, at the versions pinned in benchmarks/requirements.txt,
+# torchmetrics and lightning-utilities, and the many-fits peer torchimize (whose other
+# dependencies the GPU image has or it does not import), at the versions pinned in
+# benchmarks/requirements.txt,
 # as wheels for Python 3.12 (the GPU image's), into benchmarks/gpu/wheels/ (ignored by git;
 # the run carries it). Old wheels there are removed first: two versions of one package
 # would stop the install. Also writes wheels/SOURCE, the commit the working tree is at, which
@@ -16,7 +18,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PYTHON="${PYTHON:-python3}"
 DEST="${DEST:-$ROOT/benchmarks/gpu/wheels}"
 REQUIREMENTS="$ROOT/benchmarks/requirements.txt"
-NAMES=(torch-levenberg-marquardt pytorch-lightning torchmetrics lightning-utilities)
+NAMES=(torch-levenberg-marquardt pytorch-lightning torchmetrics lightning-utilities torchimize)
 
 specs=()
 for name in "${NAMES[@]}"; do
