@@ -307,11 +307,20 @@ def rows(summary: dict[str, Any]) -> list[Any]:
                 r["compile_s"],
                 TARGET if r["level"] == PASSES[0] else None,
                 unit=" s",
-                detail=f"{r['kernels']} packages; {steps}; {loaded}; "
+                detail=f"{r['kernels']} package{'s' if r['kernels'] != 1 else ''}; {steps}; "
+                f"{loaded}; {_background(r)}"
                 f"{_later(summary)} {r['later_s']:.3f} s; load {r['load']:.1f}",
             )
         )
     return found
+
+
+def _background(r: dict[str, Any]) -> str:
+    """What the process waited for after the call: the tail's kernel built in the background."""
+    seconds = r.get("background_s")
+    if seconds is None:
+        return "no background build; "
+    return f"the tail's kernel built in the background after the call: {seconds:.1f} s; then "
 
 
 def _later(summary: dict[str, Any]) -> str:
@@ -325,7 +334,7 @@ def section(summary: dict[str, Any]) -> str:
     machine = summary["machine"]
     head = ["model", "wrappers", "packages", "compile (s)", "trace", "export", "inductor"]
     head += ["of it g++", "g++: header / kernels / wrappers / links"]
-    head += [f"{_later(summary)} (s)", "load"]
+    head += ["tail in the background (s)", f"{_later(summary)} (s)", "load"]
     lines = [
         f"CPU {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}; "
         f"{summary['fits']:,} fits, {summary['dtype']}, `compile=True`, each a fresh process; "
@@ -350,6 +359,7 @@ def section(summary: dict[str, Any]) -> str:
             f"{p.get('inductor', 0):.1f}",
             f"{sum(gxx):.1f}",
             " / ".join(f"{v:.1f}" for v in gxx),
+            "—" if r.get("background_s") is None else f"{r['background_s']:.1f}",
             f"{r['later_s']:.3f}" if "later_s" in r else "—",
             f"{r['load']:.1f}",
         ]
