@@ -26,7 +26,9 @@ compiled: the first process builds the precompiled header, the later ones reuse 
 first pass is the package as it is (its wrappers at ``artifacts.WRAPPER_OPT_LEVEL``,
 ``-O0``); the second (``-O1``, inductor's default) compiles the same kernels, in fresh
 processes and folders, with the wrappers at ``-O1``; the best of ``LATER_CALLS`` later
-calls of each process's kernels shows what the level costs at run time.
+calls of each process's kernels shows what the level costs at run time (the tail's kernel,
+built by the background builder, a fresh interpreter, has the package's ``-O0`` wrapper in
+both passes).
 
 Target: ≤ 15 s each (``TARGET``), a model's own kernels with the model-independent one
 loaded. One process per model and pass, not repeated.
