@@ -59,13 +59,13 @@ class Report:
 
     def shown(self) -> list[str]:
         """The benchmarks it shows. On the CPU: those ``nox -s bench`` runs, and those run
-        only when named that run on the CPU alone and have recorded results; on a GPU:
-        those that run there and have recorded results."""
+        only when named that run on the CPU and have recorded results; on a GPU: those that
+        run there and have recorded results."""
         if self.gpu:
             return [n for n in registry.MODULES if "cuda" in registry.get(n).devices]
         every = registry.defaults()
         named = [n for n in registry.MODULES if n not in every]
-        return every + [n for n in named if "cuda" not in registry.get(n).devices and self.load(n)]
+        return every + [n for n in named if "cpu" in registry.get(n).devices and self.load(n)]
 
     def png(self, name: str) -> str | None:
         """The file name of benchmark ``name``'s plot in this report."""

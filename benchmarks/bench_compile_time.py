@@ -1,29 +1,37 @@
 """How long a new model's kernels take to build with ``compile=True``, and what dominates.
 
-Four models, each in a fresh process with an empty kernel folder (``MARQUARDT_CACHE_DIR``),
-``curve_fit_batch(..., compile=True)`` on M = 10⁴ fits in float32 (``FITS``, ``DTYPE``):
-the 5 × 5 and 7 × 7 Gaussian spots (``marquardt.testing.problems``), the elliptic
-Gaussian of ``bench_first_call`` (6 × 6 pixels) and an exponential decay (64 points, 3
-parameters). The call compiles three kernels (the start state, the iteration, the
-covariance's inverse); ``compile_s`` is the time the call reports for tracing and
-compiling them, ``call_s`` the whole first call. The parts are timed in the process by
-wrapping the steps it takes (no profiler): ``trace`` (``make_fx`` of the three functions),
-``export`` (``torch.export``), ``inductor`` (AOTInductor: code generation and the C++
-compiler), of which ``g++`` (every run of the system compiler, waited on), split into the
-precompiled header (built once per machine and torch version, in inductor's own cache
-folder, where it is a run of its own), the kernels' code, the wrappers' code (the C++ that
-calls a package's kernels in turn) and the links.
+Four models, each in a fresh process, ``curve_fit_batch(..., compile=True)`` on M = 10⁴
+fits in float32 (``FITS``, ``DTYPE``): the 5 × 5 and 7 × 7 Gaussian spots
+(``marquardt.testing.problems``), the elliptic Gaussian of ``bench_first_call`` (6 × 6
+pixels) and an exponential decay (64 points, 3 parameters). A model's own kernel is one
+package: the start state and the iteration, the two branches of one graph
+(``traced.step``), for the chunk's fits and, where a call's running fits fall below
+``PAD_SHARE`` of them, again for the tail's. The covariance's inverse of JᵀJ does not
+depend on the model: it is built once per machine and parameter count P (and chunk), and
+loaded by every model of that P. Here it is built first, for each P, in a process of its
+own (``shared``, the rows "model-independent"), into the pass's kernel folder; each
+model's process then finds it there and builds only its own kernels (the folder holds no
+kernel of that model). ``compile_s`` is the time the call reports for tracing and
+compiling, ``call_s`` the whole first call. The parts are timed in the process by
+wrapping the steps it takes (no profiler): ``trace`` (``make_fx``), ``export``
+(``torch.export``), ``inductor`` (AOTInductor: code generation and the C++ compiler), of
+which ``g++`` (every run of the system compiler, waited on), split into the precompiled
+header (built once per machine and torch version, in inductor's own cache folder), the
+kernels' code, the wrappers' code (the C++ that calls a package's kernels in turn) and
+the links.
 
 Inductor's cache folder (``TORCHINDUCTOR_CACHE_DIR``) is one fresh folder for each pass,
-shared by its processes, as on a machine where the pass's first model is the first one
-compiled: the first process builds the precompiled header, the later ones reuse it (and
-the covariance kernel, the same for models of one P, where inductor finds it). The first
-pass (``wrapper -O1``) is the package as it is (``artifacts.WRAPPER_OPT_LEVEL``, inductor's
-default); the second (``wrapper -O0``) compiles the same four models, in fresh processes
-and folders, with the wrappers at ``-O0``, to show what that would save; the best of
-``LATER_CALLS`` later calls of each process's kernels shows what it costs at run time.
+shared by its processes, as on a machine where the pass's first kernel is the first one
+compiled: the first process builds the precompiled header, the later ones reuse it. The
+first pass is the package as it is (its wrappers at ``artifacts.WRAPPER_OPT_LEVEL``,
+``-O0``); the second (``-O1``, inductor's default) compiles the same kernels, in fresh
+processes and folders, with the wrappers at ``-O1``; the best of ``LATER_CALLS`` later
+calls of each process's kernels shows what the level costs at run time (the tail's kernel,
+built by the background builder, a fresh interpreter, has the package's ``-O0`` wrapper in
+both passes).
 
-Target: ≤ 15 s each (``TARGET``). One process per model and pass, not repeated.
+Target: ≤ 15 s each (``TARGET``), a model's own kernels with the model-independent one
+loaded. One process per model and pass, not repeated.
 
 On a GPU (``--device cuda``) the fits and data are on the device, each call's clock stops
 after the device has finished, and inductor writes Triton kernels (compiled inside
@@ -56,8 +64,10 @@ MODELS = ("gauss5", "gauss7", "elliptic", "decay")
 QUICK_MODELS = ("decay",)
 #: The models on a GPU (one pass: ``PASSES[0]``).
 GPU_MODELS = ("elliptic",)
-#: The wrappers' optimisation in each pass: the package's, then the cheaper one.
-PASSES = ("O1", "O0")
+#: The wrappers' optimisation in each pass: the package's, then inductor's default.
+PASSES = ("O0", "O1")
+#: Each model's parameter count P (the model-independent kernel is built once per P).
+PARAMS = {"gauss5": 5, "gauss7": 5, "elliptic": 6, "decay": 3}
 #: Later calls after the compiling one; the best is the kernels' run time.
 LATER_CALLS = 3
 FITS = 10_000
@@ -151,18 +161,24 @@ def _call(
 
 
 def process(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
-    """One fresh process: compile ``name``'s kernels (``compile=True``) on ``device``, then
-    later calls."""
-    from marquardt.solver._curve.kernel_cache import artifacts
+    """One fresh process: compile ``name``'s kernels (``compile=True``) on ``device``, wait
+    for the tail's kernel built in the background after the call, then later calls."""
+    from marquardt.solver._curve.kernel_cache import artifacts, background
 
     f, data = problem(name)
     clock = _instrument(level)
     call_s, info = _call(f, data, device, compile=True)
+    started = time.perf_counter()
+    spawned = bool(background._STARTED)
+    background.wait()
+    waited = time.perf_counter() - started
     later = [_call(f, data, device, compile=True) for _ in range(LATER_CALLS)]
     return {
         "call_s": call_s,
         "compile_s": float(info["compile_seconds"]),
         "kernels": int(artifacts.STATS["compiled"]),
+        "background_s": waited if spawned else None,
+        "later_loaded": int(artifacts.STATS["loaded"]),
         "later_s": min(seconds for seconds, _ in later),
         "later_compiled": all(bool(info["compiled"]) for _, info in later),
         "parts": clock.seconds,
@@ -170,13 +186,84 @@ def process(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
     }
 
 
+def shared(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
+    """One fresh process: build the model-independent kernel (the covariance's inverse of
+    JᵀJ) for ``name``'s P and a chunk of ``FITS`` fits, for the threads ``name``'s kernels
+    are built for, as the first model of that P does."""
+    from marquardt.solver._curve import compiled_lm
+    from marquardt.solver._curve.kernel_cache import artifacts, kernel_key
+
+    _, data = problem(name)
+    points, params = np.shape(data["y"])[1], np.shape(data["p0"])[1]
+    clock = _instrument(level)
+    where = torch.device(device)
+    threads = kernel_key.build_threads(FITS * points * params, where)
+    built = compiled_lm.CompiledIterations(shared, FITS, True, threads=threads)
+    gram = torch.eye(params, dtype=getattr(torch, DTYPE), device=where)
+    gram = gram.expand(FITS, params, params)
+    started = time.perf_counter()
+    built.gram_inverse(gram.contiguous())
+    built.finish()
+    c.synchronize(where)
+    return {
+        "compile_s": time.perf_counter() - started,
+        "kernels": int(artifacts.STATS["compiled"]),
+        "parts": clock.seconds,
+        "counts": clock.counts,
+    }
+
+
+def _child_run(
+    function: str, args: list[Any], env: dict[str, str], timeout: float
+) -> dict[str, Any]:
+    import _child
+
+    result, error = _child.call("bench_compile_time", function, args, timeout=timeout, env=env)
+    if error:
+        raise RuntimeError(f"compile_time {function} {args}: {error}")
+    return dict(result)
+
+
+def _said(result: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {v:.1f} s" for k, v in sorted(result["parts"].items()))
+
+
+def _pass(models: tuple[str, ...], level: str, device: str, timeout: float) -> list[dict[str, Any]]:
+    """One pass (module docstring): the model-independent kernel per P, then each model,
+    each process given ``timeout`` seconds."""
+    found: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as inductor, tempfile.TemporaryDirectory() as kept:
+        env = {**os.environ, "MARQUARDT_CACHE_DIR": kept, "TORCHINDUCTOR_CACHE_DIR": inductor}
+        firsts = {PARAMS[name]: name for name in reversed(models)}
+        for params, first in sorted(firsts.items()):
+            load = _machine.load_average()
+            result = _child_run("shared", [first, level, device], env, timeout)
+            result.update(model=f"covariance P={params}", level=level, load=load, shared=True)
+            found.append(result)
+            print(
+                f"  covariance P={params} -{level}: {result['compile_s']:.1f} s; "
+                f"{_said(result)}; load {load:.1f}",
+                flush=True,
+            )
+        for name in models:
+            load = _machine.load_average()
+            result = _child_run("process", [name, level, device], env, timeout)
+            result.update(model=name, level=level, load=load, shared=False)
+            found.append(result)
+            print(
+                f"  {name} -{level}: compile {result['compile_s']:.1f} s "
+                f"({result['kernels']} kernels), later call {result['later_s']:.3f} s; "
+                f"{_said(result)}; load {load:.1f}",
+                flush=True,
+            )
+    return found
+
+
 def main(
     quick: bool = False, device: str = "cpu", timeout: float = CHILD_TIMEOUT
 ) -> dict[str, Any]:
     """Every model in both passes (on a GPU: ``GPU_MODELS`` in the first; module
     docstring), each process given ``timeout`` seconds."""
-    import _child
-
     gpu = torch.device(device).type == "cuda"
     models = QUICK_MODELS if quick else GPU_MODELS if gpu else MODELS
     passes = PASSES[:1] if gpu else PASSES
@@ -191,41 +278,52 @@ def main(
         "rows": [],
     }
     for level in passes:
-        with tempfile.TemporaryDirectory() as inductor:
-            for name in models:
-                with tempfile.TemporaryDirectory() as kept:
-                    env = {**os.environ, "MARQUARDT_CACHE_DIR": kept}
-                    env["TORCHINDUCTOR_CACHE_DIR"] = inductor
-                    load = _machine.load_average()
-                    result, error = _child.call(
-                        "bench_compile_time",
-                        "process",
-                        [name, level, device],
-                        timeout=timeout,
-                        env=env,
-                    )
-                if error:
-                    raise RuntimeError(f"compile_time {name} {level}: {error}")
-                result.update(model=name, level=level, load=load)
-                out["rows"].append(result)
-                print(
-                    f"  {name} -{level}: compile {result['compile_s']:.1f} s "
-                    f"({result['kernels']} kernels), later call {result['later_s']:.3f} s; "
-                    + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(result["parts"].items()))
-                    + f"; load {load:.1f}",
-                    flush=True,
-                )
+        out["rows"] += _pass(models, level, device, timeout)
     out["load_after"] = _machine.load_average()
     return out
 
 
+def _shared_s(summary: dict[str, Any], r: dict[str, Any]) -> float | None:
+    """The seconds the pass of ``r`` spent on the model-independent kernel of its P."""
+    name = f"covariance P={PARAMS.get(r['model'], 0)}"
+    for other in summary["rows"]:
+        if other.get("shared") and other["model"] == name and other["level"] == r["level"]:
+            return float(other["compile_s"])
+    return None
+
+
 def rows(summary: dict[str, Any]) -> list[Any]:
-    """Each model's compile time against ``TARGET`` (the package's wrappers; -O0 wrappers
-    for information)."""
+    """Each model's compile time against ``TARGET`` (the package's wrappers; -O1 wrappers
+    and the model-independent kernels for information)."""
     found = []
     for r in summary["rows"]:
         parts = r["parts"]
         gxx = sum(v for k, v in parts.items() if k.startswith("g++"))
+        steps = (
+            f"trace {parts.get('trace', 0):.1f} s, export {parts.get('export', 0):.1f} s, "
+            f"inductor {parts.get('inductor', 0):.1f} s of which g++ {gxx:.1f} s"
+        )
+        if r.get("shared"):
+            found.append(
+                row(
+                    f"compile_time {r['model']} (model-independent: the covariance's inverse "
+                    f"of JᵀJ, {summary['fits']:,} fits, {summary['dtype']}, wrappers at "
+                    f"-{r['level']}): built once per machine and P",
+                    r["compile_s"],
+                    None,
+                    unit=" s",
+                    detail=f"{steps}; load {r['load']:.1f}",
+                )
+            )
+            continue
+        covariance = _shared_s(summary, r)
+        loaded = (
+            "the covariance's kernel loaded (built once per P"
+            + (f": {covariance:.1f} s" if covariance is not None else "")
+            + ")"
+            if "shared" in r
+            else "the covariance's kernel included"
+        )
         found.append(
             row(
                 f"compile_time {r['model']} ({summary['fits']:,} fits, {summary['dtype']}, "
@@ -233,12 +331,20 @@ def rows(summary: dict[str, Any]) -> list[Any]:
                 r["compile_s"],
                 TARGET if r["level"] == PASSES[0] else None,
                 unit=" s",
-                detail=f"trace {parts.get('trace', 0):.1f} s, export {parts.get('export', 0):.1f} s, "
-                f"inductor {parts.get('inductor', 0):.1f} s of which g++ {gxx:.1f} s; "
+                detail=f"{r['kernels']} package{'s' if r['kernels'] != 1 else ''}; {steps}; "
+                f"{loaded}; {_background(r)}"
                 f"{_later(summary)} {r['later_s']:.3f} s; load {r['load']:.1f}",
             )
         )
     return found
+
+
+def _background(r: dict[str, Any]) -> str:
+    """What the process waited for after the call: the tail's kernel built in the background."""
+    seconds = r.get("background_s")
+    if seconds is None:
+        return "no background build; "
+    return f"the tail's kernel built in the background after the call: {seconds:.1f} s; then "
 
 
 def _later(summary: dict[str, Any]) -> str:
@@ -250,8 +356,9 @@ def _later(summary: dict[str, Any]) -> str:
 def section(summary: dict[str, Any]) -> str:
     """The runs as a Markdown table, with the machine."""
     machine = summary["machine"]
-    head = ["model", "wrappers", "compile (s)", "trace", "export", "inductor", "of it g++"]
-    head += ["g++: header / kernels / wrappers / links", f"{_later(summary)} (s)", "load"]
+    head = ["model", "wrappers", "packages", "compile (s)", "trace", "export", "inductor"]
+    head += ["of it g++", "g++: header / kernels / wrappers / links"]
+    head += ["tail in the background (s)", f"{_later(summary)} (s)", "load"]
     gpu = (
         f"GPU {machine['gpu']} (inductor's Triton kernels compiled inside `inductor`); "
         if machine.get("gpu")
@@ -259,9 +366,11 @@ def section(summary: dict[str, Any]) -> str:
     )
     lines = [
         f"{gpu}CPU {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}; "
-        f"{summary['fits']:,} fits, {summary['dtype']}, `compile=True`, each a fresh process with "
-        "an empty kernel folder; inductor's cache folder fresh for each pass (its first process "
-        "builds the precompiled header). Seconds; one process each, not repeated.",
+        f"{summary['fits']:,} fits, {summary['dtype']}, `compile=True`, each a fresh process; "
+        "the model-independent kernel (the covariance's) built first for each P, in its own "
+        "process, and loaded by the models' processes; inductor's cache folder fresh for each "
+        "pass (its first process builds the precompiled header). Seconds; one process each, "
+        "not repeated.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -272,13 +381,15 @@ def section(summary: dict[str, Any]) -> str:
         cells = [
             r["model"],
             f"-{r['level']}",
+            str(r.get("kernels", "")),
             f"{r['compile_s']:.1f}",
             f"{p.get('trace', 0):.1f}",
             f"{p.get('export', 0):.1f}",
             f"{p.get('inductor', 0):.1f}",
             f"{sum(gxx):.1f}",
             " / ".join(f"{v:.1f}" for v in gxx),
-            f"{r['later_s']:.3f}",
+            "—" if r.get("background_s") is None else f"{r['background_s']:.1f}",
+            f"{r['later_s']:.3f}" if "later_s" in r else "—",
             f"{r['load']:.1f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")

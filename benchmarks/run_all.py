@@ -162,6 +162,13 @@ def check_reports() -> list[str]:
             problems.append(f"{written.summary_json.name} does not load: {exc!r}")
             continue
         fresh = report.rebuilt(summary, written)
+        names, shown = [r.name for r in summary.runs], written.shown()
+        if sorted(names) != sorted(shown):
+            problems.append(
+                f"{written.summary_json.name} holds the runs {names}, where the report shows "
+                f"{shown}. HINT: python benchmarks/run_all.py --render"
+                f"{' --device cuda' * written.gpu}"
+            )
         stale = [
             r.name
             for r, f in zip(summary.runs, fresh.runs, strict=False)

@@ -238,6 +238,44 @@ def test_the_results_check_fails_on_rows_the_data_do_not_give_and_render_rebuild
     assert [r.what for r in kept.runs[0].rows] == ["subset_damping: did not complete"]
 
 
+def test_the_results_check_fails_on_a_shown_benchmark_missing_from_the_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import _results_md as report
+    import run_all
+    from _stamp import MEASURED
+
+    results = _results_in(tmp_path, monkeypatch)
+    data = {MEASURED: {"source": "commit 0000000", "cpu": "test CPU", "cores": 2}, "runs": {}}
+    (results / "subset_damping.json").write_text(json.dumps(data))
+    summary = report.Summary("2026-01-01 00:00", 60.0, _machine(data[MEASURED]), [])
+    (results / "summary.json").write_text(json.dumps(summary.record()))
+    report.write(summary, report.CPU)
+    (problem,) = run_all.check_reports()
+    assert "summary.json holds the runs [], where the report shows ['subset_damping']" in problem
+
+
+def test_a_benchmark_run_when_named_on_both_devices_stays_in_the_cpu_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    import _common as c
+    import _registry as registry
+    import _results_md as report
+
+    named = [n for n in registry.MODULES if n not in registry.defaults()]
+    both = next(n for n in named if registry.get(n).devices == ("cpu", "cuda"))
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(c, "RESULTS_DIR", results)
+    assert both not in report.CPU.shown()  # no results recorded: not shown
+    (results / f"{both}.json").write_text(json.dumps({"rows": []}))
+    assert both in report.CPU.shown()
+
+
 def test_a_stamp_says_not_recorded_for_what_an_older_result_lacks() -> None:
     from _rows import Row, row
     from _stamp import MEASURED, stamp, stamp_record

@@ -86,7 +86,8 @@ def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_pro
     # Nothing was traced in the calling process: the forked builder traced the kernels.
     assert traced_here == []
     kinds = sorted(e["description"]["kind"] for e in cache.entries())
-    assert kinds == ["covariance", "iteration", "start"], cache.entries()
+    # The start state is a branch of the iteration's kernel: two packages, not three.
+    assert kinds == ["covariance", "iteration"], cache.entries()
     assert build_lock.builds(builds_on) == [] and not list(builds_on.glob(".tmp-*"))
     tests = str(Path(__file__).resolve().parents[1])
     done = subprocess.run(
@@ -102,7 +103,7 @@ def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_pro
         check=True,
     )
     got = json.loads(done.stdout.splitlines()[-1])
-    assert got["compiled"] and got["stats"]["loaded"] == 3 and got["stats"]["compiled"] == 0
+    assert got["compiled"] and got["stats"]["loaded"] == 2 and got["stats"]["compiled"] == 0
     assert "compiling" not in done.stderr
     # Compiled and eager answers agree in float64.
     np.testing.assert_allclose(got["popt"], eager[0], rtol=1e-8, atol=1e-10)
@@ -268,3 +269,28 @@ def test_an_inline_compile_says_what_it_compiles_that_it_is_alive_and_how_long(
     line.finish(False, 4.0)
     assert log.getvalue().count("\n") == 1 and "\r" not in log.getvalue()
     assert "start for the model spot" in log.getvalue() and "iteration ... " in log.getvalue()
+
+
+def test_compile_true_on_one_chunk_builds_its_tail_kernel_after_the_call(
+    builds_on: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compiled_models import decay
+
+    from marquardt.solver._curve.kernel_cache import held
+
+    monkeypatch.setattr(held, "TAIL_FITS", 64)  # a tail kernel for 200 of the 500 fits
+    problem = _decays()
+    # Starts far apart: the fits stop over many iterations, the last ones in the tail.
+    problem["p0"] = problem["p0"] * np.random.default_rng(6).uniform(0.25, 2.5, (FITS, 2))
+    eager = curve_fit_batch(decay, **problem, full_output=True, compile=False)
+    compiles = artifacts.STATS["compiled"]
+    first = curve_fit_batch(decay, **problem, full_output=True, compile=True)
+    # Inline: the chunk's kernel (start and iteration in one) and the covariance's only.
+    assert first[2]["compiled"] and artifacts.STATS["compiled"] == compiles + 2
+    assert background.wait(timeout=background.BUILD_SECONDS)
+    fits = sorted(e["description"]["fits"] for e in cache.entries())
+    assert fits == [200, FITS, FITS], cache.entries()  # the tail's, built after the call
+    again = curve_fit_batch(decay, **problem, full_output=True, compile=True)
+    assert again[2]["compile_seconds"] == 0 and artifacts.STATS["compiled"] == compiles + 2
+    for got in (first, again):
+        np.testing.assert_allclose(got[0], eager[0], rtol=1e-8, atol=1e-10)

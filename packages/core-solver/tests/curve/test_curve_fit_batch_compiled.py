@@ -179,6 +179,19 @@ def test_the_kernel_sizes_are_the_chunk_and_its_tail(fits: int, size: int) -> No
     assert held.size_for(40, 10) == 0 and held.size_for(40, 16) == 40
 
 
+@pytest.mark.parametrize(
+    ("fits", "background", "later"),
+    [(16_384, "1", True), (40_000, "1", False), (16_384, "0", False)],
+)
+def test_only_a_call_of_one_chunk_leaves_its_tail_kernel_for_later(
+    monkeypatch: pytest.MonkeyPatch, fits: int, background: str, later: bool
+) -> None:
+    monkeypatch.setenv("MARQUARDT_SOLVER_BACKGROUND_BUILD", background)
+    cpu = torch.device("cpu")
+    made = compiled.iterations(spot, True, cpu, fits * 49 * 5, 16_384, fits)
+    assert made is not None and made.may_compile and made.tail_later is later
+
+
 NEW_PROCESS = r"""
 import json, sys
 import numpy as np
@@ -210,8 +223,8 @@ def test_a_new_process_loads_the_kept_kernels_without_compiling(spots: dict[str,
     got = json.loads(done.stdout.splitlines()[-1])
     # Under "auto" this call is far too small to compile: it ran compiled because the
     # kernels kept by the first call were loaded.
-    # the start, the iteration and the covariance
-    assert got["stats"]["loaded"] == 3, (got["stats"], done.stderr[-2000:])
+    # the iteration (with the start state as its other branch) and the covariance
+    assert got["stats"]["loaded"] == 2, (got["stats"], done.stderr[-2000:])
     assert got["compiled"] and got["stats"]["compiled"] == 0
     assert "compiling" not in done.stderr
     np.testing.assert_allclose(got["popt"], spots["eager"][0], rtol=1e-10, atol=1e-12)

@@ -9,9 +9,11 @@ memory and a dispatch. Here the whole iteration is traced to one graph of ATen o
 through the system compiler on CPUs, Triton on GPUs), so that the pointwise work and the
 reductions over the N points run fused; the P × P Cholesky factorisations and solves are
 traced written out (``_curve.batched_lm.unrolled``) so that they fuse too, instead of one LAPACK
-call per fit. The start state (f and J at p0, ``batched.start_state``) and the inverse of
-JᵀJ the covariance is formed from (``traced.gram_inverse``, shared by every model) are
-compiled the same way.
+call per fit. The start state (f and J at p0, ``batched.start_state``) is the other branch
+of the same graph (``traced.step``: a flag chooses), so that a model's kernels are one
+package: one export, one pass of inductor, one wrapper and one link. The inverse of JᵀJ the
+covariance is formed from (``traced.gram_inverse``) does not depend on the model: it is
+compiled once per machine, parameter count and chunk, and loaded by every model of that P.
 
 A compiled kernel is specialised to its shapes, dtype, device, thread count, the
 tolerances and the model f. It is kept on disk (``_curve.kernel_cache.artifacts``, the user's cache
@@ -22,7 +24,9 @@ a loop of fits loads it once. A chunk with fewer fits than the compiled one (the
 chunk, or the running fits gathered by ``solve_batch``) is padded up to it while it holds
 at least ``PAD_SHARE`` of it; below that the fits still running go to a second kernel for
 ``PAD_SHARE`` of the chunk (when that is at least ``TAIL_FITS``), padded the same way, and
-run eagerly when fewer still.
+run eagerly when fewer still. A call of one chunk does not repay that second kernel's
+compile (its last iterations are a small part of the call): where background builds may
+run, it runs its tail eagerly and the tail's kernel is built after it, for later calls.
 
 Under ``compile="auto"`` a kept kernel is always used. A missing one is compiled inline
 (saying what, alive and its expected time on stderr: ``progress``) only where the call
@@ -87,7 +91,7 @@ COMPILE_MODES = ("auto", True, False)
 #: compile): below it a call is over in milliseconds eagerly, and a compile's minute of a
 #: core is not worth spending for it.
 COMPILE_WORK = 10_000
-#: The predicted seconds of compiling one model's kernels (start, iteration, covariance)
+#: The predicted seconds of compiling one model's kernels (start and iteration, covariance)
 #: on a small CPU (benchmarks/NOTES.md, the compile profile): an inline compile under
 #: ``"auto"`` needs a call whose eager time is longer.
 COMPILE_SECONDS = 60.0
@@ -156,7 +160,12 @@ def iterations(
         inline = background = False
     chunk_work = work // max(1, fits or chunk) * min(chunk, fits or chunk)
     threads = kernel_key.build_threads(chunk_work, device)
-    return CompiledIterations(f, chunk, inline, background=background, threads=threads)
+    # A call of one chunk does not repay its tail's kernel (seconds of compile for the
+    # last iterations): where background builds may run, that one is built after the call.
+    later = inline and (fits or chunk) <= chunk and device.type == "cpu" and background_build()
+    return CompiledIterations(
+        f, chunk, inline, background=background, threads=threads, tail_later=later
+    )
 
 
 @dataclass
@@ -166,8 +175,9 @@ class CompiledIterations:
     One instance serves one ``curve_fit_batch`` call, whose chunks hold ``chunk`` fits (the
     last may hold fewer). A kernel comes from the process-wide cache, else from the disk
     (``_curve.kernel_cache.artifacts``), else it is compiled (for ``chunk`` fits, or the tail's)
-    inline when ``may_compile``, or in a background process when ``background`` (the call
-    runs eagerly meanwhile); either builds for ``threads`` torch threads. ``compile_seconds`` is the time this call spent tracing and
+    inline when ``may_compile`` (the tail's in a background process instead when
+    ``tail_later``), or in a background process when ``background`` (the call runs eagerly
+    meanwhile); either builds for ``threads`` torch threads. ``compile_seconds`` is the time this call spent tracing and
     compiling (0 when every kernel was cached or kept); ``compiled`` says whether any
     iteration ran compiled; ``finish`` ends the line announcing a compile on stderr.
     """
@@ -177,6 +187,7 @@ class CompiledIterations:
     may_compile: bool
     background: bool = False
     threads: int = 1
+    tail_later: bool = False
     compile_seconds: float = 0.0
     compiled: bool = False
     failed: bool = False
@@ -191,20 +202,47 @@ class CompiledIterations:
         tol: dict[str, float],
         max_nfev: int,
     ) -> BatchState:
-        fits = state.p.shape[0]
+        return self._step(model, state, data, (tol, max_nfev), False)
+
+    def start(
+        self,
+        model: BatchModel,
+        p0: torch.Tensor,
+        data: BatchData,
+        tol: dict[str, float],
+        max_nfev: int,
+    ) -> BatchState:
+        """``start_state``, run by the iteration's kernel (its first branch: ``traced.step``)."""
+        return self._step(model, traced.blank(p0, data), data, (tol, max_nfev), True)
+
+    def _step(
+        self,
+        model: BatchModel,
+        state: BatchState,
+        data: BatchData,
+        tests: tuple[dict[str, float], int],
+        first: bool,
+    ) -> BatchState:
+        """The start (``first``) or one iteration from ``state``: compiled where a kernel
+        serves these fits (padded up to it), else eagerly."""
+        fits, (tol, max_nfev) = state.p.shape[0], tests
 
         def trace(size: int) -> tuple[Callable[..., Any], list[torch.Tensor]]:
             padded, part = held.padded(state, data, size, model)
-            run = traced.iteration(model, data, tol, max_nfev)
-            return run, state_listed(padded) + data_listed(part)
+            run = traced.step(model, data, tol, max_nfev)
+            flag = traced.branch(first, state.p.device)
+            return run, state_listed(padded) + data_listed(part) + [flag]
 
         kernel = self._iteration(model, state.p, data, tol, max_nfev, trace)
+        if kernel is None and first:
+            return start_state(model, state.p, data)
         if kernel is None:
             return _iterate(model, state, data, tol, max_nfev)
         self.compiled = True
         if fits != kernel.fits:
             state, data = held.padded(state, data, kernel.fits, model)
-        out = kernel.run(*state_listed(state), *data_listed(data))
+        flag = traced.branch(first, state.p.device)
+        out = kernel.run(*state_listed(state), *data_listed(data), flag)
         return BatchState(*(out if fits == kernel.fits else (t[:fits] for t in out)))
 
     def ready(
@@ -241,30 +279,9 @@ class CompiledIterations:
         built = None if trace is None else (lambda: trace(size))
         return self._kernel(shapes, size, described, p.device, built)
 
-    def start(self, model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
-        """``start_state``, compiled as the iteration is (same key, chunk and padding)."""
-        fits = p0.shape[0]
-        shapes = ("start", *kernel_key.shapes(self.f, p0, data, {}, 0, model.x_per_fit))
-        kernel = held.serving(shapes, fits)
-        if kernel is None and fits == self.chunk:
-
-            def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
-                return traced.start(model, data), [p0, *data_listed(data)]
-
-            described = kernel_key.description(self.f, shapes, fits, model, p0.device)
-            kernel = self._kernel(shapes, fits, described, p0.device, trace)
-        if kernel is None:
-            return start_state(model, p0, data)
-        if fits != kernel.fits:
-            index = torch.arange(kernel.fits, device=p0.device)
-            index = torch.where(index < fits, index, 0)
-            p0, data = p0[index], data.take(index, model.x_per_fit)
-        out = kernel.run(p0, *data_listed(data))
-        return BatchState(*(t[:fits] for t in out))
-
     def gram_inverse(self, gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``traced.gram_inverse`` for the covariance, compiled as the start is (a kernel
-        for a full chunk, shared by every model of these shapes)."""
+        """``traced.gram_inverse`` for the covariance, compiled as the iteration is (a
+        kernel for a full chunk, shared by every model of these shapes)."""
         fits = gram.shape[0]
         shapes = ("covariance", None, *gram.shape[1:], gram.dtype, gram.device)
         kernel = held.serving(shapes, fits)
@@ -293,15 +310,18 @@ class CompiledIterations:
     ) -> held.Kernel | None:
         """The kernel for ``shapes`` and ``fits`` fits (``description``: its key's parts,
         None where it has none): kept on disk, or compiled from ``trace()``'s function and
-        inputs (inline when ``may_compile``; in the background when ``background``, then
-        None for now); None: run eagerly. Without ``trace`` it only looks (a bad kept kernel
+        inputs (inline when ``may_compile``, but for the tail's fits when ``tail_later``;
+        in the background when ``background`` or for that tail, then None for now); None:
+        run eagerly. Without ``trace`` it only looks (a bad kept kernel
         is left for a call that can rebuild it)."""
         key = None if description is None else artifacts.key_of(description)
         if key is not None and (shapes, fits) in held.ABSENT and background.done(key):
             held.ABSENT.pop((shapes, fits))  # this process's build ended: look again
         looked = (shapes, fits) in held.ABSENT
-        spawn = self.background and trace is not None and key not in held.SPAWNED
-        if shapes in held.FAILED or (looked and not (self.may_compile or spawn)):
+        inline = self.may_compile and not (self.tail_later and fits < self.chunk)
+        later = self.background or (self.may_compile and not inline)
+        spawn = later and trace is not None and key not in held.SPAWNED
+        if shapes in held.FAILED or (looked and not (inline or spawn)):
             return None
         run, bad = None, key in held.BAD
         if key is not None and not (looked or bad):
@@ -314,11 +334,11 @@ class CompiledIterations:
                 held.ABSENT.popitem(last=False)
         # A kept kernel that cannot be trusted was worth compiling once: it is rebuilt.
         rebuild = bad and compiler_available(device)
-        if run is None and trace is not None and (self.may_compile or rebuild):
+        if run is None and trace is not None and (inline or rebuild):
             run = self._build(shapes, key, description or {}, device, trace)
             held.ABSENT.pop((shapes, fits), None)
             held.BAD.discard(key)
-        elif run is None and trace is not None and self.background and key is not None:
+        elif run is None and trace is not None and later and key is not None:
             self._in_background(key, description or {}, trace)
         if run is None:
             return None
@@ -332,7 +352,14 @@ class CompiledIterations:
         self, trace: Callable[[], tuple[Callable[..., Any], list[torch.Tensor]]]
     ) -> tuple[torch.fx.GraphModule, list[torch.Tensor]]:
         """The graph of ATen operations ``trace()``'s function runs, and its inputs."""
-        run, inputs = trace()
+        run, given = trace()
+        # Inputs that share memory (the empty w and mask, views of y) are traced from
+        # copies: ``torch.cond``'s branches refuse inputs that alias one another.
+        inputs, seen = [], set()
+        for tensor in given:
+            where = tensor.untyped_storage().data_ptr()
+            inputs.append(tensor.clone() if where in seen else tensor)
+            seen.add(where)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             table = decompositions(inputs[0].shape[-1])

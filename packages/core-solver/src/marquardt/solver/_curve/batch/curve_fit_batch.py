@@ -267,8 +267,10 @@ def curve_fit_batch(
     before, in this process or kept on disk by an earlier one (``marquardt.solver.cache``),
     and compiles a missing one inline (with a progress line on stderr) where the call
     repays it, else builds it in a background process for calls of at least
-    ``COMPILE_WORK`` elements of J (M·N·P) while the call runs eagerly; a model that cannot be compiled runs eagerly
-    with one ``CompileWarning``. ``full_output`` adds ``compile_seconds`` (this call's
+    ``COMPILE_WORK`` elements of J (M·N·P) while the call runs eagerly; True compiles
+    inline (but the kernel for a chunk's last running fits, which a call of one chunk
+    does not repay: built in the background after the call where background builds are
+    on); a model that cannot be compiled runs eagerly with one ``CompileWarning``. ``full_output`` adds ``compile_seconds`` (this call's
     compile time) and ``compiled``. ``fixed`` and ``estimator="poisson"`` run the eager
     iteration (no compiled kernel serves them).
 

@@ -52,8 +52,10 @@ __all__ = [
     "WRAPPER_OPT_LEVEL",
     "Kernel",
     "clear",
+    "compile_exported",
     "compile_package",
     "entries",
+    "exported",
     "keep",
     "key_of",
     "load",
@@ -74,7 +76,7 @@ BUILD_WAIT = 900.0
 #: The C++ compiler's optimisation of a package's wrapper (the C++ that calls its kernels
 #: in turn), inductor's default; the kernels' own code keeps inductor's "O3". "O0" saves a
 #: quarter of the wrappers' compile at the same call times (benchmarks/NOTES.md).
-WRAPPER_OPT_LEVEL = "O1"
+WRAPPER_OPT_LEVEL = "O0"
 
 #: Keys whose kept files failed the trust check in this process: neither loaded nor
 #: written again here.
@@ -195,18 +197,30 @@ def load(key: str, device: torch.device) -> tuple[Kernel | None, bool]:
     return kernel, False
 
 
-def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], path: Path) -> None:
-    """Compile the traced ``graph`` ahead of time into the AOTInductor package ``path``."""
+def exported(graph: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+    """The traced ``graph`` exported (``torch.export``) for ``inputs``: what
+    ``compile_exported`` compiles, and what ``torch.export.save`` can write."""
     # The compiler, imported only when a kernel is compiled, and before the export, whose
     # tracer looks for the compiler's higher-order operations.
     import torch._inductor
 
-    exported = torch.export.export(graph, tuple(inputs), strict=False)
+    return torch.export.export(graph, tuple(inputs), strict=False)
+
+
+def compile_exported(program: Any, path: Path) -> None:
+    """Compile the exported ``program`` ahead of time into the AOTInductor package ``path``."""
+    import torch._inductor
+
     # The wrapper at WRAPPER_OPT_LEVEL: its compile is most of the system compiler's time.
     with torch._inductor.config.patch(
         {"aot_inductor.compile_wrapper_opt_level": WRAPPER_OPT_LEVEL}
     ):
-        torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+        torch._inductor.aoti_compile_and_package(program, package_path=str(path))
+
+
+def compile_package(graph: torch.fx.GraphModule, inputs: list[torch.Tensor], path: Path) -> None:
+    """Compile the traced ``graph`` ahead of time into the AOTInductor package ``path``."""
+    compile_exported(exported(graph, inputs), path)
 
 
 def writable_folder() -> Path | None:

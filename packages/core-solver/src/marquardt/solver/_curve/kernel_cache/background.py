@@ -6,11 +6,11 @@ each missing kernel, how to trace it (a ``Job``). When the call ends (so that th
 does not compete with it) the calling process forks once (f cannot be sent to another
 process: the child inherits it). The child, in a session of its own (the terminal's Ctrl-C
 does not reach it), writing only to the builders' log and at low priority
-(``os.nice(NICE)``), traces each kernel's graph of ATen operations (``make_fx``) on one
-thread (the caller's OpenMP threads are not in a forked child, and GNU OpenMP would wait
-for them forever in a parallel region), writes the graphs to a private file and becomes a
-fresh interpreter (``exec``: the same process, with OpenMP threads of its own), which, for
-each kernel in turn:
+(``os.nice(NICE)``), traces each kernel's graph of ATen operations (``make_fx``) and
+exports it (``torch.export``) on one thread (the caller's OpenMP threads are not in a
+forked child, and GNU OpenMP would wait for them forever in a parallel region), writes the
+exported programs to a private file and becomes a fresh interpreter (``exec``: the same
+process, with OpenMP threads of its own), which, for each kernel in turn:
 
 - runs on the thread count the kernel is built for (``kernel_key.build_threads``);
 - refuses a cache folder that is inside a git work tree or that another account could
@@ -34,6 +34,7 @@ eagerly and nothing is built).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pickle
 import signal
@@ -150,6 +151,10 @@ def start(jobs: list[Job]) -> bool:
         status = 1
         try:
             status = _child(log, folder, jobs)
+        except Exception as err:  # said in the log, not lost with the process
+            _say(
+                f"failed: {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+            )
         finally:
             os._exit(status)
     os.close(log)
@@ -208,16 +213,18 @@ def _picklable(graph: torch.fx.GraphModule) -> None:
     """The traced graph made picklable, computing the same: constants that are torch's
     efficient zero tensors (forward-mode tangents) become ordinary zeros, and the type
     annotations the tracer copied from the Python function (strings under postponed
-    annotations) are dropped."""
-    for node in graph.graph.nodes:
-        node.type = None
-        if node.op != "get_attr":
-            continue
-        value = getattr(graph, str(node.target))
-        if isinstance(value, torch.Tensor) and value._is_zerotensor():
-            plain = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
-            setattr(graph, str(node.target), plain)
-    graph.recompile()
+    annotations) are dropped; in the graph and in its branches' graphs (``torch.cond``)."""
+    parts = [m for m in graph.modules() if isinstance(m, torch.fx.GraphModule)]
+    for part in parts:
+        for node in part.graph.nodes:
+            node.type = None
+            if node.op != "get_attr":
+                continue
+            value = getattr(part, str(node.target))
+            if isinstance(value, torch.Tensor) and value._is_zerotensor():
+                plain = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+                setattr(part, str(node.target), plain)
+        part.recompile()
 
 
 def _child(log: int, folder: Path, jobs: list[Job]) -> int:
@@ -251,12 +258,16 @@ def _child(log: int, folder: Path, jobs: list[Job]) -> int:
         try:
             graph, inputs = job.trace()
             _picklable(graph)
+            # Exported here, written as torch.export writes it: a traced graph with a
+            # ``torch.cond`` cannot be pickled back (unpickling traces it again).
+            program = io.BytesIO()
+            torch.export.save(artifacts.exported(graph, inputs), program)
         except Exception as err:  # the model cannot be traced: the next call runs eagerly
             about = job.description
             what = f"{about.get('name')} {about.get('kind')} {job.key[:12]}"
             _say(f"failed {what}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
             continue
-        work.append({**vars(job), "trace": None, "graph": graph, "inputs": inputs})
+        work.append({**vars(job), "trace": None, "program": program.getvalue()})
     if not work:
         return 1
     path = folder / f".tmp-jobs-{os.getpid()}-{time.time_ns()}.pkl"  # cancel's pattern
@@ -278,7 +289,7 @@ def main(path: str) -> int:
     **Returns:** the exit status: 0 every kernel built or left to another builder, 1 some
     failed, 2 no folder to keep them in.
     """
-    # Imported before the graphs are rebuilt: their tracer looks for the compiler's ops.
+    # Imported before the programs are read back: they name the compiler's operations.
     import torch._inductor  # noqa: F401
 
     with open(path, "rb") as jobs_file:
@@ -304,7 +315,8 @@ def _build(folder: Path, work: dict[str, Any]) -> int:
                 raise TimeoutError("no turn to compile within the time limit")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                artifacts.compile_package(work["graph"], work["inputs"], path)
+                program = torch.export.load(io.BytesIO(work["program"]))
+                artifacts.compile_exported(program, path)
 
     started = time.perf_counter()
     try:

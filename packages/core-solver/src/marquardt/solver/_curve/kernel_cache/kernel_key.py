@@ -111,14 +111,12 @@ def description(
     code = fingerprint(f)
     if code is None:
         return None
-    start = isinstance(kernel_shapes[0], str)
-    rest = list(kernel_shapes[2:] if start else kernel_shapes[1:])
     return {
         "format": artifacts.FORMAT,
         "model": code,
         "name": getattr(f, "__qualname__", type(f).__name__),
-        "kind": "start" if start else "iteration",
-        "shapes": repr(tuple(rest)),
+        "kind": "iteration",
+        "shapes": repr(tuple(kernel_shapes[1:])),
         "fits": fits,
         "torch": torch.__version__,
         "solver": solver_code(type(model)),

@@ -3,10 +3,10 @@ it is expected to take.
 
 A compile inline (``compile=True``, or a call under ``"auto"`` that repays one) blocks the
 call for tens of seconds. It says so on stderr, once per call: the model, the kernel being
-compiled (start state, iteration, covariance), the threads and the expected time. On a
-terminal one line is rewritten every ``TICK`` seconds with the seconds so far; elsewhere (a
-log) the line is written once and ended with the time taken, so that a log holds one
-line per compiling call.
+compiled (the iteration with its start state, the covariance), the threads and the
+expected time. On a terminal one line is rewritten every ``TICK`` seconds with the seconds
+so far; elsewhere (a log) the line is written once and ended with the time taken, so that
+a log holds one line per compiling call.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class CompileProgress:
     def alive(self, kind: str) -> Iterator[None]:
         """Say that ``kind`` is compiled, for the block (module docstring).
 
-        **Arguments:** ``kind``: the kernel: ``start``, ``iteration`` or ``covariance``.
+        **Arguments:** ``kind``: the kernel: ``iteration`` or ``covariance``.
 
         **Returns:** (as a context manager) nothing; the line stays open for ``finish``.
         """
