@@ -139,17 +139,23 @@ def test_compile_time_on_a_gpu_builds_its_gpu_models_in_one_pass(
 
     asked = []
 
-    def call(_module: str, _function: str, args: list[Any], **kw: Any) -> tuple[Any, str]:
-        asked.append((list(args), kw["timeout"]))
-        return {"compile_s": 9.0, "kernels": 3, "later_s": 0.01, "parts": {}}, ""
+    def call(_module: str, function: str, args: list[Any], **kw: Any) -> tuple[Any, str]:
+        asked.append((function, list(args), kw["timeout"]))
+        return {"compile_s": 9.0, "kernels": 1, "later_s": 0.01, "parts": {}}, ""
 
     monkeypatch.setattr(_child, "call", call)
     machine = {"cpu": "c", "cores": 16, "torch": "t", "gpu": "H200"}
     monkeypatch.setattr(bench._machine, "describe", lambda device: machine)
     summary = bench.main(device="cuda:0", timeout=30.0)
-    assert asked == [([name, "O1", "cuda:0"], 30.0) for name in bench.GPU_MODELS]
-    (only,) = bench.rows(summary)
-    assert only.verdict == "PASS" and "elliptic" in only.what
+    level = bench.PASSES[0]  # the package's wrappers
+    assert asked == [
+        (function, [name, level, "cuda:0"], 30.0)
+        for name in bench.GPU_MODELS
+        for function in ("shared", "process")
+    ]
+    shared, model = bench.rows(summary)
+    assert "covariance P=6" in shared.what and shared.verdict == "info"
+    assert model.verdict == "PASS" and "elliptic" in model.what
     assert summary["machine"]["gpu"] == "H200" and "GPU H200" in bench.section(summary)
 
 
