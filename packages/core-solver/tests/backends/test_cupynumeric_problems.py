@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from legate_support import build_stub, env_for_legate_cpu, run_json
@@ -52,42 +52,46 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize(("name", "damping", "strategy"), RUNS)
-def test_iterates_match_numpy(
-    report: dict[str, Any], name: str, damping: str, strategy: str
-) -> None:
-    run = report[f"{name}/{damping}/{strategy}"]
-    assert run["backend"] == "cupynumeric"
-    differences = run["legate_vs_numpy"]
-    if name in ILL_CONDITIONED:
+class Run(NamedTuple):
+    """One problem × damping × strategy of the report."""
+
+    label: str  # "name/damping/strategy"
+    name: str  # the problem's
+    values: dict[str, Any]
+
+
+@pytest.fixture(params=RUNS, ids="-".join)
+def run(request: pytest.FixtureRequest, report: dict[str, Any]) -> Run:
+    label = "/".join(request.param)
+    return Run(label, request.param[0], report[label])
+
+
+def test_iterates_match_numpy(run: Run) -> None:
+    values = run.values
+    assert values["backend"] == "cupynumeric"
+    differences = values["legate_vs_numpy"]
+    if run.name in ILL_CONDITIONED:
         differences = differences[: FIRST_STEPS_ILL_CONDITIONED + 1]
     worst = max(range(len(differences)), key=differences.__getitem__)
+    torch_vs_numpy = values["torch_vs_numpy"]
     assert differences[worst] <= ITERATE_TOLERANCE, (
-        f"{name}/{damping}/{strategy}: iterate {worst} differs from NumPy's by "
+        f"{run.label}: iterate {worst} differs from NumPy's by "
         f"{differences[worst]:.3e} relative (torch vs NumPy there: "
-        f"{run['torch_vs_numpy'][min(worst, len(run['torch_vs_numpy']) - 1)]:.3e})"
+        f"{torch_vs_numpy[min(worst, len(torch_vs_numpy) - 1)]:.3e})"
     )
 
 
-@pytest.mark.parametrize(("name", "damping", "strategy"), RUNS)
-def test_final_cost_matches_minpack_and_numpy(
-    report: dict[str, Any], name: str, damping: str, strategy: str
-) -> None:
-    run = report[f"{name}/{damping}/{strategy}"]
-    legate_rss, numpy_rss = run["rss"]
-    _, minpack_rss = scipy_reference(name)
+def test_final_cost_matches_minpack_and_numpy(run: Run) -> None:
+    legate_rss, numpy_rss = run.values["rss"]
+    _, minpack_rss = scipy_reference(run.name)
     assert legate_rss <= minpack_rss * (1 + 1e-10) + 1e-24
     assert abs(legate_rss - numpy_rss) <= 1e-9 * numpy_rss + 1e-24
-    certified = problem(name).certified_rss
+    certified = problem(run.name).certified_rss
     if certified is not None:
         assert legate_rss <= certified * (1 + 1e-9) + 1e-24
 
 
-@pytest.mark.parametrize(("name", "damping", "strategy"), RUNS)
-def test_run_ends_by_a_termination_test(
-    report: dict[str, Any], name: str, damping: str, strategy: str
-) -> None:
-    run = report[f"{name}/{damping}/{strategy}"]
-    steps, _ = run["steps"]
+def test_run_ends_by_a_termination_test(run: Run) -> None:
+    steps, _ = run.values["steps"]
     assert steps < MAX_STEPS
-    assert run["termination"][0] not in (None, "None", "")
+    assert run.values["termination"][0] not in (None, "None", "")

@@ -157,8 +157,9 @@ def test_subset_options_are_checked_first() -> None:
         LMA(model, ["cpu"], _residual, params_per_step=4, gtol=1e-8)
     with pytest.raises(SolverConfigError, match="param_selection"):
         LMA(model, ["cpu"], _residual, params_per_step=4, param_selection="rows")
-    with pytest.raises(SolverConfigError, match="params_per_step"):
-        LMA(model, ["cpu"], _residual, params_per_step=0)
+    for wrong in (0, True, 2.5):
+        with pytest.raises(SolverConfigError, match="params_per_step"):
+            LMA(model, ["cpu"], _residual, params_per_step=wrong)
 
 
 def test_state_without_selection_is_refused() -> None:

@@ -100,6 +100,7 @@ def test_a_worker_spec_builds_its_trainer_through_the_constructor(tmp_path: Any)
     assert isinstance(trainer, Trainer) and not trainer.is_lm
     assert isinstance(trainer.environment, SpawnedProcess)
     assert trainer.environment.layouts() == [layout] and trainer.environment.name == "spawn"
+    assert (trainer.environment.world_size, trainer.environment.local_processes) == (2, 2)
     assert isinstance(trainer.optimizer, torch.optim.Adam)
     own = {id(p) for p in trainer.model.parameters()}
     assert all(id(p) in own for g in trainer.optimizer.param_groups for p in g["params"])

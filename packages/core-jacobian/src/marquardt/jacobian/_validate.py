@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from marquardt.devices._kind import wrong_kind
+
 from . import _settings
 from ._errors import (
     BatchLengthError,
@@ -24,18 +26,18 @@ __all__ = [
     "check_batchnorm",
     "check_engine",
     "check_finite_residuals",
+    "check_residual_fn",
     "check_slice_size",
 ]
 
 
 def _length(t: object, what: str) -> int:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(
-            message(
-                f"{what} were expected as a torch.Tensor whose first dimension is the batch",
-                f"got {type(t).__name__}",
-                f"convert them with torch.as_tensor({what})",
-            )
+        raise wrong_kind(
+            TypeError,
+            f"{what} were expected as a torch.Tensor whose first dimension is the batch",
+            t,
+            f"convert them with torch.as_tensor({what})",
         )
     if t.dim() == 0:
         raise BatchLengthError(
@@ -155,28 +157,39 @@ def check_finite_residuals(
         )
 
 
+def check_residual_fn(residual_fn: object, error: type[Exception], asked: str) -> None:
+    """Refuse ``residual_fn`` unless it is a function ``(outputs, targets) -> residuals`` or a
+    `PointResidual`.
+
+    Arguments:
+        residual_fn: what was given.
+        error: the exception class to raise.
+        asked: what the caller asked for, in its own words.
+
+    Raises:
+        Exception: ``error``, in the house form, when ``residual_fn`` is neither.
+    """
+    if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
+        raise wrong_kind(error, asked, residual_fn, "pass e.g. lambda a, b: a - b")
+
+
 def check_engine(
     replicas: object, residual_fn: AnyResidual, mode: str, memory_budget: int | None
 ) -> str:
     """``JacobianEngine``'s arguments, checked; returns the mode it runs in (``mode``, or
     the one ``MARQUARDT_JACOBIAN_MODE`` forces over "auto")."""
     if not isinstance(replicas, Replicas):
-        raise TypeError(
-            message(
-                "JacobianEngine expects a Replicas object",
-                f"got {type(replicas).__name__}",
-                "wrap the model first: Replicas(model, devices)",
-            )
+        raise wrong_kind(
+            TypeError,
+            "JacobianEngine expects a Replicas object",
+            replicas,
+            "wrap the model first: Replicas(model, devices)",
         )
-    if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
-        raise TypeError(
-            message(
-                "residual_fn was expected as a function (output, target) -> residuals "
-                "or a PointResidual",
-                f"got {type(residual_fn).__name__}",
-                "pass e.g. lambda a, b: a - b",
-            )
-        )
+    check_residual_fn(
+        residual_fn,
+        TypeError,
+        "residual_fn was expected as a function (output, target) -> residuals or a PointResidual",
+    )
     if isinstance(residual_fn, PointResidual):
         residual_fn.check_model(replicas.dtype)
     forced = _settings.mode() if mode == "auto" else None

@@ -29,12 +29,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from marquardt.jacobian import JacobianEngine, PreparedBatch, Replicas, ResidualNotFiniteError
+from marquardt.jacobian import JacobianEngine, PreparedBatch, ResidualNotFiniteError
 
 from .._backends.base import ArrayBackend, LinearSystem, Solution
 from .._backends.scaling import scaling_diagonal_numpy
@@ -55,6 +56,7 @@ def _native(vector: torch.Tensor, like: Any) -> Any:
     return np.asarray(vector.detach().cpu().numpy())
 
 
+@dataclass(eq=False)
 class GeodesicAcceleration:
     """The second-order correction of the attempts of one step (module docstring).
 
@@ -62,40 +64,39 @@ class GeodesicAcceleration:
     with each attempt's solution and λ, it returns the solution whose δ includes the
     correction (or the solution unchanged, or with ``reject`` the reason the attempt is
     rejected), with θ back where it was.
+
+    Arguments:
+        alpha: α, the largest 2‖a‖_D / ‖v‖_D trusted.
+        reject: whether an attempt whose acceleration is too large is rejected (else its
+            plain step is tried).
+        engine: the Jacobian engine (its replicas are moved to θ + h·v and back).
+        batch: the step's prepared batch.
+        backend: the array backend that solves the second damped system.
+        system: the step's assembled system.
+        scaling: the name of the scaling D.
+        learning_rate: the factor of every step δ.
     """
 
-    def __init__(
-        self,
-        alpha: float,
-        *,
-        reject: bool,
-        engine: JacobianEngine,
-        batch: PreparedBatch,
-        backend: ArrayBackend,
-        system: LinearSystem,
-        scaling: str,
-        learning_rate: float,
-    ) -> None:
-        self.alpha = alpha
-        self.reject = reject
-        self._engine = engine
-        self._batch = batch
-        self._backend = backend
-        self._system = system
-        self._scaling = scaling
-        self._replicas: Replicas = engine.replicas
-        self._lr = learning_rate
-        self._weights: np.ndarray[Any, np.dtype[np.float64]] | None = None
-        #: The step's (start, J, r) slices, kept from its first attempt when small.
-        self._pieces: list[tuple[int, torch.Tensor, torch.Tensor]] | None = None
-        #: How many attempts of this step took the correction, and how many dropped it.
-        self.taken = 0
-        self.dropped = 0
+    alpha: float
+    _: KW_ONLY
+    reject: bool
+    engine: JacobianEngine
+    batch: PreparedBatch
+    backend: ArrayBackend
+    system: LinearSystem
+    scaling: str
+    learning_rate: float
+    #: How many attempts of this step took the correction, and how many dropped it.
+    taken: int = field(default=0, init=False)
+    dropped: int = field(default=0, init=False)
+    _weights: np.ndarray[Any, np.dtype[np.float64]] | None = field(default=None, init=False)
+    #: The step's (start, J, r) slices, kept from its first attempt when small.
+    _pieces: list[tuple[int, torch.Tensor, torch.Tensor]] | None = field(default=None, init=False)
 
     def _scaled_norm(self, vector: torch.Tensor) -> float:
         if self._weights is None:
-            diag = host_vector(self._system.diag)
-            scaling = "identity" if self._system.underdetermined else self._scaling
+            diag = host_vector(self.system.diag)
+            scaling = "identity" if self.system.underdetermined else self.scaling
             self._weights = np.sqrt(scaling_diagonal_numpy(diag, scaling))
         return float(np.linalg.norm(self._weights * vector.detach().cpu().double().numpy()))
 
@@ -103,32 +104,32 @@ class GeodesicAcceleration:
         """Jᵀr_vv (over-determined) or r_vv (under-determined), float64 on the CPU; None
         when the residuals at θ + h·v are not finite (no acceleration can be estimated)."""
         h = STEP
-        batch = self._batch
+        batch = self.batch
         if batch.strategy != "explicit":
             # J's slices are streamed, never summed: plan them once for this step.
-            batch = self._batch = self._engine.prepare(
+            batch = self.batch = self.engine.prepare(
                 batch.inputs, batch.targets, batch.slice_samples, strategy="explicit", checked=True
             )
         try:
             # Inside the try: an interrupt landing just after the move still restores θ.
-            self._replicas.add_(velocity, alpha=h, check=False)
+            self.engine.replicas.add_(velocity, alpha=h, check=False)
             with torch.no_grad():
-                ahead = self._engine.residuals(batch.inputs, batch.targets).reshape(-1)
+                ahead = self.engine.residuals(batch.inputs, batch.targets).reshape(-1)
         except ResidualNotFiniteError:
             return None
         finally:
-            self._replicas.restore()
+            self.engine.replicas.restore()
         parts: list[torch.Tensor] = []
         total = torch.zeros(velocity.numel(), dtype=torch.float64)
         for start, jac, here in self._slices(batch):
             v = velocity.to(jac.device, jac.dtype)
             stop = start + int(here.numel())
             rvv = (2.0 / h) * ((ahead[start:stop].to(here) - here) / h - jac @ v)
-            if self._system.underdetermined:
+            if self.system.underdetermined:
                 parts.append(rvv.to("cpu", torch.float64))
             else:
                 total += (jac.T @ rvv).to("cpu", torch.float64)
-        return torch.cat(parts) if self._system.underdetermined else total
+        return torch.cat(parts) if self.system.underdetermined else total
 
     def _slices(self, batch: PreparedBatch) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         """``(start, J, r)`` of the step's slices at θ: the kept ones, or streamed (and kept
@@ -138,7 +139,7 @@ class GeodesicAcceleration:
             return
         kept: list[tuple[int, torch.Tensor, torch.Tensor]] | None = []
         size = 0
-        for piece in self._engine.jacobian_slices(batch):
+        for piece in self.engine.jacobian_slices(batch):
             item = (piece.start, piece.jacobian.detach(), piece.residuals.detach().reshape(-1))
             size += item[1].numel() * item[1].element_size()
             if kept is not None:
@@ -150,17 +151,17 @@ class GeodesicAcceleration:
         status, finite = read_values([solution.status, solution.delta.norm()])
         if status != 0.0 or not math.isfinite(finite):
             return solution  # rejected by the attempt loop as it is
-        velocity = (-self._lr) * solution.delta.detach()
+        velocity = (-self.learning_rate) * solution.delta.detach()
         terms = self._second_derivative_terms(velocity)
         if terms is None or not bool(torch.isfinite(terms).all()):
             self.dropped += 1
             return solution
-        system = self._system
+        system = self.system
         g = _native(terms / system.rows, system.g)
         # The same damped system with Jᵀr_vv/N (or r_vv/N) in place of Jᵀr/N (or r/N).
         gradient = system.gradient if system.underdetermined else None
         second = dataclasses.replace(system, g=g, gradient=gradient)
-        solved = self._backend.solve(second, damping, self._scaling)
+        solved = self.backend.solve(second, damping, self.scaling)
         if solved is None:
             self.dropped += 1
             return solution
@@ -174,5 +175,5 @@ class GeodesicAcceleration:
                 return f"geodesic acceleration too large (2‖a‖/‖v‖ = {ratio:.3g} > {self.alpha:g})"
             return solution
         self.taken += 1
-        delta = solution.delta - (0.5 / self._lr) * accel.to(solution.delta)
+        delta = solution.delta - (0.5 / self.learning_rate) * accel.to(solution.delta)
         return dataclasses.replace(solution, delta=delta)

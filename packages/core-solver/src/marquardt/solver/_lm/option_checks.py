@@ -18,11 +18,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from marquardt.devices._kind import wrong_kind
 from marquardt.devices._whole import require_whole
 from marquardt.jacobian import PointResidual
 
 # The strategies' one home is the planner that chooses among them.
 from marquardt.jacobian._planner import STRATEGIES
+from marquardt.jacobian._validate import check_residual_fn
 
 from .._backends.base import ArrayBackend
 from .._backends.choice import BACKEND_CHOICES
@@ -66,12 +68,11 @@ def check_callables(
 ) -> list[torch.device | str]:
     """The model, the device list and the two functions; returns the devices as a list."""
     if not isinstance(model, nn.Module):
-        raise SolverConfigError(
-            message(
-                "LMA(model, ...) expects a torch.nn.Module",
-                f"got {type(model).__name__}",
-                "wrap the function in an nn.Module whose parameters are the unknowns",
-            )
+        raise wrong_kind(
+            SolverConfigError,
+            "LMA(model, ...) expects a torch.nn.Module",
+            model,
+            "wrap the function in an nn.Module whose parameters are the unknowns",
         )
     if isinstance(devices, (str, torch.device)) or not isinstance(devices, Sequence):
         raise SolverConfigError(
@@ -81,22 +82,18 @@ def check_callables(
                 "pass a list, e.g. [torch.device('cpu')] or get_available_gpus()",
             )
         )
-    if not callable(residual_fn) and not isinstance(residual_fn, PointResidual):
-        raise SolverConfigError(
-            message(
-                "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals "
-                "or a marquardt.jacobian.PointResidual",
-                f"got {type(residual_fn).__name__}",
-                "pass e.g. lambda a, b: a - b",
-            )
-        )
+    check_residual_fn(
+        residual_fn,
+        SolverConfigError,
+        "LMA(..., residual_fn) expects a callable (outputs, targets) -> residuals "
+        "or a marquardt.jacobian.PointResidual",
+    )
     if loss_fn is not None and not callable(loss_fn):
-        raise SolverConfigError(
-            message(
-                "LMA(loss_fn=...) expects a callable or None",
-                f"got {type(loss_fn).__name__}",
-                "pass None for the mean squared residual",
-            )
+        raise wrong_kind(
+            SolverConfigError,
+            "LMA(loss_fn=...) expects a callable or None",
+            loss_fn,
+            "pass None for the mean squared residual",
         )
     return list(devices)
 
@@ -139,12 +136,11 @@ def damping_rule(
         return kind.make(DampingArgs(start_, up_, down_, lo_, hi_))
     if isinstance(damping, DampingRule):
         return damping
-    raise SolverConfigError(
-        message(
-            "LMA(damping=...) expects 'fixed', 'nielsen' or a DampingRule",
-            f"got {type(damping).__name__}",
-            "pass damping='fixed'",
-        )
+    raise wrong_kind(
+        SolverConfigError,
+        "LMA(damping=...) expects 'fixed', 'nielsen' or a DampingRule",
+        damping,
+        "pass damping='fixed'",
     )
 
 
@@ -215,12 +211,11 @@ def stopping_tests(ftol: object, xtol: object, gtol: object, stopping: object) -
     if isinstance(stopping, StoppingCriteria):
         stopping = stopping.values()
     if stopping is not None and not isinstance(stopping, Mapping):
-        raise SolverConfigError(
-            message(
-                "LMA(stopping=...) expects a mapping of stopping tests' options by name",
-                f"got {type(stopping).__name__}",
-                "pass e.g. stopping={'ftol': 1e-8}",
-            )
+        raise wrong_kind(
+            SolverConfigError,
+            "LMA(stopping=...) expects a mapping of stopping tests' options by name",
+            stopping,
+            "pass e.g. stopping={'ftol': 1e-8}",
         )
     values = dict(stopping or {})
     for name, value in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol)):
@@ -247,12 +242,11 @@ def check_matrix_free_options(
     """``cg`` (None: the defaults) as a ``TruncatedCG``, refused with the options a
     matrix-free step cannot take (its system is an operator, not a matrix)."""
     if cg is not None and not isinstance(cg, TruncatedCG):
-        raise SolverConfigError(
-            message(
-                "LMA(cg=...) expects a marquardt.solver.TruncatedCG or None",
-                f"got {type(cg).__name__}",
-                "pass e.g. cg=TruncatedCG(iterations=50, tolerance=1e-4)",
-            )
+        raise wrong_kind(
+            SolverConfigError,
+            "LMA(cg=...) expects a marquardt.solver.TruncatedCG or None",
+            cg,
+            "pass e.g. cg=TruncatedCG(iterations=50, tolerance=1e-4)",
         )
     if cg is not None and strategy in ("explicit", "accumulate"):
         raise SolverConfigError(
@@ -298,18 +292,13 @@ def check_poor_start_options(
                 "pass e.g. geodesic=0.75, geodesic_reject=True",
             )
         )
-    if (
-        isinstance(geodesic_after, bool)
-        or not isinstance(geodesic_after, int)
-        or geodesic_after < 0
-    ):
-        raise SolverConfigError(
-            message(
-                "LMA(geodesic_after=...) expects an integer ≥ 0 (the step it starts at)",
-                f"got {geodesic_after!r}",
-                "pass e.g. geodesic_after=0 (from the first step)",
-            )
-        )
+    require_whole(
+        geodesic_after,
+        0,
+        SolverConfigError,
+        "LMA(geodesic_after=...) expects an integer ≥ 0 (the step it starts at)",
+        "pass e.g. geodesic_after=0 (from the first step)",
+    )
     memory = positive_number("scaling_memory", scaling_memory, allow_zero=True)
     if memory > 1.0:
         raise SolverConfigError(

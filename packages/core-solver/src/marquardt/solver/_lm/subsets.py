@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from marquardt.devices._whole import is_whole
+from marquardt.devices._whole import is_whole, require_whole
 
 from .._backends.base import LinearSystem, Solution
 from .._errors import SolverConfigError, SolverStateError, message
@@ -81,22 +81,13 @@ def check_selection(
     """Refuse bad subset options before anything is built."""
     if params_per_step is None:
         return
-    if isinstance(params_per_step, bool) or not isinstance(params_per_step, int):
-        raise SolverConfigError(
-            message(
-                "params_per_step was expected as a whole number of parameters per step",
-                f"got {params_per_step!r}",
-                "pass e.g. params_per_step=4096, or None to update every parameter",
-            )
-        )
-    if params_per_step < 1:
-        raise SolverConfigError(
-            message(
-                "params_per_step was expected ≥ 1",
-                f"got {params_per_step}",
-                "pass e.g. params_per_step=4096, or None to update every parameter",
-            )
-        )
+    require_whole(
+        params_per_step,
+        1,
+        SolverConfigError,
+        "params_per_step was expected as a whole number ≥ 1 of parameters per step",
+        "pass e.g. params_per_step=4096, or None to update every parameter",
+    )
     if not callable(param_selection) and param_selection not in SELECTIONS:
         raise SolverConfigError(
             message(

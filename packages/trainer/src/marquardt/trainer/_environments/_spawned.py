@@ -17,6 +17,7 @@ class SpawnedProcess(LaunchEnvironment):
     """One spawned training process with a given layout."""
 
     def __init__(self, layout: ProcessLayout, launcher: str, gpu_count: int, use_gpu: bool) -> None:
+        # The layout's world size is ``nprocs``, which the base class's ``world_size`` answers.
         super().__init__({}, layout.world_size, gpu_count, use_gpu)
         self.layout = layout
         self.name = launcher  # type: ignore[misc]
@@ -27,10 +28,6 @@ class SpawnedProcess(LaunchEnvironment):
 
     def validate(self) -> None:
         """The spawning parent validated the launch."""
-
-    @property
-    def world_size(self) -> int:
-        return self.layout.world_size
 
     @property
     def local_processes(self) -> int:

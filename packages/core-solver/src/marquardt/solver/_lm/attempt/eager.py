@@ -90,8 +90,12 @@ def _evaluate(
 
 @dataclass
 class _Loop:
-    """The state of one step's attempts, and the step's constants they read."""
+    """The state of one step's attempts, what they act on (the replicas, their trial loss,
+    the step's report) and the step's constants they read."""
 
+    replicas: Replicas
+    trial_loss: Callable[[], float | torch.Tensor]
+    report: StepReport
     loss_after: float
     seconds_trial: float
     scale: float
@@ -104,8 +108,9 @@ class _Loop:
     moved: bool = False  # θ may differ from the backup (a trial point not yet accepted)
 
 
-def _solve(how: Attempts, system: LinearSystem, report: StepReport, loop: _Loop) -> Solution | str:
+def _solve(how: Attempts, system: LinearSystem, loop: _Loop) -> Solution | str:
     """One damped solve for the rule's λ (with its acceleration), or why it failed."""
+    report = loop.report
     lam = how.rule.damping
     report.damping_used = lam
     report.attempts += 1
@@ -125,20 +130,13 @@ def _solve(how: Attempts, system: LinearSystem, report: StepReport, loop: _Loop)
     return accelerated
 
 
-def _try(
-    how: Attempts,
-    solution: Solution,
-    replicas: Replicas,
-    trial_loss: Callable[[], float | torch.Tensor],
-    report: StepReport,
-    loop: _Loop,
-) -> bool:
+def _try(how: Attempts, solution: Solution, loop: _Loop) -> bool:
     """Evaluate the trial point of ``solution``, then keep it or restore θ (``decide``);
     returns whether the attempts end here."""
-    rule, lr = how.rule, how.learning_rate
+    rule, lr, report = how.rule, how.learning_rate, loop.report
     loop.moved = True
     t = time.perf_counter()
-    trial = _evaluate(solution, replicas, lr, trial_loss)
+    trial = _evaluate(solution, loop.replicas, lr, loop.trial_loss)
     report.host_reads += 1
     loop.seconds_trial += time.perf_counter() - t
     failed = trial.status != 0.0 or not math.isfinite(trial.delta_norm)
@@ -163,7 +161,7 @@ def _try(
             how.stopping, report, actual, predicted, loop.step_norm, loop.param_norm
         )
         return True
-    replicas.restore()
+    loop.replicas.restore()
     loop.moved = False
     report.rejections.append(rejection_reason(failed, trial.status, trial.loss, actual))
     if rounding:
@@ -199,6 +197,9 @@ def run_attempts(
     rule = how.rule
     wanted = how.stopping.wants("param_norm")
     loop = _Loop(
+        replicas=replicas,
+        trial_loss=trial_loss,
+        report=report,
         loss_after=report.loss_before,
         seconds_trial=seconds_trial,
         scale=scale,
@@ -208,11 +209,11 @@ def run_attempts(
     replicas.backup()
     try:
         for _ in range(how.attempts):
-            solution = _solve(how, system, report, loop)
+            solution = _solve(how, system, loop)
             if isinstance(solution, str):
                 report.rejections.append(solution)
                 rule.on_reject()
-            elif _try(how, solution, replicas, trial_loss, report, loop):
+            elif _try(how, solution, loop):
                 break
             if rule.at_ceiling:
                 loop.terminated = ceiling_stop(how.stopping, report, rule.maximum)
