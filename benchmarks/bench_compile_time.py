@@ -47,7 +47,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +56,7 @@ import numpy as np
 import torch
 from _registry import Options
 from _rows import row
+from bench_first_call import timed_call
 
 from marquardt.testing.problems import decay, gauss2d, spots
 
@@ -143,23 +143,6 @@ def _instrument(level: str) -> _Clock:
     return clock
 
 
-def _call(
-    f: Callable[..., Any], data: dict[str, np.ndarray], device: str, **options: Any
-) -> tuple[float, Any]:
-    """One call on ``device`` and its seconds (until the device has finished), its info."""
-    from marquardt.solver import curve_fit_batch
-
-    kind, where = getattr(torch, DTYPE), torch.device(device)
-    x, y, p0 = (torch.from_numpy(np.asarray(data[k])).to(where, kind) for k in ("x", "y", "p0"))
-    c.synchronize(where)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        started = time.perf_counter()
-        _, _, info = curve_fit_batch(f, x, y, p0, full_output=True, **options)
-        c.synchronize(where)
-    return time.perf_counter() - started, info
-
-
 def process(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
     """One fresh process: compile ``name``'s kernels (``compile=True``) on ``device``, wait
     for the tail's kernel built in the background after the call, then later calls."""
@@ -167,12 +150,12 @@ def process(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
 
     f, data = problem(name)
     clock = _instrument(level)
-    call_s, info = _call(f, data, device, compile=True)
+    call_s, info = timed_call(f, data, DTYPE, device, compile=True)
     started = time.perf_counter()
     spawned = bool(background._STARTED)
     background.wait()
     waited = time.perf_counter() - started
-    later = [_call(f, data, device, compile=True) for _ in range(LATER_CALLS)]
+    later = [timed_call(f, data, DTYPE, device, compile=True) for _ in range(LATER_CALLS)]
     return {
         "call_s": call_s,
         "compile_s": float(info["compile_seconds"]),

@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import _common as c
@@ -99,19 +100,24 @@ def problem(fits: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {"x": x, "y": y, "p0": p0}
 
 
-def _call(
-    data: dict[str, np.ndarray], dtype: str, device: str = "cpu", **options: Any
+def timed_call(
+    f: Callable[..., Any],
+    data: dict[str, np.ndarray],
+    dtype: str,
+    device: str = "cpu",
+    **options: Any,
 ) -> tuple[float, dict[str, Any]]:
-    """One call on ``device`` and its seconds (until the device has finished), its info."""
+    """One ``curve_fit_batch`` call of ``f`` on ``data`` (``x``, ``y``, ``p0``) in ``dtype``
+    on ``device``, and its seconds (until the device has finished), its info."""
     from marquardt.solver import curve_fit_batch
 
     kind, where = getattr(torch, dtype), torch.device(device)
-    x, y, p0 = (torch.from_numpy(data[k]).to(where, kind) for k in ("x", "y", "p0"))
+    x, y, p0 = (torch.from_numpy(np.asarray(data[k])).to(where, kind) for k in ("x", "y", "p0"))
     c.synchronize(where)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
-        _, _, info = curve_fit_batch(elliptic, x, y, p0, full_output=True, **options)
+        _, _, info = curve_fit_batch(f, x, y, p0, full_output=True, **options)
         c.synchronize(where)
     return time.perf_counter() - start, info
 
@@ -123,7 +129,7 @@ def process(kind: str, fits: int, dtype: str, device: str = "cpu") -> dict[str, 
 
     data = problem(fits)
     options = OPTIONS.get(kind, {})
-    first_s, info = _call(data, dtype, device, **options)
+    first_s, info = timed_call(elliptic, data, dtype, device, **options)
     out: dict[str, Any] = {
         "first_s": first_s,
         "compiled": bool(info["compiled"]),
@@ -134,7 +140,7 @@ def process(kind: str, fits: int, dtype: str, device: str = "cpu") -> dict[str, 
         out["builds_ended"] = background.wait()
         out["build_s"] = time.perf_counter() - started
     else:
-        out["later_s"], info = _call(data, dtype, device, **options)
+        out["later_s"], info = timed_call(elliptic, data, dtype, device, **options)
         out["later_compiled"] = bool(info["compiled"])
     if kind == "second" and fits <= BUSY_FITS and torch.device(device).type == "cpu":
         out["busy"] = _under_load(data, dtype)
@@ -153,7 +159,7 @@ def _under_load(data: dict[str, np.ndarray], dtype: str) -> dict[str, Any]:
     ]
     try:
         time.sleep(1.0)  # the load the thread rule reads (runnable threads) is there now
-        seconds, info = _call(data, dtype)
+        seconds, info = timed_call(elliptic, data, dtype)
     finally:
         for loop in loops:
             loop.kill()
