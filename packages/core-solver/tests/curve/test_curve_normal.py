@@ -42,7 +42,7 @@ def test_the_predicted_reduction_is_the_linear_models(linear: bool) -> None:
     gram, g = normal.products(js, rs)
     moved = rs + (js @ step[:, :, None])[:, :, 0]
     want = cost - 0.5 * (moved * moved).sum(1)
-    got = normal.predicted(cost, rs, gram, g, step, linear)
+    got = normal.predicted(cost, (rs * rs).sum(1), gram, g, step, linear)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 

@@ -37,9 +37,9 @@ from ..batched_lm.driver import (
     BatchModel,
     BatchState,
     InformedState,
-    _residuals,
     scaled_jacobian,
 )
+from ..batched_lm.phases import _residuals
 
 __all__ = [
     "NON_POSITIVE_MODEL",

@@ -73,7 +73,7 @@ def finite(r: torch.Tensor, gram: torch.Tensor, g: torch.Tensor) -> torch.Tensor
 
 def predicted(
     cost: torch.Tensor,
-    rs: torch.Tensor,
+    size2: torch.Tensor,
     gram: torch.Tensor,
     g: torch.Tensor,
     step: torch.Tensor,
@@ -83,13 +83,13 @@ def predicted(
 
     **Arguments:**
 
-    - ``cost``: C (M,); ``rs``: r̃ (M × N); ``gram``: J̃ᵀJ̃; ``g``: J̃ᵀr̃; ``step``: s (M × P).
+    - ``cost``: C (M,); ``size2``: ‖r̃‖² (M,); ``gram``: J̃ᵀJ̃; ``g``: J̃ᵀr̃; ``step``: s (M × P).
     - ``linear``: whether every fit's loss is the linear one, where C = ½‖r̃‖² and the
       offset is 0 rather than cancelled in floating point.
 
     **Returns:** the predicted reduction (M,).
     """
     curvature = ((gram * step[:, :, None]).sum(1) * step).sum(1)
-    offset = torch.zeros_like(cost) if linear else cost - 0.5 * (rs * rs).sum(1)
+    offset = torch.zeros_like(cost) if linear else cost - 0.5 * size2
     reduction: torch.Tensor = _rules.predicted_reduction(offset, (g * step).sum(1), curvature)
     return reduction
