@@ -86,8 +86,9 @@ def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_pro
     # Nothing was traced in the calling process: the forked builder traced the kernels.
     assert traced_here == []
     kinds = sorted(e["description"]["kind"] for e in cache.entries())
-    # The start state is a branch of the iteration's kernel: two packages, not three.
-    assert kinds == ["covariance", "iteration"], cache.entries()
+    # The model's kernel serves the start state and each trial; the attempt's, the
+    # decision's and the covariance's are of no model (one per parameter count).
+    assert kinds == ["attempt", "covariance", "decide", "evaluation"], cache.entries()
     assert build_lock.builds(builds_on) == [] and not list(builds_on.glob(".tmp-*"))
     tests = str(Path(__file__).resolve().parents[1])
     done = subprocess.run(
@@ -103,7 +104,7 @@ def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_pro
         check=True,
     )
     got = json.loads(done.stdout.splitlines()[-1])
-    assert got["compiled"] and got["stats"]["loaded"] == 2 and got["stats"]["compiled"] == 0
+    assert got["compiled"] and got["stats"]["loaded"] == 4 and got["stats"]["compiled"] == 0
     assert "compiling" not in done.stderr
     # Compiled and eager answers agree in float64.
     np.testing.assert_allclose(got["popt"], eager[0], rtol=1e-8, atol=1e-10)
@@ -285,12 +286,14 @@ def test_compile_true_on_one_chunk_builds_its_tail_kernel_after_the_call(
     eager = curve_fit_batch(decay, **problem, full_output=True, compile=False)
     compiles = artifacts.STATS["compiled"]
     first = curve_fit_batch(decay, **problem, full_output=True, compile=True)
-    # Inline: the chunk's kernel (start and iteration in one) and the covariance's only.
-    assert first[2]["compiled"] and artifacts.STATS["compiled"] == compiles + 2
+    # Inline: the chunk's kernels (the model's, the attempt's and the decision's) and the
+    # covariance's only.
+    assert first[2]["compiled"] and artifacts.STATS["compiled"] == compiles + 4
     assert background.wait(timeout=background.BUILD_SECONDS)
     fits = sorted(e["description"]["fits"] for e in cache.entries())
-    assert fits == [200, FITS, FITS], cache.entries()  # the tail's, built after the call
+    # The tail's three, built after the call.
+    assert fits == [200] * 3 + [FITS] * 4, cache.entries()
     again = curve_fit_batch(decay, **problem, full_output=True, compile=True)
-    assert again[2]["compile_seconds"] == 0 and artifacts.STATS["compiled"] == compiles + 2
+    assert again[2]["compile_seconds"] == 0 and artifacts.STATS["compiled"] == compiles + 4
     for got in (first, again):
         np.testing.assert_allclose(got[0], eager[0], rtol=1e-8, atol=1e-10)

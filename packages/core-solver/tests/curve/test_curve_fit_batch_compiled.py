@@ -223,8 +223,9 @@ def test_a_new_process_loads_the_kept_kernels_without_compiling(spots: dict[str,
     got = json.loads(done.stdout.splitlines()[-1])
     # Under "auto" this call is far too small to compile: it ran compiled because the
     # kernels kept by the first call were loaded.
-    # the iteration (with the start state as its other branch) and the covariance
-    assert got["stats"]["loaded"] == 2, (got["stats"], done.stderr[-2000:])
+    # the model's kernel (f, J and the normal equations: the start state and each trial),
+    # the attempt's, the decision's and the covariance's (these three of no model)
+    assert got["stats"]["loaded"] == 4, (got["stats"], done.stderr[-2000:])
     assert got["compiled"] and got["stats"]["compiled"] == 0
     assert "compiling" not in done.stderr
     np.testing.assert_allclose(got["popt"], spots["eager"][0], rtol=1e-10, atol=1e-12)
@@ -233,7 +234,7 @@ def test_a_new_process_loads_the_kept_kernels_without_compiling(spots: dict[str,
 def test_a_corrupt_kept_kernel_is_rebuilt_with_one_warning(
     spots: dict[str, Any], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    iteration = [e for e in cache.entries() if e["description"]["kind"] == "iteration"]
+    iteration = [e for e in cache.entries() if e["description"]["kind"] == "evaluation"]
     assert len(iteration) == 1
     package = Path(cache.folder()) / iteration[0]["package"]
     package.write_bytes(package.read_bytes()[: package.stat().st_size // 2])
@@ -245,7 +246,7 @@ def test_a_corrupt_kept_kernel_is_rebuilt_with_one_warning(
     assert artifacts.STATS["rebuilt"] == rebuilt + 1
     assert got[2]["compiled"] and got[2]["compile_seconds"] > 0
     err = capfd.readouterr().err
-    assert "compiling curve_fit_batch's iteration for the model spot" in err
+    assert "compiling curve_fit_batch's evaluation for the model spot" in err
     assert f"expected ~{compiled.COMPILE_SECONDS:.0f} s" in err and "compiled in" in err
     _agree(got, spots["eager"])
     kernel, bad = artifacts.load(iteration[0]["key"], torch.device("cpu"))

@@ -57,8 +57,7 @@ def _key(
         torch.zeros(fits, dtype=torch.int64, device=device),
         p[:, 0],
     )
-    tol = {"ftol": 1e-8, "xtol": 1e-8, "gtol": 1e-8}
-    shapes = kernel_key.shapes(f, p, data, tol, 300, False)
+    shapes = kernel_key.shapes(f, p, data, False)
     described = kernel_key.description(f, shapes, fits, BatchModel(f, points, False), p.device)
     assert described is not None
     return artifacts.key_of(described)

@@ -43,6 +43,7 @@ that is silent).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -57,9 +58,9 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .._settings import background_build
-from .batched_lm import traced
-from .batched_lm.driver import BatchData, BatchModel, BatchState, _iterate, start_state
-from .batched_lm.traced import data_listed, state_listed
+from .batched_lm import phases, traced
+from .batched_lm.state import BatchData, BatchModel, BatchState
+from .batched_lm.traced import data_listed
 from .batched_lm.unrolled import decompositions
 from .kernel_cache import artifacts, background, held, kernel_key
 from .kernel_cache.background import Job
@@ -202,7 +203,38 @@ class CompiledIterations:
         tol: dict[str, float],
         max_nfev: int,
     ) -> BatchState:
-        return self._step(model, state, data, (tol, max_nfev), False)
+        """One iteration (``phases.iterate``): where the model's kernel serves these fits
+        (padded up to it), each phase by its kernel (the attempt's and the decision's
+        eagerly where theirs are missing); else eagerly (and where the model's kernel is
+        queued for the background, the attempt's and the decision's with it)."""
+        evaluation = self._evaluation(model, state.p, data)
+        if evaluation is None and not self.jobs:
+            return phases.iterate(model, state, data, tol, max_nfev)
+        if evaluation is None:  # the model's kernel is queued: the phases' go with it
+            evaluation = functools.partial(phases.evaluate, model, data=data)
+        size2 = phases.squares(state, data)
+        bounds = (data.lower, data.upper)
+        listed = traced.fits_listed(state)
+        gtol, where = tol["gtol"], state.p.device
+        shapes = kernel_key.free_shapes("attempt", state.p, (gtol, max_nfev))
+        given = held.rows([*listed, size2, *bounds])
+        out = self._run(shapes, given, lambda: traced.attempting(gtol, max_nfev), where)
+        if out is None:
+            a = phases.attempt(state, size2, bounds, gtol, max_nfev)
+        else:
+            a = phases.Attempt(*out)
+        e = evaluation(a.trial)
+        linear = data.losses == ("linear",)
+        shapes = kernel_key.free_shapes("decide", state.p, (tuple(sorted(tol.items())), linear))
+        given = held.rows(
+            [*listed, a.trial, a.step, a.solved, a.status, e.cost, e.gram, e.g, e.finite, size2]
+        )
+        out = self._run(shapes, given, lambda: traced.deciding(tol, linear), where)
+        if out is None:
+            new, accept = phases.decide(state, a, e, size2, tol, linear)
+        else:
+            new, accept = traced.fits_built(out[:-1], state), out[-1]
+        return phases.kept(new, state, e, accept, data)
 
     def start(
         self,
@@ -212,72 +244,95 @@ class CompiledIterations:
         tol: dict[str, float],
         max_nfev: int,
     ) -> BatchState:
-        """``start_state``, run by the iteration's kernel (its first branch: ``traced.step``)."""
-        return self._step(model, traced.blank(p0, data), data, (tol, max_nfev), True)
+        """``start_state``: the model's kernel (or ``phases.evaluate``) at p0 clipped into
+        the bounds, then ``phases.begin`` (``tol`` and ``max_nfev`` do not enter it)."""
+        p = torch.clamp(p0, data.lower, data.upper)
+        evaluation = self._evaluation(model, p, data)
+        e = phases.evaluate(model, p, data) if evaluation is None else evaluation(p)
+        return phases.begin(p, e, data)
 
-    def _step(
-        self,
-        model: BatchModel,
-        state: BatchState,
-        data: BatchData,
-        tests: tuple[dict[str, float], int],
-        first: bool,
-    ) -> BatchState:
-        """The start (``first``) or one iteration from ``state``: compiled where a kernel
-        serves these fits (padded up to it), else eagerly."""
-        fits, (tol, max_nfev) = state.p.shape[0], tests
-
-        def trace(size: int) -> tuple[Callable[..., Any], list[torch.Tensor]]:
-            padded, part = held.padded(state, data, size, model)
-            run = traced.step(model, data, tol, max_nfev)
-            flag = traced.branch(first, state.p.device)
-            return run, state_listed(padded) + data_listed(part) + [flag]
-
-        kernel = self._iteration(model, state.p, data, tol, max_nfev, trace)
-        if kernel is None and first:
-            return start_state(model, state.p, data)
-        if kernel is None:
-            return _iterate(model, state, data, tol, max_nfev)
-        self.compiled = True
-        if fits != kernel.fits:
-            state, data = held.padded(state, data, kernel.fits, model)
-        flag = traced.branch(first, state.p.device)
-        out = kernel.run(*state_listed(state), *data_listed(data), flag)
-        return BatchState(*(out if fits == kernel.fits else (t[:fits] for t in out)))
-
-    def ready(
-        self,
-        model: BatchModel,
-        p0: torch.Tensor,
-        data: BatchData,
-        tol: dict[str, float],
-        max_nfev: int,
-    ) -> bool:
-        """Whether the iteration for these fits has a kernel without compiling one: in this
-        process's cache, or kept on disk (then loaded and cached for the call), as ``__call__``
-        would find it."""
-        return self._iteration(model, p0, data, tol, max_nfev, None) is not None
-
-    def _iteration(
-        self,
-        model: BatchModel,
-        p: torch.Tensor,
-        data: BatchData,
-        tol: dict[str, float],
-        max_nfev: int,
-        trace: Callable[[int], tuple[Callable[..., Any], list[torch.Tensor]]] | None,
-    ) -> held.Kernel | None:
-        """The iteration's kernel for the fits of ``p``: cached, kept on disk, or compiled
-        from ``trace(size)`` (None: only looked for); None where they run eagerly."""
+    def _evaluation(
+        self, model: BatchModel, p: torch.Tensor, data: BatchData, look: bool = False
+    ) -> Callable[[torch.Tensor], phases.Evaluation] | None:
+        """``phases.evaluate`` for fits of ``p``'s shape, by the model's kernel (cached,
+        kept, or compiled; only looked for when ``look``); None where none serves them."""
         fits = p.shape[0]
-        shapes = kernel_key.shapes(self.f, p, data, tol, max_nfev, model.x_per_fit)
+        shapes = kernel_key.shapes(self.f, p, data, model.x_per_fit)
+
+        def at(point: torch.Tensor) -> Callable[[int | None], list[torch.Tensor]]:
+            def inputs(size: int | None) -> list[torch.Tensor]:
+                index = held.padding(fits, size, point.device)
+                part = data if index is None else data.take(index, model.x_per_fit)
+                return [point if index is None else point[index], *data_listed(part)]
+
+            return inputs
+
+        def describe(size: int) -> dict[str, Any] | None:
+            return kernel_key.description(self.f, shapes, size, model, p.device)
+
+        def function() -> Callable[..., tuple[torch.Tensor, ...]]:
+            return traced.evaluation(model, data)
+
+        kernel = self._find(shapes, at(p), None if look else function, p.device, describe)
+        if kernel is None:
+            return None
+        def run(point: torch.Tensor) -> phases.Evaluation:
+            self.compiled = True
+            return phases.Evaluation(*self._apply(kernel, at(point), fits))
+
+        return run
+
+    def ready(self, model: BatchModel, p0: torch.Tensor, data: BatchData) -> bool:
+        """Whether the model's kernel for these fits is at hand without compiling one: in
+        this process's cache, or kept on disk (then loaded and cached for the call), as a
+        call would find it."""
+        return self._evaluation(model, p0, data, look=True) is not None
+
+    def _run(
+        self,
+        shapes: tuple[Any, ...],
+        inputs: Callable[[int | None], list[torch.Tensor]],
+        function: Callable[[], Callable[..., tuple[torch.Tensor, ...]]],
+        device: torch.device,
+    ) -> tuple[torch.Tensor, ...] | None:
+        """``function()`` of a kernel of no model run by its kernel for ``shapes`` on
+        ``inputs`` (``_find``); None where the fits run eagerly."""
+        kernel = self._find(shapes, inputs, function, device)
+        return None if kernel is None else self._apply(kernel, inputs, inputs(None)[0].shape[0])
+
+    def _find(
+        self,
+        shapes: tuple[Any, ...],
+        inputs: Callable[[int | None], list[torch.Tensor]],
+        function: Callable[[], Callable[..., tuple[torch.Tensor, ...]]] | None,
+        device: torch.device,
+        describe: Callable[[int], dict[str, Any] | None] | None = None,
+    ) -> held.Kernel | None:
+        """The kernel of ``function()`` for ``shapes`` and the fits of ``inputs(None)``
+        (``inputs(size)``: their tensors padded to ``size`` fits): cached, kept on disk,
+        or compiled (None for ``function``: only looked for); None where they run
+        eagerly. ``describe(size)`` gives the kernel key's parts (default:
+        ``kernel_key.free``'s, for a kernel of no model)."""
+        fits = inputs(None)[0].shape[0]
         kernel = held.serving(shapes, fits)
         size = held.size_for(self.chunk, fits)
         if kernel is not None or not size:
             return kernel
-        described = kernel_key.description(self.f, shapes, size, model, p.device)
-        built = None if trace is None else (lambda: trace(size))
-        return self._kernel(shapes, size, described, p.device, built)
+        described = describe(size) if describe else kernel_key.free(shapes, size, device)
+        trace = None
+        if function is not None:
+
+            def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
+                return function(), inputs(size)
+
+        return self._kernel(shapes, size, described, device, trace)
+
+    def _apply(
+        self, kernel: held.Kernel, inputs: Callable[[int | None], list[torch.Tensor]], fits: int
+    ) -> tuple[torch.Tensor, ...]:
+        """``kernel`` run on ``inputs`` padded to its fits; the first ``fits`` of each output."""
+        out = kernel.run(*inputs(kernel.fits))
+        return out if fits == kernel.fits else tuple(t[:fits] for t in out)
 
     def gram_inverse(self, gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``traced.gram_inverse`` for the covariance, compiled as the iteration is (a
@@ -290,14 +345,11 @@ class CompiledIterations:
             def trace() -> tuple[Callable[..., Any], list[torch.Tensor]]:
                 return traced.gram_inverse, [gram]
 
-            described = kernel_key.covariance(shapes, fits, gram.device)
+            described = kernel_key.free(shapes, fits, gram.device)
             kernel = self._kernel(shapes, fits, described, gram.device, trace)
         if kernel is None:
             return traced.gram_inverse(gram)
-        if fits != kernel.fits:
-            index = torch.arange(kernel.fits, device=gram.device)
-            gram = gram[torch.where(index < fits, index, 0)]
-        out, good = kernel.run(gram)
+        out, good = kernel.run(*held.rows([gram])(kernel.fits))
         return out[:fits], good[:fits]
 
     def _kernel(

@@ -109,7 +109,6 @@ def _normal(
     return normal.products(_scaled_rows(j, rows, data), rs)
 
 
-
 @dataclass(frozen=True)
 class Evaluation:
     """f and J at a point, reduced: r, C, J's row scales, r̃, J̃ᵀJ̃, J̃ᵀr̃, whether all are
@@ -175,18 +174,23 @@ class Attempt:
 
 
 def attempt(
-    s: BatchState, size2: torch.Tensor, data: BatchData, gtol: float, max_nfev: int
+    s: BatchState,
+    size2: torch.Tensor,
+    bounds: tuple[torch.Tensor, torch.Tensor],
+    gtol: float,
+    max_nfev: int,
 ) -> Attempt:
-    """The trial of every fit from ``s`` (``size2``: ``squares``; reads the state's fields
-    of one value, vector or matrix per fit, and the data's bounds only)."""
-    held = _rules.held_at_bounds(s.p, data.lower, data.upper, s.g)
+    """The trial of every fit from ``s`` within ``bounds`` (lower, upper: M × P; ``size2``:
+    ``squares``). Reads the state's fields of one value, vector or matrix per fit only."""
+    lower, upper = bounds
+    held = _rules.held_at_bounds(s.p, lower, upper, s.g)
     running = s.status == RUNNING
     norms = normal.column_norms(s.gram)
     small_gradient = _rules.gtol_met(s.g, held, norms, torch.sqrt(size2), gtol)
     status = torch.where(running & small_gradient, 1, s.status)
     status = torch.where((status == RUNNING) & (s.nfev >= max_nfev), 0, status)
     delta, solved = _damped_step(s, held)
-    trial = torch.clamp(s.p - delta, data.lower, data.upper)
+    trial = torch.clamp(s.p - delta, lower, upper)
     return Attempt(trial, trial - s.p, solved, status)
 
 
@@ -273,11 +277,11 @@ def iterate(
 ) -> BatchState:
     """One trial for every running fit: the phases in turn (module docstring)."""
     size2 = squares(s, data)
-    a = attempt(s, size2, data, tol["gtol"], max_nfev)
+    a = attempt(s, size2, (data.lower, data.upper), tol["gtol"], max_nfev)
     e = evaluate(model, a.trial, data)
     decided, accept = decide(s, a, e, size2, tol, data.losses == ("linear",))
     new = kept(decided, s, e, accept, data)
-    if not isinstance(s, InformedState) or e.j is None:
+    if not isinstance(new, InformedState) or e.j is None:
         return new
     stop = accept & (new.status != RUNNING)
-    return replace(new, info=estimators.informed(s.info, stop, e.j, e.r + data.y))
+    return replace(new, info=estimators.informed(new.info, stop, e.j, e.r + data.y))

@@ -42,7 +42,6 @@ class BatchModel(Protocol):
         ...
 
 
-
 #: The status of a fit that has not stopped.
 RUNNING = -9
 #: λ beyond which a fit whose damped system still cannot be factorised is called singular.
@@ -137,4 +136,3 @@ class InformedState(BatchState):
     pcov without evaluating those fits again."""
 
     info: torch.Tensor
-

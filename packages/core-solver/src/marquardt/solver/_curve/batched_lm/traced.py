@@ -1,47 +1,43 @@
-"""The functions ``_curve.compiled_lm`` traces: one batched LM step (the start state or one
-iteration, chosen by a flag) as a function of flat lists of tensors, and the inverse of JᵀJ
-for the covariance.
+"""The functions ``_curve.compiled_lm`` traces: the phases of one batched LM iteration
+(``_curve.batched_lm.phases``) as functions of flat lists of tensors, and the inverse of
+JᵀJ for the covariance.
 
-``make_fx`` and AOTInductor see tensors only, so a ``BatchState`` and a ``BatchData`` are
-passed as their tensors in a fixed order (``state_listed``, ``data_listed``; an empty
-tensor for a w or mask that is None) and rebuilt inside (``data_built``). The arithmetic
-is ``batched``'s own (``_iterate``, ``start_state``), not a second copy, traced under
-``normal.fused`` so that JᵀJ and Jᵀr̃ are sums the compiler fuses with J's producer. The
-start and the iteration are two branches of one graph (``step``, a ``torch.cond`` on its
-last input), so that a model's kernels are one compiled package, not two.
+``make_fx`` and AOTInductor see tensors only, so a ``BatchState``, a ``BatchData`` and a
+phase's results are passed as their tensors in a fixed order (``fits_listed``,
+``data_listed``; an empty tensor for a w or mask that is None, and for the fields a
+phase does not read) and rebuilt inside (``data_built``). The arithmetic is ``phases``'s
+own, not a second copy. ``evaluation`` (the model's: f, J and the reductions over the
+points, traced under ``normal.fused`` so that JᵀJ and Jᵀr̃ are sums the compiler fuses
+with J's producer) is a model's kernel; ``attempting`` and ``deciding`` (the damped
+solve and the acceptance) read one value, vector or matrix per fit only, so that one
+kernel of each serves every model of a parameter count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 
 import torch
-from torch._higher_order_ops.cond import cond_op
 
-from . import normal
-from .driver import BatchData, BatchModel, BatchState, _iterate, start_state
+from . import normal, phases
+from .state import BatchData, BatchModel, BatchState
 
 __all__ = [
-    "STATE",
-    "blank",
-    "branch",
+    "FITS",
+    "attempting",
     "data_built",
     "data_listed",
+    "deciding",
+    "evaluation",
+    "fits_built",
+    "fits_listed",
     "gram_inverse",
-    "iteration",
-    "start",
-    "state_listed",
-    "step",
 ]
 
-#: The state's fields, in the order of the traced functions' inputs and outputs.
-STATE = tuple(f.name for f in fields(BatchState))
-
-
-def state_listed(state: BatchState) -> list[torch.Tensor]:
-    """``state``'s tensors in the order of ``STATE``."""
-    return [getattr(state, name) for name in STATE]
+#: A state's fields of one value, vector or matrix per fit (not r, the row scales and
+#: r̃, one value per point), in the order of the traced functions' inputs and outputs.
+FITS = tuple(f.name for f in fields(BatchState) if f.name not in ("r", "rows", "rs"))
 
 
 def data_listed(part: BatchData) -> list[torch.Tensor]:
@@ -75,51 +71,60 @@ def data_built(tensors: tuple[torch.Tensor, ...], like: BatchData) -> BatchData:
     )
 
 
-def iteration(
-    model: BatchModel, like: BatchData, tol: dict[str, float], max_nfev: int
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``_iterate`` as a function of the state's and the data's tensors."""
+def fits_listed(state: BatchState) -> list[torch.Tensor]:
+    """``state``'s fields of one value, vector or matrix per fit, in the order of ``FITS``."""
+    return [getattr(state, name) for name in FITS]
+
+
+def fits_built(tensors: Sequence[torch.Tensor], points: BatchState | None = None) -> BatchState:
+    """The ``BatchState`` of ``fits_listed``'s tensors, with ``points``'s per-point fields
+    (r, the row scales, r̃), or empty ones where a phase does not read them."""
+    fields_ = dict(zip(FITS, tensors, strict=True))
+    if points is None:
+        empty = fields_["p"][:, :0]
+        return BatchState(r=empty, rows=empty, rs=empty, **fields_)
+    return BatchState(r=points.r, rows=points.rows, rs=points.rs, **fields_)
+
+
+def evaluation(model: BatchModel, like: BatchData) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``phases.evaluate`` as a function of p's and the data's tensors (``data_listed``),
+    giving an ``Evaluation``'s tensors but J."""
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        state = BatchState(*tensors[: len(STATE)])
         with normal.fused():
-            new = _iterate(model, state, data_built(tensors[len(STATE) :], like), tol, max_nfev)
-        return tuple(getattr(new, name) for name in STATE)
+            e = phases.evaluate(model, tensors[0], data_built(tensors[1:], like))
+        return _own(tensors, (e.r, e.cost, e.rows, e.rs, e.gram, e.g, e.finite))
 
     return run
 
 
-def start(model: BatchModel, like: BatchData) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``start_state`` as a function of p0's and the data's tensors."""
+def attempting(gtol: float, max_nfev: int) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``phases.attempt`` as a function of the state's ``fits_listed`` tensors, ‖r̃‖² and
+    the bounds, giving an ``Attempt``'s tensors."""
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        with normal.fused():
-            new = start_state(model, tensors[0], data_built(tensors[1:], like))
-        return tuple(getattr(new, name) for name in STATE)
+        size2, lower, upper = tensors[len(FITS) :]
+        s = fits_built(tensors[: len(FITS)])
+        a = phases.attempt(s, size2, (lower, upper), gtol, max_nfev)
+        return (a.trial, a.step, a.solved, a.status)
 
     return run
 
 
-def step(
-    model: BatchModel, like: BatchData, tol: dict[str, float], max_nfev: int
-) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``start`` or ``iteration`` as one function of the state's tensors, the data's and a
-    flag last (``branch``): True runs ``start_state`` from the state's p (its other tensors
-    are not read: ``blank``), False one iteration. Traced, the two are the branches of
-    one ``torch.cond``, compiled together."""
-    first = start(model, like)
-    later = iteration(model, like, tol, max_nfev)
-
-    def begin(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return _own(tensors, first(tensors[0], *tensors[len(STATE) :]))
-
-    def go(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return _own(tensors, later(*tensors))
+def deciding(tol: dict[str, float], linear: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``phases.decide`` as a function of the state's ``fits_listed`` tensors, an
+    ``Attempt``'s four, the evaluation's cost, J̃ᵀJ̃, J̃ᵀr̃ and finiteness, and ‖r̃‖²,
+    giving the new state's ``fits_listed`` tensors and the fits that accepted."""
 
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        # The operator itself, not ``torch.cond``, which would trace the branches with
-        # dynamo: under ``make_fx`` the operator traces each branch as this graph's own.
-        return tuple(cond_op(tensors[-1], begin, go, tuple(tensors[:-1])))
+        count = len(FITS)
+        s = fits_built(tensors[:count])
+        a = phases.Attempt(*tensors[count : count + 4])
+        cost, gram, g, finite, size2 = tensors[count + 4 :]
+        empty = s.r
+        e = phases.Evaluation(empty, cost, empty, empty, gram, g, finite)
+        new, accept = phases.decide(s, a, e, size2, tol, linear)
+        return _own(tensors, (*fits_listed(new), accept))
 
     return run
 
@@ -137,26 +142,6 @@ def _own(
         owned.append(tensor.clone() if tensor.numel() and where in held else tensor)
         held.add(where)
     return tuple(owned)
-
-
-def branch(first: bool, device: torch.device) -> torch.Tensor:
-    """``step``'s flag: True for the start, False for an iteration."""
-    return torch.tensor(first, device=device)
-
-
-def blank(p0: torch.Tensor, data: BatchData) -> BatchState:
-    """The state ``step``'s start branch is given: p0 as p, the other tensors allocated at
-    their shapes and dtypes but never read (each its own: a graph's inputs are distinct)."""
-    fits, size = p0.shape
-    shapes = {"r": data.y.shape, "rows": data.y.shape, "rs": data.y.shape, "gram": (size, size)}
-    shapes.update(g=(size,), d=(size,))
-    tensors: dict[str, torch.Tensor] = {"p": p0}
-    for name in STATE[1:]:
-        shape = shapes.get(name, ())
-        kind = torch.int64 if name in ("nfev", "njev", "steps", "status") else p0.dtype
-        shape = tuple(shape) if name in ("r", "rows", "rs") else (fits, *shape)
-        tensors[name] = torch.empty(shape, dtype=kind, device=p0.device)
-    return BatchState(**tensors)
 
 
 def gram_inverse(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,7 +4,7 @@ A process keeps the kernels it loaded or compiled (``CACHE``, least recently use
 first), the shapes whose compile failed, kept kernels found untrustworthy, the shapes
 looked for on disk and not found, and the keys it builds in the background, so that a loop
 of fits looks for each once. ``serving`` finds the kernel a chunk runs in (padding a chunk
-with fewer fits up to it, ``padded``), ``size_for`` the fits a kernel is compiled for.
+with fewer fits up to it, ``padding``), ``size_for`` the fits a kernel is compiled for.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from ..._errors import CompileWarning
-from ..batched_lm.driver import BatchData, BatchModel, BatchState
 from . import artifacts, kernel_key
 
 __all__ = [
@@ -33,7 +32,8 @@ __all__ = [
     "Kernel",
     "forget",
     "no_compiler",
-    "padded",
+    "padding",
+    "rows",
     "serving",
     "size_for",
     "warn_once",
@@ -72,16 +72,23 @@ def size_for(chunk: int, fits: int) -> int:
     return 0
 
 
-def padded(
-    state: BatchState, data: BatchData, fits: int, model: BatchModel
-) -> tuple[BatchState, BatchData]:
-    """State and data of ``fits`` fits: these, then copies of the first (whose results are
-    dropped)."""
-    if state.p.shape[0] == fits:
-        return state, data
-    index = torch.arange(fits, device=state.p.device)
-    index = torch.where(index < state.p.shape[0], index, 0)
-    return state.take(index), data.take(index, model.x_per_fit)
+def padding(fits: int, size: int | None, device: torch.device) -> torch.Tensor | None:
+    """The rows that pad ``fits`` fits to ``size``: these, then copies of the first (whose
+    results are dropped); None where nothing is padded (``size`` None or ``fits``)."""
+    if size is None or fits == size:
+        return None
+    index = torch.arange(size, device=device)
+    return torch.where(index < fits, index, 0)
+
+
+def rows(tensors: list[torch.Tensor]) -> Callable[[int | None], list[torch.Tensor]]:
+    """``tensors`` (first axis: the fits) padded to a given number of fits (``padding``)."""
+
+    def padded(size: int | None) -> list[torch.Tensor]:
+        index = padding(tensors[0].shape[0], size, tensors[0].device)
+        return tensors if index is None else [t[index] for t in tensors]
+
+    return padded
 
 
 CACHE: OrderedDict[tuple[Any, ...], Kernel] = OrderedDict()

@@ -1,13 +1,16 @@
 """What a compiled kernel of ``curve_fit_batch`` is specialised to: its key in the process
 and on disk.
 
-In the process a kernel is found by ``shapes``: f itself (or its id where f cannot be
-hashed), the shapes, dtype, device, losses, tolerances and budget. The thread count is
+In the process a model's kernel is found by ``shapes``: f itself (or its id where f
+cannot be hashed), the shapes, dtype, device and losses; a kernel of no model (the
+attempt, the decision, the covariance: ``free_shapes``) by its kind, P, dtype, device
+and what it is specialised to (tolerances, budget). The thread count is
 not part of the key: a kernel is built for ``build_threads`` (what the default would pick
 on an idle machine, never the load of the moment) and runs on those threads whatever the
 call's own count, so that a change in the machine's load never asks for a second kernel. On disk
 f's identity means nothing, so ``description`` puts in its place f's fingerprint
-(``_curve.kernel_cache.fingerprint``), and adds the kernel's kind and fits, the SHA-256 of the
+(``_curve.kernel_cache.fingerprint``), and adds (as ``free`` does for a kernel of no
+model) the kernel's kind and fits, the SHA-256 of the
 solver's own modules whose code the graph runs, torch's version, the GPU's name and the
 processor's instruction sets.
 """
@@ -27,18 +30,18 @@ import torch
 
 from ... import _rules
 from ..._lm import robust
-from ..batched_lm import driver as batched
-from ..batched_lm import normal, traced, unrolled
-from ..batched_lm.driver import BatchData, BatchModel
+from ..batched_lm import normal, phases, state, traced, unrolled
+from ..batched_lm.state import BatchData, BatchModel
 from ..threads import BATCH_THREAD_WORK, choose_threads
 from . import artifacts
 from .fingerprint import fingerprint
 
 __all__ = [
     "build_threads",
-    "covariance",
     "cpu",
     "description",
+    "free",
+    "free_shapes",
     "identity",
     "shapes",
     "solver_code",
@@ -46,14 +49,10 @@ __all__ = [
 
 
 def shapes(
-    f: Callable[..., Any],
-    p: torch.Tensor,
-    data: BatchData,
-    tol: dict[str, float],
-    max_nfev: int,
-    x_per_fit: bool,
+    f: Callable[..., Any], p: torch.Tensor, data: BatchData, x_per_fit: bool
 ) -> tuple[Any, ...]:
-    """What a compiled iteration is specialised to, besides its number of fits."""
+    """What a model's compiled kernel (``traced.evaluation``) is specialised to, besides
+    its number of fits."""
     return (
         identity(f),
         tuple(data.y.shape[1:]),
@@ -65,9 +64,14 @@ def shapes(
         data.losses,
         data.w is not None,
         data.mask is not None,
-        tuple(sorted(tol.items())),
-        max_nfev,
     )
+
+
+def free_shapes(kind: str, p: torch.Tensor, tests: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What a kernel of no model (``kind``: "attempt" or "decide") for fits of the
+    parameters ``p`` (M × P) is specialised to, besides its number of fits: P, dtype,
+    device and ``tests`` (the tolerances, budget or loss it bakes in)."""
+    return (kind, None, p.shape[1], p.dtype, p.device, tests)
 
 
 def build_threads(chunk_work: int, device: torch.device, most: int | None = None) -> int:
@@ -115,7 +119,7 @@ def description(
         "format": artifacts.FORMAT,
         "model": code,
         "name": getattr(f, "__qualname__", type(f).__name__),
-        "kind": "iteration",
+        "kind": "evaluation",
         "shapes": repr(tuple(kernel_shapes[1:])),
         "fits": fits,
         "torch": torch.__version__,
@@ -125,14 +129,14 @@ def description(
     }
 
 
-def covariance(kernel_shapes: tuple[Any, ...], fits: int, device: torch.device) -> dict[str, Any]:
-    """What a kept kernel of ``traced.gram_inverse`` is keyed by: no model (it has none),
-    ``kernel_shapes`` ("covariance", None, P, P, dtype, device) and the rest of
-    ``description``'s parts."""
+def free(kernel_shapes: tuple[Any, ...], fits: int, device: torch.device) -> dict[str, Any]:
+    """What a kept kernel of no model (the attempt, the decision, the covariance) is keyed
+    by: ``kernel_shapes`` (``free_shapes``: its kind first, then None in the model's
+    place) and the rest of ``description``'s parts."""
     return {
         "format": artifacts.FORMAT,
-        "kind": "covariance",
-        "name": "covariance",
+        "kind": kernel_shapes[0],
+        "name": kernel_shapes[0],
         "shapes": repr(kernel_shapes[2:]),
         "fits": fits,
         "torch": torch.__version__,
@@ -164,7 +168,7 @@ def solver_code(model_type: type | None) -> str:
     model class's module too, where there is one)."""
     if model_type not in _SOURCES:
         digest = hashlib.sha256()
-        modules = {batched, normal, traced, unrolled, _rules, robust}
+        modules = {normal, phases, state, traced, unrolled, _rules, robust}
         if model_type is not None:
             modules.add(sys.modules[model_type.__module__])
         for module in sorted(modules, key=lambda m: m.__name__):
