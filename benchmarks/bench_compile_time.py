@@ -44,6 +44,7 @@ decay alone).
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import time
@@ -169,27 +170,43 @@ def process(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
     }
 
 
-def shared(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
-    """One fresh process: build the model-independent kernel (the covariance's inverse of
-    JᵀJ) for ``name``'s P and a chunk of ``FITS`` fits, for the threads ``name``'s kernels
-    are built for, as the first model of that P does."""
-    from marquardt.solver._curve import compiled_lm
-    from marquardt.solver._curve.kernel_cache import artifacts, kernel_key
+def stand_in(x: torch.Tensor, *p: Any) -> torch.Tensor:
+    """A polynomial in x with as many coefficients as parameters: the model whose call
+    builds the kernels of no model of its P in ``shared``."""
+    return sum(c * x**k for k, c in enumerate(p))  # type: ignore[return-value]
 
-    _, data = problem(name)
-    points, params = np.shape(data["y"])[1], np.shape(data["p0"])[1]
+
+def shared(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
+    """One fresh process: build the kernels of no model (the damped attempt, the decision,
+    the covariance's inverse of JᵀJ) for ``name``'s P and a chunk of ``FITS`` fits, as the
+    first model of that P does: a ``compile=True`` call of ``stand_in`` (P coefficients)
+    whose own model's kernel is not built (its evaluation runs eagerly), then the tails'
+    kernels built in the background after it."""
+    from marquardt.solver._curve import compiled_lm as compiled
+    from marquardt.solver._curve.batched_lm import phases
+    from marquardt.solver._curve.kernel_cache import artifacts, background
+
+    params = np.shape(problem(name)[1]["p0"])[1]
+    x = np.linspace(0.0, 1.0, 16)
+    rng = np.random.default_rng(2)
+    true = rng.uniform(0.5, 1.5, (FITS, params))
+    y = sum(true[:, k : k + 1] * x**k for k in range(params)) + rng.normal(0, 0.01, (FITS, 16))
     clock = _instrument(level)
-    where = torch.device(device)
-    threads = kernel_key.build_threads(FITS * points * params, where)
-    built = compiled_lm.CompiledIterations(shared, FITS, True, threads=threads)
-    gram = torch.eye(params, dtype=getattr(torch, DTYPE), device=where)
-    gram = gram.expand(FITS, params, params)
+
+    def eager(self: Any, model: Any, p: Any, data: Any, look: bool = False) -> Any:
+        return functools.partial(phases.evaluate, model, data=data)
+
+    compiled.CompiledIterations._evaluation = eager  # type: ignore[method-assign]
     started = time.perf_counter()
-    built.gram_inverse(gram.contiguous())
-    built.finish()
-    c.synchronize(where)
+    _, info = timed_call(stand_in, {"x": x, "y": y, "p0": true * 1.1}, DTYPE, device, compile=True)
+    call_s = time.perf_counter() - started
+    started = time.perf_counter()
+    spawned = bool(background._STARTED)
+    background.wait()
     return {
-        "compile_s": time.perf_counter() - started,
+        "compile_s": float(info["compile_seconds"]),
+        "call_s": call_s,
+        "background_s": time.perf_counter() - started if spawned else None,
         "kernels": int(artifacts.STATS["compiled"]),
         "parts": clock.seconds,
         "counts": clock.counts,

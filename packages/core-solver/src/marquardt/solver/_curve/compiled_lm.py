@@ -1,22 +1,28 @@
 """Fused kernels for ``curve_fit_batch``: one batched LM iteration, compiled once per machine.
 
-One iteration of ``_curve.batched_lm.driver`` (f and its forward-mode Jacobian, g = Jᵀr̃, the
-scaled JᵀJ, the damped Cholesky solves, the projected trial, its cost and the
-accept/reject with Nielsen's λ rule) is dozens of small eager kernels, each a pass over
-memory and a dispatch. Here the whole iteration is traced to one graph of ATen operations
-(``make_fx``, which also unrolls ``vmap``/``jacfwd``; the traced functions are
-``_curve.batched_lm.traced``) and that graph is compiled ahead of time by AOTInductor (C++/OpenMP
-through the system compiler on CPUs, Triton on GPUs), so that the pointwise work and the
-reductions over the N points run fused; the P × P Cholesky factorisations and solves are
-traced written out (``_curve.batched_lm.unrolled``) so that they fuse too, instead of one LAPACK
-call per fit. The start state (f and J at p0, ``batched.start_state``) is the other branch
-of the same graph (``traced.step``: a flag chooses), so that a model's kernels are one
-package: one export, one pass of inductor, one wrapper and one link. The inverse of JᵀJ the
-covariance is formed from (``traced.gram_inverse``) does not depend on the model: it is
-compiled once per machine, parameter count and chunk, and loaded by every model of that P.
+One eager iteration of ``_curve.batched_lm.driver`` is dozens of small kernels, each a
+pass over memory and a dispatch. Here each phase of the iteration (``_curve.batched_lm.phases``) is
+traced to one graph of ATen operations (``make_fx``, which also unrolls ``vmap``/``jacfwd``;
+the traced functions are ``_curve.batched_lm.traced``) and compiled ahead of time by
+AOTInductor (C++/OpenMP through the system compiler on CPUs, Triton on GPUs), so that the
+pointwise work and the reductions over the N points run fused; the P × P Cholesky
+factorisations and solves are traced written out (``_curve.batched_lm.unrolled``) so that
+they fuse too, instead of one LAPACK call per fit. Three kernels run an iteration:
 
-A compiled kernel is specialised to its shapes, dtype, device, thread count, the
-tolerances and the model f. It is kept on disk (``_curve.kernel_cache.artifacts``, the user's cache
+* the model's (``traced.evaluation``): f, J, the residuals and the reductions into J̃ᵀJ̃ and
+  J̃ᵀr̃ at a point, which serves the start state too;
+* the damped attempt's (``traced.attempting``) and the decision's (``traced.deciding``),
+  which read one value, vector or matrix per fit only: they depend neither on the model
+  nor on N, so one of each is compiled per machine, parameter count, dtype and chunk, and
+  loaded by every model of that P, as the covariance's inverse of JᵀJ
+  (``traced.gram_inverse``) is.
+
+A new model compiles its own small graph only once those of its P are kept. Where the
+model's kernel does not serve a chunk, its iteration runs eagerly, whatever the others.
+
+A compiled kernel is specialised to its shapes, dtype, device and what it bakes in (the
+model f and its losses; the tolerances and budget for the attempt and the decision). It is
+kept on disk (``_curve.kernel_cache.artifacts``, the user's cache
 folder) under a key made of those, of f's fingerprint (``_curve.kernel_cache.fingerprint``: its
 code and the values it captures), of the solver's own code and of torch's version, so
 that a later process loads it instead of compiling; and in a process-wide cache, so that
@@ -44,9 +50,6 @@ that is silent).
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
-import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -62,6 +65,13 @@ from .batched_lm import phases, traced
 from .batched_lm.state import BatchData, BatchModel, BatchState
 from .batched_lm.traced import data_listed
 from .batched_lm.unrolled import decompositions
+from .compile_policy import (
+    COMPILE_SECONDS,
+    COMPILE_WORK,
+    check_compile,
+    compiler_available,
+    eager_seconds,
+)
 from .kernel_cache import artifacts, background, held, kernel_key
 from .kernel_cache.background import Job
 from .kernel_cache.held import CACHE_SIZE, PAD_SHARE, TAIL_FITS, forget
@@ -70,11 +80,8 @@ from .threads import torch_threads
 
 __all__ = [
     "CACHE_SIZE",
-    "COMPILE_MODES",
     "COMPILE_SECONDS",
     "COMPILE_WORK",
-    "EAGER_CALL_SECONDS",
-    "EAGER_ELEMENT_SECONDS",
     "PAD_SHARE",
     "TAIL_FITS",
     "CompiledIterations",
@@ -84,49 +91,6 @@ __all__ = [
     "forget",
     "iterations",
 ]
-
-#: The values of ``curve_fit_batch``'s ``compile`` keyword.
-COMPILE_MODES = ("auto", True, False)
-#: Elements of J over all the fits of a call (M·N·P) from which ``compile="auto"`` builds
-#: a kernel that is not kept yet (in the background, unless the call repays an inline
-#: compile): below it a call is over in milliseconds eagerly, and a compile's minute of a
-#: core is not worth spending for it.
-COMPILE_WORK = 10_000
-#: The predicted seconds of compiling one model's kernels (start and iteration, covariance)
-#: on a small CPU (benchmarks/NOTES.md, the compile profile): an inline compile under
-#: ``"auto"`` needs a call whose eager time is longer.
-COMPILE_SECONDS = 60.0
-#: The eager call's predicted seconds: a fixed part (the first iteration's dispatch and
-#: allocations) and a part per element of J (M·N·P), fitted to the eager batch calls of
-#: benchmarks/NOTES.md (elliptic Gaussian, 36 points, 6 parameters, M = 10⁴ and 10⁵).
-EAGER_CALL_SECONDS = 0.4
-EAGER_ELEMENT_SECONDS = 1.8e-7
-
-
-def check_compile(value: Any) -> str | bool:
-    """``compile`` as given, refused (before any work) unless one of ``COMPILE_MODES``."""
-    if isinstance(value, bool) or (isinstance(value, str) and value == "auto"):
-        return value
-    raise ValueError(
-        f"compile must be 'auto', True or False, got {value!r}. HINT: leave it out to "
-        "compile only calls large enough to repay the compile"
-    )
-
-
-def compiler_available(device: torch.device) -> bool:
-    """Whether inductor can build kernels here: Triton for a GPU, a C++ compiler (``CXX``
-    or g++, c++, clang++ on the PATH) for the CPU."""
-    if device.type == "cuda":
-        return importlib.util.find_spec("triton") is not None
-    if device.type != "cpu":
-        return False
-    names = [os.environ.get("CXX", ""), "g++", "c++", "clang++"]
-    return any(name and shutil.which(name) for name in names)
-
-
-def eager_seconds(work: int) -> float:
-    """The predicted seconds of an eager call of ``work`` elements of J (M·N·P)."""
-    return EAGER_CALL_SECONDS + EAGER_ELEMENT_SECONDS * work
 
 
 def iterations(
@@ -171,7 +135,7 @@ def iterations(
 
 @dataclass
 class CompiledIterations:
-    """The iteration ``solve_batch`` calls: compiled where it can be, else ``_iterate``.
+    """The iteration ``solve_batch`` calls: compiled where it can be, else ``phases.iterate``.
 
     One instance serves one ``curve_fit_batch`` call, whose chunks hold ``chunk`` fits (the
     last may hold fewer). A kernel comes from the process-wide cache, else from the disk
@@ -276,6 +240,7 @@ class CompiledIterations:
         kernel = self._find(shapes, at(p), None if look else function, p.device, describe)
         if kernel is None:
             return None
+
         def run(point: torch.Tensor) -> phases.Evaluation:
             self.compiled = True
             return phases.Evaluation(*self._apply(kernel, at(point), fits))
