@@ -4,14 +4,16 @@ Four models, each in a fresh process, ``curve_fit_batch(..., compile=True)`` on 
 fits in float32 (``FITS``, ``DTYPE``): the 5 × 5 and 7 × 7 Gaussian spots
 (``marquardt.testing.problems``), the elliptic Gaussian of ``bench_first_call`` (6 × 6
 pixels) and an exponential decay (64 points, 3 parameters). A model's own kernel is one
-package: the start state and the iteration, the two branches of one graph
-(``traced.step``), for the chunk's fits and, where a call's running fits fall below
-``PAD_SHARE`` of them, again for the tail's. The covariance's inverse of JᵀJ does not
-depend on the model: it is built once per machine and parameter count P (and chunk), and
-loaded by every model of that P. Here it is built first, for each P, in a process of its
-own (``shared``, the rows "model-independent"), into the pass's kernel folder; each
-model's process then finds it there and builds only its own kernels (the folder holds no
-kernel of that model). ``compile_s`` is the time the call reports for tracing and
+package: f, J and the normal equations at a point (``traced.evaluation``), which serves
+the start state and each trial, for the chunk's fits and, where a call's running fits
+fall below ``PAD_SHARE`` of them, again for the tail's. The damped attempt, the decision
+and the covariance's inverse of JᵀJ do not depend on the model: they are built once per
+machine and parameter count P (and chunk), and loaded by every model of that P. Here they
+are built first, for each P, in a process of its own (``shared``: a ``compile=True`` call
+of a stand-in polynomial of P coefficients whose own evaluation runs eagerly, then its
+tails' kernels in the background; the rows "the kernels of no model"), into the pass's
+kernel folder; each model's process then finds them there and builds only its own
+kernels (the folder holds no kernel of that model). ``compile_s`` is the time the call reports for tracing and
 compiling, ``call_s`` the whole first call. The parts are timed in the process by
 wrapping the steps it takes (no profiler): ``trace`` (``make_fx``), ``export``
 (``torch.export``), ``inductor`` (AOTInductor: code generation and the C++ compiler), of
@@ -51,7 +53,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import _common as c
 import _machine
 import numpy as np
 import torch
@@ -173,7 +174,7 @@ def process(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
 def stand_in(x: torch.Tensor, *p: Any) -> torch.Tensor:
     """A polynomial in x with as many coefficients as parameters: the model whose call
     builds the kernels of no model of its P in ``shared``."""
-    return sum(c * x**k for k, c in enumerate(p))  # type: ignore[return-value]
+    return sum(a * x**k for k, a in enumerate(p))  # type: ignore[return-value]
 
 
 def shared(name: str, level: str, device: str = "cpu") -> dict[str, Any]:
@@ -238,10 +239,10 @@ def _pass(models: tuple[str, ...], level: str, device: str, timeout: float) -> l
         for params, first in sorted(firsts.items()):
             load = _machine.load_average()
             result = _child_run("shared", [first, level, device], env, timeout)
-            result.update(model=f"covariance P={params}", level=level, load=load, shared=True)
+            result.update(model=f"no model P={params}", level=level, load=load, shared=True)
             found.append(result)
             print(
-                f"  covariance P={params} -{level}: {result['compile_s']:.1f} s; "
+                f"  no model P={params} -{level}: {result['compile_s']:.1f} s; "
                 f"{_said(result)}; load {load:.1f}",
                 flush=True,
             )
@@ -284,8 +285,8 @@ def main(
 
 
 def _shared_s(summary: dict[str, Any], r: dict[str, Any]) -> float | None:
-    """The seconds the pass of ``r`` spent on the model-independent kernel of its P."""
-    name = f"covariance P={PARAMS.get(r['model'], 0)}"
+    """The seconds the pass of ``r`` spent on the kernels of no model of its P."""
+    name = f"no model P={PARAMS.get(r['model'], 0)}"
     for other in summary["rows"]:
         if other.get("shared") and other["model"] == name and other["level"] == r["level"]:
             return float(other["compile_s"])
@@ -306,23 +307,26 @@ def rows(summary: dict[str, Any]) -> list[Any]:
         if r.get("shared"):
             found.append(
                 row(
-                    f"compile_time {r['model']} (model-independent: the covariance's inverse "
-                    f"of JᵀJ, {summary['fits']:,} fits, {summary['dtype']}, wrappers at "
-                    f"-{r['level']}): built once per machine and P",
+                    f"compile_time {r['model']} (the kernels of no model: the damped attempt, "
+                    f"the decision, the covariance's inverse of JᵀJ; {summary['fits']:,} fits, "
+                    f"{summary['dtype']}, wrappers at -{r['level']}): built once per machine "
+                    "and P",
                     r["compile_s"],
                     None,
                     unit=" s",
-                    detail=f"{steps}; load {r['load']:.1f}",
+                    detail=f"{r['kernels']} packages inline; {steps}; the tails' kernels "
+                    f"built in the background after the call: {r.get('background_s') or 0:.1f} "
+                    f"s; load {r['load']:.1f}",
                 )
             )
             continue
         covariance = _shared_s(summary, r)
         loaded = (
-            "the covariance's kernel loaded (built once per P"
+            "the kernels of no model loaded (built once per P"
             + (f": {covariance:.1f} s" if covariance is not None else "")
             + ")"
             if "shared" in r
-            else "the covariance's kernel included"
+            else "the kernels of no model included"
         )
         found.append(
             row(
