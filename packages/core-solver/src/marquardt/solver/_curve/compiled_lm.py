@@ -84,6 +84,9 @@ __all__ = [
     "iterations",
 ]
 
+#: The fit tests as the iteration takes them, ``(FitTests.tolerances(), max_nfev)``: they key
+#: its kernel.
+Tests = tuple[dict[str, float], int]
 #: The values of ``curve_fit_batch``'s ``compile`` keyword.
 COMPILE_MODES = ("auto", True, False)
 #: Elements of J over all the fits of a call (M·N·P) from which ``compile="auto"`` builds
@@ -205,22 +208,17 @@ class CompiledIterations:
         return self._step(model, state, data, (tol, max_nfev), False)
 
     def start(
-        self,
-        model: BatchModel,
-        p0: torch.Tensor,
-        data: BatchData,
-        tol: dict[str, float],
-        max_nfev: int,
+        self, model: BatchModel, p0: torch.Tensor, data: BatchData, tests: Tests
     ) -> BatchState:
         """``start_state``, run by the iteration's kernel (its first branch: ``traced.step``)."""
-        return self._step(model, traced.blank(p0, data), data, (tol, max_nfev), True)
+        return self._step(model, traced.blank(p0, data), data, tests, True)
 
     def _step(
         self,
         model: BatchModel,
         state: BatchState,
         data: BatchData,
-        tests: tuple[dict[str, float], int],
+        tests: Tests,
         first: bool,
     ) -> BatchState:
         """The start (``first``) or one iteration from ``state``: compiled where a kernel
@@ -233,7 +231,7 @@ class CompiledIterations:
             flag = traced.branch(first, state.p.device)
             return run, state_listed(padded) + data_listed(part) + [flag]
 
-        kernel = self._iteration(model, state.p, data, tol, max_nfev, trace)
+        kernel = self._iteration(model, state.p, data, tests, trace)
         if kernel is None and first:
             return start_state(model, state.p, data)
         if kernel is None:
@@ -245,32 +243,24 @@ class CompiledIterations:
         out = kernel.run(*state_listed(state), *data_listed(data), flag)
         return BatchState(*(out if fits == kernel.fits else (t[:fits] for t in out)))
 
-    def ready(
-        self,
-        model: BatchModel,
-        p0: torch.Tensor,
-        data: BatchData,
-        tol: dict[str, float],
-        max_nfev: int,
-    ) -> bool:
+    def ready(self, model: BatchModel, p0: torch.Tensor, data: BatchData, tests: Tests) -> bool:
         """Whether the iteration for these fits has a kernel without compiling one: in this
         process's cache, or kept on disk (then loaded and cached for the call), as ``__call__``
         would find it."""
-        return self._iteration(model, p0, data, tol, max_nfev, None) is not None
+        return self._iteration(model, p0, data, tests, None) is not None
 
     def _iteration(
         self,
         model: BatchModel,
         p: torch.Tensor,
         data: BatchData,
-        tol: dict[str, float],
-        max_nfev: int,
+        tests: Tests,
         trace: Callable[[int], tuple[Callable[..., Any], list[torch.Tensor]]] | None,
     ) -> held.Kernel | None:
         """The iteration's kernel for the fits of ``p``: cached, kept on disk, or compiled
         from ``trace(size)`` (None: only looked for); None where they run eagerly."""
         fits = p.shape[0]
-        shapes = kernel_key.shapes(self.f, p, data, tol, max_nfev, model.x_per_fit)
+        shapes = kernel_key.shapes(self.f, p, data, *tests, model.x_per_fit)
         kernel = held.serving(shapes, fits)
         size = held.size_for(self.chunk, fits)
         if kernel is not None or not size:

@@ -172,9 +172,8 @@ def kernel_ready(run: BatchRun, args: BatchArgs) -> bool:
         return False
     start, data = _chunk(args, slice(0, run.size))
     with torch_threads(run.threads):
-        return run.iterate.ready(
-            run.model, start, data, args.tests.tolerances(), args.tests.max_nfev
-        )
+        tests = (args.tests.tolerances(), args.tests.max_nfev)
+        return run.iterate.ready(run.model, start, data, tests)
 
 
 def solved(

@@ -366,7 +366,7 @@ def solve_batch(
     if initial is None:
         whole = start_state(model, p0, data)
     else:
-        whole = initial(model, p0, data, tol, max_nfev)
+        whole = initial(model, p0, data, (tol, max_nfev))
     index = torch.arange(p0.shape[0], device=p0.device)
     state, part = whole, data
     # Each iteration either spends an evaluation of every running fit or raises the λ of
