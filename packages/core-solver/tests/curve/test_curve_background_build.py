@@ -320,6 +320,11 @@ def test_a_build_failing_with_an_empty_message_is_logged(
         raise RuntimeError()
 
     monkeypatch.setattr(background.artifacts, "keep", keep)
-    work = {"threads": 1, "key": "0123456789abcdef", "description": {"name": "spot"}}
-    assert background._build(builds_on, {**work, "program": b""}) == 1
-    assert capsys.readouterr().err.endswith("failed spot None 0123456789ab: RuntimeError\n")
+    work = {
+        "threads": torch.get_num_threads(),  # the builder sets it: left as it is
+        "key": "0123456789abcdef",
+        "description": {"name": "spot", "kind": "iteration"},
+        "program": b"",
+    }
+    assert background._build(builds_on, work) == 1
+    assert capsys.readouterr().err.endswith("failed spot iteration 0123456789ab: RuntimeError\n")
