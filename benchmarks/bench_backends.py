@@ -24,6 +24,7 @@ recorded beside them. Run ``python benchmarks/run_all.py backends``; ``main()`` 
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import statistics
@@ -106,18 +107,21 @@ def legate_child(threads: int) -> list[dict[str, Any]]:
     return runs
 
 
-def _legate_env(stub_dir: Path | None) -> dict[str, str]:
-    env = dict(os.environ)
-    if stub_dir is not None:
+def _legate_support() -> Any:
+    """``legate_support`` of the core-solver tests: the driver stub, the children's
+    environment and the launcher."""
+    if str(SUPPORT) not in sys.path:
         sys.path.insert(0, str(SUPPORT))
-        from legate_support import env_for_legate_cpu
+    return importlib.import_module("legate_support")
 
-        env = env_for_legate_cpu(stub_dir, cpus=1)
-    env["LEGATE_AUTO_CONFIG"] = "0"
-    # The launcher starts ``python`` from PATH: make it this interpreter's.
-    env["PATH"] = os.pathsep.join(
-        p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p
-    )
+
+def _legate_env(stub_dir: Path | None) -> dict[str, str]:
+    """The children's environment: Legate on one CPU with the driver stub, else (a machine
+    with a driver) as the caller's, 1 CPU processor unless ``LEGATE_CONFIG`` says more."""
+    support = _legate_support()
+    if stub_dir is not None:
+        return dict(support.env_for_legate_cpu(stub_dir, cpus=1))
+    env = dict(support.env_for_legate())
     env.setdefault("LEGATE_CONFIG", "--cpus 1 --gpus 0 --sysmem 4000")
     return env
 
@@ -138,19 +142,13 @@ def _legate_child(env: dict[str, str], launcher: list[str] | None) -> list[dict[
 
 def legate_runs() -> list[dict[str, Any]]:
     """cuPyNumeric runs in child processes: python with 1 Legate CPU; legate with 2."""
+    support = _legate_support()
     with tempfile.TemporaryDirectory() as scratch:
-        stub_dir: Path | None = None
-        if not _driver_present():
-            sys.path.insert(0, str(SUPPORT))
-            from legate_support import build_stub
-
-            stub_dir = build_stub(scratch).parent
+        stub_dir = None if _driver_present() else support.build_stub(scratch).parent
         env = _legate_env(stub_dir)
         runs = _legate_child(env, None)
-        launcher = str(Path(sys.executable).with_name("legate"))
-        if not Path(launcher).exists():
-            launcher = "legate"
-        runs += _legate_child(env, [launcher, "--cpus", "2", "--gpus", "0", "--sysmem", "4000"])
+        flags = ["--cpus", "2", "--gpus", "0", "--sysmem", "4000"]
+        runs += _legate_child(env, [*support.legate_launcher(), *flags])
     return runs
 
 

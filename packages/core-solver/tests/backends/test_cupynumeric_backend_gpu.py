@@ -9,12 +9,11 @@ only one GPU). Everything is compared with the NumPy backend.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from legate_support import legate_launcher, run_json
+from legate_support import env_for_legate, legate_launcher, run_json
 
 from marquardt.devices import discover_gpus
 
@@ -32,9 +31,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, Any]:
-    env = dict(os.environ)
-    env["LEGATE_AUTO_CONFIG"] = "0"
-    env.pop("MARQUARDT_SOLVER_BACKEND", None)
+    env = env_for_legate()
     # Leave GPU memory for torch when the model shares Legate's only GPU.
     command = [
         *legate_launcher(), "--gpus", "1", "--cpus", "1", "--fbmem", "4000",

@@ -297,3 +297,37 @@ def test_compile_true_on_one_chunk_builds_its_tail_kernel_after_the_call(
     assert again[2]["compile_seconds"] == 0 and artifacts.STATS["compiled"] == compiles + 4
     for got in (first, again):
         np.testing.assert_allclose(got[0], eager[0], rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("err", "said"),
+    [
+        (RuntimeError(), "RuntimeError"),
+        (ValueError("shapes differ\nin the second line"), "ValueError: shapes differ"),
+        (TypeError("x" * 400), "TypeError: " + "x" * 300),
+    ],
+)
+def test_a_failure_is_logged_as_its_type_and_the_first_line_of_its_message(
+    err: Exception, said: str
+) -> None:
+    assert background._failure("spot iteration 0123456789ab", err) == (
+        f"failed spot iteration 0123456789ab: {said}"
+    )
+    assert background._failure("", err) == f"failed: {said}"
+
+
+def test_a_build_failing_with_an_empty_message_is_logged(
+    builds_on: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def keep(*args: Any) -> None:
+        raise RuntimeError()
+
+    monkeypatch.setattr(background.artifacts, "keep", keep)
+    work = {
+        "threads": torch.get_num_threads(),  # the builder sets it: left as it is
+        "key": "0123456789abcdef",
+        "description": {"name": "spot", "kind": "iteration"},
+        "program": b"",
+    }
+    assert background._build(builds_on, work) == 1
+    assert capsys.readouterr().err.endswith("failed spot iteration 0123456789ab: RuntimeError\n")

@@ -107,22 +107,54 @@ def _record_thread_rule(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[tu
     return asked
 
 
-def test_curve_fit_batch_runs_on_the_rules_count_for_its_chunk(
-    monkeypatch: pytest.MonkeyPatch,
+def _batch_in_chunks_of_5(f: Any, x: np.ndarray, y: np.ndarray, p0: np.ndarray) -> Any:
+    return curve_fit_batch(f, x, y, p0, chunk_size=5)
+
+
+def _one_fit_on_the_sliced_engine(f: Any, x: np.ndarray, y: np.ndarray, p0: np.ndarray) -> Any:
+    return curve_fit(f, x, y[0], p0[0], device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("module", "fit", "fits", "asks"),
+    [
+        # fits per chunk × N × P, against the crossover for these fits (eager, float64)
+        pytest.param(
+            batch_module,
+            _batch_in_chunks_of_5,
+            12,
+            (5 * 20 * 3, batch_crossover(20, 3, 8, fused=False)),
+            id="curve_fit_batch-for-its-chunk",
+        ),
+        pytest.param(
+            scipy_edge,
+            _one_fit_on_the_sliced_engine,
+            1,
+            (20, ENGINE_ONE_THREAD_POINTS),
+            id="sliced-engine-for-its-points",
+        ),
+    ],
+)
+def test_a_fit_runs_on_the_rules_count_for_its_work(
+    monkeypatch: pytest.MonkeyPatch, module: Any, fit: Any, fits: int, asks: tuple[int, int]
 ) -> None:
+    asked = _record_thread_rule(monkeypatch, module)
+    seen: list[int] = []
+    x, y, p0 = _batch_data(fits)
+    with torch_threads(1):  # the model check before the fit runs on the caller's count
+        fit(_recording_gaussian(seen), x, y, p0)
+        assert torch.get_num_threads() == 1
+    assert asked == [asks]
+    assert seen[0] == 1 and seen[-1] == 2
+
+
+def test_curve_fit_batch_runs_on_a_thread_count_given(monkeypatch: pytest.MonkeyPatch) -> None:
     asked = _record_thread_rule(monkeypatch, batch_module)
     seen: list[int] = []
     x, y, p0 = _batch_data(12)
-    with torch_threads(1):  # the model check before the fits runs on the caller's count
-        curve_fit_batch(_recording_gaussian(seen), x, y, p0, chunk_size=5)
-        assert torch.get_num_threads() == 1
-    # fits per chunk × N × P, against the crossover for these fits (eager, float64)
-    assert asked == [(5 * 20 * 3, batch_crossover(20, 3, 8, fused=False))]
-    assert seen[0] == 1 and seen[-1] == 2
-    seen.clear()
     with torch_threads(3):
         curve_fit_batch(_recording_gaussian(seen), x, y, p0, threads=1)
-    assert len(asked) == 1 and seen[0] == 3 and seen[-1] == 1  # a count given is used
+    assert not asked and seen[0] == 3 and seen[-1] == 1  # a count given is used
 
 
 def test_the_batch_crossover_counts_the_work_per_fit_unless_the_iteration_is_fused() -> None:
@@ -149,18 +181,6 @@ def test_curve_fit_batch_refuses_a_thread_count_that_is_not_a_positive_integer(
     x, y, p0 = _batch_data(2)
     with pytest.raises(ValueError, match="threads must be a positive integer or None"):
         curve_fit_batch(_recording_gaussian([]), x, y, p0, threads=threads)
-
-
-def test_the_sliced_engine_runs_on_the_rules_count_for_its_points(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    asked = _record_thread_rule(monkeypatch, scipy_edge)
-    seen: list[int] = []
-    x, y, _ = _batch_data(1)
-    with torch_threads(1):
-        curve_fit(_recording_gaussian(seen), x, y[0], [1.0, 0.0, 1.0], device="cpu")
-    assert asked == [(20, ENGINE_ONE_THREAD_POINTS)]
-    assert seen[-1] == 2
 
 
 def test_own_load_weights_this_process_cpu_time_as_the_load_average_does() -> None:

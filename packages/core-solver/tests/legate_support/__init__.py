@@ -31,6 +31,7 @@ __all__ = [
     "JSON_MARKER",
     "STUB_SOURCE",
     "build_stub",
+    "env_for_legate",
     "env_for_legate_cpu",
     "legate_launcher",
     "run_json",
@@ -75,6 +76,26 @@ def build_stub(dest_dir: str | os.PathLike[str]) -> Path:
     return target
 
 
+def env_for_legate(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child that runs Legate (on GPUs or, with
+    :func:`env_for_legate_cpu`, on CPUs), from ``base`` (default: this process's).
+
+    ``LEGATE_AUTO_CONFIG=0`` stops Legate from sizing itself to the machine (the child's
+    flags or ``LEGATE_CONFIG`` decide); a backend override left in the caller's environment
+    is dropped, so that results do not depend on it; this interpreter's folder goes first
+    on ``PATH``, since the ``legate`` launcher starts ``python`` from ``PATH`` and must start
+    this one, not the first one found.
+    """
+    env = dict(os.environ if base is None else base)
+    env["LEGATE_AUTO_CONFIG"] = "0"
+    env.pop("MARQUARDT_SOLVER_BACKEND", None)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env["PATH"] = os.pathsep.join(
+        p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p
+    )
+    return env
+
+
 def env_for_legate_cpu(
     stub_dir: str | os.PathLike[str],
     *,
@@ -82,29 +103,22 @@ def env_for_legate_cpu(
     sysmem_mb: int = 2000,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment for a child that runs Legate on ``cpus`` CPU processors, no GPU.
+    """The environment for a child that runs Legate on ``cpus`` CPU processors, no GPU:
+    :func:`env_for_legate`'s, and the driver stub.
 
     ``stub_dir`` holds the ``libcuda.so.1`` of :func:`build_stub`; it goes first on
-    ``LD_LIBRARY_PATH`` so that it shadows any real driver. ``LEGATE_AUTO_CONFIG=0`` stops
-    Legate from sizing itself to the machine; ``LEGATE_CONFIG`` asks for CPUs only (the
-    ``legate`` launcher replaces it with its own flags). OpenMP and BLAS threads are held
-    to one so that Legate's CPU processors and torch's threads share the cores politely.
+    ``LD_LIBRARY_PATH`` so that it shadows any real driver. ``LEGATE_CONFIG`` asks for CPUs
+    only (the ``legate`` launcher replaces it with its own flags). OpenMP and BLAS threads
+    are held to one so that Legate's CPU processors and torch's threads share the cores
+    politely.
     """
-    env = dict(os.environ if base is None else base)
+    env = env_for_legate(base)
     previous = env.get("LD_LIBRARY_PATH", "")
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(stub_dir), previous) if p)
-    env["LEGATE_AUTO_CONFIG"] = "0"
     env["LEGATE_CONFIG"] = f"--cpus {cpus} --gpus 0 --sysmem {sysmem_mb}"
     env.setdefault("CUPYNUMERIC_MATMUL_CACHE_SIZE", MATMUL_CACHE_SIZE)
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[name] = "1"
-    # Results must not depend on a backend override left in the caller's environment.
-    env.pop("MARQUARDT_SOLVER_BACKEND", None)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    # The launcher starts ``python`` from PATH: make it this interpreter's, not the first one found.
-    env["PATH"] = os.pathsep.join(
-        p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p
-    )
     return env
 
 

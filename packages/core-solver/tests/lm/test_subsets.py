@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from torch import nn
 
 from marquardt.jacobian import JacobianEngine, Replicas
 from marquardt.solver import LMA, SolverConfigError, SolverStateError
-from marquardt.solver._lm.subsets import layer_blocks
+from marquardt.solver._backends.base import Solution
+from marquardt.solver._lm.subsets import SubsetSolver, layer_blocks
 
 
 def _problem() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
@@ -238,3 +240,31 @@ def test_memory_limit_is_checked() -> None:
     model, _, _ = _problem()
     with pytest.raises(SolverConfigError, match="memory_limit"):
         LMA(model, ["cpu"], _residual, memory_limit=0)
+
+
+def test_a_subset_solve_scatters_delta_and_keeps_the_inner_solves_terms() -> None:
+    inner_solution = Solution(
+        delta=torch.tensor([2.0, 3.0], dtype=torch.float64),
+        gradient_dot=0.5,
+        curvature=0.25,
+        damping=1e-3,
+        status=0.0,
+        iterations=7,
+        stop="tolerance",
+    )
+
+    class Inner:
+        name = "stand-in"
+
+        def solve(self, system: Any, damping: float, scaling: str) -> Solution | None:
+            return inner_solution
+
+        def accept(self) -> None:
+            pass
+
+    solver = SubsetSolver(Inner(), torch.tensor([1, 3]), 4)
+    solved = solver.solve(None, 1e-3, "identity")  # type: ignore[arg-type]
+    assert solved is not None
+    assert solved.delta.tolist() == [0.0, 2.0, 0.0, 3.0]
+    kept = ("gradient_dot", "curvature", "damping", "status", "iterations", "stop")
+    assert [getattr(solved, k) for k in kept] == [getattr(inner_solution, k) for k in kept]

@@ -66,13 +66,29 @@ def test_spawn_picks_a_free_port_once() -> None:
     assert len(ports) == 1 and 0 < ports.pop() < 65536
 
 
-def test_torchrun_layout_from_its_variables() -> None:
-    env = detect_environment(TORCHRUN, nprocs=1)
-    assert isinstance(env, TorchrunEnvironment) and not env.spawns
+@pytest.mark.parametrize(
+    ("env_vars", "nprocs", "kind", "master"),
+    [
+        pytest.param(TORCHRUN, 1, TorchrunEnvironment, ("host0", 29400), id="torchrun"),
+        pytest.param(
+            SLURM,
+            4,
+            SlurmTaskPerProcess,
+            ("gpu-node07", 15000 + 123456 % 20000),
+            id="slurm-task-per-process",
+        ),
+    ],
+)
+def test_a_launcher_that_starts_every_process_lays_it_out_from_its_variables(
+    env_vars: dict[str, str], nprocs: int, kind: type, master: tuple[str, int]
+) -> None:
+    env = detect_environment(env_vars, nprocs=nprocs)
+    assert isinstance(env, kind) and not env.spawns
     env.validate()
     [layout] = env.layouts()
     assert (layout.rank, layout.local_rank, layout.world_size) == (3, 1, 4)
-    assert (layout.local_world_size, layout.node_rank, layout.master_port) == (2, 1, 29400)
+    assert (layout.local_world_size, layout.node_rank) == (2, 1)
+    assert (layout.master_addr, layout.master_port) == master
 
 
 def test_torchrun_wins_over_slurm_when_srun_starts_torchrun() -> None:
@@ -93,48 +109,49 @@ def test_torchrun_missing_variables() -> None:
         env.validate()
 
 
-def test_slurm_task_per_process() -> None:
-    env = detect_environment(SLURM, nprocs=4)
-    assert isinstance(env, SlurmTaskPerProcess) and not env.spawns
-    env.validate()
-    [layout] = env.layouts()
-    assert (layout.rank, layout.local_rank, layout.world_size) == (3, 1, 4)
-    assert layout.local_world_size == 2 and layout.node_rank == 1
-    assert layout.master_addr == "gpu-node07"
-    assert layout.master_port == 15000 + 123456 % 20000
-
-
-def test_slurm_task_per_node_spawns_with_global_ranks() -> None:
-    env_vars = {
-        **SLURM,
-        "SLURM_NTASKS": "2",
-        "SLURM_PROCID": "1",
-        "SLURM_LOCALID": "0",
-        "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
-    }
-    env = detect_environment(env_vars, nprocs=8)
+@pytest.mark.parametrize(
+    ("env_vars", "nprocs", "ranks", "master_addr"),
+    [
+        pytest.param(
+            {
+                **SLURM,
+                "SLURM_NTASKS": "2",
+                "SLURM_PROCID": "1",
+                "SLURM_LOCALID": "0",
+                "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+            },
+            8,
+            [4, 5, 6, 7],
+            "gpu-node07",
+            id="global-ranks",
+        ),
+        # srun --ntasks 1 python train.py --nprocs 2 (the seeds' single-node Slurm script)
+        pytest.param(
+            {
+                "SLURM_PROCID": "0",
+                "SLURM_LOCALID": "0",
+                "SLURM_NTASKS": "1",
+                "SLURM_JOB_NODELIST": "n1",
+                "SLURM_JOB_ID": "77",
+            },
+            2,
+            [0, 1],
+            "n1",
+            id="single-task-seed-layout",
+        ),
+    ],
+)
+def test_slurm_task_per_node_spawns_its_share_of_the_ranks(
+    env_vars: dict[str, str], nprocs: int, ranks: list[int], master_addr: str
+) -> None:
+    env = detect_environment(env_vars, nprocs=nprocs)
     assert isinstance(env, SlurmTaskPerNode) and env.spawns
     env.validate()
     layouts = env.layouts()
-    assert [lay.rank for lay in layouts] == [4, 5, 6, 7]
-    assert [lay.local_rank for lay in layouts] == [0, 1, 2, 3]
-    assert {lay.world_size for lay in layouts} == {8}
-    assert {lay.master_addr for lay in layouts} == {"gpu-node07"}
-
-
-def test_slurm_single_task_spawning_the_seed_layout() -> None:
-    # srun --ntasks 1 python train.py --nprocs 2 (the seeds' single-node Slurm script)
-    env_vars = {
-        "SLURM_PROCID": "0",
-        "SLURM_LOCALID": "0",
-        "SLURM_NTASKS": "1",
-        "SLURM_JOB_NODELIST": "n1",
-        "SLURM_JOB_ID": "77",
-    }
-    env = detect_environment(env_vars, nprocs=2)
-    assert isinstance(env, SlurmTaskPerNode)
-    env.validate()
-    assert [lay.rank for lay in env.layouts()] == [0, 1]
+    assert [lay.rank for lay in layouts] == ranks
+    assert [lay.local_rank for lay in layouts] == list(range(len(ranks)))
+    assert {lay.world_size for lay in layouts} == {nprocs}
+    assert {lay.master_addr for lay in layouts} == {master_addr}
 
 
 @pytest.mark.parametrize("nprocs", [1, 3, 6])

@@ -68,26 +68,33 @@ def sinc_data(n):
     return x, torch.sinc(3 * x)
 
 
+#: The job's numbers a test may set, by flag: their defaults (the type is the default's).
+NUMBERS = {
+    "--nprocs": 1,
+    "--samples": 64,
+    "--batch-size": 8,
+    "--max-iter": 20,
+    "--lr": 0.1,
+    "--checkpoint-every": 0,
+    "--fault-step": 0,
+    "--fault-rank": 0,
+    "--dist-timeout": 30.0,
+    "--val-every": 0,
+    "--patience": 0,
+    "--min-delta": 0.0,
+}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
+    for flag, default in NUMBERS.items():
+        p.add_argument(flag, type=type(default), default=default)
     p.add_argument("--loop", default="ddp", choices=["ddp", "lm"])
-    p.add_argument("--nprocs", type=int, default=1)
-    p.add_argument("--samples", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--shuffle", action="store_true")
-    p.add_argument("--max-iter", type=int, default=20)
-    p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--root", default="runs")
     p.add_argument("--resume", default=None)
-    p.add_argument("--checkpoint-every", type=int, default=0)
     p.add_argument("--fault", default=None, choices=["sigkill", "sigterm-parent", "sigterm-self"])
-    p.add_argument("--fault-step", type=int, default=0)
-    p.add_argument("--fault-rank", type=int, default=0)
-    p.add_argument("--dist-timeout", type=float, default=30.0)
     p.add_argument("--all-reduce", action="store_true")
-    p.add_argument("--val-every", type=int, default=0)
-    p.add_argument("--patience", type=int, default=0)
-    p.add_argument("--min-delta", type=float, default=0.0)
     p.add_argument("--out", default=None)
     p.add_argument(
         "--lm-factory", action="store_true", help="an LMA factory (always with nprocs > 1)"

@@ -200,16 +200,9 @@ class CompiledIterations:
             new, accept = traced.fits_built(out[:-1], state), out[-1]
         return phases.kept(new, state, e, accept, data)
 
-    def start(
-        self,
-        model: BatchModel,
-        p0: torch.Tensor,
-        data: BatchData,
-        tol: dict[str, float],
-        max_nfev: int,
-    ) -> BatchState:
+    def start(self, model: BatchModel, p0: torch.Tensor, data: BatchData) -> BatchState:
         """``start_state``: the model's kernel (or ``phases.evaluate``) at p0 clipped into
-        the bounds, then ``phases.begin`` (``tol`` and ``max_nfev`` do not enter it)."""
+        the bounds, then ``phases.begin``."""
         p = torch.clamp(p0, data.lower, data.upper)
         evaluation = self._evaluation(model, p, data)
         e = phases.evaluate(model, p, data) if evaluation is None else evaluation(p)

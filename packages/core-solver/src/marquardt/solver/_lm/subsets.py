@@ -27,6 +27,7 @@ Selection rules (`ParamSelection`):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -246,20 +247,14 @@ class SubsetSolver:
         self._params = params
 
     def solve(self, system: LinearSystem, damping: float, scaling: str) -> Solution | None:
-        """The inner solve, δ_S scattered into a P-vector."""
+        """The inner solve, δ_S scattered into a P-vector (its other terms as they are)."""
         solved = self.inner.solve(system, damping, scaling)
         if solved is None:
             return None
         delta = solved.delta
         full = torch.zeros(self._params, dtype=delta.dtype, device=delta.device)
         full[self._index.to(delta.device)] = delta
-        return Solution(
-            delta=full,
-            gradient_dot=solved.gradient_dot,
-            curvature=solved.curvature,
-            damping=solved.damping,
-            status=solved.status,
-        )
+        return dataclasses.replace(solved, delta=full)
 
     def accept(self) -> None:
         """The inner solver's."""

@@ -79,13 +79,9 @@ def solve_batch(
 ) -> BatchState:
     """LM from p0 (M × P) for every fit of ``data`` until each stops (module docstring);
     ``iterate`` and ``initial`` replace ``_iterate`` and ``start_state`` (same results:
-    ``_curve.compiled_lm``; ``initial`` is given the tolerances and budget too, which key
-    its kernel)."""
+    ``_curve.compiled_lm``)."""
     tol, max_nfev = tests.tolerances(), tests.max_nfev
-    if initial is None:
-        whole = start_state(model, p0, data)
-    else:
-        whole = initial(model, p0, data, tol, max_nfev)
+    whole = (initial or start_state)(model, p0, data)
     index = torch.arange(p0.shape[0], device=p0.device)
     state, part = whole, data
     # Each iteration either spends an evaluation of every running fit or raises the λ of

@@ -152,9 +152,7 @@ def start(jobs: list[Job]) -> bool:
         try:
             status = _child(log, folder, jobs)
         except Exception as err:  # said in the log, not lost with the process
-            _say(
-                f"failed: {type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
-            )
+            _say(_failure("", err))
         finally:
             os._exit(status)
     os.close(log)
@@ -263,9 +261,7 @@ def _child(log: int, folder: Path, jobs: list[Job]) -> int:
             program = io.BytesIO()
             torch.export.save(artifacts.exported(graph, inputs), program)
         except Exception as err:  # the model cannot be traced: the next call runs eagerly
-            about = job.description
-            what = f"{about.get('name')} {about.get('kind')} {job.key[:12]}"
-            _say(f"failed {what}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+            _say(_failure(_named(job.key, job.description), err))
             continue
         work.append({**vars(job), "trace": None, "program": program.getvalue()})
     if not work:
@@ -307,7 +303,7 @@ def _build(folder: Path, work: dict[str, Any]) -> int:
     1 failed (said in the log)."""
     torch.set_num_threads(int(work["threads"]))
     key, about = work["key"], work["description"]
-    what = f"{about.get('name')} {about.get('kind')} {key[:12]}"
+    what = _named(key, about)
 
     def build(path: Path) -> None:  # under the key's lock: one compile at a time
         with build_lock.held(folder, build_lock.QUEUE, {}, BUILD_SECONDS) as turn:
@@ -322,11 +318,26 @@ def _build(folder: Path, work: dict[str, Any]) -> int:
     try:
         kept = artifacts.keep(folder, key, about, build, BUILD_SECONDS)
     except Exception as err:  # a failed build leaves nothing: the next call runs eagerly
-        _say(f"failed {what}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+        _say(_failure(what, err))
         return 1
     seconds = time.perf_counter() - started
     _say(f"{'built' if kept else 'left to another builder'} {what} in {seconds:.1f} s")
     return 0
+
+
+def _named(key: str, about: dict[str, Any]) -> str:
+    """A kernel as the log names it: its model, its kind and the first 12 characters of its
+    key."""
+    return f"{about.get('name')} {about.get('kind')} {key[:12]}"
+
+
+def _failure(what: str, err: Exception) -> str:
+    """The log line of a failed trace or build of ``what`` (a whole builder: ""): the
+    error's type and the first line of its message (at most 300 characters; the type
+    alone for an error without one)."""
+    first = str(err).splitlines()[:1]
+    said = f"{type(err).__name__}: {first[0][:300]}" if first else type(err).__name__
+    return f"failed {what}: {said}" if what else f"failed: {said}"
 
 
 def _say(text: str) -> None:
