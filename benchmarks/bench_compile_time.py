@@ -371,8 +371,9 @@ def section(summary: dict[str, Any]) -> str:
     lines = [
         f"{gpu}CPU {machine['cpu']}, {machine['cores']} cores, torch {machine['torch']}; "
         f"{summary['fits']:,} fits, {summary['dtype']}, `compile=True`, each a fresh process; "
-        "the model-independent kernel (the covariance's) built first for each P, in its own "
-        "process, and loaded by the models' processes; inductor's cache folder fresh for each "
+        "the kernels of no model (the damped attempt's, the decision's, the covariance's) built "
+        "first for each P, in its own process (a stand-in's call), and loaded by the models' "
+        "processes; inductor's cache folder fresh for each "
         "pass (its first process builds the precompiled header). Seconds; one process each, "
         "not repeated.",
         "",

@@ -18,6 +18,7 @@ __all__ = [
     "COMPILE_WORK",
     "EAGER_CALL_SECONDS",
     "EAGER_ELEMENT_SECONDS",
+    "INLINE_MARGIN",
     "check_compile",
     "compiler_available",
     "eager_seconds",
@@ -30,10 +31,15 @@ COMPILE_MODES = ("auto", True, False)
 #: compile): below it a call is over in milliseconds eagerly, and a compile's minute of a
 #: core is not worth spending for it.
 COMPILE_WORK = 10_000
-#: The predicted seconds of compiling one model's kernels (start and iteration, covariance)
-#: on a small CPU (benchmarks/NOTES.md, the compile profile): an inline compile under
-#: ``"auto"`` needs a call whose eager time is longer.
-COMPILE_SECONDS = 60.0
+#: The predicted seconds of compiling a new model's kernels on a small CPU where none of its
+#: parameter count is kept yet: its own (f, J and the normal equations: 6.7–7.7 s) and the
+#: kernels of no model of its P (the attempt, the decision, the covariance: 19–22 s once),
+#: benchmarks/NOTES.md, the compile profile. Said as the expected time of an inline compile.
+COMPILE_SECONDS = 30.0
+#: An inline compile under ``"auto"`` needs a call whose predicted eager time is this many
+#: times ``COMPILE_SECONDS``: the compiled call's own run is paid on top, and an eager
+#: call's time swings about twofold with the machine's load (benchmarks/NOTES.md).
+INLINE_MARGIN = 2.0
 #: The eager call's predicted seconds: a fixed part (the first iteration's dispatch and
 #: allocations) and a part per element of J (M·N·P), fitted to the eager batch calls of
 #: benchmarks/NOTES.md (elliptic Gaussian, 36 points, 6 parameters, M = 10⁴ and 10⁵).

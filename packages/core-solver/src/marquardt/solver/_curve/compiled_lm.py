@@ -36,8 +36,8 @@ run, it runs its tail eagerly and the tail's kernel is built after it, for later
 
 Under ``compile="auto"`` a kept kernel is always used. A missing one is compiled inline
 (saying what, alive and its expected time on stderr: ``progress``) only where the call
-repays it: its predicted eager time (``eager_seconds``) exceeds the predicted compile
-(``COMPILE_SECONDS``). Else, for a call of at least ``COMPILE_WORK`` elements of J, the
+repays it: its predicted eager time (``eager_seconds``) is ``INLINE_MARGIN`` times the
+predicted compile (``COMPILE_SECONDS``). Else, for a call of at least ``COMPILE_WORK`` elements of J, the
 call runs eagerly and, once it ends, a background process forked from it traces and
 compiles the graph (``_curve.kernel_cache.background``); a later chunk, call or process loads it. A kernel is built for
 ``kernel_key.build_threads``, never for the load of the moment, so one kernel serves every
@@ -68,6 +68,7 @@ from .batched_lm.unrolled import decompositions
 from .compile_policy import (
     COMPILE_SECONDS,
     COMPILE_WORK,
+    INLINE_MARGIN,
     check_compile,
     compiler_available,
     eager_seconds,
@@ -111,13 +112,13 @@ def iterations(
 
     **Returns:** None for ``compile=False``; else a ``CompiledIterations`` that uses kept
     kernels and compiles missing ones inline when ``mode`` is True or the call repays it
-    (``eager_seconds(work) ≥ COMPILE_SECONDS``), else in the background when ``work`` is at
+    (``eager_seconds(work) ≥ INLINE_MARGIN · COMPILE_SECONDS``), else in the background when ``work`` is at
     least ``COMPILE_WORK``, background builds are on and the fits are on the CPU; a
     compiler must be found (where none is, ``compile=True`` warns once).
     """
     if mode is False:
         return None
-    inline = mode is True or eager_seconds(work) >= COMPILE_SECONDS
+    inline = mode is True or eager_seconds(work) >= INLINE_MARGIN * COMPILE_SECONDS
     background = not inline and work >= COMPILE_WORK and device.type == "cpu" and background_build()
     if (inline or background) and not compiler_available(device):
         if mode is True:
