@@ -23,7 +23,7 @@ import marquardt.solver._curve.kernel_cache.artifacts as artifacts
 from marquardt.devices import UntrustedCacheWarning, cache_folder, trust
 from marquardt.solver import cache
 from marquardt.solver._curve.batch.model import BatchModel
-from marquardt.solver._curve.batched_lm.driver import BatchData
+from marquardt.solver._curve.batched_lm.state import BatchData
 from marquardt.solver._curve.kernel_cache import kernel_key
 from marquardt.solver._curve.kernel_cache.fingerprint import fingerprint
 from marquardt.solver._curve.threads import torch_threads

@@ -14,9 +14,11 @@
   (``single_lm/driver.py``; SciPy's ``"lm"`` by MINPACK's trust region,
   ``single_lm/minpack.py`` with ``single_lm/trust.py``).
 * ``batched_lm/``: the batched driver, M fits at once in torch (``batched_lm/driver.py``),
-  its normal equations, its estimators and the forms of its iteration that are traced.
-* ``compiled_lm.py``: the batched driver's iteration compiled into fused kernels, held in
-  the process and kept on disk by the kernel cache.
+  its state, its iteration's phases, its normal equations, its estimators and the forms
+  of its phases that are traced.
+* ``compiled_lm.py``: the batched driver's iteration compiled into fused kernels (the
+  model's, and those of no model, one per parameter count), held in the process and kept
+  on disk by the kernel cache; ``compile_policy.py``: when a call compiles.
 * ``kernel_cache/``: the kernel cache: the compiled kernels on disk (``artifacts``), their
   keys (``kernel_key``, ``fingerprint``), the kernels a process holds (``held``), and their
   builds (``build_lock``, ``background``, ``progress``).

@@ -25,7 +25,7 @@ import torch
 from .batch.args import BatchArgs
 from .batch.curve_fit_batch import kernel_ready, planned, solved
 from .batch.model import check_model
-from .batched_lm.driver import STATUS_MESSAGES
+from .batched_lm.state import STATUS_MESSAGES
 from .scipy.args import not_found
 from .scipy.covariance import leastsq_info, warn_indeterminate
 from .scipy.data import FitData

@@ -20,7 +20,8 @@ import torch
 from marquardt.jacobian import keeps_grad_mode
 
 from ..._lm.memory_fit import usable_memory
-from ..batched_lm.driver import STATUS_MESSAGES, BatchData, solve_batch
+from ..batched_lm.driver import solve_batch
+from ..batched_lm.state import STATUS_MESSAGES, BatchData
 from ..batched_lm.traced import gram_inverse
 from ..compiled_lm import CompiledIterations, check_compile, iterations
 from ..threads import batch_crossover, choose_threads, torch_threads

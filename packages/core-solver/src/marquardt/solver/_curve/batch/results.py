@@ -30,16 +30,15 @@ import torch
 from ..._errors import CovarianceWarning, OptimizeWarning, user_stacklevel
 from ..._rules import covariance_scale, pseudo_inverse_gram
 from ..batched_lm import estimators
-from ..batched_lm.driver import (
+from ..batched_lm.phases import _residuals, scaled_jacobian
+from ..batched_lm.state import (
     STATUS_MESSAGES,
     TOO_FEW_POINTS,
     BatchData,
     BatchModel,
     BatchState,
     InformedState,
-    scaled_jacobian,
 )
-from ..batched_lm.phases import _residuals
 
 __all__ = [
     "NON_POSITIVE_MODEL",

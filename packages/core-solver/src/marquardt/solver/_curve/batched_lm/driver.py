@@ -21,7 +21,9 @@ goes on around it under masks, and every ``CHECK_EVERY`` iterations (on a GPU on
 host read) the running count ends the loop or, when at most ``GATHER_SHARE`` of the fits
 still run, gathers those into a smaller batch so that finished fits cost nothing. The
 rules (λ, D, the fit tests and codes, the robust rows) are ``_rules``'s, which the
-single fit and `NielsenDamping` use too.
+single fit and `NielsenDamping` use too. The state and the data are
+``_curve.batched_lm.state``'s; the iteration's phases and the start state
+``_curve.batched_lm.phases``'s.
 """
 
 from __future__ import annotations
@@ -33,31 +35,10 @@ import torch
 
 from ..fit_tests import FitTests
 from .phases import iterate as _iterate
-from .phases import scaled_jacobian, start_state
-from .state import (
-    RUNNING,
-    STATUS_MESSAGES,
-    TOO_FEW_POINTS,
-    BatchData,
-    BatchModel,
-    BatchState,
-    InformedState,
-)
+from .phases import start_state
+from .state import RUNNING, BatchData, BatchModel, BatchState
 
-__all__ = [
-    "CHECK_EVERY",
-    "RUNNING",
-    "STATUS_MESSAGES",
-    "TOO_FEW_POINTS",
-    "BatchData",
-    "BatchModel",
-    "BatchState",
-    "InformedState",
-    "scaled_jacobian",
-    "solve_batch",
-    "start_state",
-]
-
+__all__ = ["CHECK_EVERY", "GATHER_SHARE", "solve_batch"]
 
 #: Iterations between the reads of how many fits still run, on a GPU (a host transfer)
 #: and on the CPU (a plain read, every iteration).

@@ -27,7 +27,15 @@ import torch
 from ... import _rules
 from ..._lm.robust import rho
 from . import estimators, normal
-from .state import LAMBDA_MAX, RUNNING, BatchData, BatchModel, BatchState, InformedState
+from .state import (
+    LAMBDA_MAX,
+    RUNNING,
+    BatchData,
+    BatchModel,
+    BatchState,
+    InformedState,
+    Reduced,
+)
 
 __all__ = [
     "Attempt",
@@ -110,16 +118,10 @@ def _normal(
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    """f and J at a point, reduced: r, C, J's row scales, r̃, J̃ᵀJ̃, J̃ᵀr̃, whether all are
-    finite, and J itself where the Poisson estimator's information needs it (else None)."""
+class Evaluation(Reduced):
+    """f and J at a point, reduced (``Reduced``), whether all of it is finite, and J itself
+    where the Poisson estimator's information needs it (else None)."""
 
-    r: torch.Tensor
-    cost: torch.Tensor
-    rows: torch.Tensor
-    rs: torch.Tensor
-    gram: torch.Tensor
-    g: torch.Tensor
     finite: torch.Tensor
     j: torch.Tensor | None = None
 
@@ -142,8 +144,9 @@ def begin(p: torch.Tensor, e: Evaluation, data: BatchData) -> BatchState:
     count = torch.ones(p.shape[0], dtype=torch.int64, device=p.device)
     status = torch.where(e.finite, RUNNING, -2)
     nu = torch.full_like(e.cost, _rules.NU_START)
-    state = BatchState(p, e.r, e.cost, e.rows, e.rs, e.gram, e.g, d, lam, nu, count,
-                       count.clone(), torch.zeros_like(count), status)  # fmt: skip
+    steps = torch.zeros_like(count)
+    state = BatchState(**e.reduced(), p=p, d=d, lam=lam, nu=nu, nfev=count,
+                       njev=count.clone(), steps=steps, status=status)  # fmt: skip
     if data.estimator == "lse":
         return state
     return InformedState(**vars(state), info=torch.full_like(e.gram, torch.nan))

@@ -22,6 +22,7 @@ __all__ = [
     "BatchModel",
     "BatchState",
     "InformedState",
+    "Reduced",
 ]
 
 
@@ -99,18 +100,29 @@ class BatchData:
 
 
 @dataclass(frozen=True)
-class BatchState:
-    """Every fit's LM state (leading axis M). ``rows`` scales J's rows for a robust loss
-    (ones for the linear one), ``rs`` is the scaled r; with J̃ the Jacobian with its rows
-    scaled, ``gram`` is J̃ᵀJ̃ (M × P × P) and ``g`` is J̃ᵀr̃ (M × P): J itself is not kept."""
+class Reduced:
+    """f and J at a point of every fit, reduced over its N points: r (M × N), the cost C
+    (M,), J's row scales (ones for the linear loss) and the scaled r̃ (M × N); with J̃ the
+    Jacobian with its rows scaled, ``gram`` J̃ᵀJ̃ (M × P × P) and ``g`` J̃ᵀr̃ (M × P)."""
 
-    p: torch.Tensor
     r: torch.Tensor
     cost: torch.Tensor
     rows: torch.Tensor
     rs: torch.Tensor
     gram: torch.Tensor
     g: torch.Tensor
+
+    def reduced(self) -> dict[str, torch.Tensor]:
+        """These fields by name (a ``Reduced``'s, whatever the subclass)."""
+        return {f.name: getattr(self, f.name) for f in fields(Reduced)}
+
+
+@dataclass(frozen=True)
+class BatchState(Reduced):
+    """Every fit's LM state (leading axis M): the ``Reduced`` evaluation at p (J itself is
+    not kept), MINPACK's scaling d, λ and ν, the counts and the status."""
+
+    p: torch.Tensor
     d: torch.Tensor
     lam: torch.Tensor
     nu: torch.Tensor

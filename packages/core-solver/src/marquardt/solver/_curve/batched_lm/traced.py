@@ -37,7 +37,8 @@ __all__ = [
 
 #: A state's fields of one value, vector or matrix per fit (not r, the row scales and
 #: r̃, one value per point), in the order of the traced functions' inputs and outputs.
-FITS = tuple(f.name for f in fields(BatchState) if f.name not in ("r", "rows", "rs"))
+#: p first: the P of a traced function's first input chooses the written-out algebra.
+FITS = ("p", *(f.name for f in fields(BatchState) if f.name not in ("p", "r", "rows", "rs")))
 
 
 def data_listed(part: BatchData) -> list[torch.Tensor]:
@@ -93,7 +94,7 @@ def evaluation(model: BatchModel, like: BatchData) -> Callable[..., tuple[torch.
     def run(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with normal.fused():
             e = phases.evaluate(model, tensors[0], data_built(tensors[1:], like))
-        return _own(tensors, (e.r, e.cost, e.rows, e.rs, e.gram, e.g, e.finite))
+        return _own(tensors, (*e.reduced().values(), e.finite))
 
     return run
 
