@@ -110,6 +110,28 @@ def test_a_default_call_runs_eagerly_now_and_leaves_its_kernels_for_the_next_pro
     np.testing.assert_allclose(got["popt"], eager[0], rtol=1e-8, atol=1e-10)
 
 
+def test_a_call_with_other_tolerances_queues_its_own_attempt_and_decision(
+    builds_on: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compiled_models import decay
+
+    queued: list[list[str]] = []
+
+    def start(jobs: list[background.Job]) -> bool:
+        queued.append(sorted(str(job.description["kind"]) for job in jobs))
+        return False  # nothing is built: the test asks what each call queues
+
+    monkeypatch.setattr(background, "start", start)
+    problem = _decays()
+    curve_fit_batch(decay, **problem)
+    # The model's kernel was queued by the first call: the second, with other tolerances,
+    # still queues the attempt and the decision its tolerances bake in.
+    curve_fit_batch(decay, **problem, ftol=1e-4, max_nfev=11)
+    assert len(queued) == 2, queued
+    assert queued[0] == ["attempt", "covariance", "decide", "evaluation"], queued
+    assert queued[1] == ["attempt", "decide"], queued
+
+
 BUILDER = textwrap.dedent(
     """
     import sys, time

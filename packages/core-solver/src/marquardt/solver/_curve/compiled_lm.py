@@ -171,11 +171,12 @@ class CompiledIterations:
         """One iteration (``phases.iterate``): where the model's kernel serves these fits
         (padded up to it), each phase by its kernel (the attempt's and the decision's
         eagerly where theirs are missing); else eagerly (and where the model's kernel is
-        queued for the background, the attempt's and the decision's with it)."""
+        built in the background, by this call or an earlier one of the process, the
+        attempt's and the decision's for these tolerances are queued with it)."""
         evaluation = self._evaluation(model, state.p, data)
-        if evaluation is None and not self.jobs:
+        if evaluation is None and not (self.jobs or self.background):
             return phases.iterate(model, state, data, tol, max_nfev)
-        if evaluation is None:  # the model's kernel is queued: the phases' go with it
+        if evaluation is None:  # the model's kernel is on its way: the phases' go with it
             evaluation = functools.partial(phases.evaluate, model, data=data)
         size2 = phases.squares(state, data)
         bounds = (data.lower, data.upper)
