@@ -366,7 +366,7 @@ class CompiledIterations:
         """The graph of ATen operations ``trace()``'s function runs, and its inputs."""
         run, given = trace()
         # Inputs that share memory (the empty w and mask, views of y) are traced from
-        # copies: ``torch.cond``'s branches refuse inputs that alias one another.
+        # copies, so that the exported graph's inputs are distinct buffers.
         inputs, seen = [], set()
         for tensor in given:
             where = tensor.untyped_storage().data_ptr()

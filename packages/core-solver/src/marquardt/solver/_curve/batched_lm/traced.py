@@ -134,8 +134,8 @@ def _own(
     inputs: tuple[torch.Tensor, ...], outputs: tuple[torch.Tensor, ...]
 ) -> tuple[torch.Tensor, ...]:
     """``outputs``, each copied where it shares memory with an input or an earlier output
-    (the start's r̃ is r for the linear loss): a branch of ``torch.cond`` returns tensors
-    of its own."""
+    (r̃ is r for the linear loss): a compiled kernel's outputs are buffers of its own,
+    which the eager state may then hold as distinct fields."""
     held = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
     owned = []
     for tensor in outputs:
