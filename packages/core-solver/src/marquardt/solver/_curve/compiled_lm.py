@@ -298,7 +298,7 @@ class CompiledIterations:
         """``traced.gram_inverse`` for the covariance, compiled as the iteration is (a
         kernel for a full chunk, shared by every model of these shapes)."""
         fits = gram.shape[0]
-        shapes = ("covariance", None, *gram.shape[1:], gram.dtype, gram.device)
+        shapes = kernel_key.free_shapes("covariance", gram[:, 0], ())  # a row per fit: P
         kernel = held.serving(shapes, fits)
         if kernel is None and fits == self.chunk:
 

@@ -68,9 +68,9 @@ def shapes(
 
 
 def free_shapes(kind: str, p: torch.Tensor, tests: tuple[Any, ...]) -> tuple[Any, ...]:
-    """What a kernel of no model (``kind``: "attempt" or "decide") for fits of the
-    parameters ``p`` (M × P) is specialised to, besides its number of fits: P, dtype,
-    device and ``tests`` (the tolerances, budget or loss it bakes in)."""
+    """What a kernel of no model (``kind``: "attempt", "decide" or "covariance") for fits
+    of the parameters ``p`` (M × P) is specialised to, besides its number of fits: P,
+    dtype, device and ``tests`` (the tolerances, budget or loss it bakes in)."""
     return (kind, None, p.shape[1], p.dtype, p.device, tests)
 
 
